@@ -1,0 +1,2 @@
+"""asrsched: duration-aware scheduling for ASR serving."""
+__version__ = "0.1.0"

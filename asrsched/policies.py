@@ -1,0 +1,461 @@
+"""Scheduling policies: FCFS, SJF, HRRN, LJF, random, adaptive — behind one registry.
+
+A policy is a *waiting queue*: jobs go in with :meth:`WaitingQueue.push`, and the
+scheduler takes the next one with :meth:`WaitingQueue.pop`. The contract, shared by
+the simulator, our HTTP server and the vLLM scheduler plug-in:
+
+* ``peek(now)`` names the job ``pop(now)`` will return at the same ``now`` (vLLM's
+  admission loop peeks, tries to allocate, then pops and expects the same request);
+* ``remove(job)`` takes a job out wherever it is (aborts, client disconnects);
+* ``len(q)``, ``bool(q)`` and ``iter(q)`` (arbitrary order) behave as for a list.
+
+One shared notion of job: :class:`Job` (arrival time and size estimate).
+
+A user-defined policy takes a few lines::
+
+    >>> from asrsched.policies import register_policy, KeyQueue, make_queue, Job
+    >>> @register_policy("lifo")
+    ... def lifo():
+    ...     return KeyQueue(lambda job: -job.arrival)
+    >>> q = make_queue("lifo")
+    >>> for i in range(3):
+    ...     q.push(Job(rid=i, arrival=float(i), est_service=1.0))
+    >>> q.pop(now=5.0).rid
+    2
+
+Keys may also depend on the clock (``KeyQueue(key, dynamic=True)`` with
+``key(job, now)``); those are re-ranked by a scan at each decision.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+__all__ = [
+    "Job",
+    "WaitingQueue",
+    "KeyQueue",
+    "HRRNQueue",
+    "AdaptiveQueue",
+    "RandomQueue",
+    "POLICIES",
+    "register_policy",
+    "make_queue",
+    "policy_names",
+]
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """A request as a scheduler sees it.
+
+    ``est_service`` is the estimated service time S in seconds (from
+    :class:`asrsched.service.ServiceModel`), the only size a policy may use.
+    ``duration`` is the audio duration in seconds; ``payload`` carries anything
+    the caller needs back (a vLLM request, an HTTP handler's future, ...).
+    """
+
+    rid: int
+    arrival: float
+    est_service: float
+    duration: float = 0.0
+    language: str = "en"
+    payload: Any = field(default=None, repr=False)
+
+
+class WaitingQueue:
+    """Interface of a policy-ordered waiting queue (see module docstring)."""
+
+    name = "abstract"
+
+    def push(self, job: Job) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def peek(self, now: float) -> Job:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def pop(self, now: float) -> Job:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def remove(self, job: Job) -> bool:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def __len__(self) -> int:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def __iter__(self) -> Iterator[Job]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def _empty(self) -> IndexError:
+        return IndexError(f"pop/peek from an empty {self.name} queue")
+
+
+class KeyQueue(WaitingQueue):
+    """Serve the job with the smallest ``key``; ties go to the earlier push (FCFS).
+
+    Static keys (``key(job)``) live in a binary heap with lazy deletion: push,
+    peek and pop are O(log n). Dynamic keys (``key(job, now)``, ``dynamic=True``)
+    are evaluated over the whole queue at each decision (O(n)).
+    """
+
+    def __init__(self, key: Callable[..., Any], *, dynamic: bool = False, name: str = "key"):
+        self.key = key
+        self.dynamic = dynamic
+        self.name = name
+        self._heap: list[tuple[Any, int, Job]] = []
+        self._live: dict[int, Job] = {}  # id(job) -> job
+        self._seq = itertools.count()
+        self._peeked: tuple[float, Job] | None = None
+
+    def push(self, job: Job) -> None:
+        self._live[id(job)] = job
+        if self.dynamic:
+            self._heap.append((None, next(self._seq), job))
+        else:
+            heapq.heappush(self._heap, (self.key(job), next(self._seq), job))
+        self._peeked = None
+
+    def _clean_top(self) -> None:
+        heap, live = self._heap, self._live
+        while heap and id(heap[0][2]) not in live:
+            heapq.heappop(heap)
+
+    def peek(self, now: float) -> Job:
+        if not self._live:
+            raise self._empty()
+        if self.dynamic:
+            if self._peeked is not None and self._peeked[0] == now and id(self._peeked[1]) in self._live:
+                return self._peeked[1]
+            self._heap = [e for e in self._heap if id(e[2]) in self._live]
+            best = min(self._heap, key=lambda e: (self.key(e[2], now), e[1]))[2]
+            self._peeked = (now, best)
+            return best
+        self._clean_top()
+        return self._heap[0][2]
+
+    def pop(self, now: float) -> Job:
+        job = self.peek(now)
+        del self._live[id(job)]
+        self._peeked = None
+        if not self.dynamic:
+            heapq.heappop(self._heap)
+        return job
+
+    def remove(self, job: Job) -> bool:
+        self._peeked = None
+        return self._live.pop(id(job), None) is not None
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(list(self._live.values()))
+
+
+class HRRNQueue(WaitingQueue):
+    """Highest response ratio next: serve the largest ``(W + S) / S``.
+
+    ``W = now - arrival`` grows while a job waits, so the order changes with the
+    clock. The queue keeps arrivals and sizes in contiguous numpy arrays
+    (swap-remove, amortised O(1) push) and ranks lazily with one vectorised
+    argmax per decision; ties go to the earliest arrival. ``peek(now)`` caches
+    its answer so that ``pop(now)`` returns exactly the peeked job.
+    """
+
+    name = "hrrn"
+
+    def __init__(self, min_service: float = 1e-6):
+        self.min_service = float(min_service)
+        self._arr = np.empty(64)
+        self._inv = np.empty(64)  # 1 / S
+        self._jobs: list[Job] = []
+        self._pos: dict[int, int] = {}
+        self._peeked: tuple[float, int] | None = None
+
+    def push(self, job: Job) -> None:
+        n = len(self._jobs)
+        if n == self._arr.shape[0]:
+            self._arr = np.resize(self._arr, 2 * n)
+            self._inv = np.resize(self._inv, 2 * n)
+        self._arr[n] = job.arrival
+        self._inv[n] = 1.0 / max(job.est_service, self.min_service)
+        self._jobs.append(job)
+        self._pos[id(job)] = n
+        self._peeked = None
+
+    def ratios(self, now: float) -> np.ndarray:
+        """Response ratios ``1 + W/S`` of the waiting jobs (in internal order)."""
+        n = len(self._jobs)
+        return 1.0 + (now - self._arr[:n]) * self._inv[:n]
+
+    def _argbest(self, now: float) -> int:
+        n = len(self._jobs)
+        if n == 0:
+            raise self._empty()
+        if self._peeked is not None and self._peeked[0] == now:
+            return self._peeked[1]
+        if n <= 8:  # numpy's fixed cost dominates for tiny queues
+            arr, inv = self._arr, self._inv
+            best, best_r, best_a = 0, -1.0, 0.0
+            for i in range(n):
+                r = (now - arr[i]) * inv[i]
+                if r > best_r or (r == best_r and arr[i] < best_a):
+                    best, best_r, best_a = i, r, arr[i]
+        else:
+            r = (now - self._arr[:n]) * self._inv[:n]
+            best = int(np.argmax(r))
+            # exact ties: earliest arrival wins (argmax alone would pick the lowest slot)
+            top = r[best]
+            tied = np.flatnonzero(r == top)
+            if tied.size > 1:
+                best = int(tied[np.argmin(self._arr[tied])])
+        self._peeked = (now, best)
+        return best
+
+    def peek(self, now: float) -> Job:
+        return self._jobs[self._argbest(now)]
+
+    def _take(self, i: int) -> Job:
+        jobs = self._jobs
+        job = jobs[i]
+        last = len(jobs) - 1
+        if i != last:
+            moved = jobs[last]
+            jobs[i] = moved
+            self._arr[i] = self._arr[last]
+            self._inv[i] = self._inv[last]
+            self._pos[id(moved)] = i
+        jobs.pop()
+        del self._pos[id(job)]
+        self._peeked = None
+        return job
+
+    def pop(self, now: float) -> Job:
+        return self._take(self._argbest(now))
+
+    def remove(self, job: Job) -> bool:
+        i = self._pos.get(id(job))
+        if i is None:
+            return False
+        self._take(i)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(list(self._jobs))
+
+
+class RandomQueue(WaitingQueue):
+    """Serve a uniformly random waiting job (a sanity reference); seeded."""
+
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        self._rng = np.random.default_rng(seed)
+        self._jobs: list[Job] = []
+        self._pos: dict[int, int] = {}
+        self._peeked: int | None = None
+
+    def push(self, job: Job) -> None:
+        self._pos[id(job)] = len(self._jobs)
+        self._jobs.append(job)
+        self._peeked = None
+
+    def peek(self, now: float) -> Job:
+        if not self._jobs:
+            raise self._empty()
+        if self._peeked is None:
+            self._peeked = int(self._rng.integers(len(self._jobs)))
+        return self._jobs[self._peeked]
+
+    def _take(self, i: int) -> Job:
+        jobs = self._jobs
+        job, last = jobs[i], jobs[-1]
+        jobs[i] = last
+        self._pos[id(last)] = i
+        jobs.pop()
+        del self._pos[id(job)]
+        self._peeked = None
+        return job
+
+    def pop(self, now: float) -> Job:
+        self.peek(now)
+        return self._take(self._peeked)
+
+    def remove(self, job: Job) -> bool:
+        i = self._pos.get(id(job))
+        if i is None:
+            return False
+        self._take(i)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(list(self._jobs))
+
+
+class AdaptiveQueue(WaitingQueue):
+    """Switch between FCFS, SJF and HRRN from the queue depth and a live starvation indicator.
+
+    The study names this as future work. Rule, evaluated at each decision:
+
+    * depth ``< low_depth`` → **FCFS** (little head-of-line blocking to remove,
+      and FCFS is the fairest order);
+    * otherwise, if the oldest waiting job has waited more than ``starve_factor``
+      times its own estimated service time *and* more than ``starve_min_wait``
+      seconds → **HRRN** (starvation is building: let long jobs age through);
+    * otherwise → **SJF** (deep queue, nobody starving: cut mean latency).
+
+    All three orders are kept at once (two heaps and one HRRN array), so a mode
+    switch costs nothing. ``mode_counts`` records how often each mode decided.
+    """
+
+    name = "adaptive"
+
+    def __init__(self, low_depth: int = 4, starve_factor: float = 20.0, starve_min_wait: float = 2.0):
+        if low_depth < 0 or starve_factor <= 0 or starve_min_wait < 0:
+            raise ValueError("adaptive policy: low_depth >= 0, starve_factor > 0, starve_min_wait >= 0 required")
+        self.low_depth = int(low_depth)
+        self.starve_factor = float(starve_factor)
+        self.starve_min_wait = float(starve_min_wait)
+        self._fcfs = KeyQueue(lambda j: j.arrival, name="fcfs")
+        self._sjf = KeyQueue(lambda j: j.est_service, name="sjf")
+        self._hrrn = HRRNQueue()
+        self.mode_counts = {"fcfs": 0, "sjf": 0, "hrrn": 0}
+        self._peeked: tuple[float, str] | None = None
+
+    def mode(self, now: float) -> str:
+        """The order the next decision at ``now`` will use."""
+        if len(self._fcfs) < self.low_depth:
+            return "fcfs"
+        oldest = self._fcfs.peek(now)
+        wait = now - oldest.arrival
+        if wait > self.starve_min_wait and wait > self.starve_factor * oldest.est_service:
+            return "hrrn"
+        return "sjf"
+
+    def _sub(self, mode: str) -> WaitingQueue:
+        return {"fcfs": self._fcfs, "sjf": self._sjf, "hrrn": self._hrrn}[mode]
+
+    def push(self, job: Job) -> None:
+        self._fcfs.push(job)
+        self._sjf.push(job)
+        self._hrrn.push(job)
+        self._peeked = None
+
+    def peek(self, now: float) -> Job:
+        if not self._fcfs:
+            raise self._empty()
+        if self._peeked is None or self._peeked[0] != now:
+            self._peeked = (now, self.mode(now))
+        return self._sub(self._peeked[1]).peek(now)
+
+    def pop(self, now: float) -> Job:
+        job = self.peek(now)
+        mode = self._peeked[1]
+        self.mode_counts[mode] += 1
+        for q in (self._fcfs, self._sjf, self._hrrn):
+            q.remove(job)
+        self._peeked = None
+        return job
+
+    def remove(self, job: Job) -> bool:
+        self._peeked = None
+        found = self._fcfs.remove(job)
+        self._sjf.remove(job)
+        self._hrrn.remove(job)
+        return found
+
+    def __len__(self) -> int:
+        return len(self._fcfs)
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(self._fcfs)
+
+
+# ----------------------------------------------------------------------------- registry
+
+POLICIES: dict[str, Callable[..., WaitingQueue]] = {}
+
+
+def register_policy(name: str) -> Callable[[Callable[..., WaitingQueue]], Callable[..., WaitingQueue]]:
+    """Decorator: register a factory ``(**params) -> WaitingQueue`` under ``name``."""
+
+    def deco(factory: Callable[..., WaitingQueue]) -> Callable[..., WaitingQueue]:
+        POLICIES[name.lower()] = factory
+        return factory
+
+    return deco
+
+
+def policy_names() -> list[str]:
+    """Registered policy names, sorted."""
+    return sorted(POLICIES)
+
+
+def make_queue(policy: str | WaitingQueue, **params: Any) -> WaitingQueue:
+    """A fresh waiting queue for ``policy`` (a registered name, case-insensitive).
+
+    Raises ``ValueError`` naming the allowed values for an unknown name.
+    """
+    if isinstance(policy, WaitingQueue):
+        return policy
+    factory = POLICIES.get(str(policy).lower())
+    if factory is None:
+        raise ValueError(f"unknown policy {policy!r}; allowed values: {', '.join(policy_names())}")
+    q = factory(**params)
+    if not getattr(q, "name", None) or q.name in ("key", "abstract"):
+        q.name = str(policy).lower()
+    return q
+
+
+def validate_policies(policies: list[str]) -> list[str]:
+    """Lower-cased policy names, or ``ValueError`` naming the first unknown one."""
+    out = []
+    for p in policies:
+        if str(p).lower() not in POLICIES:
+            raise ValueError(f"unknown policy {p!r}; allowed values: {', '.join(policy_names())}")
+        out.append(str(p).lower())
+    return out
+
+
+@register_policy("fcfs")
+def _fcfs() -> WaitingQueue:
+    return KeyQueue(lambda j: j.arrival, name="fcfs")
+
+
+@register_policy("sjf")
+def _sjf() -> WaitingQueue:
+    return KeyQueue(lambda j: (j.est_service, j.arrival), name="sjf")
+
+
+@register_policy("ljf")
+def _ljf() -> WaitingQueue:
+    return KeyQueue(lambda j: (-j.est_service, j.arrival), name="ljf")
+
+
+@register_policy("hrrn")
+def _hrrn() -> WaitingQueue:
+    return HRRNQueue()
+
+
+@register_policy("random")
+def _random(seed: int = 0) -> WaitingQueue:
+    return RandomQueue(seed=seed)
+
+
+@register_policy("adaptive")
+def _adaptive(low_depth: int = 4, starve_factor: float = 20.0, starve_min_wait: float = 2.0) -> WaitingQueue:
+    return AdaptiveQueue(low_depth=low_depth, starve_factor=starve_factor, starve_min_wait=starve_min_wait)
