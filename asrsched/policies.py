@@ -309,29 +309,32 @@ class RandomQueue(WaitingQueue):
 class AdaptiveQueue(WaitingQueue):
     """Switch between FCFS, SJF and HRRN from the queue depth and a live starvation indicator.
 
-    The study names this as future work. Rule, evaluated at each decision:
+    The study names this as future work. The starvation indicator is the largest
+    response ratio ``(W + S) / S`` among the waiting jobs — the slowdown the most
+    starved job would see if served now. Rule, evaluated at each decision:
 
     * depth ``< low_depth`` → **FCFS** (little head-of-line blocking to remove,
       and FCFS is the fairest order);
-    * otherwise, if the oldest waiting job has waited more than ``starve_factor``
-      times its own estimated service time *and* more than ``starve_min_wait``
-      seconds → **HRRN** (starvation is building: let long jobs age through);
-    * otherwise → **SJF** (deep queue, nobody starving: cut mean latency).
+    * otherwise, if the largest response ratio exceeds ``ratio_cap`` → **HRRN**
+      (starvation is building: serve the most starved job);
+    * otherwise → **SJF** (deep queue, nobody starving: cut median latency).
 
-    All three orders are kept at once (two heaps and one HRRN array), so a mode
-    switch costs nothing. ``mode_counts`` records how often each mode decided.
+    ``ratio_cap`` slides the policy along the P50-versus-P90 trade-off between
+    SJF (``ratio_cap = inf``) and HRRN (``ratio_cap = 1``). All three orders are
+    kept at once (two heaps and one HRRN array), so a mode switch costs nothing.
+    ``mode_counts`` records how often each mode decided.
     """
 
     name = "adaptive"
 
-    def __init__(self, low_depth: int = 4, starve_factor: float = 20.0, starve_min_wait: float = 2.0):
-        if low_depth < 0 or starve_factor <= 0 or starve_min_wait < 0:
-            raise ValueError("adaptive policy: low_depth >= 0, starve_factor > 0, starve_min_wait >= 0 required")
+    def __init__(self, low_depth: int = 4, ratio_cap: float = 50.0):
+        if low_depth < 0 or not ratio_cap >= 1:
+            raise ValueError(f"adaptive policy needs low_depth >= 0 and ratio_cap >= 1, got "
+                             f"low_depth={low_depth!r}, ratio_cap={ratio_cap!r}")
         self.low_depth = int(low_depth)
-        self.starve_factor = float(starve_factor)
-        self.starve_min_wait = float(starve_min_wait)
+        self.ratio_cap = float(ratio_cap)
         self._fcfs = KeyQueue(lambda j: j.arrival, name="fcfs")
-        self._sjf = KeyQueue(lambda j: j.est_service, name="sjf")
+        self._sjf = KeyQueue(lambda j: (j.est_service, j.arrival), name="sjf")
         self._hrrn = HRRNQueue()
         self.mode_counts = {"fcfs": 0, "sjf": 0, "hrrn": 0}
         self._peeked: tuple[float, str] | None = None
@@ -340,11 +343,9 @@ class AdaptiveQueue(WaitingQueue):
         """The order the next decision at ``now`` will use."""
         if len(self._fcfs) < self.low_depth:
             return "fcfs"
-        oldest = self._fcfs.peek(now)
-        wait = now - oldest.arrival
-        if wait > self.starve_min_wait and wait > self.starve_factor * oldest.est_service:
-            return "hrrn"
-        return "sjf"
+        top = self._hrrn.peek(now)
+        ratio = 1.0 + (now - top.arrival) / max(top.est_service, self._hrrn.min_service)
+        return "hrrn" if ratio > self.ratio_cap else "sjf"
 
     def _sub(self, mode: str) -> WaitingQueue:
         return {"fcfs": self._fcfs, "sjf": self._sjf, "hrrn": self._hrrn}[mode]
@@ -457,5 +458,5 @@ def _random(seed: int = 0) -> WaitingQueue:
 
 
 @register_policy("adaptive")
-def _adaptive(low_depth: int = 4, starve_factor: float = 20.0, starve_min_wait: float = 2.0) -> WaitingQueue:
-    return AdaptiveQueue(low_depth=low_depth, starve_factor=starve_factor, starve_min_wait=starve_min_wait)
+def _adaptive(low_depth: int = 4, ratio_cap: float = 50.0) -> WaitingQueue:
+    return AdaptiveQueue(low_depth=low_depth, ratio_cap=ratio_cap)
