@@ -1,0 +1,403 @@
+"""A/B-test estimators for queueing systems, on a simulator-independent trajectory.
+
+The trajectory interface
+------------------------
+Every estimator takes a :class:`Trajectory`: plain per-job numpy arrays in arrival
+order plus a few scalars. Nothing in it depends on how the system was simulated (the
+supermarket model of :mod:`asrsched.abtest.model`, a multi-replica ASR cluster, or a
+production log), so any system that can produce these arrays can be A/B-analysed.
+
+Required (length ``n``, one entry per job, sorted by arrival time):
+
+``arrival``    float, arrival (decision) time of job ``j``.
+``z``          0/1, the arm: 1 = job (or its group / block) got the treatment policy.
+``response``   float, the job's cost ``W_j`` (response time = departure - arrival; any
+               per-job cost works for naive/wDQ, but Little's law, and so qDQ and mixed
+               DQ, link the *mean response time* to the number in system).
+``n_before``   float/int, number of jobs in the whole system just before job ``j``
+               arrives, ``X(t_j-)`` (the queue-length cost sampled at decision epochs).
+``lam``        float scalar, the long-run total arrival rate (jobs per time unit) that
+               converts number in system into response time (Little: X = lam * W).
+
+Optional:
+
+``lam_at``     float array, instantaneous arrival rate at each arrival for a
+               non-stationary arrival process; qDQ then uses ``X(t_j-) / lam_at[j]``
+               whose arrival-average is ``mean X / mean lam = mean W`` (Little's law
+               without PASTA). Missing: ``lam`` is used for every job.
+``area``, ``t_start``, ``t_end``  integral of X(t) over [t_start, t_end] (for the
+               Little's-law check :func:`littles_law`).
+``block``, ``block_len``  switchback block index of each job and the block length;
+               the block of job j starts at ``block[j] * block_len``.
+``design``, ``p``  the experiment design ("bernoulli", "group", "switchback", ...) and
+               the treatment probability; ``server``, ``q_seen``, ``meta``: free-form.
+
+From records (arrival and finish time per job, as an ASR simulator produces),
+:meth:`Trajectory.from_records` builds ``n_before`` and ``area`` exactly.
+
+Estimators (all return an :class:`Estimate` with a batch-means CI)
+------------------------------------------------------------------
+``naive``       mean W of treated jobs - mean W of control jobs (Bernoulli design).
+``group``       the same difference of means on a group-design trajectory.
+``switchback``  mean W of jobs arriving in treated blocks - control blocks, dropping
+                jobs that arrive in the first ``burn_in`` time units of a block.
+``wdq``         Differences-in-Q with response-time cost: for decision k,
+                ``Q_w(k) = sum_{j=k}^{k+L-1} W_j``; estimate = mean Q_w over treated
+                decisions - mean over control decisions (Farias et al. 2022).
+``qdq``         the same with queue-length cost scaled by the arrival rate:
+                ``Q_q(k) = sum_{j=k+1}^{k+L} X(t_j-) / lam_j`` (the state after decision k).
+``mixed_dq``    ``alpha * wDQ + (1 - alpha) * qDQ`` (Jia, Johari, Si, Zheng) with
+                ``alpha = (V_q - C_wq) / (V_w + V_q - 2 C_wq)``, the minimum-variance
+                weight, where V and C are the variances/covariance of the two DQ
+                estimates. They are estimated **inside the experiment, without the truth**:
+                the decision range is cut into ``n_batches`` contiguous batches, wDQ and
+                qDQ are computed per batch, and their sample (co)variances give alpha
+                (``alpha="batch"``, the default). ``alpha=<float>`` fixes it (e.g. from
+                pilot runs, :func:`pilot_alpha`).
+
+Horizon ``L`` counts decisions (jobs); the default ``L = 30 * N * lam_per_server`` is
+``30 * lam`` here (``lam`` = total rate), i.e. 30 mean service times of future jobs.
+Only decisions with a full horizon (the first ``n - L``) enter the DQ estimators.
+
+Confidence intervals: batch means. The estimator is recomputed on each of
+``n_batches`` contiguous batches (of decisions, or of switchback blocks), and
+``estimate +/- t_{B-1, 0.975} * sd(batch estimates) / sqrt(B)``. Batches must be much
+longer than ``L`` and the system's relaxation time for the CI to be honest; the study
+measures its coverage over replications.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats
+
+__all__ = [
+    "Trajectory",
+    "Estimate",
+    "default_L",
+    "q_values",
+    "naive",
+    "group",
+    "switchback",
+    "wdq",
+    "qdq",
+    "dq",
+    "mixed_dq",
+    "optimal_alpha",
+    "pilot_alpha",
+    "estimate_all",
+    "littles_law",
+    "ESTIMATORS",
+]
+
+ESTIMATORS = ("naive", "group", "switchback", "qdq", "wdq", "mixed_dq")
+
+
+@dataclass
+class Trajectory:
+    """Per-job record of one A/B experiment (see the module docstring for every field)."""
+
+    arrival: np.ndarray
+    z: np.ndarray
+    response: np.ndarray
+    n_before: np.ndarray
+    lam: float
+    lam_at: np.ndarray | None = None
+    area: float | None = None
+    t_start: float | None = None
+    t_end: float | None = None
+    block: np.ndarray | None = None
+    block_len: float | None = None
+    server: np.ndarray | None = None
+    q_seen: np.ndarray | None = None
+    design: str = "bernoulli"
+    p: float | None = None
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.arrival = np.asarray(self.arrival, dtype=np.float64)
+        self.z = np.asarray(self.z).astype(np.int8)
+        self.response = np.asarray(self.response, dtype=np.float64)
+        self.n_before = np.asarray(self.n_before, dtype=np.float64)
+        n = self.arrival.shape[0]
+        for name in ("z", "response", "n_before"):
+            if getattr(self, name).shape != (n,):
+                raise ValueError(f"{name}: need one entry per job ({n}), got shape {getattr(self, name).shape}")
+        if self.lam_at is not None:
+            self.lam_at = np.asarray(self.lam_at, dtype=np.float64)
+            if self.lam_at.shape != (n,) or np.any(self.lam_at <= 0):
+                raise ValueError("lam_at: need one positive arrival rate per job")
+        if not (np.isfinite(self.lam) and self.lam > 0):
+            raise ValueError(f"lam: need a positive total arrival rate, got {self.lam!r}")
+        if not np.all((self.z == 0) | (self.z == 1)):
+            raise ValueError("z: treatment indicator must be 0 or 1")
+        if n > 1 and np.any(np.diff(self.arrival) < 0):
+            raise ValueError("arrival: jobs must be sorted by arrival time")
+        if self.block is not None:
+            self.block = np.asarray(self.block, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self.arrival.shape[0])
+
+    @property
+    def lam_hat(self) -> float:
+        """Observed arrival rate n / (t_end - t_start) (falls back to ``lam``)."""
+        if self.t_start is None or self.t_end is None or self.t_end <= self.t_start:
+            return float(self.lam)
+        return len(self) / (self.t_end - self.t_start)
+
+    @classmethod
+    def from_records(cls, arrival, finish, z, *, lam: float | None = None, t_start: float | None = None,
+                     t_end: float | None = None, **kw) -> "Trajectory":
+        """Build a trajectory from per-job arrival and finish times (any system).
+
+        ``n_before[j]`` = jobs that arrived before ``j`` and finish after ``arrival[j]``;
+        ``area`` = exact integral of the number in system over ``[t_start, t_end]``
+        (defaults: first and last arrival); ``lam`` defaults to ``n / (t_end - t_start)``.
+        Rows are sorted by arrival first (``kw`` arrays of length n are sorted alongside).
+        """
+        arrival = np.asarray(arrival, dtype=np.float64)
+        finish = np.asarray(finish, dtype=np.float64)
+        z = np.asarray(z)
+        n = arrival.shape[0]
+        if finish.shape != (n,) or z.shape != (n,):
+            raise ValueError("finish, z: need one entry per job, like arrival")
+        if np.any(~np.isfinite(finish)) or np.any(finish < arrival):
+            raise ValueError("finish: every job needs a finite finish time >= its arrival")
+        order = np.argsort(arrival, kind="stable")
+        arrival, finish, z = arrival[order], finish[order], z[order]
+        for k, v in list(kw.items()):
+            if isinstance(v, np.ndarray) and v.shape[:1] == (n,):
+                kw[k] = v[order]
+        ranks_arr = np.arange(n)  # jobs strictly before j in arrival order (ties: earlier rows)
+        fin_sorted = np.sort(finish)
+        departed = np.searchsorted(fin_sorted, arrival, side="right")
+        # jobs before j that finished by arrival[j] (all finishes <= arrival[j] belong to earlier jobs
+        # except zero-length jobs at the same instant, which the 'right' search would also count)
+        n_before = ranks_arr - np.minimum(departed, ranks_arr)
+        t0 = float(arrival[0]) if t_start is None else float(t_start)
+        t1 = float(arrival[-1]) if t_end is None else float(t_end)
+        area = float(np.sum(np.clip(np.minimum(finish, t1) - np.maximum(arrival, t0), 0, None)))
+        if lam is None:
+            lam = n / (t1 - t0)
+        return cls(arrival=arrival, z=z, response=finish - arrival, n_before=n_before, lam=float(lam),
+                   area=area, t_start=t0, t_end=t1, **kw)
+
+
+@dataclass
+class Estimate:
+    """One estimator's value on one experiment, with a batch-means confidence interval."""
+
+    name: str
+    value: float
+    se: float
+    lo: float
+    hi: float
+    n_batches: int
+    alpha: float | None = None
+    batches: np.ndarray | None = field(default=None, repr=False)
+
+    def as_dict(self) -> dict:
+        """Scalars only (for DataFrames)."""
+        return {"estimator": self.name, "estimate": self.value, "se": self.se, "ci_lo": self.lo,
+                "ci_hi": self.hi, "n_batches": self.n_batches, "alpha": self.alpha}
+
+
+def default_L(traj_or_lam) -> int:
+    """``L = 30 * N * lam`` decisions = 30 x the total arrival rate (30 mean service times)."""
+    lam = traj_or_lam.lam if isinstance(traj_or_lam, Trajectory) else float(traj_or_lam)
+    return max(1, int(round(30.0 * lam)))
+
+
+def _check_L(traj: Trajectory, L) -> int:
+    if L is None:
+        L = default_L(traj)
+    if not isinstance(L, (int, np.integer)) or isinstance(L, bool) or L <= 0:
+        raise ValueError(f"L: the truncation horizon must be a positive integer number of jobs, got {L!r}")
+    if L >= len(traj):
+        raise ValueError(f"L: horizon {L} must be shorter than the trajectory ({len(traj)} jobs)")
+    return int(L)
+
+
+def _check_batches(n_batches) -> int:
+    if not isinstance(n_batches, (int, np.integer)) or n_batches < 2:
+        raise ValueError(f"n_batches: need an integer >= 2 for a batch-means CI, got {n_batches!r}")
+    return int(n_batches)
+
+
+def q_values(traj: Trajectory, L: int | None = None, cost: str = "w") -> np.ndarray:
+    """Truncated Q estimates for the first ``n - L`` decisions.
+
+    ``cost="w"``: ``sum_{j=k}^{k+L-1} W_j``; ``cost="q"``: ``sum_{j=k+1}^{k+L} X(t_j-)/lam_j``.
+    """
+    L = _check_L(traj, L)
+    n = len(traj)
+    if cost == "w":
+        c = np.concatenate(([0.0], np.cumsum(traj.response)))
+        return c[L : n] - c[0 : n - L]
+    if cost == "q":
+        lam = traj.lam_at if traj.lam_at is not None else traj.lam
+        x = traj.n_before / lam
+        c = np.concatenate(([0.0], np.cumsum(x)))
+        return c[L + 1 : n + 1] - c[1 : n - L + 1]
+    raise ValueError(f"cost: {cost!r} not in ('w', 'q')")
+
+
+def _diff_means(v: np.ndarray, z: np.ndarray) -> float:
+    t = z == 1
+    nt = int(t.sum())
+    if nt == 0 or nt == t.size:
+        return float("nan")
+    return float(v[t].mean() - v[~t].mean())
+
+
+def _batch_diffs(v: np.ndarray, z: np.ndarray, n_batches: int) -> np.ndarray:
+    edges = np.linspace(0, v.size, n_batches + 1).astype(np.int64)
+    return np.array([_diff_means(v[a:b], z[a:b]) for a, b in zip(edges[:-1], edges[1:])])
+
+
+def _ci(name: str, value: float, batches: np.ndarray, level: float = 0.95, alpha=None) -> Estimate:
+    b = batches[np.isfinite(batches)]
+    k = b.size
+    if k >= 2:
+        se = float(b.std(ddof=1) / np.sqrt(k))
+        h = float(stats.t.ppf(0.5 + level / 2, k - 1)) * se
+    else:
+        se = h = float("nan")
+    return Estimate(name, float(value), se, float(value - h), float(value + h), k, alpha, batches)
+
+
+def naive(traj: Trajectory, n_batches: int = 20, level: float = 0.95, name: str = "naive") -> Estimate:
+    """Difference of mean response time, treated minus control jobs (job-level design)."""
+    n_batches = _check_batches(n_batches)
+    v = _diff_means(traj.response, traj.z)
+    return _ci(name, v, _batch_diffs(traj.response, traj.z, n_batches), level)
+
+
+def group(traj: Trajectory, n_batches: int = 20, level: float = 0.95) -> Estimate:
+    """Group (cluster) design: treated-group minus control-group mean response time."""
+    return naive(traj, n_batches, level, name="group")
+
+
+def switchback(traj: Trajectory, burn_in: float = 0.0, n_batches: int = 20, level: float = 0.95) -> Estimate:
+    """Switchback: mean W in treated blocks - control blocks, dropping each block's first ``burn_in``.
+
+    Batches for the CI are groups of consecutive blocks.
+    """
+    n_batches = _check_batches(n_batches)
+    if traj.block is None or traj.block_len is None:
+        raise ValueError("traj: switchback needs a trajectory with 'block' and 'block_len' (design='switchback')")
+    if not (0 <= burn_in < traj.block_len):
+        raise ValueError(f"burn_in: must be in [0, block_len={traj.block_len}), got {burn_in!r}")
+    keep = (traj.arrival - traj.block * traj.block_len) >= burn_in
+    w, z, blk = traj.response[keep], traj.z[keep], traj.block[keep]
+    v = _diff_means(w, z)
+    ub = np.unique(blk)
+    nb = min(n_batches, ub.size // 2)
+    if nb >= 1:
+        gstarts = ub[np.linspace(0, ub.size, nb + 1).astype(np.int64)[:-1]]
+        starts = np.searchsorted(blk, gstarts, side="left")
+        idx = np.append(starts[1:], blk.size)
+    else:
+        starts = idx = np.zeros(0, np.int64)
+    bats = np.array([_diff_means(w[a:b], z[a:b]) for a, b in zip(starts, idx)])
+    return _ci("switchback", v, bats, level)
+
+
+def dq(traj: Trajectory, L: int | None = None, cost: str = "w", n_batches: int = 20,
+       level: float = 0.95) -> Estimate:
+    """Differences-in-Q with cost ``"w"`` (response time) or ``"q"`` (number in system / lam)."""
+    n_batches = _check_batches(n_batches)
+    Q = q_values(traj, L, cost)
+    z = traj.z[: Q.size]
+    return _ci(f"{cost}dq", _diff_means(Q, z), _batch_diffs(Q, z, n_batches), level)
+
+
+def wdq(traj: Trajectory, L: int | None = None, n_batches: int = 20, level: float = 0.95) -> Estimate:
+    """DQ with response-time cost (see module docstring)."""
+    return dq(traj, L, "w", n_batches, level)
+
+
+def qdq(traj: Trajectory, L: int | None = None, n_batches: int = 20, level: float = 0.95) -> Estimate:
+    """DQ with queue-length cost scaled by the arrival rate (see module docstring)."""
+    return dq(traj, L, "q", n_batches, level)
+
+
+def optimal_alpha(w: np.ndarray, q: np.ndarray) -> float:
+    """Minimum-variance weight of ``alpha*w + (1-alpha)*q`` from paired samples of two estimators."""
+    w = np.asarray(w, float)
+    q = np.asarray(q, float)
+    ok = np.isfinite(w) & np.isfinite(q)
+    w, q = w[ok], q[ok]
+    if w.size < 3:
+        return 0.5
+    c = np.cov(w, q, ddof=1)
+    den = c[0, 0] + c[1, 1] - 2 * c[0, 1]
+    if not np.isfinite(den) or den <= 1e-300:
+        return 0.5
+    return float((c[1, 1] - c[0, 1]) / den)
+
+
+def pilot_alpha(trajs, L: int | None = None) -> float:
+    """alpha* from the (co)variance of wDQ and qDQ over pilot experiments (no truth needed)."""
+    w = [dq(t, L, "w").value for t in trajs]
+    q = [dq(t, L, "q").value for t in trajs]
+    return optimal_alpha(np.array(w), np.array(q))
+
+
+def mixed_dq(traj: Trajectory, L: int | None = None, alpha="batch", n_batches: int = 20,
+             level: float = 0.95) -> Estimate:
+    """Mixed DQ, ``alpha*wDQ + (1-alpha)*qDQ``; alpha from batch (co)variances or fixed."""
+    n_batches = _check_batches(n_batches)
+    Qw = q_values(traj, L, "w")
+    Qq = q_values(traj, L, "q")
+    z = traj.z[: Qw.size]
+    bw = _batch_diffs(Qw, z, n_batches)
+    bq = _batch_diffs(Qq, z, n_batches)
+    if isinstance(alpha, str):
+        if alpha != "batch":
+            raise ValueError(f"alpha: use 'batch' or a number, got {alpha!r}")
+        a = optimal_alpha(bw, bq)
+    else:
+        a = float(alpha)
+        if not np.isfinite(a):
+            raise ValueError(f"alpha: must be finite, got {alpha!r}")
+    v = a * _diff_means(Qw, z) + (1 - a) * _diff_means(Qq, z)
+    return _ci("mixed_dq", v, a * bw + (1 - a) * bq, level, alpha=a)
+
+
+def estimate_all(traj: Trajectory, L: int | None = None, n_batches: int = 20, burn_in: float = 0.0,
+                 alpha="batch", level: float = 0.95) -> dict[str, Estimate]:
+    """Every estimator that applies to the trajectory's design.
+
+    bernoulli -> naive, qdq, wdq, mixed_dq; group -> group; switchback -> switchback.
+    """
+    if traj.design == "group":
+        return {"group": group(traj, n_batches, level)}
+    if traj.design == "switchback":
+        return {"switchback": switchback(traj, burn_in, n_batches, level)}
+    return {
+        "naive": naive(traj, n_batches, level),
+        "qdq": qdq(traj, L, n_batches, level),
+        "wdq": wdq(traj, L, n_batches, level),
+        "mixed_dq": mixed_dq(traj, L, alpha, n_batches, level),
+    }
+
+
+def littles_law(traj: Trajectory) -> dict:
+    """Little's law check on one run: time-average number in system vs lam_hat * mean W.
+
+    Returns ``time_avg_n`` (area / duration), ``arrival_avg_n`` (mean of ``n_before``,
+    equal to the time average under PASTA), ``lam_hat``, ``mean_response``,
+    ``lam_w`` = lam_hat * mean_response and ``rel_gap`` = lam_w / time_avg_n - 1.
+    """
+    if traj.area is None or traj.t_start is None or traj.t_end is None:
+        raise ValueError("traj: Little's law needs area, t_start and t_end")
+    dur = traj.t_end - traj.t_start
+    xbar = traj.area / dur
+    lam_hat = len(traj) / dur
+    wbar = float(traj.response.mean())
+    return {"time_avg_n": xbar, "arrival_avg_n": float(traj.n_before.mean()), "lam_hat": lam_hat,
+            "mean_response": wbar, "lam_w": lam_hat * wbar, "rel_gap": lam_hat * wbar / xbar - 1.0}
