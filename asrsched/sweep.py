@@ -183,3 +183,37 @@ def run_sweep(
     order = {p: i for i, p in enumerate(policies)}
     df["_o"] = df["policy"].map(order)
     return df.sort_values(["workload", "rate", "seed", "_o"]).drop(columns="_o").reset_index(drop=True)
+
+
+# The study's headline numbers (paper 1), for side-by-side comparison.
+PAPER_HEADLINES = [
+    # (policy, workload, metric, direction, paper value %, claim)
+    ("sjf", "librispeech", "p50_e2el_ms", "min", -73.0, "SJF, LibriSpeech, high load: P50 E2EL down by up to 73 %"),
+    ("sjf", "librispeech", "mean_ttft_ms", "min", -93.0, "SJF, LibriSpeech, high load: TTFT down by up to 93 %"),
+    ("sjf", "librispeech", "p90_e2el_ms", "max", 97.0, "SJF, LibriSpeech, extreme load: P90 E2EL up by up to 97 %"),
+    ("sjf", "uniform", "p50_e2el_ms", "min", -67.0, "SJF, uniform 5-30 s: P50 E2EL down by 67 %"),
+    ("hrrn", "uniform", "p50_e2el_ms", "min", -28.0, "HRRN, uniform: P50 E2EL down by up to 28 %"),
+    ("hrrn", "uniform", "p90_e2el_ms", "max", 24.0, "HRRN, uniform: P90 degradation capped at 24 %"),
+]
+
+
+def headline(rc: pd.DataFrame) -> pd.DataFrame:
+    """The study's headline claims next to this sweep's numbers (extreme over the swept rates).
+
+    ``rc`` is :func:`asrsched.metrics.relative_change` output. TTFT is compared on the
+    mean and on P50 (the study does not say which statistic it reports).
+    """
+    rows = []
+    for pol, wl, m, how, paper, claim in PAPER_HEADLINES:
+        d = rc[(rc.policy == pol) & (rc.workload == wl)]
+        col = f"{m}_change_pct"
+        if d.empty or col not in d:
+            continue
+        i = d[col].idxmin() if how == "min" else d[col].idxmax()
+        row = {"claim": claim, "paper_pct": paper, "ours_pct": round(float(d.loc[i, col]), 1),
+               "at_rate": float(d.loc[i, "rate"])}
+        if m == "mean_ttft_ms" and "p50_ttft_ms_change_pct" in d:
+            j = d["p50_ttft_ms_change_pct"].idxmin()
+            row["ours_p50_ttft_pct"] = round(float(d.loc[j, "p50_ttft_ms_change_pct"]), 1)
+        rows.append(row)
+    return pd.DataFrame(rows)
