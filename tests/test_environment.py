@@ -1,0 +1,40 @@
+"""The conda environment and pyproject.toml list the same requirements; CI calls the README's test command."""
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _env_requirements() -> set[str]:
+    lines = (ROOT / "environment.yml").read_text().splitlines()
+    out = set()
+    in_pip = False
+    for ln in lines:
+        if re.match(r"\s+- pip:\s*$", ln):
+            in_pip = True
+            continue
+        m = re.match(r"\s+- (.+)$", ln)
+        if in_pip and m and not m.group(1).startswith("-e"):
+            out.add(m.group(1).strip())
+    return out
+
+
+def test_environment_yml_matches_pyproject():
+    py = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    want = set(py["dependencies"]) | set(py["optional-dependencies"]["dev"])
+    got = _env_requirements()
+    assert got == want, f"only in environment.yml: {sorted(got - want)}; only in pyproject: {sorted(want - got)}"
+
+
+def test_ipykernel_pinned_below_7():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(d.replace(" ", "").startswith("ipykernel") and "<7" in d for d in deps)
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash scripts/test.sh" in readme and "bash scripts/main.sh" in readme
+    assert re.search(r"^bash scripts/test\.sh\s*$", ci, re.M)
