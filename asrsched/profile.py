@@ -1,0 +1,795 @@
+"""Profile real Whisper: per-request measurements, kappa per language, the calibrated ServiceModel.
+
+Pipeline (each step usable alone)::
+
+    manifest (asrsched.corpus.build_corpus, or any table with path/language/text)
+      -> measure(manifest, backend, out="run.csv")      one row per request, written as it goes
+      -> fit_kappa(train)                              tokens = kappa x duration, bootstrap CI, R^2
+      -> fit_service_model(train, kappa)               windows x enc + tokens x step + overhead
+      -> validate_holdout(model, held)                 simulator vs measured mean service time
+      -> silence_estimates(rows, model)                file duration vs VAD speech duration
+
+:func:`run_profile` does all of it; ``python -m asrsched.profile --help`` is the CLI.
+
+What is measured per request (columns of :data:`COLUMNS`): audio and speech
+duration (true, header, silero VAD, energy VAD, each VAD's cost), language,
+tokens kept / text tokens / generated (temperature fallbacks included) / decoder
+steps, 30 s windows, encode and decode time, time to first token and first
+segment, total time, real-time factor, WER (jiwer) against the reference text.
+A file that cannot be read is a row with ``ok = False`` and ``error_reason``
+(one of :data:`asrsched.audio.REASONS` or ``backend``); the run continues.
+
+Which token count is kappa? The paper's kappa is "tokens the decoder generates
+per second of audio". The :class:`ServiceModel` written here uses
+``decode_steps`` (decoder forward passes, fallbacks included), because that is
+what the decode time follows; ``fit["kappa_tables"]`` also holds kappa for the
+kept transcript tokens and for all generated tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import re
+import sys
+import time
+import unicodedata
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .audio import AudioError, audio_info, load_audio
+from .service import ServiceModel
+
+__all__ = [
+    "COLUMNS",
+    "TOKEN_COLUMNS",
+    "KappaFit",
+    "ProfileRun",
+    "normalize_text",
+    "word_error_rate",
+    "measure",
+    "fit_kappa",
+    "fit_service_model",
+    "split_holdout",
+    "validate_holdout",
+    "silence_estimates",
+    "vad_summary",
+    "run_profile",
+    "main",
+]
+
+TOKEN_COLUMNS = ("decode_steps", "tokens_generated", "tokens_kept", "tokens_text")
+DURATION_COLUMNS = ("audio_s", "speech_s", "vad_silero_s", "vad_energy_s")
+COLUMNS = [
+    "utt_id", "key", "language", "silence", "path", "ok", "error_reason", "error",
+    "audio_s", "header_s", "speech_s", "vad_silero_s", "vad_silero_cost_s", "vad_energy_s", "vad_energy_cost_s",
+    "windows_nominal", "windows", "tokens_kept", "tokens_text", "tokens_generated", "decode_steps",
+    "generate_calls", "fallbacks", "encode_s", "decode_s", "features_s", "first_token_s", "first_segment_s",
+    "total_s", "rtf", "rtfx", "wer", "text", "hypothesis", "backend", "model",
+]
+_BOOL = {"True": True, "False": False, "true": True, "false": False, "1": True, "0": False}
+
+
+# --------------------------------------------------------------------------- WER
+def normalize_text(s: str) -> str:
+    """Lower-case, drop punctuation (any script), collapse spaces: the form WER is scored on."""
+    s = unicodedata.normalize("NFKC", str(s)).lower().replace("’", "'")
+    s = "".join(ch if (ch.isalnum() or ch in " '") else " " for ch in s)
+    s = re.sub(r"(?<!\w)'|'(?!\w)", " ", s)
+    return re.sub(r"\s+", " ", s).strip()
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """WER (jiwer) of ``hypothesis`` against ``reference`` after :func:`normalize_text`."""
+    import jiwer
+
+    ref, hyp = normalize_text(reference), normalize_text(hypothesis)
+    if not ref:
+        return 0.0 if not hyp else 1.0
+    return float(jiwer.wer(ref, hyp or ""))
+
+
+# --------------------------------------------------------------------------- measurement
+class _RowWriter:
+    """Appends rows to a CSV, flushing each one, so an interrupted run keeps what it measured."""
+
+    def __init__(self, path: Path | None, resume: bool):
+        self.path = path
+        self.done: set[str] = set()
+        self.rows: list[dict] = []
+        self._f = None
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and path.stat().st_size > 0:
+            if not resume:
+                raise FileExistsError(
+                    f"{path} already holds measurements; pass resume=True to continue it or choose another out path"
+                )
+            with open(path, newline="", encoding="utf-8") as f:
+                r = csv.DictReader(f)
+                if r.fieldnames != COLUMNS:
+                    raise ValueError(
+                        f"{path} has columns {r.fieldnames}, not this profiler's; choose another out path"
+                    )
+                for row in r:
+                    self.done.add(row["key"])
+                    self.rows.append(row)
+            self._f = open(path, "a", newline="", encoding="utf-8")
+            self._w = csv.DictWriter(self._f, fieldnames=COLUMNS)
+        else:
+            self._f = open(path, "w", newline="", encoding="utf-8")
+            self._w = csv.DictWriter(self._f, fieldnames=COLUMNS)
+            self._w.writeheader()
+            self._f.flush()
+
+    def write(self, row: dict) -> None:
+        self.rows.append(row)
+        if self._f is not None:
+            self._w.writerow({k: row.get(k) for k in COLUMNS})
+            self._f.flush()
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+def _typed(df: pd.DataFrame) -> pd.DataFrame:
+    """Column types of a measurement table read back from CSV."""
+    df = df.reindex(columns=COLUMNS)
+    for c in ("ok", "silence"):
+        df[c] = df[c].map(lambda v: _BOOL.get(str(v), bool(v) if isinstance(v, (bool, np.bool_)) else False))
+    for c in COLUMNS:
+        if c not in ("utt_id", "key", "language", "path", "error_reason", "error", "text", "hypothesis",
+                     "backend", "model", "ok", "silence"):
+            df[c] = pd.to_numeric(df[c], errors="coerce")
+    for c in ("error_reason", "error", "hypothesis", "text"):
+        df[c] = df[c].fillna("").astype(str)
+    return df
+
+
+def measure(
+    manifest: pd.DataFrame,
+    backend,
+    *,
+    out: str | os.PathLike | None = None,
+    resume: bool = True,
+    vad_methods: Sequence[str] = ("silero", "energy"),
+    warmup: int = 1,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Run ``backend`` on every clip of ``manifest``; one row per request (:data:`COLUMNS`).
+
+    ``manifest`` needs ``path`` and ``language``; ``utt_id``, ``key``, ``text``
+    (reference for WER), ``speech_s`` (true speech duration) and ``n_inner``/``lead_s``
+    (silence flags) are used when present. Rows are appended to ``out`` (CSV) as
+    they are measured; with ``resume=True`` rows whose ``key`` is already in ``out``
+    are skipped. A bad file becomes a row with ``ok=False`` and the reason; the
+    run continues. ``warmup`` untimed transcriptions of the first good clip come first.
+    """
+    from .vad import VAD_METHODS, speech_duration
+
+    missing = [c for c in ("path", "language") if c not in manifest]
+    if missing:
+        raise ValueError(f"manifest is missing column(s) {', '.join(missing)}; it needs path and language")
+    bad = [m for m in vad_methods if m not in VAD_METHODS or m == "none"]
+    if bad:
+        raise ValueError(f"vad_methods must be drawn from silero, energy; got {bad}")
+    if not hasattr(backend, "transcribe"):
+        raise TypeError("backend must have a transcribe(audio, language) method (see asrsched.backends)")
+    langs = set(manifest["language"].astype(str))
+    supported = getattr(backend, "supported_languages", None)
+    if supported is not None:
+        unsupported = sorted(langs - set(supported()))
+        if unsupported:
+            raise ValueError(
+                f"model {getattr(backend, 'model', '?')!r} does not read language(s) {', '.join(unsupported)}"
+                + ("; it is English-only, use model='base'" if set(supported()) == {"en"} else "")
+            )
+    rows = manifest.to_dict("records")
+    for i, r in enumerate(rows):
+        r.setdefault("utt_id", Path(str(r["path"])).stem)
+        r.setdefault("key", f"{r['utt_id']}")
+        if not r.get("key") or (isinstance(r.get("key"), float) and math.isnan(r["key"])):
+            r["key"] = f"{r['utt_id']}-{i}"
+    writer = _RowWriter(Path(out) if out is not None else None, resume)
+    todo = [r for r in rows if str(r["key"]) not in writer.done]
+    from tqdm.auto import tqdm
+
+    try:
+        warmed = warmup <= 0
+        for r in tqdm(todo, desc=f"profiling {getattr(backend, 'model', '')}", disable=not progress, leave=False):
+            rec = _measure_one(r, backend, vad_methods, speech_duration, warmed)
+            warmed = warmed or rec["ok"]
+            writer.write(rec)
+    finally:
+        writer.close()
+    df = _typed(pd.DataFrame(writer.rows, columns=COLUMNS))
+    keys = [str(r["key"]) for r in rows]
+    df = df.set_index("key", drop=False).loc[[k for k in keys if k in set(df["key"])]].reset_index(drop=True)
+    if out is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                df.to_parquet(Path(out).with_suffix(".parquet"), index=False)
+            except Exception:  # pyarrow missing: the CSV is the record
+                pass
+    return df
+
+
+def _measure_one(r: dict, backend, vad_methods, speech_duration, warmed: bool) -> dict:
+    def num(v):
+        try:
+            v = float(v)
+            return v if math.isfinite(v) else math.nan
+        except (TypeError, ValueError):
+            return math.nan
+
+    silence = bool(num(r.get("n_inner", 0)) > 0 or num(r.get("lead_s", 0)) > 0 or num(r.get("trail_s", 0)) > 0)
+    rec: dict[str, Any] = {
+        "utt_id": r["utt_id"], "key": r["key"], "language": str(r["language"]), "silence": silence,
+        "path": str(r["path"]), "ok": False, "error_reason": "", "error": "", "text": str(r.get("text", "") or ""),
+        "speech_s": num(r.get("speech_s")), "backend": getattr(backend, "name", type(backend).__name__),
+        "model": getattr(backend, "model", ""),
+    }
+    try:
+        info = audio_info(r["path"])
+        rec["header_s"] = info.duration_s
+        audio = load_audio(r["path"])
+    except AudioError as e:
+        rec.update(error_reason=e.reason, error=str(e))
+        return rec
+    rec["audio_s"] = len(audio) / 16_000
+    if not math.isfinite(rec["speech_s"]) and not silence:
+        rec["speech_s"] = math.nan
+    for m in vad_methods:
+        v = speech_duration(audio, 16_000, method=m)
+        rec[f"vad_{m}_s"], rec[f"vad_{m}_cost_s"] = v.speech_s, v.cost_s
+    rec["windows_nominal"] = max(1, math.ceil(rec["audio_s"] / 30.0 - 1e-9))
+    try:
+        if not warmed:
+            backend.transcribe(audio, rec["language"])
+        res = backend.transcribe(audio, rec["language"])
+    except Exception as e:  # the engine failed on this request: record it, go on
+        rec.update(error_reason="backend", error=f"{r['path']}: backend: {type(e).__name__}: {e}")
+        return rec
+    for k in ("tokens_kept", "tokens_text", "tokens_generated", "decode_steps", "generate_calls", "fallbacks",
+              "windows", "encode_s", "decode_s", "features_s", "first_token_s", "first_segment_s", "total_s"):
+        rec[k] = res.get(k, math.nan)
+    rec["hypothesis"] = res.get("text", "")
+    rec["rtf"] = rec["total_s"] / rec["audio_s"] if rec["audio_s"] > 0 else math.nan
+    rec["rtfx"] = 1.0 / rec["rtf"] if rec["rtf"] and rec["rtf"] > 0 else math.nan
+    rec["wer"] = word_error_rate(rec["text"], rec["hypothesis"]) if rec["text"] else math.nan
+    rec["ok"] = True
+    return rec
+
+
+# --------------------------------------------------------------------------- kappa
+@dataclass
+class KappaFit:
+    """kappa per language: ``table`` (one row per fitted language), ``skipped`` {language: why},
+    ``n_dropped`` failed rows left out, and the columns used."""
+
+    table: pd.DataFrame
+    skipped: dict[str, str]
+    n_dropped: int
+    tokens: str
+    duration: str
+
+    @property
+    def kappa(self) -> dict[str, float]:
+        return {r.language: float(r.kappa) for r in self.table.itertuples()}
+
+    @property
+    def ci(self) -> dict[str, tuple[float, float]]:
+        return {r.language: (float(r.ci_low), float(r.ci_high)) for r in self.table.itertuples()}
+
+    def summary(self) -> str:
+        """One line per language, plus the skipped ones and the dropped-row count."""
+        lines = [f"kappa ({self.tokens} per s of {self.duration}):"]
+        for r in self.table.itertuples():
+            lines.append(f"  {r.language}: {r.kappa:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]  R2={r.r2:.3f}  n={r.n}")
+        for lang, why in self.skipped.items():
+            lines.append(f"  {lang}: not fitted: {why}")
+        if self.n_dropped:
+            lines.append(f"  ({self.n_dropped} failed row(s) dropped)")
+        return "\n".join(lines)
+
+
+def _kappa_ols(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares through the origin along the last axis: sum(xy) / sum(x^2)."""
+    return (x * y).sum(-1) / (x * x).sum(-1)
+
+
+def fit_kappa(
+    df: pd.DataFrame,
+    *,
+    tokens: str = "decode_steps",
+    duration: str = "audio_s",
+    n_boot: int = 2000,
+    ci: float = 0.95,
+    min_rows: int = 4,
+    seed: int = 0,
+) -> KappaFit:
+    """Fit ``tokens = kappa x duration`` per language (least squares through the origin).
+
+    Per language: ``kappa``, a percentile bootstrap CI (``n_boot`` resamples of the
+    rows, level ``ci``), ``r2`` (``1 - SS_res / SS_tot`` with ``SS_tot`` about the
+    mean, so it is comparable with an ordinary R^2), the affine fit
+    ``tokens = a + b x duration`` for comparison, and the residual spread ``cv``
+    (std of tokens / (kappa x duration)). Only ``ok`` rows with finite values are
+    used; a language with fewer than ``min_rows`` of them is listed in
+    ``skipped`` with the reason (and a warning), never given a NaN kappa. If no
+    language can be fitted, ``ValueError``.
+    """
+    for c in (tokens, duration, "language"):
+        if c not in df:
+            raise ValueError(f"measurement table has no column {c!r}; tokens must be one of {', '.join(TOKEN_COLUMNS)}")
+    if not (0 < ci < 1):
+        raise ValueError(f"ci must be in (0, 1), got {ci!r}")
+    if int(min_rows) < 2:
+        raise ValueError(f"min_rows must be an integer >= 2, got {min_rows!r}")
+    ok = df["ok"].astype(bool) if "ok" in df else pd.Series(True, index=df.index)
+    x_all = pd.to_numeric(df[duration], errors="coerce")
+    y_all = pd.to_numeric(df[tokens], errors="coerce")
+    good = ok & np.isfinite(x_all) & np.isfinite(y_all) & (x_all > 0)
+    n_dropped = int((~good).sum())
+    rng = np.random.default_rng(seed)
+    rows, skipped = [], {}
+    for lang in sorted(df["language"].astype(str).unique()):
+        m = good & (df["language"].astype(str) == lang)
+        n = int(m.sum())
+        if n < min_rows:
+            n_lang = int((df["language"].astype(str) == lang).sum())
+            skipped[lang] = (f"only {n} good row(s) of {n_lang} (at least {min_rows} needed); "
+                             f"measure more {lang!r} clips")
+            continue
+        x, y = x_all[m].to_numpy(float), y_all[m].to_numpy(float)
+        k = float(_kappa_ols(x, y))
+        idx = rng.integers(0, n, size=(int(n_boot), n))
+        boots = _kappa_ols(x[idx], y[idx])
+        a = (1 - ci) / 2
+        lo, hi = np.quantile(boots, [a, 1 - a])
+        resid = y - k * x
+        ss_tot = float(((y - y.mean()) ** 2).sum())
+        r2 = 1 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else float("nan")
+        b, a0 = np.polyfit(x, y, 1) if np.ptp(x) > 0 else (k, 0.0)
+        rows.append(dict(language=lang, n=n, kappa=k, ci_low=float(lo), ci_high=float(hi), r2=r2,
+                         affine_intercept=float(a0), affine_slope=float(b),
+                         cv=float(np.std(y / (k * x), ddof=1)) if n > 1 else float("nan"),
+                         mean_duration_s=float(x.mean()), tokens=tokens, duration=duration))
+    for lang, why in skipped.items():
+        warnings.warn(f"kappa for {lang!r} not fitted: {why}", stacklevel=2)
+    if not rows:
+        raise ValueError("no language has enough good rows to fit kappa: "
+                         + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+    return KappaFit(pd.DataFrame(rows), skipped, n_dropped, tokens, duration)
+
+
+# --------------------------------------------------------------------------- service model
+def fit_service_model(
+    df: pd.DataFrame,
+    kappa: KappaFit,
+    *,
+    name: str = "profiled",
+    batch: Sequence[dict] | pd.DataFrame | None = None,
+    window_s: float = 30.0,
+    source: str = "",
+    extra_fit: dict | None = None,
+) -> ServiceModel:
+    """Fit the :class:`ServiceModel` from measured rows (``ok`` rows only).
+
+    * ``encode_s_per_window`` = total encoder time / total encoder runs (measured directly);
+    * ``decode_s_per_token`` and ``overhead_s``: non-negative least squares of
+      ``total_s - windows_nominal x encode_s_per_window`` on ``[kappa.tokens, 1]``
+      (so the prediction ``windows x enc + tokens x step + overhead`` is unbiased on
+      the training rows, whatever the backend does besides encode and decode);
+    * ``decode_batch_slope`` from ``batch`` (rows ``batch, step_s`` as returned by
+      ``FasterWhisperBackend.batch_step_times``): least squares of
+      ``step_s(b) / step_s(1) - 1 = slope x (b - 1)``; 0 when not measured;
+    * ``kappa`` and ``kappa_ci`` from ``kappa``.
+    """
+    from scipy.optimize import nnls
+
+    tok = kappa.tokens
+    need = ["total_s", "encode_s", "windows", "windows_nominal", tok]
+    miss = [c for c in need if c not in df]
+    if miss:
+        raise ValueError(f"measurement table is missing column(s) {', '.join(miss)}")
+    ok = df["ok"].astype(bool) if "ok" in df else pd.Series(True, index=df.index)
+    d = df[ok & np.isfinite(df[need].astype(float)).all(axis=1)]
+    n_dropped = int(len(df) - len(d))
+    if len(d) < 3:
+        raise ValueError(f"need at least 3 good rows to fit the service model, have {len(d)}")
+    enc = float(d["encode_s"].sum() / max(d["windows"].sum(), 1))
+    y = d["total_s"].to_numpy(float) - enc * d["windows_nominal"].to_numpy(float)
+    A = np.c_[d[tok].to_numpy(float), np.ones(len(d))]
+    (step, over), _ = nnls(A, y)
+    pred = enc * d["windows_nominal"].to_numpy(float) + A @ np.array([step, over])
+    tot = d["total_s"].to_numpy(float)
+    ss_tot = float(((tot - tot.mean()) ** 2).sum())
+    # decoder-only cross-check: decode_s = a + b x tokens
+    dec_slope = float(np.polyfit(d[tok].astype(float), d["decode_s"].astype(float), 1)[0]) if np.ptp(d[tok]) > 0 else float("nan")
+    slope, batch_rows = 0.0, []
+    if batch is not None and len(batch):
+        bt = pd.DataFrame(batch)
+        s1 = float(bt.loc[bt["batch"] == bt["batch"].min(), "step_s"].iloc[0])
+        bt["ratio"] = bt["step_s"] / s1
+        xb = bt["batch"].to_numpy(float) - bt["batch"].min()
+        if (xb > 0).any():
+            slope = max(0.0, float((xb * (bt["ratio"] - 1)).sum() / (xb * xb).sum()))
+        batch_rows = bt.to_dict("records")
+    fit = {
+        "n_rows": int(len(d)),
+        "n_dropped": n_dropped,
+        "tokens_column": tok,
+        "duration_column": kappa.duration,
+        "r2_total_s_measured_tokens": 1 - float(((tot - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else None,
+        "mape_total_s_measured_tokens": float(np.mean(np.abs(pred - tot) / tot)),
+        "mean_total_s": float(tot.mean()),
+        "decode_s_per_token_decoder_only": dec_slope,
+        "kappa_table": kappa.table.to_dict("records"),
+        "kappa_skipped": dict(kappa.skipped),
+        "batch_step": batch_rows,
+        **(extra_fit or {}),
+    }
+    return ServiceModel(
+        encode_s_per_window=enc,
+        decode_s_per_token=float(step),
+        decode_batch_slope=slope,
+        overhead_s=float(over),
+        window_s=window_s,
+        kappa=kappa.kappa,
+        kappa_ci=kappa.ci,
+        name=name,
+        source=source,
+        assumptions=(
+            f"kappa = {tok} per second of {kappa.duration} (decoder passes, temperature fallbacks included); "
+            "encode_s_per_window = measured encoder time per encoder run; decode_s_per_token and overhead_s "
+            "from a non-negative least-squares fit of total time; decode_batch_slope from batched generate "
+            "timings (0 if not measured)"
+        ),
+        fit=fit,
+    )
+
+
+def split_holdout(df: pd.DataFrame, frac: float = 0.25, *, seed: int = 0, min_train: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Split ``ok`` rows into (train, held-back), per language, seeded; at least one held per language
+    when it leaves ``min_train`` rows to fit. Failed rows go to train (fits drop them and count them)."""
+    if not (0 <= frac < 1):
+        raise ValueError(f"holdout frac must be in [0, 1), got {frac!r}")
+    rng = np.random.default_rng(seed)
+    held_idx = []
+    ok = df["ok"].astype(bool)
+    for lang in sorted(df["language"].astype(str).unique()):
+        idx = df.index[ok & (df["language"].astype(str) == lang)].to_numpy()
+        k = int(round(frac * len(idx)))
+        if frac > 0 and k == 0 and len(idx) - 1 >= min_train:
+            k = 1
+        k = min(k, max(len(idx) - min_train, 0))
+        held_idx.extend(rng.permutation(idx)[:k].tolist())
+    held = df.loc[sorted(held_idx)]
+    return df.drop(index=held.index), held
+
+
+def validate_holdout(model: ServiceModel, held: pd.DataFrame, *, tokens: str = "kappa") -> dict:
+    """Predict the held-back requests' mean service time and compare with the measured mean.
+
+    ``tokens="kappa"`` (the real test): each request's tokens are what the profile
+    predicts, ``round(kappa[lang] x audio_s)``; ``tokens=<column>`` uses the
+    measured count (tests the time model alone). The requests run one at a time
+    through :func:`asrsched.sim.simulate` (``max_num_seqs=1``, arrivals far apart,
+    so service time = finish - admit) when that module exists; otherwise through
+    ``ServiceModel.service_time`` at batch 1, which is what the simulator reduces
+    to for sequential requests. ``method`` says which.
+    """
+    h = held[held["ok"].astype(bool)] if "ok" in held else held
+    if len(h) == 0:
+        raise ValueError("no good held-back rows to validate on")
+    dur = h["audio_s"].to_numpy(float)
+    lang = h["language"].astype(str).to_numpy(object)
+    if tokens == "kappa":
+        tok = np.array([model.kappa_for(l) * d for l, d in zip(lang, dur)])
+    else:
+        if tokens not in h:
+            raise ValueError(f"tokens must be 'kappa' or a column of the table, got {tokens!r}")
+        tok = h[tokens].to_numpy(float)
+    tok = np.maximum(1, np.rint(tok)).astype(np.int64)
+    try:
+        from .sim import simulate
+        from .workloads import Trace
+    except ImportError:
+        pred = np.array([model.service_time(d, l, tokens=t) for d, l, t in zip(dur, lang, tok)])
+        method = "ServiceModel.service_time (batch 1)"
+    else:
+        gap = 10.0 * float(max(model.service_time(d, l, tokens=t) for d, l, t in zip(dur, lang, tok))) + 1.0
+        tr = Trace(np.arange(len(h)) * gap, dur, lang, tok, meta=dict(workload="held-back profile rows"))
+        rec = simulate(tr, "fcfs", model, max_num_seqs=1, warn_overload=False).records.sort_values("rid")
+        pred = (rec["finish"] - rec["admit"]).to_numpy(float)
+        method = "asrsched.sim.simulate (fcfs, max_num_seqs=1, sequential arrivals)"
+    meas = h["total_s"].to_numpy(float)
+    return {
+        "n": int(len(h)),
+        "tokens": tokens,
+        "method": method,
+        "measured_mean_s": float(meas.mean()),
+        "predicted_mean_s": float(pred.mean()),
+        "rel_error": float(pred.mean() / meas.mean() - 1),
+        "per_request_mape": float(np.mean(np.abs(pred - meas) / meas)),
+        "per_language": {
+            str(l): {"n": int((lang == l).sum()), "measured_mean_s": float(meas[lang == l].mean()),
+                     "predicted_mean_s": float(pred[lang == l].mean())}
+            for l in pd.unique(lang)
+        },
+        "predicted": pred.tolist(),
+    }
+
+
+# --------------------------------------------------------------------------- silence / VAD
+ESTIMATORS = {"file duration": "audio_s", "silero VAD": "vad_silero_s", "energy VAD": "vad_energy_s",
+              "true speech": "speech_s"}
+
+
+def silence_estimates(df: pd.DataFrame, model: ServiceModel, *, tokens: str | None = None) -> pd.DataFrame:
+    """Per request and size estimator: estimated vs measured tokens and service time.
+
+    Estimators (:data:`ESTIMATORS`): the file duration (the study's proxy), the
+    silero and energy VAD speech durations, and the true speech duration (known
+    for synthesised clips). Estimated tokens = ``kappa[lang] x d``; estimated
+    time = ``model.service_time(audio_s, lang, tokens=...)`` (the encoder still
+    sees the whole file). Errors are relative: estimate / measured - 1.
+    """
+    tok_col = tokens or model.fit.get("tokens_column", "decode_steps")
+    d = df[df["ok"].astype(bool)].copy()
+    out = []
+    for est, col in ESTIMATORS.items():
+        if col not in d:
+            continue
+        for r in d.itertuples():
+            dur = getattr(r, col)
+            if not (isinstance(dur, (int, float)) and math.isfinite(dur)) or r.language not in model.kappa:
+                continue
+            et = model.kappa_for(r.language) * dur
+            st = model.service_time(r.audio_s, r.language, tokens=et)
+            meas_tok = getattr(r, tok_col)
+            cost = getattr(r, f"{col[:-2]}_cost_s", 0.0) if col.startswith("vad_") else 0.0
+            out.append(dict(utt_id=r.utt_id, key=r.key, language=r.language, silence=bool(r.silence),
+                            estimator=est, duration_used_s=dur, audio_s=r.audio_s,
+                            est_tokens=et, tokens=meas_tok, tokens_rel_error=et / meas_tok - 1 if meas_tok else math.nan,
+                            est_time_s=st, total_s=r.total_s, time_rel_error=st / r.total_s - 1,
+                            estimator_cost_s=cost))
+    return pd.DataFrame(out)
+
+
+def vad_summary(est: pd.DataFrame) -> pd.DataFrame:
+    """Relative errors per (silence, estimator): mean signed (``*_bias``), mean absolute (``*_mae``)
+    and median absolute (``*_median_ae``, robust to the odd temperature-fallback outlier), with each
+    estimator's cost per request and that cost as a fraction of the inference time."""
+    if est.empty:
+        return pd.DataFrame()
+    g = est.groupby(["silence", "estimator"], sort=False)
+    s = g.agg(n=("key", "size"),
+              tokens_bias=("tokens_rel_error", "mean"),
+              tokens_mae=("tokens_rel_error", lambda v: float(np.mean(np.abs(v)))),
+              tokens_median_ae=("tokens_rel_error", lambda v: float(np.median(np.abs(v)))),
+              time_bias=("time_rel_error", "mean"),
+              time_mae=("time_rel_error", lambda v: float(np.mean(np.abs(v)))),
+              time_median_ae=("time_rel_error", lambda v: float(np.median(np.abs(v)))),
+              cost_ms=("estimator_cost_s", lambda v: 1000 * float(np.mean(v))),
+              inference_ms=("total_s", lambda v: 1000 * float(np.mean(v))))
+    s["cost_fraction"] = s["cost_ms"] / s["inference_ms"]
+    return s.reset_index()
+
+
+# --------------------------------------------------------------------------- the whole run
+@dataclass
+class ProfileRun:
+    """Everything one profiling run produced (see :func:`run_profile`)."""
+
+    measurements: pd.DataFrame
+    train: pd.DataFrame
+    held: pd.DataFrame
+    kappa: KappaFit
+    kappa_tables: dict[str, KappaFit]
+    service_model: ServiceModel
+    holdout: dict
+    holdout_measured_tokens: dict
+    batch: pd.DataFrame
+    estimates: pd.DataFrame
+    vad: pd.DataFrame
+    params: dict
+    timings: dict = field(default_factory=dict)
+    out_dir: Path | None = None
+
+    def kappa_table(self) -> pd.DataFrame:
+        """kappa per language for every token definition (one row per language x tokens)."""
+        return pd.concat([k.table for k in self.kappa_tables.values()], ignore_index=True)
+
+    def save(self, out_dir: str | os.PathLike) -> dict[str, Path]:
+        """Write the service-model JSON, kappa table, VAD summary and run parameters into ``out_dir``."""
+        d = Path(out_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        paths = {
+            "service_model": self.service_model.to_json(d / "service_model.json"),
+            "kappa": d / "kappa.csv",
+            "vad": d / "vad_summary.csv",
+            "params": d / "params.json",
+        }
+        self.kappa_table().to_csv(paths["kappa"], index=False)
+        self.vad.to_csv(paths["vad"], index=False)
+        paths["params"].write_text(json.dumps({**self.params, "timings": self.timings, "holdout": {
+            k: v for k, v in self.holdout.items() if k != "predicted"}}, indent=2, default=str) + "\n")
+        return paths
+
+
+def run_profile(
+    *,
+    model: str = "tiny.en",
+    backend: str | Any = "faster-whisper",
+    languages: Sequence[str] = ("en",),
+    n_per_language: int = 16,
+    n_silence_per_language: int = 3,
+    silence: dict | None = None,
+    beam_size: int = 1,
+    compute_type: str = "int8",
+    cpu_threads: int = 2,
+    batch_sizes: Sequence[int] = (1, 2, 4),
+    holdout_frac: float = 0.25,
+    kappa_tokens: str = "decode_steps",
+    sample: str = "stratified",
+    max_s: float = 35.0,
+    seed: int = 0,
+    n_boot: int = 2000,
+    out_dir: str | os.PathLike | None = None,
+    extra_files: Sequence[str | os.PathLike] = (),
+    resume: bool = True,
+    progress: bool = True,
+) -> ProfileRun:
+    """Synthesise a corpus, measure it on a real backend, fit kappa and the ServiceModel, validate.
+
+    ``n_per_language`` clean clips per language feed the fits (``holdout_frac`` of
+    them held back for validation); ``n_silence_per_language`` more clips with
+    inserted silence (``silence``: :class:`~asrsched.corpus.SilenceSpec` fields,
+    default 2 s lead, 3 s trail, two 2 s inner pauses) are measured for the VAD
+    comparison only. ``extra_files`` (paths, language taken from ``languages[0]``)
+    are measured too — corrupt ones become failed rows. ``batch_sizes`` () skips
+    the batched-decode timing. ``backend`` is a name from
+    :data:`asrsched.backends.BACKENDS` or a ready backend object. With ``out_dir``
+    the measurements go to ``out_dir/measurements.csv`` as they are made (resumable)
+    and the fits beside them.
+    """
+    from .backends import BACKENDS, ENGLISH_ONLY, make_backend
+    from .corpus import LANGUAGES, SilenceSpec, build_corpus
+
+    # ---- validate everything before any work
+    languages = [languages] if isinstance(languages, str) else list(languages)
+    if not languages:
+        raise ValueError(f"languages must name at least one of {', '.join(LANGUAGES)}")
+    bad = [l for l in languages if l not in LANGUAGES]
+    if bad:
+        raise ValueError(f"languages {bad} have no packaged texts; allowed values: {', '.join(LANGUAGES)}")
+    if model in ENGLISH_ONLY and set(languages) - {"en"}:
+        raise ValueError(f"model {model!r} is English-only; for languages {languages} use model='base'")
+    if isinstance(backend, str) and backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)} (or a backend object); got {backend!r}")
+    if kappa_tokens not in TOKEN_COLUMNS:
+        raise ValueError(f"kappa_tokens must be one of {', '.join(TOKEN_COLUMNS)}; got {kappa_tokens!r}")
+    for nm, v, lo in (("n_per_language", n_per_language, 1), ("n_silence_per_language", n_silence_per_language, 0)):
+        if int(v) != v or v < lo:
+            raise ValueError(f"{nm} must be an integer >= {lo}, got {v!r}")
+    sil = SilenceSpec(**({"lead_s": 2.0, "trail_s": 3.0, "inner_s": 2.0, "n_inner": 2} | dict(silence or {})))
+    for p in extra_files:
+        if not isinstance(p, (str, os.PathLike)):
+            raise ValueError(f"extra_files must be paths, got {p!r}")
+    params = dict(model=model, backend=backend if isinstance(backend, str) else getattr(backend, "name", "?"),
+                  languages=languages, n_per_language=n_per_language, n_silence_per_language=n_silence_per_language,
+                  silence=sil.__dict__, beam_size=beam_size, compute_type=compute_type, cpu_threads=cpu_threads,
+                  batch_sizes=list(batch_sizes), holdout_frac=holdout_frac, kappa_tokens=kappa_tokens,
+                  sample=sample, max_s=max_s, seed=seed)
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    clean = build_corpus(languages, n_per_language, seed=seed, sample=sample, max_s=max_s, progress=progress)
+    parts = [clean]
+    if n_silence_per_language:
+        parts.append(build_corpus(languages, n_silence_per_language, seed=seed + 1, sample="random",
+                                  max_s=min(max_s, 15.0), silence=sil, progress=progress))
+    if extra_files:
+        parts.append(pd.DataFrame({"path": [str(p) for p in extra_files], "language": languages[0],
+                                   "utt_id": [Path(p).name for p in extra_files],
+                                   "key": [f"extra-{Path(p).name}" for p in extra_files]}))
+    manifest = pd.concat(parts, ignore_index=True)
+    timings["corpus_s"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    be = make_backend(backend, model, beam_size=beam_size, compute_type=compute_type,
+                      cpu_threads=cpu_threads) if isinstance(backend, str) else backend
+    timings["load_model_s"] = time.perf_counter() - t1
+    out = Path(out_dir) / "measurements.csv" if out_dir is not None else None
+    t2 = time.perf_counter()
+    meas = measure(manifest, be, out=out, resume=resume, progress=progress)
+    timings["measure_s"] = time.perf_counter() - t2
+    batch = pd.DataFrame(columns=["batch", "step_s", "steps"])
+    if batch_sizes and hasattr(be, "batch_step_times"):
+        t3 = time.perf_counter()
+        good = meas[meas["ok"] & ~meas["silence"]].sort_values("audio_s")
+        clips = [load_audio(p) for p in good["path"].tail(4)]
+        if clips:
+            batch = pd.DataFrame(be.batch_step_times(clips, str(good["language"].iloc[-1]), tuple(batch_sizes)))
+        timings["batch_s"] = time.perf_counter() - t3
+
+    # ---- fits on clean rows (failed rows stay in so the fits count them as dropped)
+    fit_rows = meas[~meas["silence"] | ~meas["ok"]]
+    train, held = split_holdout(fit_rows, holdout_frac, seed=seed)
+    kappas = {t: fit_kappa(train, tokens=t, n_boot=n_boot, seed=seed) for t in TOKEN_COLUMNS}
+    kfit = kappas[kappa_tokens]
+    desc = getattr(be, "description", f"whisper-{model}/{params['backend']}")
+    sm = fit_service_model(train, kfit, name=desc, batch=batch,
+                           source=f"asrsched.profile.run_profile({json.dumps(params, default=str)})",
+                           extra_fit={"kappa_tables": {t: k.table.to_dict("records") for t, k in kappas.items()},
+                                      "n_failed_rows": int((~meas["ok"]).sum()),
+                                      "failed_reasons": meas.loc[~meas["ok"], "error_reason"].value_counts().to_dict()})
+    hold = validate_holdout(sm, held) if len(held) else {}
+    hold_m = validate_holdout(sm, held, tokens=kappa_tokens) if len(held) else {}
+    sm = ServiceModel.from_dict({**sm.to_dict(), "fit": {**sm.fit, "holdout": {
+        k: v for k, v in hold.items() if k != "predicted"}, "holdout_measured_tokens": {
+        k: v for k, v in hold_m.items() if k != "predicted"}}})
+    est = silence_estimates(meas, sm)
+    vad = vad_summary(est)
+    timings["total_s"] = time.perf_counter() - t0
+    run = ProfileRun(meas, train, held, kfit, kappas, sm, hold, hold_m, batch, est, vad, params, timings,
+                     Path(out_dir) if out_dir is not None else None)
+    if out_dir is not None:
+        run.save(out_dir)
+    return run
+
+
+# --------------------------------------------------------------------------- CLI
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m asrsched.profile``: profile a model and write its ServiceModel JSON."""
+    p = argparse.ArgumentParser(prog="python -m asrsched.profile", description=main.__doc__)
+    p.add_argument("--model", default="tiny.en", help="tiny.en or base")
+    p.add_argument("--backend", default="faster-whisper", help="faster-whisper or vllm")
+    p.add_argument("--languages", default="en", help="comma-separated: en,es,de,id")
+    p.add_argument("--n", type=int, default=16, help="clean clips per language")
+    p.add_argument("--n-silence", type=int, default=3, help="clips with inserted silence per language")
+    p.add_argument("--beam-size", type=int, default=1)
+    p.add_argument("--compute-type", default="int8")
+    p.add_argument("--cpu-threads", type=int, default=2)
+    p.add_argument("--batch-sizes", default="1,2,4", help="batched-decode timing ('' to skip)")
+    p.add_argument("--holdout", type=float, default=0.25)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out-dir", default="runs/profile", help="measurements.csv and fits go here")
+    p.add_argument("--out", default=None, help="also write the ServiceModel JSON here")
+    a = p.parse_args(argv)
+    run = run_profile(model=a.model, backend=a.backend, languages=[s for s in a.languages.split(",") if s],
+                      n_per_language=a.n, n_silence_per_language=a.n_silence, beam_size=a.beam_size,
+                      compute_type=a.compute_type, cpu_threads=a.cpu_threads,
+                      batch_sizes=[int(b) for b in a.batch_sizes.split(",") if b], holdout_frac=a.holdout,
+                      seed=a.seed, out_dir=a.out_dir)
+    if a.out:
+        run.service_model.to_json(a.out)
+    sm = run.service_model
+    print(run.kappa.summary())
+    print(f"service model: encode {sm.encode_s_per_window:.3f} s/window, decode {1000 * sm.decode_s_per_token:.2f} "
+          f"ms/token, overhead {sm.overhead_s:.3f} s, batch slope {sm.decode_batch_slope:.3f}")
+    if run.holdout:
+        h = run.holdout
+        print(f"held-back mean service: measured {h['measured_mean_s']:.3f} s, predicted {h['predicted_mean_s']:.3f} s "
+              f"({100 * h['rel_error']:+.1f} %, n={h['n']}, {h['method']})")
+    if len(run.vad):
+        print(run.vad.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"timings: {json.dumps({k: round(v, 1) for k, v in run.timings.items()})}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
