@@ -217,3 +217,34 @@ def headline(rc: pd.DataFrame) -> pd.DataFrame:
             row["ours_p50_ttft_pct"] = round(float(d.loc[j, "p50_ttft_ms_change_pct"]), 1)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def drift_records(drift, rate: float, policies: Sequence[str], *, n_requests: int = 6000, seed: int = 0,
+                  max_num_seqs: int = 32, service: ServiceModel | dict | str | None = None) -> dict[str, pd.DataFrame]:
+    """Per-request records of each policy on one drifting trace, with the ``phase`` each request came from."""
+    from .workloads import Drift
+
+    if not isinstance(drift, Drift):
+        raise ValueError(f"drift must be an asrsched.workloads.Drift schedule, got {type(drift).__name__}")
+    check_sweep_params([rate], policies, [], [seed], n_requests, max_num_seqs)
+    sm = _service(service, None)
+    tr = make_trace(drift, rate=rate, n=n_requests, seed=seed, kappa=dict(sm.kappa))
+    phase = tr.extra["phase"].to_numpy() if "phase" in tr.extra else np.zeros(len(tr), int)
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OverloadWarning)
+        for p in policies:
+            rec = simulate(tr, p, sm, max_num_seqs=max_num_seqs).records
+            out[p] = rec.assign(phase=phase[rec["rid"].to_numpy()])
+    return out
+
+
+def phase_table(results: dict[str, pd.DataFrame], phase_names: Sequence[str] | None = None) -> pd.DataFrame:
+    """P50/P90 E2EL and P50 TTFT (s) per policy and drift phase."""
+    rows = []
+    for pol, df in results.items():
+        for ph, g in df.groupby("phase"):
+            rows.append({"policy": pol, "phase": phase_names[ph] if phase_names else ph, "requests": len(g),
+                         "mean_audio_s": g.duration.mean(), "p50_e2el_s": g.e2el.median(),
+                         "p90_e2el_s": g.e2el.quantile(0.9), "p50_ttft_s": g.ttft.median()})
+    return pd.DataFrame(rows)
