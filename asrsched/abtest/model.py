@@ -232,6 +232,8 @@ class SystemConfig:
         for name, d in (("control", d0), ("treatment", d1)):
             if not 1 <= d <= n:
                 raise ValueError(f"{name}: Power-of-d needs 1 <= d <= N = {n}, got d = {d}")
+        for name, d in (("control", d0), ("treatment", d1)):
+            _check_pod_stability(name, d, rates, self.total_rate)
         if self.design == "group":
             mask = self.group_mask()
             sizes = {"treatment": int(mask.sum()), "control": int((~mask).sum())}
@@ -254,6 +256,28 @@ class SystemConfig:
         if not isinstance(self.warmup_jobs, (int, np.integer)) or self.warmup_jobs < 0:
             raise ValueError(f"warmup_jobs: need an integer >= 0, got {self.warmup_jobs!r}")
         return self
+
+
+def _check_pod_stability(name: str, d: int, rates: np.ndarray, total: float) -> None:
+    """Necessary stability condition of Power-of-d on heterogeneous servers.
+
+    A job lands in a set S of servers at least when all d sampled servers are in S,
+    so S receives at least ``total * C(|S|, d) / C(N, d)``; for the k slowest servers
+    this must stay below their capacity (d = 1: every server needs lam < its rate).
+    """
+    from math import comb
+
+    n = rates.size
+    r = np.sort(rates)
+    cap = np.cumsum(r)
+    for k in range(d, n):
+        forced = total * comb(k, d) / comb(n, d)
+        if forced >= cap[k - 1]:
+            raise ValueError(
+                f"{name}: Power-of-{d} is unstable here: the {k} slowest servers (capacity {cap[k - 1]:g}) get "
+                f"at least {forced:g} jobs per time unit (all {d} samples land among them); "
+                "lower lam or raise the slow servers' rates"
+            )
 
 
 def simulate(cfg: SystemConfig, seed: int = 0) -> Trajectory:
