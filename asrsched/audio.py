@@ -99,12 +99,12 @@ def _read_bytes(src: AudioSource, limit: int | None = None) -> tuple[bytes, int]
             raise
         except OSError as e:
             raise AudioError(name, "unreadable", f"cannot open ({e.strerror or e})") from None
-    # binary file object: read without consuming it for the caller
+    # binary file object: the whole stream from its start, leaving the caller's position as it was
     pos = src.tell()
     try:
         src.seek(0, io.SEEK_END)
-        size = src.tell() - pos
-        src.seek(pos)
+        size = src.tell()
+        src.seek(0)
         data = src.read() if limit is None else src.read(limit)
     finally:
         src.seek(pos)
@@ -193,8 +193,8 @@ def audio_info(src: AudioSource) -> AudioInfo:
 def audio_duration_from_header(src: AudioSource) -> float:
     """Audio duration in seconds from the container header, without decoding samples.
 
-    ``src`` is a path, ``bytes`` or a seekable binary file object (its position is
-    kept). Raises :class:`AudioError` (reason ``empty``, ``not_audio``, ``corrupt``,
+    ``src`` is a path, ``bytes`` or a seekable binary file object (read from its
+    start; its position is kept). Raises :class:`AudioError` (reason ``empty``, ``not_audio``, ``corrupt``,
     ``truncated`` or ``unreadable``) for a file the server should reject at arrival.
 
     >>> import numpy as np, soundfile as sf, io

@@ -147,6 +147,9 @@ class FasterWhisperBackend:
             raise ValueError(f"beam_size must be an integer >= 1, got {beam_size!r}")
         if int(cpu_threads) != cpu_threads or cpu_threads < 1:
             raise ValueError(f"cpu_threads must be an integer >= 1, got {cpu_threads!r}")
+        temps = (temperature,) if isinstance(temperature, (int, float)) else tuple(temperature)
+        if not temps or any(not (0 <= float(t) <= 2) for t in temps):
+            raise ValueError(f"temperature must be a number or a sequence of numbers in [0, 2], got {temperature!r}")
         self.model = model
         self.compute_type = compute_type
         self.cpu_threads = int(cpu_threads)
@@ -163,8 +166,10 @@ class FasterWhisperBackend:
 
     @property
     def description(self) -> str:
+        t = self.options["temperature"]
+        fb = "fallback" if isinstance(t, (tuple, list)) and len(t) > 1 else "no-fallback"
         return (f"whisper-{self.model}/faster-whisper/cpu-{self.cpu_threads}t/{self.compute_type}/"
-                f"beam{self.beam_size}")
+                f"beam{self.beam_size}/{fb}")
 
     def supported_languages(self) -> list[str]:
         return list(self._wm.supported_languages)
@@ -207,7 +212,7 @@ class FasterWhisperBackend:
         }
 
     def batch_step_times(self, audios: list[np.ndarray], language: str, batch_sizes=(1, 2, 4),
-                         repeats: int = 2, max_new_tokens: int = 64) -> list[dict]:
+                         repeats: int = 2, max_new_tokens: int = 48) -> list[dict]:
         """Decoder step time at each batch size: ``generate`` on ``b`` encoded windows at once.
 
         Greedy, no timestamps, the clips' first 30 s; per batch size the

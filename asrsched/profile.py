@@ -305,9 +305,9 @@ class KappaFit:
         return "\n".join(lines)
 
 
-def _kappa_ols(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares through the origin along the last axis: sum(xy) / sum(x^2)."""
-    return (x * y).sum(-1) / (x * x).sum(-1)
+def _kappa_ratio(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Ratio estimator along the last axis: sum(tokens) / sum(seconds)."""
+    return y.sum(-1) / x.sum(-1)
 
 
 def fit_kappa(
@@ -320,7 +320,12 @@ def fit_kappa(
     min_rows: int = 4,
     seed: int = 0,
 ) -> KappaFit:
-    """Fit ``tokens = kappa x duration`` per language (least squares through the origin).
+    """Fit ``tokens = kappa x duration`` per language: ``kappa = sum(tokens) / sum(duration)``.
+
+    This ratio estimator is the weighted least-squares fit through the origin for
+    counts whose variance grows with duration (tokens behave like that), and it
+    makes the predicted *total* work of the fitted rows exact — what a queue's
+    mean service time depends on.
 
     Per language: ``kappa``, a percentile bootstrap CI (``n_boot`` resamples of the
     rows, level ``ci``), ``r2`` (``1 - SS_res / SS_tot`` with ``SS_tot`` about the
@@ -354,9 +359,9 @@ def fit_kappa(
                              f"measure more {lang!r} clips")
             continue
         x, y = x_all[m].to_numpy(float), y_all[m].to_numpy(float)
-        k = float(_kappa_ols(x, y))
+        k = float(_kappa_ratio(x, y))
         idx = rng.integers(0, n, size=(int(n_boot), n))
-        boots = _kappa_ols(x[idx], y[idx])
+        boots = _kappa_ratio(x[idx], y[idx])
         a = (1 - ci) / 2
         lo, hi = np.quantile(boots, [a, 1 - a])
         resid = y - k * x
@@ -640,6 +645,7 @@ def run_profile(
     n_silence_per_language: int = 3,
     silence: dict | None = None,
     beam_size: int = 1,
+    temperature_fallback: bool = True,
     compute_type: str = "int8",
     cpu_threads: int = 2,
     batch_sizes: Sequence[int] = (1, 2, 4),
@@ -662,7 +668,9 @@ def run_profile(
     default 2 s lead, 3 s trail, two 2 s inner pauses) are measured for the VAD
     comparison only. ``extra_files`` (paths, language taken from ``languages[0]``)
     are measured too — corrupt ones become failed rows. ``batch_sizes`` () skips
-    the batched-decode timing. ``backend`` is a name from
+    the batched-decode timing. ``temperature_fallback=False`` decodes once at
+    temperature 0 (as vLLM's transcription endpoint does); ``True`` keeps
+    faster-whisper's fallback ladder 0.0-1.0. ``backend`` is a name from
     :data:`asrsched.backends.BACKENDS` or a ready backend object. With ``out_dir``
     the measurements go to ``out_dir/measurements.csv`` as they are made (resumable)
     and the fits beside them.
@@ -692,7 +700,7 @@ def run_profile(
             raise ValueError(f"extra_files must be paths, got {p!r}")
     params = dict(model=model, backend=backend if isinstance(backend, str) else getattr(backend, "name", "?"),
                   languages=languages, n_per_language=n_per_language, n_silence_per_language=n_silence_per_language,
-                  silence=sil.__dict__, beam_size=beam_size, compute_type=compute_type, cpu_threads=cpu_threads,
+                  silence=sil.__dict__, beam_size=beam_size, temperature_fallback=bool(temperature_fallback), compute_type=compute_type, cpu_threads=cpu_threads,
                   batch_sizes=list(batch_sizes), holdout_frac=holdout_frac, kappa_tokens=kappa_tokens,
                   sample=sample, max_s=max_s, seed=seed)
     timings: dict[str, float] = {}
@@ -710,8 +718,13 @@ def run_profile(
     timings["corpus_s"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
-    be = make_backend(backend, model, beam_size=beam_size, compute_type=compute_type,
-                      cpu_threads=cpu_threads) if isinstance(backend, str) else backend
+    if isinstance(backend, str):
+        kw = dict(beam_size=beam_size, compute_type=compute_type, cpu_threads=cpu_threads)
+        if backend == "faster-whisper":
+            kw["temperature"] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0) if temperature_fallback else 0.0
+        be = make_backend(backend, model, **kw)
+    else:
+        be = backend
     timings["load_model_s"] = time.perf_counter() - t1
     out = Path(out_dir) / "measurements.csv" if out_dir is not None else None
     t2 = time.perf_counter()
@@ -762,6 +775,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=16, help="clean clips per language")
     p.add_argument("--n-silence", type=int, default=3, help="clips with inserted silence per language")
     p.add_argument("--beam-size", type=int, default=1)
+    p.add_argument("--no-fallback", action="store_true", help="decode once at temperature 0 (no fallback ladder)")
     p.add_argument("--compute-type", default="int8")
     p.add_argument("--cpu-threads", type=int, default=2)
     p.add_argument("--batch-sizes", default="1,2,4", help="batched-decode timing ('' to skip)")
@@ -772,6 +786,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     run = run_profile(model=a.model, backend=a.backend, languages=[s for s in a.languages.split(",") if s],
                       n_per_language=a.n, n_silence_per_language=a.n_silence, beam_size=a.beam_size,
+                      temperature_fallback=not a.no_fallback,
                       compute_type=a.compute_type, cpu_threads=a.cpu_threads,
                       batch_sizes=[int(b) for b in a.batch_sizes.split(",") if b], holdout_frac=a.holdout,
                       seed=a.seed, out_dir=a.out_dir)
