@@ -122,6 +122,8 @@ class FasterWhisperBackend:
     Parameters mirror ``WhisperModel.transcribe``: ``beam_size`` (1 = greedy),
     ``temperature`` (the fallback ladder; a single number disables fallback),
     ``without_timestamps``; ``compute_type`` and ``cpu_threads`` go to the model.
+    Other keyword arguments (``log_prob_threshold``, ``no_speech_threshold``, ...) go
+    to every ``transcribe`` call unchanged.
     """
 
     name = "faster-whisper"
@@ -136,6 +138,7 @@ class FasterWhisperBackend:
         temperature: float | tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
         without_timestamps: bool = False,
         condition_on_previous_text: bool = True,
+        **transcribe_options,
     ):
         from .models import MODELS, load_whisper
 
@@ -156,7 +159,8 @@ class FasterWhisperBackend:
         self.beam_size = int(beam_size)
         self.options = dict(beam_size=self.beam_size, temperature=temperature,
                             without_timestamps=bool(without_timestamps),
-                            condition_on_previous_text=bool(condition_on_previous_text), vad_filter=False)
+                            condition_on_previous_text=bool(condition_on_previous_text), vad_filter=False,
+                            **transcribe_options)
         self._wm = load_whisper(model, compute_type=compute_type, cpu_threads=self.cpu_threads)
         self._timed = _TimedCT2(self._wm.model)
         self._wm.model = self._timed

@@ -645,7 +645,7 @@ def run_profile(
     n_silence_per_language: int = 3,
     silence: dict | None = None,
     beam_size: int = 1,
-    temperature_fallback: bool = True,
+    temperature_fallback: bool = False,
     compute_type: str = "int8",
     cpu_threads: int = 2,
     batch_sizes: Sequence[int] = (1, 2, 4),
@@ -658,6 +658,7 @@ def run_profile(
     out_dir: str | os.PathLike | None = None,
     extra_files: Sequence[str | os.PathLike] = (),
     resume: bool = True,
+    cache: str | os.PathLike | None = None,
     progress: bool = True,
 ) -> ProfileRun:
     """Synthesise a corpus, measure it on a real backend, fit kappa and the ServiceModel, validate.
@@ -668,12 +669,14 @@ def run_profile(
     default 2 s lead, 3 s trail, two 2 s inner pauses) are measured for the VAD
     comparison only. ``extra_files`` (paths, language taken from ``languages[0]``)
     are measured too — corrupt ones become failed rows. ``batch_sizes`` () skips
-    the batched-decode timing. ``temperature_fallback=False`` decodes once at
-    temperature 0 (as vLLM's transcription endpoint does); ``True`` keeps
-    faster-whisper's fallback ladder 0.0-1.0. ``backend`` is a name from
+    the batched-decode timing. ``temperature_fallback=False`` (default) decodes
+    once at temperature 0, as vLLM's transcription endpoint (the study's engine)
+    does; ``True`` keeps faster-whisper's fallback ladder 0.0-1.0, whose re-decodes
+    (``fallbacks``, ``tokens_generated``) make a few clips many times dearer. ``backend`` is a name from
     :data:`asrsched.backends.BACKENDS` or a ready backend object. With ``out_dir``
     the measurements go to ``out_dir/measurements.csv`` as they are made (resumable)
-    and the fits beside them.
+    and the fits beside them. ``cache``: corpus cache folder (default ``$ASRSCHED_CACHE``
+    or ``~/.cache/asrsched``).
     """
     from .backends import BACKENDS, ENGLISH_ONLY, make_backend
     from .corpus import LANGUAGES, SilenceSpec, build_corpus
@@ -705,11 +708,12 @@ def run_profile(
                   sample=sample, max_s=max_s, seed=seed)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    clean = build_corpus(languages, n_per_language, seed=seed, sample=sample, max_s=max_s, progress=progress)
+    clean = build_corpus(languages, n_per_language, seed=seed, sample=sample, max_s=max_s, cache=cache,
+                         progress=progress)
     parts = [clean]
     if n_silence_per_language:
         parts.append(build_corpus(languages, n_silence_per_language, seed=seed + 1, sample="random",
-                                  max_s=min(max_s, 15.0), silence=sil, progress=progress))
+                                  max_s=min(max_s, 15.0), silence=sil, cache=cache, progress=progress))
     if extra_files:
         parts.append(pd.DataFrame({"path": [str(p) for p in extra_files], "language": languages[0],
                                    "utt_id": [Path(p).name for p in extra_files],
@@ -775,7 +779,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=16, help="clean clips per language")
     p.add_argument("--n-silence", type=int, default=3, help="clips with inserted silence per language")
     p.add_argument("--beam-size", type=int, default=1)
-    p.add_argument("--no-fallback", action="store_true", help="decode once at temperature 0 (no fallback ladder)")
+    p.add_argument("--fallback", action="store_true", help="keep faster-whisper's temperature-fallback ladder")
     p.add_argument("--compute-type", default="int8")
     p.add_argument("--cpu-threads", type=int, default=2)
     p.add_argument("--batch-sizes", default="1,2,4", help="batched-decode timing ('' to skip)")
@@ -786,7 +790,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     run = run_profile(model=a.model, backend=a.backend, languages=[s for s in a.languages.split(",") if s],
                       n_per_language=a.n, n_silence_per_language=a.n_silence, beam_size=a.beam_size,
-                      temperature_fallback=not a.no_fallback,
+                      temperature_fallback=a.fallback,
                       compute_type=a.compute_type, cpu_threads=a.cpu_threads,
                       batch_sizes=[int(b) for b in a.batch_sizes.split(",") if b], holdout_frac=a.holdout,
                       seed=a.seed, out_dir=a.out_dir)
