@@ -62,6 +62,7 @@ __all__ = [
     "trace_chunks",
     "estimate_services",
     "OverloadWarning",
+    "Engine",
 ]
 
 RECORD_COLUMNS = ["rid", "arrival", "duration", "language", "est_service", "tokens", "admit", "first_token",
@@ -262,7 +263,150 @@ class _Timeline:
         return pd.DataFrame({"time": self.t, "running": self.r, "waiting": self.q})
 
 
+# ----------------------------------------------------------------------------- engine
+
+class Engine:
+    """One continuous-batching server: a policy-ordered waiting queue and up to ``max_num_seqs`` running.
+
+    Drive it with :meth:`submit` (a job that has arrived) and :meth:`run_until` (process
+    every decision point before a time). :func:`simulate` drives one engine from a
+    trace; a multi-replica cluster drives several, routing each arrival with the state
+    the replicas show at that instant (:meth:`n_waiting`, :meth:`n_in_system`,
+    :meth:`queued_work`).
+
+    A *decision point* is a step boundary at which the engine admits waiting jobs
+    (each admission runs the job's encoder, stalling the batch) and then jumps over
+    the decode steps until the next completion — or, while a slot is free, until the
+    first step boundary at or after the caller's horizon (the next arrival), where a
+    new job could be admitted.
+    """
+
+    def __init__(self, policy: str = "fcfs", service: ServiceModel | None = None, *, max_num_seqs: int = 32,
+                 policy_params: dict | None = None, sink: Any = None, flush_every: int = 100_000) -> None:
+        service = service or default_service_model()
+        if int(max_num_seqs) < 1:
+            raise ValueError(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}")
+        self.M = int(max_num_seqs)
+        self.service = service
+        self.q = make_queue(policy, **(policy_params or {}))
+        self.sink = sink if sink is not None else CollectSink()
+        self.flush_every = int(flush_every)
+        self.steps = [0.0] + [float(service.step_s(b)) for b in range(1, self.M + 1)]
+        self.overhead = float(service.overhead_s)
+        self.t = 0.0  # time of the next decision point
+        self.G = 0  # global decode-step index
+        self.running: list[tuple[int, int, SimJob]] = []  # (finish step, rid, job)
+        self.pending_first: list[SimJob] = []
+        self.out: list[tuple] = []
+        self.completed = 0
+        self.events = 0
+        self.queued_est = 0.0  # sum of est_service over waiting jobs
+        self._just_finished = 0  # completions at self.t (still in system before that instant)
+        self.on_decision: Any = None  # optional callback(engine) at each decision point, after admissions
+
+    # -- state seen by a router at time ``at`` (after run_until(at)) --
+    def n_waiting(self) -> int:
+        return len(self.q)
+
+    def n_in_system(self, at: float) -> int:
+        """Jobs waiting or running at time ``at`` (completions at a later decision point still count)."""
+        extra = self._just_finished if self.t > at else 0
+        return len(self.q) + len(self.running) + extra
+
+    def queued_work(self) -> float:
+        """Estimated work (s) of the waiting jobs plus the running jobs' estimated remaining decode time."""
+        st = self.steps[max(len(self.running), 1)]
+        return self.queued_est + sum((f - self.G) * st for f, _, _ in self.running)
+
+    def submit(self, job: SimJob) -> None:
+        """A job that arrived at ``job.arrival`` (call :meth:`run_until` with that time first)."""
+        self.q.push(job)
+        self.queued_est += job.est_service
+        if not self.running and self.t < job.arrival:
+            self.t = job.arrival
+
+    def run_until(self, horizon: float) -> None:
+        """Process every decision point strictly before ``horizon`` (``inf`` drains the engine)."""
+        q, running, steps, M = self.q, self.running, self.steps, self.M
+        heappush, heappop = heapq.heappush, heapq.heappop
+        while self.t < horizon:
+            t = self.t
+            while len(running) < M and q:
+                if t >= horizon:  # jobs arriving during the encodes compete for the remaining slots
+                    break
+                job = q.pop(t)
+                self.queued_est -= job.est_service
+                job.admit = t
+                t += job.enc_s
+                heappush(running, (self.G + job.tokens, job.rid, job))
+                self.pending_first.append(job)
+            self.t = t
+            if t >= horizon and len(running) < M:
+                return  # jobs that arrived during the encodes may still take a free slot: resume after submit
+            self.events += 1
+            if self.on_decision is not None:  # state during the coming jump
+                self.on_decision(self)
+            if not running:  # idle: nothing happens before the next submit
+                self._just_finished = 0
+                if horizon < math.inf:
+                    self.t = max(t, horizon)
+                return
+            b = len(running)
+            st = steps[b]
+            k = running[0][0] - self.G
+            if b < M and horizon < math.inf:
+                ka = max(1, math.ceil((horizon - t) / st - 1e-9))
+                if ka < k:
+                    k = ka
+            if self.pending_first:
+                ft = t + st
+                for j in self.pending_first:
+                    j.first = ft
+                self.pending_first.clear()
+            t += k * st
+            self.G += k
+            self.t = t
+            fin = 0
+            while running and running[0][0] == self.G:
+                _, _, j = heappop(running)
+                self.out.append((j.rid, j.arrival, j.duration, j.language, j.est_service, j.tokens, j.admit, j.first,
+                                 t + self.overhead))
+                fin += 1
+            self._just_finished = fin
+            if len(self.out) >= self.flush_every:
+                self.flush()
+
+    def flush(self) -> None:
+        if self.out:
+            self.sink.write(self.out)
+            self.completed += len(self.out)
+            self.out = []
+
+
 # ----------------------------------------------------------------------------- simulate
+
+def _chunk_jobs(trace: Trace, service: ServiceModel, est_duration: np.ndarray | None, rid_base: int):
+    """SimJobs of one trace chunk, in arrival order."""
+    d_est = trace.duration if est_duration is None else np.asarray(est_duration, float)
+    est = estimate_services(service, d_est, trace.language).tolist()
+    enc = (np.asarray(service.windows(trace.duration)) * float(service.encode_s_per_window)).tolist()
+    dur = trace.duration.tolist()
+    lang = [str(x) for x in trace.language]
+    tok = np.asarray(trace.tokens, np.int64).tolist()
+    for i, a in enumerate(trace.arrival.tolist()):
+        yield SimJob(rid_base + i, a, est[i], dur[i], lang[i], tok[i], enc[i])
+
+
+def _check_offered_load(trace: Trace, service: ServiceModel) -> None:
+    if len(trace) <= 10:
+        return
+    span = float(trace.arrival[-1] - trace.arrival[0])
+    rate = (len(trace) - 1) / span if span > 0 else math.inf
+    enc_load = rate * float(np.mean(service.windows(trace.duration))) * service.encode_s_per_window
+    if enc_load >= 1.0:
+        warnings.warn(f"arrival rate {rate:.2f} req/s exceeds capacity: encoder work alone is "
+                      f"{enc_load:.2f} s per second; the queue will grow without bound", OverloadWarning, stacklevel=3)
+
 
 def simulate(
     trace: Trace | Iterable[Trace],
@@ -287,157 +431,69 @@ def simulate(
     with :class:`OverloadWarning` and reports ``queue_growth_per_s``.
     """
     service = service or default_service_model()
-    if int(max_num_seqs) < 1:
-        raise ValueError(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}")
-    M = int(max_num_seqs)
-    q = make_queue(policy, **(policy_params or {}))
-    sink = sink if sink is not None else CollectSink()
-    steps = [0.0] + [float(service.step_s(b)) for b in range(1, M + 1)]
-    overhead = float(service.overhead_s)
-    enc_w = float(service.encode_s_per_window)
-
-    chunks: Iterator[Trace] = iter([trace]) if isinstance(trace, Trace) else iter(trace)
+    eng = Engine(policy, service, max_num_seqs=max_num_seqs, policy_params=policy_params, sink=sink,
+                 flush_every=flush_every)
     if isinstance(trace, Trace) and est_duration is not None and len(est_duration) != len(trace):
         raise ValueError(f"est_duration has {len(est_duration)} rows, the trace has {len(trace)}")
-
-    # current chunk state
-    arr_l: list[float] = []
-    ci = 0
-    rid_base = 0
-    chunk_fields: tuple = ()
-    n_arrivals = 0
-    offered_checked = False
-
-    def load_chunk() -> bool:
-        nonlocal arr_l, ci, rid_base, chunk_fields, n_arrivals, offered_checked
-        for tr in chunks:
-            if len(tr) == 0:
-                continue
-            rid_base = n_arrivals
-            n_arrivals += len(tr)
-            d_est = tr.duration if est_duration is None else np.asarray(est_duration, float)
-            est = estimate_services(service, d_est, tr.language)
-            windows = service.windows(tr.duration)
-            chunk_fields = (tr.duration.tolist(), [str(x) for x in tr.language], est.tolist(),
-                            np.asarray(tr.tokens, np.int64).tolist(), (np.asarray(windows) * enc_w).tolist())
-            arr_l = tr.arrival.tolist()
-            ci = 0
-            if warn_overload and not offered_checked and len(tr) > 10:
-                offered_checked = True
-                span = arr_l[-1] - arr_l[0]
-                rate = (len(arr_l) - 1) / span if span > 0 else math.inf
-                enc_load = rate * float(np.mean(windows)) * enc_w
-                if enc_load >= 1.0:
-                    warnings.warn(
-                        f"arrival rate {rate:.2f} req/s exceeds capacity: encoder work alone is "
-                        f"{enc_load:.2f} s per second; the queue will grow without bound",
-                        OverloadWarning, stacklevel=3)
-            return True
-        arr_l = []
-        return False
-
-    load_chunk()
-    t = 0.0
-    G = 0  # global decode-step index
-    running: list[tuple[int, int, SimJob]] = []  # (finish step, rid, job)
-    pending_first: list[SimJob] = []
-    out: list[tuple] = []
-    done = 0
-    events = 0
     tl = _Timeline(timeline_points)
-    heappush, heappop = heapq.heappush, heapq.heappop
-    push = q.push
+    # arrivals up to the decision time that the driver has not submitted yet are waiting too
+    cur = {"arr": np.empty(0), "base": 0, "submitted": 0}
 
-    def next_arrival() -> float:
-        nonlocal ci
-        if ci >= len(arr_l) and not load_chunk():
-            return math.inf
-        return arr_l[ci]
+    def sample(e: Engine) -> None:
+        arrived = cur["base"] + int(np.searchsorted(cur["arr"], e.t, side="right"))
+        tl.add(e.t, len(e.running), len(e.q) + max(arrived - cur["submitted"], 0))
 
-    def take_arrivals(until: float) -> None:
-        nonlocal ci
-        while True:
-            if ci >= len(arr_l) and not load_chunk():
-                return
-            a = arr_l[ci]
-            if a > until:
-                return
-            dur, lang, est, tok, enc = chunk_fields
-            push(SimJob(rid_base + ci, a, est[ci], dur[ci], lang[ci], tok[ci], enc[ci]))
-            ci += 1
-
-    while True:
-        take_arrivals(t)
-        # admissions at this step boundary
-        while len(running) < M and q:
-            job = q.pop(t)
-            job.admit = t
-            t += job.enc_s
-            heappush(running, (G + job.tokens, job.rid, job))
-            pending_first.append(job)
-            take_arrivals(t)
-        events += 1
-        tl.add(t, len(running), len(q))
-        if not running:
-            na = next_arrival()
-            if na == math.inf:
-                break
-            t = na
-            continue
-        b = len(running)
-        st = steps[b]
-        k = running[0][0] - G
-        if b < M:
-            na = next_arrival()
-            if na < math.inf:
-                ka = max(1, math.ceil((na - t) / st - 1e-9))
-                if ka < k:
-                    k = ka
-        if pending_first:
-            ft = t + st
-            for j in pending_first:
-                j.first = ft
-            pending_first.clear()
-        t += k * st
-        G += k
-        while running and running[0][0] == G:
-            _, _, j = heappop(running)
-            out.append((j.rid, j.arrival, j.duration, j.language, j.est_service, j.tokens, j.admit, j.first,
-                        t + overhead))
-        if len(out) >= flush_every:
-            sink.write(out)
-            done += len(out)
-            out = []
-    if out:
-        sink.write(out)
-        done += len(out)
+    eng.on_decision = sample
+    chunks = [trace] if isinstance(trace, Trace) else trace
+    n_arrivals = 0
+    span = [math.inf, -math.inf]  # first and last arrival
+    for ci, tr in enumerate(chunks):
+        if warn_overload and ci == 0:
+            _check_offered_load(tr, service)
+        cur["arr"], cur["base"] = tr.arrival, n_arrivals
+        if len(tr):
+            span[0] = min(span[0], float(tr.arrival[0]))
+            span[1] = max(span[1], float(tr.arrival[-1]))
+        for job in _chunk_jobs(tr, service, est_duration, n_arrivals):
+            eng.run_until(job.arrival)
+            eng.submit(job)
+            cur["submitted"] += 1
+        n_arrivals += len(tr)
+    eng.run_until(math.inf)
+    eng.flush()
 
     timeline = tl.frame()
-    growth, overloaded = _queue_growth(timeline, M)
+    growth, overloaded = _queue_growth(timeline, eng.M, span[0], span[1])
     if overloaded and warn_overload:
         warnings.warn(f"queue grew by {growth:.2f} requests/s over the second half of the run "
                       f"(final depth {timeline['waiting'].iloc[-1] if len(timeline) else 0}): "
                       "arrival rate above capacity", OverloadWarning, stacklevel=2)
-    params = dict(policy=str(policy), max_num_seqs=M, service=service.name, policy_params=policy_params or {})
+    params = dict(policy=str(policy), max_num_seqs=eng.M, service=service.name, policy_params=policy_params or {})
     if isinstance(trace, Trace):
         params.update({f"trace_{k}": v for k, v in trace.meta.items()})
     return SimResult(
-        records=sink.result(), timeline=timeline, params=params, n_arrivals=n_arrivals, n_completed=done,
-        events=events, queue_growth_per_s=growth, overloaded=overloaded,
-        mode_counts=dict(getattr(q, "mode_counts", {}) or {}),
+        records=eng.sink.result(), timeline=timeline, params=params, n_arrivals=n_arrivals,
+        n_completed=eng.completed, events=eng.events, queue_growth_per_s=growth, overloaded=overloaded,
+        mode_counts=dict(getattr(eng.q, "mode_counts", {}) or {}),
     )
 
 
-def _queue_growth(timeline: pd.DataFrame, M: int) -> tuple[float, bool]:
+def _queue_growth(timeline: pd.DataFrame, M: int, first_arrival: float = -math.inf,
+                  last_arrival: float = math.inf) -> tuple[float, bool]:
     """Slope of queue depth (req/s) over the second half of the arrivals, and an overload flag."""
     if len(timeline) < 20:
         return 0.0, False
-    # only while requests still arrive: after the last arrival the queue drains
+    # only while requests still arrive: after the last arrival the queue drains. Select by time,
+    # not by sample index: a long drain can hold most of the samples.
     w = timeline["waiting"].to_numpy(float)
     t = timeline["time"].to_numpy(float)
-    peak = int(np.argmax(w))
-    seg = slice(len(t) // 4, max(peak + 1, len(t) // 4 + 10))
-    tt, ww = t[seg], w[seg]
+    if math.isfinite(first_arrival) and math.isfinite(last_arrival) and last_arrival > first_arrival:
+        m = (t >= 0.5 * (first_arrival + last_arrival)) & (t <= last_arrival)
+        tt, ww = t[m], w[m]
+    else:
+        peak = int(np.argmax(w))
+        seg = slice(len(t) // 4, max(peak + 1, len(t) // 4 + 10))
+        tt, ww = t[seg], w[seg]
     if len(tt) < 5 or tt[-1] <= tt[0]:
         return 0.0, False
     slope = float(np.polyfit(tt, ww, 1)[0])
