@@ -19,7 +19,7 @@ import argparse
 import ast
 import json
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["main", "COMMANDS"]
 

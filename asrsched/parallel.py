@@ -15,7 +15,8 @@ arrives (the sweep cache does) and an interruption loses nothing already done.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from tqdm.auto import tqdm
 

@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -140,7 +141,7 @@ class ServiceModel:
         return path
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], *, origin: str = "profile") -> "ServiceModel":
+    def from_dict(cls, d: Mapping[str, Any], *, origin: str = "profile") -> ServiceModel:
         missing = [f for f in REQUIRED_FIELDS if f not in d]
         if missing:
             raise ValueError(
@@ -157,7 +158,7 @@ class ServiceModel:
         return cls(**kw)
 
     @classmethod
-    def from_json(cls, path: str | Path) -> "ServiceModel":
+    def from_json(cls, path: str | Path) -> ServiceModel:
         path = Path(path)
         try:
             d = json.loads(path.read_text())
@@ -167,7 +168,7 @@ class ServiceModel:
             raise ValueError(f"service-model profile {path} is not valid JSON: {e}") from None
         return cls.from_dict(d, origin=f"profile {path}")
 
-    def with_kappa(self, kappa: float | Mapping[str, float]) -> "ServiceModel":
+    def with_kappa(self, kappa: float | Mapping[str, float]) -> ServiceModel:
         """A copy with kappa replaced (a number applies to every known language)."""
         if isinstance(kappa, Mapping):
             new = dict(kappa)

@@ -25,10 +25,10 @@ burstiness knob, as ``vllm bench serve --burstiness``: 1 is Poisson, < 1 burstie
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from importlib import resources
-from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -55,14 +55,14 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- data
 
-@lru_cache(maxsize=None)
+@cache
 def librispeech_table() -> pd.DataFrame:
     """LibriSpeech test-clean: ``utt_id, duration_s, text`` (2,620 rows, CC BY 4.0)."""
     with resources.files("asrsched.data").joinpath("librispeech_test_clean.csv").open() as f:
         return pd.read_csv(f)
 
 
-@lru_cache(maxsize=None)
+@cache
 def commonvoice_id_table() -> pd.DataFrame:
     """Common Voice Indonesian test split: ``utt_id, duration_s, text, client_id`` (CC0)."""
     with resources.files("asrsched.data").joinpath("commonvoice_id_test.csv").open() as f:
@@ -376,7 +376,7 @@ class Trace:
         return df
 
     @classmethod
-    def from_frame(cls, df: pd.DataFrame, **meta) -> "Trace":
+    def from_frame(cls, df: pd.DataFrame, **meta) -> Trace:
         missing = [c for c in ("arrival", "duration", "tokens") if c not in df]
         if missing:
             raise ValueError(f"trace table is missing column(s) {', '.join(missing)}")

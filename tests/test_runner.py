@@ -8,8 +8,8 @@ import nbformat
 import pandas as pd
 import pytest
 
-from asrsched.runner import notebook_parameters, notebooks, run_notebook, run_series
 from asrsched.cli import main
+from asrsched.runner import notebook_parameters, notebooks, run_notebook, run_series
 
 
 def test_every_notebook_follows_the_conventions():
