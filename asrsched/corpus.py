@@ -145,8 +145,8 @@ def load_texts(
     """Real texts of ``language`` with a target duration: ``utt_id, language, text, n_words, target_s,
     duration_source``.
 
-    ``sample``: ``"stratified"`` spreads ``n`` picks evenly over the duration quantiles (good for
-    fitting a line), ``"random"`` draws ``n`` rows (the real duration distribution), ``"first"``
+    ``sample``: ``"stratified"`` takes one random row from each of ``n`` equal-width duration bins
+    between the shortest and the longest text (even leverage for fitting a line), ``"random"`` draws ``n`` rows (the real duration distribution), ``"first"``
     takes the first ``n``. ``n=None`` returns every row in ``[min_s, max_s]``.
     """
     _check_language(language)
@@ -173,10 +173,17 @@ def load_texts(
             df = df.sort_values("utt_id").head(n)
         elif sample == "random":
             df = df.iloc[np.sort(rng.choice(len(df), n, replace=False))]
-        else:  # one random row from each of n equal-count duration strata
-            edges = np.linspace(0, len(df), n + 1).astype(int)
-            idx = [int(rng.integers(a, max(b, a + 1))) for a, b in zip(edges[:-1], edges[1:])]
-            df = df.iloc[sorted(set(idx))]
+        else:  # one random row from each of n equal-width duration bins (nearest free row if a bin is empty)
+            t = df["target_s"].to_numpy(float)
+            edges = np.linspace(t.min(), t.max() + 1e-9, n + 1)
+            chosen: list[int] = []
+            for a, b in zip(edges[:-1], edges[1:]):
+                cand = [i for i in np.flatnonzero((t >= a) & (t < b)) if i not in chosen]
+                if not cand:
+                    free = np.array([i for i in range(len(t)) if i not in chosen])
+                    cand = [int(free[np.argmin(np.abs(t[free] - (a + b) / 2))])]
+                chosen.append(int(rng.choice(cand)))
+            df = df.iloc[sorted(chosen)]
     elif n is not None and n > len(df):
         raise ValueError(
             f"asked for n={n} {language!r} texts but only {len(df)} lie in [{min_s}, {max_s}] s"

@@ -619,6 +619,40 @@ class ProfileRun:
         """kappa per language for every token definition (one row per language x tokens)."""
         return pd.concat([k.table for k in self.kappa_tables.values()], ignore_index=True)
 
+    def report(self) -> str:
+        """The run's findings in a few lines: kappa, the time model, the held-back check, VAD, timings."""
+        sm, out = self.service_model, []
+        out.append(self.kappa.summary())
+        kept = self.kappa_tables.get("tokens_kept")
+        if kept is not None and kept is not self.kappa:
+            out.append("  transcript tokens per s: " + ", ".join(
+                f"{r.language} {r.kappa:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]" for r in kept.table.itertuples()))
+        out.append(f"service model {sm.name}: encode {sm.encode_s_per_window:.3f} s/window, decode "
+                   f"{1000 * sm.decode_s_per_token:.2f} ms/token, overhead {sm.overhead_s:.3f} s, batch slope "
+                   f"{sm.decode_batch_slope:.3f}; R2 of total time {sm.fit.get('r2_total_s_measured_tokens', float('nan')):.3f}")
+        if self.holdout:
+            h, hm = self.holdout, self.holdout_measured_tokens
+            out.append(f"held-back mean service time (n={h['n']}): measured {h['measured_mean_s']:.3f} s, "
+                       f"predicted {h['predicted_mean_s']:.3f} s from kappa x duration ({100 * h['rel_error']:+.1f} %), "
+                       f"{hm['predicted_mean_s']:.3f} s from measured tokens ({100 * hm['rel_error']:+.1f} %) "
+                       f"[{h['method']}]")
+        v = self.vad
+        if len(v) and v["silence"].any():
+            s = v[v["silence"]].set_index("estimator")
+            parts = [f"{e}: tokens {100 * s.loc[e, 'tokens_median_ae']:.0f} %, time {100 * s.loc[e, 'time_median_ae']:.0f} %"
+                     for e in s.index]
+            out.append(f"silence clips (n={int(s['n'].iloc[0])}), median |error|: " + "; ".join(parts))
+            for e in ("silero VAD", "energy VAD"):
+                if e in s.index:
+                    out.append(f"  {e} cost {s.loc[e, 'cost_ms']:.1f} ms/request = "
+                               f"{100 * s.loc[e, 'cost_fraction']:.2f} % of inference ({s.loc[e, 'inference_ms']:.0f} ms)")
+        m = self.measurements
+        nf = int((~m["ok"]).sum())
+        if nf:
+            out.append(f"failed rows: {nf} ({', '.join(f'{k}: {v}' for k, v in m.loc[~m['ok'], 'error_reason'].value_counts().items())}); fits used the rest")
+        out.append("timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in self.timings.items()))
+        return "\n".join(out)
+
     def save(self, out_dir: str | os.PathLike) -> dict[str, Path]:
         """Write the service-model JSON, kappa table, VAD summary and run parameters into ``out_dir``."""
         d = Path(out_dir)
@@ -719,6 +753,9 @@ def run_profile(
                                    "utt_id": [Path(p).name for p in extra_files],
                                    "key": [f"extra-{Path(p).name}" for p in extra_files]}))
     manifest = pd.concat(parts, ignore_index=True)
+    # measure in a seeded random order, so slow drifts of machine load do not line up with
+    # language or duration
+    manifest = manifest.iloc[np.random.default_rng(seed).permutation(len(manifest))].reset_index(drop=True)
     timings["corpus_s"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
@@ -796,17 +833,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       seed=a.seed, out_dir=a.out_dir)
     if a.out:
         run.service_model.to_json(a.out)
-    sm = run.service_model
-    print(run.kappa.summary())
-    print(f"service model: encode {sm.encode_s_per_window:.3f} s/window, decode {1000 * sm.decode_s_per_token:.2f} "
-          f"ms/token, overhead {sm.overhead_s:.3f} s, batch slope {sm.decode_batch_slope:.3f}")
-    if run.holdout:
-        h = run.holdout
-        print(f"held-back mean service: measured {h['measured_mean_s']:.3f} s, predicted {h['predicted_mean_s']:.3f} s "
-              f"({100 * h['rel_error']:+.1f} %, n={h['n']}, {h['method']})")
+    print(run.report())
     if len(run.vad):
         print(run.vad.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(f"timings: {json.dumps({k: round(v, 1) for k, v in run.timings.items()})}")
     return 0
 
 

@@ -89,11 +89,12 @@ def fig_time_model(rows: pd.DataFrame, model: ServiceModel, holdout: dict | None
     hi = float(d["total_s"].max()) * 1.1 if len(d) else 1.0
     fig.add_trace(go.Scatter(x=[0, hi], y=[0, hi], mode="lines", line=dict(color="#888", dash="dot"),
                              showlegend=False), row=1, col=2)
-    err = ""
+    t = "Service time = windows × encode + tokens × step + overhead"
     if holdout:
-        err = f"; held-back mean predicted within {100 * abs(holdout['rel_error']):.1f} % (n={holdout['n']})"
-    fig.update_layout(title=f"Service time = encoder windows + tokens × step: model fits the measured time{err}",
-                      height=500, legend=dict(x=0.01, y=0.99, xanchor="left"))
+        t = (f"Windows × encode + tokens × step predicts held-back mean time within "
+             f"{100 * abs(holdout['rel_error']):.0f} % (n={holdout['n']})")
+    fig.update_layout(title=t, height=560, legend=dict(orientation="h", x=0, y=-0.18, xanchor="left", yanchor="top"),
+                      margin=dict(b=120))
     fig.update_xaxes(title_text=f"{_TOKLABEL.get(tok, tok)} (count)", row=1, col=1)
     fig.update_yaxes(title_text="measured total time (s)", row=1, col=1)
     fig.update_xaxes(title_text="measured total time (s)", row=1, col=2)
@@ -157,7 +158,8 @@ def fig_batch(batch: pd.DataFrame, model: ServiceModel) -> go.Figure:
     fig.update_layout(title=(f"Each extra sequence adds {100 * model.decode_batch_slope:.0f} % to the decode step: "
                              f"batching {int(b[-1])} is {b[-1] / (1 + model.decode_batch_slope * (b[-1] - 1)):.1f}× "
                              "the token throughput"),
-                      xaxis_title="sequences decoded together (batch size)", yaxis_title="decode step time (ms)")
+                      xaxis_title="sequences decoded together (batch size)", yaxis_title="decode step time (ms)",
+                      xaxis=dict(dtick=1))
     return fig
 
 
