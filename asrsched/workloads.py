@@ -198,7 +198,7 @@ class Drift:
         if self.ramp_s < 0:
             raise ValueError(f"drift ramp_s must be >= 0, got {self.ramp_s}")
         inner = np.diff(starts)[1:]  # a ramp into phase k (k >= 1) must end before phase k+1 starts
-        if len(inner) and self.ramp_s > inner.min():
+        if len(inner) and self.ramp_s > inner.min() * (1 + 1e-9):  # tolerance: start times rounded
             raise ValueError(
                 f"drift ramp_s={self.ramp_s:g} s outlasts a phase ({inner.min():g} s): the mix would jump when the "
                 f"next phase starts; allowed: 0 <= ramp_s <= {inner.min():g}")
