@@ -205,7 +205,7 @@ class HRRNQueue(WaitingQueue):
             return self._peeked[1]
         if n <= 8:  # numpy's fixed cost dominates for tiny queues
             arr, inv = self._arr, self._inv
-            best, best_r, best_a = 0, -1.0, 0.0
+            best, best_r, best_a = 0, -np.inf, np.inf  # ratios < -1 when a job is stamped after now
             for i in range(n):
                 r = (now - arr[i]) * inv[i]
                 if r > best_r or (r == best_r and arr[i] < best_a):
