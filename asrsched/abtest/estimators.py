@@ -71,6 +71,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 from scipy import stats
 
 __all__ = [
@@ -93,6 +94,16 @@ __all__ = [
 ]
 
 ESTIMATORS = ("naive", "group", "switchback", "qdq", "wdq", "mixed_dq")
+
+
+@njit(cache=True)
+def _valid_z_sorted(z, arrival):
+    for j in range(z.shape[0]):
+        if z[j] != 0 and z[j] != 1:
+            return False
+        if j > 0 and arrival[j] < arrival[j - 1]:
+            return False
+    return True
 
 
 @dataclass
@@ -118,9 +129,17 @@ class Trajectory:
 
     def __post_init__(self):
         self.arrival = np.asarray(self.arrival, dtype=np.float64)
-        self.z = np.asarray(self.z).astype(np.int8)
+        z = np.asarray(self.z)
+        if z.dtype != np.int8:
+            if not np.all((z == 0) | (z == 1)):
+                raise ValueError("z: treatment indicator must be 0 or 1")
+            z = z.astype(np.int8)
+        self.z = z
         self.response = np.asarray(self.response, dtype=np.float64)
-        self.n_before = np.asarray(self.n_before, dtype=np.float64)
+        nb = np.asarray(self.n_before)
+        if nb.dtype.kind not in "iuf":
+            nb = nb.astype(np.float64)
+        self.n_before = nb
         n = self.arrival.shape[0]
         for name in ("z", "response", "n_before"):
             if getattr(self, name).shape != (n,):
@@ -131,10 +150,8 @@ class Trajectory:
                 raise ValueError("lam_at: need one positive arrival rate per job")
         if not (np.isfinite(self.lam) and self.lam > 0):
             raise ValueError(f"lam: need a positive total arrival rate, got {self.lam!r}")
-        if not np.all((self.z == 0) | (self.z == 1)):
-            raise ValueError("z: treatment indicator must be 0 or 1")
-        if n > 1 and np.any(np.diff(self.arrival) < 0):
-            raise ValueError("arrival: jobs must be sorted by arrival time")
+        if not _valid_z_sorted(self.z, self.arrival):
+            raise ValueError("z, arrival: z must be 0/1 and jobs sorted by arrival time")
         if self.block is not None:
             self.block = np.asarray(self.block, dtype=np.int64)
 
@@ -254,8 +271,21 @@ def _diff_means(v: np.ndarray, z: np.ndarray) -> float:
 
 
 def _batch_diffs(v: np.ndarray, z: np.ndarray, n_batches: int) -> np.ndarray:
+    """Treated-minus-control difference of means on each of ``n_batches`` contiguous batches."""
+    if v.size < n_batches:
+        raise ValueError(f"n_batches: {n_batches} batches need at least as many decisions, got {v.size}")
     edges = np.linspace(0, v.size, n_batches + 1).astype(np.int64)
-    return np.array([_diff_means(v[a:b], z[a:b]) for a, b in zip(edges[:-1], edges[1:])])
+    st = edges[:-1]
+    t = z == 1
+    s1 = np.add.reduceat(np.where(t, v, 0.0), st)
+    n1 = np.add.reduceat(t.astype(np.int64), st)
+    s = np.add.reduceat(v, st)
+    n = np.diff(edges)
+    n0 = n - n1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = s1 / n1 - (s - s1) / n0
+    d[(n1 == 0) | (n0 == 0)] = np.nan
+    return d
 
 
 def _ci(name: str, value: float, batches: np.ndarray, level: float = 0.95, alpha=None) -> Estimate:

@@ -23,8 +23,8 @@ Experiment designs (``design``)
 * ``"bernoulli"``: every job independently gets the treatment policy with probability
   ``p``, otherwise the control policy (job-level A/B test; both arms share all servers).
 * ``"group"``: the servers are split in two fixed groups: ``round(p * N)`` servers
-  (evenly spread over the index range, so a heterogeneous rate vector is split evenly)
-  run the treatment policy, the rest the control policy. Each job is assigned to the
+  (taken evenly spaced from the servers sorted by rate, so each group gets the same mix
+  of fast and slow servers) run the treatment policy, the rest the control policy. Each job is assigned to the
   treatment group with probability ``p`` and routed *only among that group's servers*
   by that group's policy. The two halves never interact (no interference), but each is
   a smaller system than the one the policy will run on (finite-size bias).
@@ -35,7 +35,8 @@ Experiment designs (``design``)
 
 Each job's response time is exact: a FCFS server's departure time is known when the
 job joins it (``max(arrival, previous departure) + service``), so the kernel needs no
-event calendar; the number in system is kept with a binary heap of departure times.
+event calendar; a heap of each busy server's next departure counts departures in time
+order, so the number in system seen by each arrival is exact.
 
 Output: :class:`~asrsched.abtest.estimators.Trajectory` with per-job arrays
 (arrival, z, response, n_before, lam_at, server, q_seen, block) and the exact area
@@ -193,7 +194,8 @@ class SystemConfig:
         m = int(round(self.p * n))
         mask = np.zeros(n, dtype=bool)
         if m > 0:
-            mask[np.floor(np.arange(m) * n / m).astype(int)] = True
+            order = np.argsort(self.rate_array, kind="stable")  # stratify by rate
+            mask[order[np.floor(np.arange(m) * n / m).astype(int)]] = True
         return mask
 
     def validate(self) -> "SystemConfig":
@@ -243,12 +245,13 @@ class SystemConfig:
                         f"{name}: in the group design d must be <= the {name} group size {sizes[name]} "
                         f"(round(p*N) servers treated), got d = {d}"
                     )
-            for name, sel, share in (("treatment", mask, self.p), ("control", ~mask, 1 - self.p)):
+            for name, sel, share, d in (("treatment", mask, self.p, d1), ("control", ~mask, 1 - self.p, d0)):
                 if share * self.total_rate >= rates[sel].sum():
                     raise ValueError(
                         f"p: the {name} group gets arrival rate {share * self.total_rate:g} but has capacity "
                         f"{rates[sel].sum():g}; unstable group design"
                     )
+                _check_pod_stability(name, d, rates[sel], share * self.total_rate)
         if self.design == "switchback" and not (self.block_len > 0):
             raise ValueError(f"block_len: switchback block length must be > 0, got {self.block_len!r}")
         if not isinstance(self.n_jobs, (int, np.integer)) or self.n_jobs < 1:
@@ -280,11 +283,13 @@ def _check_pod_stability(name: str, d: int, rates: np.ndarray, total: float) -> 
             )
 
 
-def simulate(cfg: SystemConfig, seed: int = 0) -> Trajectory:
+def simulate(cfg: SystemConfig, seed: int = 0, *, _scan_max: int = 64) -> Trajectory:
     """Simulate one experiment; returns its :class:`Trajectory` (validated before any work).
 
     ``seed`` fixes everything (arrivals, services, sampling, assignments): the same
-    config and seed give bit-identical trajectories.
+    config and seed give bit-identical trajectories. (``_scan_max``: up to this many
+    servers departures are found by scanning every server, above it by a heap; both give
+    identical results; tests use it.)
     """
     cfg.validate()
     d0, d1 = cfg.d_pair()
@@ -308,9 +313,15 @@ def simulate(cfg: SystemConfig, seed: int = 0) -> Trajectory:
         float(cfg.block_len),
         bool(cfg.alternate),
         float(cfg.delay),
-        np.uint32(seed % (2**32)),
+        np.random.default_rng(int(seed)),
+        int(_scan_max),
     )
-    arr, z, resp, nb, lam_at, srv, qseen, block, area, t0, t1 = out
+    arr, dep, z, nb, lam_at, srv, qseen, block, area, t0, t1 = out
+    w = int(cfg.warmup_jobs)
+    arr, z, nb, srv, qseen = arr[w:], z[w:], nb[w:], srv[w:], qseen[w:]
+    resp = dep[w:] - arr
+    lam_at = lam_at[w:] if cfg.amp > 0 else None
+    block = block[w:] if cfg.design == "switchback" else None
     meta = dict(cfg.to_dict(), seed=int(seed), d_control=d0, d_treatment=d1)
     meta["rates"] = None if cfg.rates is None else list(map(float, cfg.rates))
     return Trajectory(
@@ -319,11 +330,11 @@ def simulate(cfg: SystemConfig, seed: int = 0) -> Trajectory:
         response=resp,
         n_before=nb,
         lam=float(cfg.total_rate),
-        lam_at=lam_at if cfg.amp > 0 else None,
+        lam_at=lam_at,
         area=float(area),
         t_start=float(t0),
         t_end=float(t1),
-        block=block if cfg.design == "switchback" else None,
+        block=block,
         block_len=float(cfg.block_len) if cfg.design == "switchback" else None,
         server=srv,
         q_seen=qseen,
@@ -336,45 +347,9 @@ def simulate(cfg: SystemConfig, seed: int = 0) -> Trajectory:
 # ---------------------------------------------------------------------------- numba core
 
 
-@njit(cache=True, inline="always")
-def _heap_push(h, size, x):
-    i = size
-    h[i] = x
-    while i > 0:
-        par = (i - 1) >> 1
-        if h[par] <= x:
-            break
-        h[i] = h[par]
-        i = par
-    h[i] = x
-    return size + 1
-
-
-@njit(cache=True, inline="always")
-def _heap_pop(h, size):
-    top = h[0]
-    size -= 1
-    x = h[size]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            break
-        if c + 1 < size and h[c + 1] < h[c]:
-            c += 1
-        if x <= h[c]:
-            break
-        h[i] = h[c]
-        i = c
-    if size > 0:
-        h[i] = x
-    return top, size
-
-
 @njit(cache=True)
 def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0, d1, design, p,
-              group, block_len, alternate, delay, seed):
-    np.random.seed(seed)
+              group, block_len, alternate, delay, rng, scan_max):
     N = rates.shape[0]
     total = n_warm + n_jobs
     arr = np.empty(total)
@@ -382,93 +357,113 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
     nxt = np.full(total, -1, np.int64)
     z = np.zeros(total, np.int8)
     srv = np.empty(total, np.int32)
-    nb = np.empty(total, np.int32)
     qseen = np.empty(total, np.int32)
-    lam_at = np.empty(total)
-    block = np.zeros(total, np.int64)
-    heap = np.empty(total)
-    hsize = 0
+    lam_at = np.empty(total if amp > 0.0 else 1)
+    block = np.zeros(total if design == 2 else 1, np.int64)
 
     first = np.full(N, -1, np.int64)  # first job ever routed to s
     tail = np.full(N, -1, np.int64)  # last job routed to s
     n_routed = np.zeros(N, np.int64)
     lastdep = np.zeros(N)
-    # "current" departure pointer: last job on s counted as departed by now
+    # current view: last job on s counted as departed by now, and how many; a binary
+    # min-heap holds each busy server's next departure, so every departure is counted
+    # once, in time order, when the first arrival after it comes
     cur_d = np.full(N, -1, np.int64)
     n_cur_d = np.zeros(N, np.int64)
+    hkey = np.empty(N)
+    hsrv = np.empty(N, np.int64)
+    hsize = 0
+    tot_dep = 0
+    scan = N <= scan_max
+    nextdep = np.full(N, np.inf)
+    nb = np.empty(total, np.int32)
     # stale view (time now - delay): arrivals and departures counted by then
     st_a = np.full(N, -1, np.int64)
     n_st_a = np.zeros(N, np.int64)
     st_d = np.full(N, -1, np.int64)
     n_st_d = np.zeros(N, np.int64)
 
-    # server index pools: pool 0 = control servers, pool 1 = treatment servers (group design);
-    # otherwise both pools are all servers.
+    # server pools: pool 0 = control servers, pool 1 = treatment servers (group design);
+    # otherwise both pools hold all servers.
     pool0 = np.empty(N, np.int64)
     pool1 = np.empty(N, np.int64)
     m0 = 0
     m1 = 0
     for s in range(N):
-        if design == 1:
-            if group[s] == 1:
-                pool1[m1] = s
-                m1 += 1
-            else:
-                pool0[m0] = s
-                m0 += 1
-        else:
+        if design != 1 or group[s] == 0:
             pool0[m0] = s
             m0 += 1
+        if design != 1 or group[s] == 1:
             pool1[m1] = s
             m1 += 1
 
+    inv_lam_max = 1.0 / (lam_total * (1.0 + amp))
     lam_max = lam_total * (1.0 + amp)
     two_pi = 2.0 * np.pi
     xm = (shape - 1.0) / shape if svc_kind == 2 else 1.0
     t = 0.0
     cur_block = -1
     block_z = 0
-    nsys = 0  # number in system just after processing departures <= t
-    area = 0.0
-    last_ev = 0.0
-    t0 = 0.0
 
     for j in range(total):
         # ---- next arrival (thinning for the cyclic rate)
-        while True:
-            t += np.random.exponential(1.0 / lam_max)
-            if amp == 0.0:
-                lt = lam_total
-                break
-            lt = lam_total * (1.0 + amp * np.sin(two_pi * t / period))
-            if np.random.random() * lam_max <= lt:
-                break
-        # ---- departures up to t (heap) and the area under the number-in-system curve
-        if j == n_warm:
-            # start the recorded window at this arrival
-            while hsize > 0 and heap[0] <= t:
-                dtime, hsize = _heap_pop(heap, hsize)
-                nsys -= 1
-            t0 = t
-            last_ev = t
-            area = 0.0
+        if amp == 0.0:
+            t += rng.standard_exponential() * inv_lam_max
         else:
-            while hsize > 0 and heap[0] <= t:
-                dtime, hsize = _heap_pop(heap, hsize)
-                if j > n_warm:
-                    area += nsys * (dtime - last_ev)
-                    last_ev = dtime
-                nsys -= 1
-            if j > n_warm:
-                area += nsys * (t - last_ev)
-                last_ev = t
-        nb[j] = nsys
-        lam_at[j] = lt
+            while True:
+                t += rng.standard_exponential() * inv_lam_max
+                lt = lam_total * (1.0 + amp * np.sin(two_pi * t / period))
+                if rng.random() * lam_max <= lt:
+                    break
+            lam_at[j] = lt
         arr[j] = t
 
+        # ---- departures up to t
+        if scan:
+            # few servers: scan every server's next departure (cheap, branch-predictable)
+            for s in range(N):
+                while nextdep[s] <= t:
+                    c = first[s] if cur_d[s] == -1 else nxt[cur_d[s]]
+                    cur_d[s] = c
+                    n_cur_d[s] += 1
+                    tot_dep += 1
+                    c = nxt[c]
+                    nextdep[s] = dep[c] if c != -1 else np.inf
+        else:
+            # many servers: pop servers whose next departure is due from a binary min-heap
+            while hsize > 0 and hkey[0] <= t:
+                s = hsrv[0]
+                c = first[s] if cur_d[s] == -1 else nxt[cur_d[s]]
+                cur_d[s] = c
+                n_cur_d[s] += 1
+                tot_dep += 1
+                c = nxt[c]
+                if c != -1:
+                    key = dep[c]
+                else:
+                    hsize -= 1
+                    key = hkey[hsize]
+                    s = hsrv[hsize]
+                i = 0
+                while True:
+                    ch = 2 * i + 1
+                    if ch >= hsize:
+                        break
+                    if ch + 1 < hsize and hkey[ch + 1] < hkey[ch]:
+                        ch += 1
+                    if key <= hkey[ch]:
+                        break
+                    hkey[i] = hkey[ch]
+                    hsrv[i] = hsrv[ch]
+                    i = ch
+                if hsize > 0:
+                    hkey[i] = key
+                    hsrv[i] = s
+        nb[j] = j - tot_dep
+
         # ---- assignment
-        if design == 0 or design == 1:
-            zj = 1 if np.random.random() < p else 0
+        if design <= 1:
+            zj = 1 if rng.random() < p else 0
         elif design == 2:
             k = int(np.floor(t / block_len))
             if k != cur_block:
@@ -476,7 +471,7 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
                 if alternate:
                     block_z = k % 2
                 else:
-                    block_z = 1 if np.random.random() < p else 0
+                    block_z = 1 if rng.random() < p else 0
             zj = block_z
             block[j] = k
         elif design == 3:
@@ -498,13 +493,13 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
         bestq = 1 << 60
         tau = t - delay
         for i in range(d):
-            r = i + int(np.random.random() * (m - i))
+            r = i + int(rng.random() * (m - i))
             if r >= m:
                 r = m - 1
-            tmp = pool[i]
-            pool[i] = pool[r]
-            pool[r] = tmp
-            s = pool[i]
+            s = pool[r]
+            if d > 1:
+                pool[r] = pool[i]
+                pool[i] = s
             if delay > 0.0:
                 # stale view at tau: arrivals to s by tau minus departures from s by tau
                 c = first[s] if st_a[s] == -1 else nxt[st_a[s]]
@@ -519,32 +514,20 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
                     c = nxt[c]
                 q = n_st_a[s] - n_st_d[s]
             else:
-                c = first[s] if cur_d[s] == -1 else nxt[cur_d[s]]
-                while c != -1 and dep[c] <= t:
-                    cur_d[s] = c
-                    n_cur_d[s] += 1
-                    c = nxt[c]
                 q = n_routed[s] - n_cur_d[s]
             if q < bestq:
                 bestq = q
                 best = s
         s = best
-        # true queue length at the chosen server (for the record)
-        c = first[s] if cur_d[s] == -1 else nxt[cur_d[s]]
-        while c != -1 and dep[c] <= t:
-            cur_d[s] = c
-            n_cur_d[s] += 1
-            c = nxt[c]
         qseen[j] = n_routed[s] - n_cur_d[s]
 
         # ---- service and departure (FCFS: known now)
         if svc_kind == 0:
-            x = np.random.exponential(1.0)
+            x = rng.standard_exponential()
         elif svc_kind == 1:
             x = 1.0
         else:
-            u = 1.0 - np.random.random()
-            x = xm * u ** (-1.0 / shape)
+            x = xm * (1.0 - rng.random()) ** (-1.0 / shape)
         start = t if lastdep[s] < t else lastdep[s]
         dj = start + x / rates[s]
         dep[j] = dj
@@ -555,11 +538,30 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
         else:
             first[s] = j
         tail[s] = j
+        if n_routed[s] == n_cur_d[s] and scan:
+            nextdep[s] = dj
+        elif n_routed[s] == n_cur_d[s]:
+            # the server was idle: its next departure is this job's; sift it up into the heap
+            i = hsize
+            hsize += 1
+            while i > 0:
+                par = (i - 1) >> 1
+                if hkey[par] <= dj:
+                    break
+                hkey[i] = hkey[par]
+                hsrv[i] = hsrv[par]
+                i = par
+            hkey[i] = dj
+            hsrv[i] = s
         n_routed[s] += 1
-        hsize = _heap_push(heap, hsize, dj)
-        nsys += 1
 
-    w = n_warm
-    resp = dep[w:] - arr[w:]
-    return (arr[w:].copy(), z[w:].copy(), resp, nb[w:].copy(), lam_at[w:].copy(), srv[w:].copy(),
-            qseen[w:].copy(), block[w:].copy(), area, t0, t)
+    # exact area under the number-in-system curve over [t0, t_end] (t0: first recorded arrival)
+    t0 = arr[n_warm]
+    area = 0.0
+    for j in range(total):
+        lo = arr[j] if arr[j] > t0 else t0
+        hi = dep[j] if dep[j] < t else t
+        if hi > lo:
+            area += hi - lo
+
+    return arr, dep, z, nb, lam_at, srv, qseen, block, area, t0, t
