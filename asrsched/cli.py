@@ -25,6 +25,8 @@ __all__ = ["main", "COMMANDS"]
 
 # name -> "module:function" taking argv (lazy, so a missing optional part fails only when used)
 COMMANDS: dict[str, str] = {}
+COMMANDS["serve"] = "asrsched.server:main"
+COMMANDS["loadgen"] = "asrsched.loadgen:main"
 
 
 def _literal(v: str):
