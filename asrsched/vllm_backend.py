@@ -246,6 +246,12 @@ class VllmBackend:
                                          kv_cache_memory_bytes=kv_cache_memory_bytes, dtype=dtype,
                                          enforce_eager=enforce_eager, scheduler_cls=scheduler_cls, policy=policy,
                                          additional_config=additional_config, **engine_extra)
+        try:  # vLLM's CPU worker replaces torch.set_num_threads process-wide; put it back in close()
+            import torch
+
+            self._torch_set_num_threads = torch.set_num_threads
+        except ImportError:  # pragma: no cover
+            self._torch_set_num_threads = None
         t = time.perf_counter()
         self.llm = LLM(**self.engine_args)
         self.start_s = time.perf_counter() - t
@@ -402,6 +408,10 @@ class VllmBackend:
                 pass
             del llm
             gc.collect()
+        if getattr(self, "_torch_set_num_threads", None) is not None:
+            import torch
+
+            torch.set_num_threads = self._torch_set_num_threads
 
 
 def make_profile_backend(model: str = "base", **kw: Any) -> VllmBackend:

@@ -521,7 +521,8 @@ def _build_classes() -> dict[str, type]:
             Attributes added: ``asrsched_config`` (:class:`PluginConfig`),
             ``admission_log`` (one dict per admitted request: ``t``, ``request_id``,
             ``policy``, ``est_service_s``, ``duration_s``, ``language``, ``source``,
-            ``wait_s``, ``depth``), and :meth:`set_policy` / :meth:`asrsched_stats`.
+            ``wait_s``, ``depth``, ``extra_args``), and :meth:`set_policy` / :meth:`asrsched_stats`.
+            Only first admissions are logged (a preempted request's re-admission is not).
             """
 
             def __new__(cls, *args: Any, **kwargs: Any):
@@ -592,10 +593,11 @@ def _build_classes() -> dict[str, type]:
                         "est_service_s": job.est_service, "duration_s": info.get("duration_s"),
                         "language": job.language, "source": info.get("source"), "depth": depth,
                         "preemptions": getattr(req, "num_preemptions", 0),
+                        "extra_args": getattr(getattr(req, "sampling_params", None), "extra_args", None),
                     }
                     self.admission_log.append(rec)
                     if self._admission_fh is not None:
-                        self._admission_fh.write(json.dumps(rec) + "\n")
+                        self._admission_fh.write(json.dumps(rec, default=str) + "\n")
 
             def shutdown(self) -> None:
                 try:
