@@ -24,7 +24,8 @@ and ``transcribe`` returns a dict with (at least) the keys of :data:`RESULT_KEYS
 ``total_s``            wall time of the whole call
 =====================  ==========================================================
 
-Backends may add keys (``first_segment_s``, ``features_s``, ``fallbacks``, ...).
+Backends may add keys (``first_segment_s``, ``features_s``, ``fallbacks``, ``cpu_s``
+— the process CPU time of the call, which shared machines inflate less than wall time).
 :func:`make_backend` builds one by name; ``"faster-whisper"`` is the default and
 ``"vllm"`` is provided by :mod:`asrsched.vllm_backend` when it is installed.
 """
@@ -184,6 +185,7 @@ class FasterWhisperBackend:
             raise ValueError(f"model {self.model!r} is English-only; got language {language!r} (use model='base')")
         audio = np.ascontiguousarray(audio, dtype=np.float32)
         tm = self._timed
+        c0 = time.process_time()
         t0 = time.perf_counter()
         tm.reset(t0)
         segments, _info = self._wm.transcribe(audio, language=language, **self.options)
@@ -196,6 +198,7 @@ class FasterWhisperBackend:
             kept.extend(s.tokens)
             texts.append(s.text)
         total = time.perf_counter() - t0
+        cpu = time.process_time() - c0
         calls = tm.calls
         fallbacks = sum(1 for c in calls if c["temperature"] > 0)
         return {
@@ -213,6 +216,7 @@ class FasterWhisperBackend:
             "first_token_s": (tm.first_token_at - t0) if tm.first_token_at else math.nan,
             "first_segment_s": first_seg if first_seg is not None else math.nan,
             "total_s": total,
+            "cpu_s": cpu,
         }
 
     def batch_step_times(self, audios: list[np.ndarray], language: str, batch_sizes=(1, 2, 4),
@@ -220,7 +224,8 @@ class FasterWhisperBackend:
         """Decoder step time at each batch size: ``generate`` on ``b`` encoded windows at once.
 
         Greedy, no timestamps, the clips' first 30 s; per batch size the
-        median over ``repeats`` (interleaved across batch sizes) of
+        minimum over ``repeats`` (interleaved across batch sizes; the minimum is the
+        least disturbed by other load on a shared machine) of
         ``decode_s / decode_steps`` (the prompt step and the cross-attention
         set-up are amortised over the steps). This is how the
         decode step grows when an engine batches sequences (continuous batching).
@@ -250,7 +255,7 @@ class FasterWhisperBackend:
                 dt = time.perf_counter() - t
                 steps_of[b] = max(len(r.sequences_ids[0]) for r in res) + 1
                 per_step[b].append(dt / steps_of[b])
-        return [{"batch": b, "step_s": float(np.median(per_step[b])), "steps": steps_of[b]} for b in sizes]
+        return [{"batch": b, "step_s": float(np.min(per_step[b])), "steps": steps_of[b]} for b in sizes]
 
     def close(self) -> None:
         self._wm = None

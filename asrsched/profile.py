@@ -73,7 +73,7 @@ COLUMNS = [
     "audio_s", "header_s", "speech_s", "vad_silero_s", "vad_silero_cost_s", "vad_energy_s", "vad_energy_cost_s",
     "windows_nominal", "windows", "tokens_kept", "tokens_text", "tokens_generated", "decode_steps",
     "generate_calls", "fallbacks", "encode_s", "decode_s", "features_s", "first_token_s", "first_segment_s",
-    "total_s", "rtf", "rtfx", "wer", "text", "hypothesis", "backend", "model",
+    "total_s", "cpu_s", "repeats", "rtf", "rtfx", "wer", "text", "hypothesis", "backend", "model",
 ]
 _BOOL = {"True": True, "False": False, "true": True, "false": False, "1": True, "0": False}
 
@@ -165,6 +165,7 @@ def measure(
     resume: bool = True,
     vad_methods: Sequence[str] = ("silero", "energy"),
     warmup: int = 1,
+    repeats: int = 1,
     progress: bool = True,
 ) -> pd.DataFrame:
     """Run ``backend`` on every clip of ``manifest``; one row per request (:data:`COLUMNS`).
@@ -175,7 +176,11 @@ def measure(
     they are measured; with ``resume=True`` rows whose ``key`` is already in ``out``
     are skipped. A bad file becomes a row with ``ok=False`` and the reason; the
     run continues. ``warmup`` untimed transcriptions of the first good clip come first.
+    ``repeats > 1`` transcribes each clip that many times and keeps the fastest run
+    (the one least disturbed by other load on a shared machine; the tokens do not change).
     """
+    if int(repeats) != repeats or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
     from .vad import VAD_METHODS, speech_duration
 
     missing = [c for c in ("path", "language") if c not in manifest]
@@ -208,7 +213,7 @@ def measure(
     try:
         warmed = warmup <= 0
         for r in tqdm(todo, desc=f"profiling {getattr(backend, 'model', '')}", disable=not progress, leave=False):
-            rec = _measure_one(r, backend, vad_methods, speech_duration, warmed)
+            rec = _measure_one(r, backend, vad_methods, speech_duration, warmed, int(repeats))
             warmed = warmed or rec["ok"]
             writer.write(rec)
     finally:
@@ -226,7 +231,7 @@ def measure(
     return df
 
 
-def _measure_one(r: dict, backend, vad_methods, speech_duration, warmed: bool) -> dict:
+def _measure_one(r: dict, backend, vad_methods, speech_duration, warmed: bool, repeats: int = 1) -> dict:
     def num(v):
         try:
             v = float(v)
@@ -258,13 +263,15 @@ def _measure_one(r: dict, backend, vad_methods, speech_duration, warmed: bool) -
     try:
         if not warmed:
             backend.transcribe(audio, rec["language"])
-        res = backend.transcribe(audio, rec["language"])
+        res = min((backend.transcribe(audio, rec["language"]) for _ in range(repeats)), key=lambda x: x["total_s"])
     except Exception as e:  # the engine failed on this request: record it, go on
         rec.update(error_reason="backend", error=f"{r['path']}: backend: {type(e).__name__}: {e}")
         return rec
     for k in ("tokens_kept", "tokens_text", "tokens_generated", "decode_steps", "generate_calls", "fallbacks",
-              "windows", "encode_s", "decode_s", "features_s", "first_token_s", "first_segment_s", "total_s"):
+              "windows", "encode_s", "decode_s", "features_s", "first_token_s", "first_segment_s", "total_s",
+              "cpu_s"):
         rec[k] = res.get(k, math.nan)
+    rec["repeats"] = repeats
     rec["hypothesis"] = res.get("text", "")
     rec["rtf"] = rec["total_s"] / rec["audio_s"] if rec["audio_s"] > 0 else math.nan
     rec["rtfx"] = 1.0 / rec["rtf"] if rec["rtf"] and rec["rtf"] > 0 else math.nan
@@ -693,6 +700,7 @@ def run_profile(
     extra_files: Sequence[str | os.PathLike] = (),
     resume: bool = True,
     cache: str | os.PathLike | None = None,
+    repeats: int = 1,
     progress: bool = True,
 ) -> ProfileRun:
     """Synthesise a corpus, measure it on a real backend, fit kappa and the ServiceModel, validate.
@@ -710,7 +718,8 @@ def run_profile(
     :data:`asrsched.backends.BACKENDS` or a ready backend object. With ``out_dir``
     the measurements go to ``out_dir/measurements.csv`` as they are made (resumable)
     and the fits beside them. ``cache``: corpus cache folder (default ``$ASRSCHED_CACHE``
-    or ``~/.cache/asrsched``).
+    or ``~/.cache/asrsched``). ``repeats``: transcriptions per clip, the fastest kept
+    (use 3 on a shared machine).
     """
     from .backends import BACKENDS, ENGLISH_ONLY, make_backend
     from .corpus import LANGUAGES, SilenceSpec, build_corpus
@@ -728,7 +737,8 @@ def run_profile(
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)} (or a backend object); got {backend!r}")
     if kappa_tokens not in TOKEN_COLUMNS:
         raise ValueError(f"kappa_tokens must be one of {', '.join(TOKEN_COLUMNS)}; got {kappa_tokens!r}")
-    for nm, v, lo in (("n_per_language", n_per_language, 1), ("n_silence_per_language", n_silence_per_language, 0)):
+    for nm, v, lo in (("n_per_language", n_per_language, 1), ("n_silence_per_language", n_silence_per_language, 0),
+                      ("repeats", repeats, 1)):
         if int(v) != v or v < lo:
             raise ValueError(f"{nm} must be an integer >= {lo}, got {v!r}")
     sil = SilenceSpec(**({"lead_s": 2.0, "trail_s": 3.0, "inner_s": 2.0, "n_inner": 2} | dict(silence or {})))
@@ -739,8 +749,9 @@ def run_profile(
                   languages=languages, n_per_language=n_per_language, n_silence_per_language=n_silence_per_language,
                   silence=sil.__dict__, beam_size=beam_size, temperature_fallback=bool(temperature_fallback), compute_type=compute_type, cpu_threads=cpu_threads,
                   batch_sizes=list(batch_sizes), holdout_frac=holdout_frac, kappa_tokens=kappa_tokens,
-                  sample=sample, max_s=max_s, seed=seed)
+                  sample=sample, max_s=max_s, seed=seed, repeats=repeats)
     timings: dict[str, float] = {}
+    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     t0 = time.perf_counter()
     clean = build_corpus(languages, n_per_language, seed=seed, sample=sample, max_s=max_s, cache=cache,
                          progress=progress)
@@ -769,7 +780,7 @@ def run_profile(
     timings["load_model_s"] = time.perf_counter() - t1
     out = Path(out_dir) / "measurements.csv" if out_dir is not None else None
     t2 = time.perf_counter()
-    meas = measure(manifest, be, out=out, resume=resume, progress=progress)
+    meas = measure(manifest, be, out=out, resume=resume, repeats=repeats, progress=progress)
     timings["measure_s"] = time.perf_counter() - t2
     batch = pd.DataFrame(columns=["batch", "step_s", "steps"])
     if batch_sizes and hasattr(be, "batch_step_times"):
@@ -790,6 +801,9 @@ def run_profile(
                            source=f"asrsched.profile.run_profile({json.dumps(params, default=str)})",
                            extra_fit={"kappa_tables": {t: k.table.to_dict("records") for t, k in kappas.items()},
                                       "n_failed_rows": int((~meas["ok"]).sum()),
+                                      "machine": {"cpus": os.cpu_count(), "load_avg_1min_start": load0,
+                                                  "load_avg_1min_end": os.getloadavg()[0]
+                                                  if hasattr(os, "getloadavg") else float("nan")},
                                       "failed_reasons": meas.loc[~meas["ok"], "error_reason"].value_counts().to_dict()})
     hold = validate_holdout(sm, held) if len(held) else {}
     hold_m = validate_holdout(sm, held, tokens=kappa_tokens) if len(held) else {}
@@ -822,6 +836,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--batch-sizes", default="1,2,4", help="batched-decode timing ('' to skip)")
     p.add_argument("--holdout", type=float, default=0.25)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=1, help="transcriptions per clip; the fastest is kept")
     p.add_argument("--out-dir", default="runs/profile", help="measurements.csv and fits go here")
     p.add_argument("--out", default=None, help="also write the ServiceModel JSON here")
     a = p.parse_args(argv)
@@ -830,7 +845,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       temperature_fallback=a.fallback,
                       compute_type=a.compute_type, cpu_threads=a.cpu_threads,
                       batch_sizes=[int(b) for b in a.batch_sizes.split(",") if b], holdout_frac=a.holdout,
-                      seed=a.seed, out_dir=a.out_dir)
+                      seed=a.seed, repeats=a.repeats, out_dir=a.out_dir)
     if a.out:
         run.service_model.to_json(a.out)
     print(run.report())
