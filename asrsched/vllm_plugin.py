@@ -272,10 +272,13 @@ class SizeEstimator:
                 source = "unknown" if source != "invalid" else source
                 d = self.unknown_duration_s
         d_eff = min(d, window)
-        tokens = self.model.kappa_for(lang) * d_eff
+        m = self.model
+        tokens = m.kappa_for(lang) * d_eff
         if max_tokens is not None:
             tokens = min(tokens, float(max_tokens))
-        est = float(self.model.service_time(max(d_eff, 1e-3), lang, tokens=tokens))
+        # ServiceModel.service_time(d_eff, lang, tokens=tokens) at batch 1, in plain floats (hot path)
+        windows = max(1, math.ceil(d_eff / window - 1e-9))
+        est = windows * m.encode_s_per_window + tokens * m.decode_s_per_token + m.overhead_s
         return est, {"source": source, "duration_s": d, "language": lang}
 
     def estimate(self, request: Any) -> tuple[float, dict]:

@@ -1,0 +1,184 @@
+"""Decision cost per admission of the vLLM plug-in's waiting queue vs vLLM's own queues.
+
+Run from the repository root::
+
+    python benchmarks/bench_vllm_queue.py            # 20 interleaved chunks x 100 admissions per depth
+    python benchmarks/bench_vllm_queue.py --quick    # 5 chunks x 100
+
+What one admission costs in vLLM's admission loop: ``peek_request()`` then
+``pop_request()`` (the loop peeks, allocates, pops). Measured with the queue held at
+depths 10 / 100 / 1,000 / 10,000 (a fresh request is added, untimed, after each
+pop), in chunks of 100 admissions interleaved across the queues (median chunk
+reported, so bursts of load from other processes hit every queue alike), one clock reading per admission (``begin_step``, the worst case of one
+admission per scheduling step, so HRRN re-ranks at every decision). ``add_request``
+is timed separately.
+
+Queues: :class:`asrsched.vllm_plugin.PolicyRequestQueue` with fcfs / sjf / hrrn /
+adaptive, against **vLLM's FCFSRequestQueue** (a deque; the baseline of the ratios)
+and **vLLM's PriorityRequestQueue** (a binary heap of requests; here with
+``priority`` = the SJF estimate in ms, i.e. static SJF done vLLM's way), all in the
+same run on the same request objects — real ``vllm.v1.request.Request`` objects
+when vLLM is installed (stand-ins with the same attributes otherwise; the JSON
+says which).
+
+Writes ``benchmarks/results/bench_vllm_queue.json`` (``--quick``:
+``bench_vllm_queue_quick.json``) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from asrsched.vllm_plugin import PolicyRequestQueue, SizeEstimator  # noqa: E402
+
+DEPTHS = (10, 100, 1_000, 10_000)
+OURS = ("fcfs", "sjf", "hrrn", "adaptive")
+
+
+def make_requests(n: int, rng: np.random.Generator, t0: float, real: bool, est: SizeEstimator):
+    """``n`` requests with LibriSpeech-like durations (lognormal, median 7 s, <= 35 s)."""
+    durs = np.clip(rng.lognormal(np.log(7.0), 0.7, n), 1.0, 35.0)
+    out = []
+    if real:
+        from vllm import SamplingParams
+        from vllm.v1.request import Request
+    for i, d in enumerate(durs):
+        xa = {"audio_duration_s": float(d), "language": "en"}
+        s = est.estimate_from(xa, 440)[0]
+        if real:
+            r = Request(f"r{i}", prompt_token_ids=[50258, 50259, 50359, 50363],
+                        sampling_params=SamplingParams(max_tokens=440, extra_args=xa), pooling_params=None,
+                        arrival_time=t0 + i * 1e-4, priority=int(s * 1000))
+        else:
+            r = SimpleNamespace(request_id=f"r{i}", arrival_time=t0 + i * 1e-4, priority=int(s * 1000),
+                                sampling_params=SimpleNamespace(extra_args=xa, max_tokens=440),
+                                status=SimpleNamespace(name="WAITING"))
+        out.append(r)
+    return out
+
+
+def make_queue(kind: str, est: SizeEstimator):
+    if kind == "vllm-fcfs":
+        from vllm.v1.core.sched.request_queue import FCFSRequestQueue
+
+        return FCFSRequestQueue()
+    if kind == "vllm-priority":
+        from vllm.v1.core.sched.request_queue import PriorityRequestQueue
+
+        return PriorityRequestQueue()
+    return PolicyRequestQueue(kind, estimator=est)
+
+
+class Runner:
+    """One queue held at ``depth``; :meth:`chunk` times ``n`` admissions (peek + pop) and the refills."""
+
+    def __init__(self, kind: str, depth: int, reqs: list, est: SizeEstimator):
+        self.q = make_queue(kind, est)
+        for r in reqs[:depth]:
+            self.q.add_request(r)
+        self.fresh = iter(reqs[depth:])
+        self.ours = isinstance(self.q, PolicyRequestQueue)
+
+    def chunk(self, n: int) -> tuple[float, float]:
+        q, pc, ours = self.q, time.perf_counter, self.ours
+        t_dec = t_add = 0.0
+        for _ in range(n):
+            t = pc()
+            if ours:
+                q.begin_step()
+            r = q.peek_request()
+            got = q.pop_request()
+            t_dec += pc() - t
+            assert got is r
+            nxt = next(self.fresh)
+            t = pc()
+            q.add_request(nxt)
+            t_add += pc() - t
+        return 1e6 * t_dec / n, 1e6 * t_add / n
+
+
+def _git_state() -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "asrsched/vllm_plugin.py", "asrsched/policies.py"],
+                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        return {"commit": commit, "local_changes": bool(dirty)}
+    except OSError:  # pragma: no cover
+        return {}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="5 chunks x 100 admissions per depth")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    chunks, per_chunk = (5, 100) if args.quick else (20, 100)
+    n_adm = chunks * per_chunk
+    try:
+        import vllm  # noqa: F401
+
+        real = True
+    except ImportError:
+        real = False
+    kinds = (["vllm-fcfs", "vllm-priority"] if real else []) + list(OURS)
+    baseline = "vllm-fcfs" if real else "fcfs"
+    est = SizeEstimator()
+    t0 = time.time() - 3600.0
+    rows = []
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        tqdm = None
+    bar = tqdm(total=len(DEPTHS) * chunks, desc="queue benchmark") if tqdm else None
+    for depth in DEPTHS:
+        runners = {k: Runner(k, depth, make_requests(depth + n_adm, np.random.default_rng(depth), t0, real, est),
+                             est) for k in kinds}
+        res: dict[str, list] = {k: [] for k in kinds}
+        for _ in range(chunks):
+            for k in kinds:  # interleaved chunks: drifts in machine load hit every queue alike
+                res[k].append(runners[k].chunk(per_chunk))
+            if bar:
+                bar.update()
+        base = float(np.median([d for d, _ in res[baseline]]))
+        for k in kinds:
+            dec = float(np.median([d for d, _ in res[k]]))
+            add = float(np.median([a for _, a in res[k]]))
+            rows.append({"queue": k, "depth": depth, "decision_us": dec, "add_us": add,
+                         "ratio_vs_" + baseline: dec / base})
+        del runners
+    if bar:
+        bar.close()
+    print(f"\nper admission (peek + pop), median over {chunks} chunks of {per_chunk}; baseline {baseline} at the same depth;"
+          f" {'real vLLM Request objects' if real else 'stand-in requests (vLLM not installed)'}\n")
+    print(f"{'queue':<15}{'depth':>7}{'decision µs':>13}{'add µs':>9}{'ratio':>9}")
+    for r in rows:
+        print(f"{r['queue']:<15}{r['depth']:>7}{r['decision_us']:>13.2f}{r['add_us']:>9.2f}"
+              f"{r['ratio_vs_' + baseline]:>9.1f}")
+    out = args.out or HERE / "results" / ("bench_vllm_queue_quick.json" if args.quick else "bench_vllm_queue.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "benchmark": "bench_vllm_queue", "quick": args.quick, "chunks": chunks, "admissions_per_chunk": per_chunk,
+        "baseline": baseline, "real_vllm_requests": real,
+        "machine": {"python": platform.python_version(), "platform": platform.platform(),
+                    "cpus": __import__("os").cpu_count()},
+        "git": _git_state(), "rows": rows,
+    }, indent=2) + "\n")
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
