@@ -421,6 +421,7 @@ def simulate(
     flush_every: int = 100_000,
     timeline_points: int = 4000,
     warn_overload: bool = True,
+    engine: str = "auto",
 ) -> SimResult:
     """Simulate ``trace`` on a continuous-batching server under ``policy``.
 
@@ -430,8 +431,25 @@ def simulate(
     ``sink`` receives finished records in batches (default: keep them all).
     Arrival rates above capacity are not an error: the run completes, warns
     with :class:`OverloadWarning` and reports ``queue_growth_per_s``.
+
+    ``engine``: ``"auto"`` runs the compiled kernel (:mod:`asrsched.simfast`, same
+    decisions, identical records) for ``fcfs``/``sjf``/``ljf``/``hrrn`` on an in-memory
+    trace with the default sink, and the Python :class:`Engine` otherwise;
+    ``"python"`` or ``"numba"`` force one.
     """
     service = service or default_service_model()
+    if engine not in ("auto", "python", "numba"):
+        raise ValueError(f"engine must be 'auto', 'python' or 'numba', got {engine!r}")
+    from .simfast import FAST_POLICIES
+
+    fast = (isinstance(trace, Trace) and sink is None and not policy_params and isinstance(policy, str)
+            and policy.lower() in FAST_POLICIES)
+    if engine == "numba" and not fast:
+        raise ValueError("engine='numba' needs an in-memory Trace, the default sink, no policy_params and one of "
+                         f"the policies {', '.join(FAST_POLICIES)}")
+    if fast and engine != "python":
+        return _simulate_fast(trace, policy.lower(), service, max_num_seqs, est_duration, timeline_points,
+                              warn_overload)
     eng = Engine(policy, service, max_num_seqs=max_num_seqs, policy_params=policy_params, sink=sink,
                  flush_every=flush_every)
     if isinstance(trace, Trace) and est_duration is not None and len(est_duration) != len(trace):
@@ -477,6 +495,42 @@ def simulate(
         n_completed=eng.completed, events=eng.events, queue_growth_per_s=growth, overloaded=overloaded,
         mode_counts=dict(getattr(eng.q, "mode_counts", {}) or {}),
     )
+
+
+def _simulate_fast(trace: Trace, policy: str, service: ServiceModel, max_num_seqs: int,
+                   est_duration: np.ndarray | None, timeline_points: int, warn_overload: bool) -> SimResult:
+    """:func:`simulate` through the compiled kernel (see :mod:`asrsched.simfast`)."""
+    from .simfast import run_kernel
+
+    if int(max_num_seqs) < 1:
+        raise ValueError(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}")
+    if est_duration is not None and len(est_duration) != len(trace):
+        raise ValueError(f"est_duration has {len(est_duration)} rows, the trace has {len(trace)}")
+    M = int(max_num_seqs)
+    if warn_overload:
+        _check_offered_load(trace, service)
+    d_est = trace.duration if est_duration is None else np.asarray(est_duration, float)
+    est = estimate_services(service, d_est, trace.language)
+    enc = np.asarray(service.windows(trace.duration)) * float(service.encode_s_per_window)
+    steps = [0.0] + [float(service.step_s(b)) for b in range(1, M + 1)]
+    admit, first, fin, events, (tt, tr, tq) = run_kernel(trace.arrival, est, enc, trace.tokens, policy, M, steps,
+                                                         float(service.overhead_s), timeline_points)
+    rec = pd.DataFrame({"rid": np.arange(len(trace)), "arrival": trace.arrival, "duration": trace.duration,
+                        "language": [str(x) for x in trace.language], "est_service": est,
+                        "tokens": np.asarray(trace.tokens, np.int64), "admit": admit, "first_token": first,
+                        "finish": fin})
+    timeline = pd.DataFrame({"time": tt, "running": tr, "waiting": tq})
+    growth, overloaded = _queue_growth(timeline, M, float(trace.arrival[0]) if len(trace) else math.inf,
+                                       float(trace.arrival[-1]) if len(trace) else -math.inf)
+    if overloaded and warn_overload:
+        warnings.warn(f"queue grew by {growth:.2f} requests/s over the second half of the run "
+                      f"(final depth {timeline['waiting'].iloc[-1] if len(timeline) else 0}): "
+                      "arrival rate above capacity", OverloadWarning, stacklevel=3)
+    params = dict(policy=policy, max_num_seqs=M, service=service.name, policy_params={}, engine="numba",
+                  **{f"trace_{k}": v for k, v in trace.meta.items()})
+    return SimResult(records=add_derived(rec), timeline=timeline, params=params, n_arrivals=len(trace),
+                     n_completed=int(np.isfinite(fin).sum()), events=events, queue_growth_per_s=growth,
+                     overloaded=overloaded, mode_counts={})
 
 
 def _queue_growth(timeline: pd.DataFrame, M: int, first_arrival: float = -math.inf,
