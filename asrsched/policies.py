@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 __all__ = [
     "Job",
@@ -161,13 +162,24 @@ class KeyQueue(WaitingQueue):
         return iter(list(self._live.values()))
 
 
+@njit(cache=True, nogil=True)
+def _hrrn_argbest(arr: np.ndarray, inv: np.ndarray, n: int, now: float) -> int:
+    """Slot of the largest ``(now - arr) * inv`` among the first ``n``; exact ties to the earliest arrival."""
+    best, br, ba = 0, (now - arr[0]) * inv[0], arr[0]
+    for i in range(1, n):
+        r = (now - arr[i]) * inv[i]
+        if r > br or (r == br and arr[i] < ba):
+            best, br, ba = i, r, arr[i]
+    return best
+
+
 class HRRNQueue(WaitingQueue):
     """Highest response ratio next: serve the largest ``(W + S) / S``.
 
     ``W = now - arrival`` grows while a job waits, so the order changes with the
     clock. The queue keeps arrivals and sizes in contiguous numpy arrays
-    (swap-remove, amortised O(1) push) and ranks lazily with one vectorised
-    argmax per decision; ties go to the earliest arrival. ``peek(now)`` caches
+    (swap-remove, amortised O(1) push) and ranks lazily with one compiled (numba)
+    pass per decision; ties go to the earliest arrival. ``peek(now)`` caches
     its answer so that ``pop(now)`` returns exactly the peeked job.
     """
 
@@ -203,21 +215,7 @@ class HRRNQueue(WaitingQueue):
             raise self._empty()
         if self._peeked is not None and self._peeked[0] == now:
             return self._peeked[1]
-        if n <= 8:  # numpy's fixed cost dominates for tiny queues
-            arr, inv = self._arr, self._inv
-            best, best_r, best_a = 0, -np.inf, np.inf  # ratios < -1 when a job is stamped after now
-            for i in range(n):
-                r = (now - arr[i]) * inv[i]
-                if r > best_r or (r == best_r and arr[i] < best_a):
-                    best, best_r, best_a = i, r, arr[i]
-        else:
-            r = (now - self._arr[:n]) * self._inv[:n]
-            best = int(np.argmax(r))
-            # exact ties: earliest arrival wins (argmax alone would pick the lowest slot)
-            top = r[best]
-            tied = np.flatnonzero(r == top)
-            if tied.size > 1:
-                best = int(tied[np.argmin(self._arr[tied])])
+        best = _hrrn_argbest(self._arr, self._inv, n, now)
         self._peeked = (now, best)
         return best
 

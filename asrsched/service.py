@@ -199,7 +199,8 @@ def default_service_model() -> ServiceModel:
       in the field notes); Indonesian 4.0.
 
     With ``max_num_seqs = 32`` these put the saturation point of a LibriSpeech
-    stream at ~15-20 req/s, where the study saw its high-load regime.
+    stream at ~14 req/s and of the uniform 5-30 s split at ~9 req/s (measured with
+    the simulator), inside the study's 1-25 req/s sweep, where it saw its high-load regime.
     """
     return ServiceModel(
         encode_s_per_window=0.040,

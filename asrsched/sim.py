@@ -452,6 +452,8 @@ def simulate(
                               warn_overload)
     eng = Engine(policy, service, max_num_seqs=max_num_seqs, policy_params=policy_params, sink=sink,
                  flush_every=flush_every)
+    if est_duration is not None and not isinstance(trace, Trace):
+        raise ValueError("est_duration needs an in-memory Trace (not an iterator of chunks)")
     if isinstance(trace, Trace) and est_duration is not None and len(est_duration) != len(trace):
         raise ValueError(f"est_duration has {len(est_duration)} rows, the trace has {len(trace)}")
     tl = _Timeline(timeline_points)
@@ -485,7 +487,7 @@ def simulate(
     growth, overloaded = _queue_growth(timeline, eng.M, span[0], span[1])
     if overloaded and warn_overload:
         warnings.warn(f"queue grew by {growth:.2f} requests/s over the second half of the run "
-                      f"(final depth {timeline['waiting'].iloc[-1] if len(timeline) else 0}): "
+                      f"(peak depth {int(timeline['waiting'].max()) if len(timeline) else 0}): "
                       "arrival rate above capacity", OverloadWarning, stacklevel=2)
     params = dict(policy=str(policy), max_num_seqs=eng.M, service=service.name, policy_params=policy_params or {})
     if isinstance(trace, Trace):
@@ -524,7 +526,7 @@ def _simulate_fast(trace: Trace, policy: str, service: ServiceModel, max_num_seq
                                        float(trace.arrival[-1]) if len(trace) else -math.inf)
     if overloaded and warn_overload:
         warnings.warn(f"queue grew by {growth:.2f} requests/s over the second half of the run "
-                      f"(final depth {timeline['waiting'].iloc[-1] if len(timeline) else 0}): "
+                      f"(peak depth {int(timeline['waiting'].max()) if len(timeline) else 0}): "
                       "arrival rate above capacity", OverloadWarning, stacklevel=3)
     params = dict(policy=policy, max_num_seqs=M, service=service.name, policy_params={}, engine="numba",
                   **{f"trace_{k}": v for k, v in trace.meta.items()})
