@@ -167,7 +167,7 @@ class Trajectory:
 
     @classmethod
     def from_records(cls, arrival, finish, z, *, lam: float | None = None, t_start: float | None = None,
-                     t_end: float | None = None, **kw) -> "Trajectory":
+                     t_end: float | None = None, **kw) -> Trajectory:
         """Build a trajectory from per-job arrival and finish times (any system).
 
         ``n_before[j]`` = jobs that arrived before ``j`` and finish after ``arrival[j]``;

@@ -107,7 +107,10 @@ def fig_ablation(abl: pd.DataFrame, scenario: str, L_default: int) -> go.Figure:
                         line=dict(color=_color(name), width=2.5))
         fig.add_scatter(x=g.L, y=g.sd, name=f"{LABELS[name]} sd", mode="lines+markers",
                         line=dict(color=_color(name), width=2, dash="dot"), marker_symbol="diamond")
-    fig.add_vline(x=L_default, line_dash="dash", line_color="#444", annotation_text=f"default L={L_default}")
+    lo = np.nanmin([a.bias.abs().min(), a.sd.min()]) if len(a) else 0.01
+    hi = np.nanmax([a.bias.abs().max(), a.sd.max()]) if len(a) else 1.0
+    fig.add_scatter(x=[L_default, L_default], y=[lo, hi], mode="lines", name=f"default L = {L_default}",
+                    line=dict(color="#444", dash="dash", width=1.5))
     best = a.loc[a.rmse.idxmin()] if len(a) else None
     title = f"{scenario}: bias falls and sd grows with L"
     if best is not None:
@@ -127,11 +130,11 @@ def fig_coverage(cov: pd.DataFrame) -> go.Figure:
                     name=LABELS.get(name, name), marker_color=_color(name))
     fig.add_hline(y=0.95, line_dash="dash", line_color="#444", annotation_text="nominal 95 %")
     med = cov.groupby("estimator").coverage.median()
+    med = med.reindex(_ordered(med.index))
     fig.update_layout(barmode="group", yaxis_range=[0, 1.05], xaxis_title="scenario",
                       yaxis_title="fraction of CIs containing the truth", legend_title="estimator",
-                      title="CI coverage of the truth: " + ", ".join(
-                          f"{LABELS.get(k, k)} {v:.0%}" for k, v in med.reindex(_ordered(med.index)).items())
-                      + " (median)")
+                      title="95 % CIs: coverage of the truth follows the bias<br><sup>median over scenarios: "
+                            + ", ".join(f"{LABELS.get(k, k)} {v:.0%}" for k, v in med.items()) + "</sup>")
     return fig
 
 
@@ -151,6 +154,8 @@ def fig_switchback(sbt: pd.DataFrame, scenario: str = "switchback") -> go.Figure
     title = "Switchback: carry-over bias shrinks with longer blocks and burn-in"
     if best is not None:
         title += f"; best block {best.block_len:g} (burn-in {best.burn_in:g})"
+    ticks = sorted(s.block_len.unique())
     fig.update_layout(title=title, xaxis_type="log", yaxis_type="log", xaxis_title="block length (time units)",
-                      yaxis_title="|bias| or sd (time units)")
+                      yaxis_title="|bias| or sd (time units)",
+                      xaxis=dict(tickvals=ticks, ticktext=[f"{t:g}" for t in ticks]))
     return fig

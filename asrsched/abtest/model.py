@@ -162,7 +162,7 @@ class SystemConfig:
     warmup_jobs: int = 20_000
     extra: dict = field(default_factory=dict, compare=False)
 
-    def replace(self, **kw) -> "SystemConfig":
+    def replace(self, **kw) -> SystemConfig:
         """A copy with some fields changed (validated on use)."""
         return replace(self, **kw)
 
@@ -198,7 +198,7 @@ class SystemConfig:
             mask[order[np.floor(np.arange(m) * n / m).astype(int)]] = True
         return mask
 
-    def validate(self) -> "SystemConfig":
+    def validate(self) -> SystemConfig:
         """Raise ``ValueError`` naming the parameter if anything is out of range."""
         n = self.n_servers
         if not isinstance(n, (int, np.integer)) or n < 1:
