@@ -319,8 +319,9 @@ class AdaptiveQueue(WaitingQueue):
     * otherwise → **SJF** (deep queue, nobody starving: cut median latency).
 
     ``ratio_cap`` slides the policy along the P50-versus-P90 trade-off between
-    SJF (``ratio_cap = inf``) and HRRN (``ratio_cap = 1``). All three orders are
-    kept at once (two heaps and one HRRN array), so a mode switch costs nothing.
+    SJF (``ratio_cap = inf``) and HRRN (``ratio_cap = 1``). The SJF heap and the
+    HRRN arrays are kept at once, so a mode switch costs nothing; FCFS, used only
+    below ``low_depth`` jobs, is a scan of those few.
     ``mode_counts`` records how often each mode decided.
     """
 
@@ -332,57 +333,58 @@ class AdaptiveQueue(WaitingQueue):
                              f"low_depth={low_depth!r}, ratio_cap={ratio_cap!r}")
         self.low_depth = int(low_depth)
         self.ratio_cap = float(ratio_cap)
-        self._fcfs = KeyQueue(lambda j: j.arrival, name="fcfs")
         self._sjf = KeyQueue(lambda j: (j.est_service, j.arrival), name="sjf")
-        self._hrrn = HRRNQueue()
+        self._hrrn = HRRNQueue()  # also the set of waiting jobs
+        self._seq: dict[int, int] = {}  # push order, FCFS's tie-break
+        self._count = itertools.count()
         self.mode_counts = {"fcfs": 0, "sjf": 0, "hrrn": 0}
-        self._peeked: tuple[float, str] | None = None
+        self._peeked: tuple[float, str, Job] | None = None
 
     def mode(self, now: float) -> str:
         """The order the next decision at ``now`` will use."""
-        if len(self._fcfs) < self.low_depth:
+        if len(self._hrrn) < self.low_depth:
             return "fcfs"
         top = self._hrrn.peek(now)
         ratio = 1.0 + (now - top.arrival) / max(top.est_service, self._hrrn.min_service)
         return "hrrn" if ratio > self.ratio_cap else "sjf"
 
-    def _sub(self, mode: str) -> WaitingQueue:
-        return {"fcfs": self._fcfs, "sjf": self._sjf, "hrrn": self._hrrn}[mode]
-
     def push(self, job: Job) -> None:
-        self._fcfs.push(job)
         self._sjf.push(job)
         self._hrrn.push(job)
+        self._seq[id(job)] = next(self._count)
         self._peeked = None
 
     def peek(self, now: float) -> Job:
-        if not self._fcfs:
+        if not self._hrrn:
             raise self._empty()
         if self._peeked is None or self._peeked[0] != now:
-            self._peeked = (now, self.mode(now))
-        return self._sub(self._peeked[1]).peek(now)
+            mode = self.mode(now)
+            if mode == "fcfs":  # fewer than low_depth jobs: a scan is the cheapest FCFS
+                job = min(self._hrrn, key=lambda j: (j.arrival, self._seq[id(j)]))
+            else:
+                job = (self._sjf if mode == "sjf" else self._hrrn).peek(now)
+            self._peeked = (now, mode, job)
+        return self._peeked[2]
 
     def pop(self, now: float) -> Job:
         job = self.peek(now)
-        mode = self._peeked[1]
-        self.mode_counts[mode] += 1
-        for q in (self._fcfs, self._sjf, self._hrrn):
-            q.remove(job)
-        self._peeked = None
+        self.mode_counts[self._peeked[1]] += 1
+        self.remove(job)
         return job
 
     def remove(self, job: Job) -> bool:
         self._peeked = None
-        found = self._fcfs.remove(job)
-        self._sjf.remove(job)
-        self._hrrn.remove(job)
+        found = self._hrrn.remove(job)
+        if found:
+            self._sjf.remove(job)
+            del self._seq[id(job)]
         return found
 
     def __len__(self) -> int:
-        return len(self._fcfs)
+        return len(self._hrrn)
 
     def __iter__(self) -> Iterator[Job]:
-        return iter(self._fcfs)
+        return iter(self._hrrn)
 
 
 # ----------------------------------------------------------------------------- registry

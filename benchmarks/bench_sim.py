@@ -11,10 +11,10 @@ shared machine are noisy; ratios are what carry over):
 1. **Simulator vs SimPy.** ``asrsched.sim.simulate`` and the step-by-step SimPy model
    in ``benchmarks/simpy_reference.py`` run the same traces; per-request results must
    agree (|difference| <= 1e-9 s on admit, first token and finish, identical
-   everything else) and the speed ratio is SimPy time / simulator time.
+   everything else) and the speed ratio is SimPy time / simulator time, for the
+   default (compiled) engine and, for reference, the pure-Python ``Engine``.
 2. **Scheduling decision overhead** per admitted request (push + peek + pop,
-   amortised) at queue depths 10 ... 10,000 for fcfs / sjf / hrrn / adaptive (and a
-   proposed numba-compiled HRRN ranking, same decisions), with
+   amortised) at queue depths 10 ... 10,000 for fcfs / sjf / hrrn / adaptive, with
    the queue held at that depth; baseline: FCFS (a binary heap) at the same depth.
 3. **Bounded memory.** A long run through ``trace_chunks`` + ``SummarySink`` in a fresh
    process, peak RSS (``VmHWM``) against a run 10x shorter and against the bare
@@ -51,62 +51,9 @@ from asrsched.service import default_service_model  # noqa: E402
 from asrsched.sim import OverloadWarning, SummarySink, simulate, trace_chunks  # noqa: E402
 from asrsched.workloads import make_trace  # noqa: E402
 
-POLICIES = ("fcfs", "sjf", "hrrn", "adaptive", "hrrn-numba-proposal")
+POLICIES = ("fcfs", "sjf", "hrrn", "adaptive")
 DEPTHS = (10, 100, 1_000, 10_000)
 CHUNK = 100_000  # trace chunk of the memory runs (both runs hold whole chunks, so compare like with like)
-
-
-# ----------------------------------------------------------------------------- a proposed HRRN ranking
-
-
-def _register_numba_hrrn() -> None:
-    """``hrrn-numba-proposal``: HRRNQueue with its argmax in one compiled pass (a proposal, not the package's).
-
-    Same decisions as :class:`asrsched.policies.HRRNQueue` (largest ``(now - a) / S``,
-    exact ties to the earliest arrival, then the lowest slot); measured here so the
-    lead can weigh the change with numbers from the same run.
-    """
-    import numba
-
-    from asrsched.policies import POLICIES as REGISTRY
-    from asrsched.policies import HRRNQueue
-
-    @numba.njit(cache=True, nogil=True)
-    def argbest(arr, inv, n, now):
-        best, br, ba = 0, (now - arr[0]) * inv[0], arr[0]
-        for i in range(1, n):
-            r = (now - arr[i]) * inv[i]
-            if r > br or (r == br and arr[i] < ba):
-                best, br, ba = i, r, arr[i]
-        return best
-
-    class NumbaHRRN(HRRNQueue):
-        name = "hrrn-numba-proposal"
-
-        def _argbest(self, now: float) -> int:
-            n = len(self._jobs)
-            if n == 0:
-                raise self._empty()
-            pk = self._peeked
-            if pk is not None and pk[0] == now:
-                return pk[1]
-            best = argbest(self._arr, self._inv, n, now)
-            self._peeked = (now, best)
-            return best
-
-    argbest(np.zeros(2), np.ones(2), 2, 1.0)  # compile outside the timed region
-    # same decisions as the package's HRRN on random queues with ties
-    rng = np.random.default_rng(1)
-    for _ in range(200):
-        n = int(rng.integers(1, 40))
-        a, b = HRRNQueue(), NumbaHRRN()
-        for i in range(n):
-            j = Job(i, float(rng.integers(0, 5)), float(rng.choice([0.5, 1.0, 2.0])))
-            a.push(j)
-            b.push(j)
-        now = 5.0 + float(rng.integers(0, 3))
-        assert [a.pop(now).rid for _ in range(n)] == [b.pop(now).rid for _ in range(n)]
-    REGISTRY["hrrn-numba-proposal"] = NumbaHRRN
 
 
 # ----------------------------------------------------------------------------- 1. simulator vs SimPy
@@ -121,11 +68,14 @@ def bench_vs_simpy(n: int, repeats: int) -> list[dict]:
         tr = make_trace(workload, rate=rate, n=n, seed=1)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OverloadWarning)
-            t_fast = []
+            t_fast, t_py = [], []
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                res = simulate(tr, policy)
+                res = simulate(tr, policy)  # default engine: compiled for the built-in policies
                 t_fast.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                simulate(tr, policy, engine="python")
+                t_py.append(time.perf_counter() - t0)
         t_ref = []
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -139,11 +89,13 @@ def bench_vs_simpy(n: int, repeats: int) -> list[dict]:
         assert diff <= 1e-9, f"per-request times differ by {diff} s ({workload}, {rate}, {policy})"
         summ = res.summary()
         rows.append(dict(workload=workload, rate=rate, policy=policy, n=n, sim_s=min(t_fast), simpy_s=min(t_ref),
-                         ratio=min(t_ref) / min(t_fast), max_abs_diff_s=diff, sim_events=res.events,
+                         ratio=min(t_ref) / min(t_fast), python_engine_s=min(t_py),
+                         python_engine_ratio=min(t_ref) / min(t_py), max_abs_diff_s=diff, sim_events=res.events,
                          mean_running=float(np.average(res.timeline["running"])),
                          p50_e2el_ms=summ["p50_e2el_ms"]))
         print(f"  vs SimPy {workload:11s} {rate:5.1f} req/s {policy:5s}: sim {min(t_fast):7.3f} s, "
-              f"SimPy {min(t_ref):7.3f} s, x{rows[-1]['ratio']:.1f}, max |diff| {diff:.1e} s", flush=True)
+              f"SimPy {min(t_ref):7.3f} s, x{rows[-1]['ratio']:.1f} (Python engine x{rows[-1]['python_engine_ratio']:.1f}),"
+              f" max |diff| {diff:.1e} s", flush=True)
     return rows
 
 
@@ -189,7 +141,6 @@ def _decision_cost(policy: str, depth: int, budget_s: float, rng: np.random.Gene
 
 
 def bench_decisions(budget_s: float) -> list[dict]:
-    _register_numba_hrrn()
     rows = []
     rng = np.random.default_rng(0)
     for depth in DEPTHS:
@@ -276,6 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
     quick = args.quick
     out = args.out or HERE / "results" / ("bench_sim_quick.json" if quick else "bench_sim.json")
     n_cmp, repeats, budget, n_big = (5_000, 1, 0.3, 1_000_000) if quick else (20_000, 3, 1.0, 10_000_000)
+    simulate(make_trace("librispeech", rate=5.0, n=50, seed=0), "hrrn")  # compile the numba kernels untimed
 
     print(f"1. simulator vs SimPy ({n_cmp:,} requests per trace, default service model, max_num_seqs=32)")
     simpy_rows = bench_vs_simpy(n_cmp, repeats)
