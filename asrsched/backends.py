@@ -24,8 +24,9 @@ and ``transcribe`` returns a dict with (at least) the keys of :data:`RESULT_KEYS
 ``total_s``            wall time of the whole call
 =====================  ==========================================================
 
-Backends may add keys (``first_segment_s``, ``features_s``, ``fallbacks``, ``cpu_s``
-— the process CPU time of the call, which shared machines inflate less than wall time).
+Backends may add keys (``first_segment_s``, ``features_s``, ``fallbacks``, and
+``cpu_s`` / ``encode_cpu_s`` / ``decode_cpu_s`` — process CPU time, which load from
+other processes on a shared machine inflates far less than wall time).
 :func:`make_backend` builds one by name; ``"faster-whisper"`` is the default and
 ``"vllm"`` is provided by :mod:`asrsched.vllm_backend` when it is installed.
 """
@@ -76,25 +77,29 @@ class _TimedCT2:
         self.t0 = t0
         self.encode_s = 0.0
         self.decode_s = 0.0
+        self.encode_cpu_s = 0.0
+        self.decode_cpu_s = 0.0
         self.windows = 0
         self.calls: list[dict] = []
         self.first_encode_start: float | None = None
         self.first_token_at: float | None = None
 
     def encode(self, features, *args, **kw):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         if self.first_encode_start is None:
             self.first_encode_start = t
         out = self._inner.encode(features, *args, **kw)
         self.encode_s += time.perf_counter() - t
+        self.encode_cpu_s += time.process_time() - c
         self.windows += 1
         return out
 
     def generate(self, features, prompts, *args, **kw):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         res = self._inner.generate(features, prompts, *args, **kw)
         dt = time.perf_counter() - t
         self.decode_s += dt
+        self.decode_cpu_s += time.process_time() - c
         for r in res:
             lens = [len(s) for s in r.sequences_ids] or [0]
             steps = max(lens) + 1  # + the end-of-text step
@@ -108,9 +113,10 @@ class _TimedCT2:
         return res
 
     def detect_language(self, *args, **kw):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = self._inner.detect_language(*args, **kw)
         self.decode_s += time.perf_counter() - t
+        self.decode_cpu_s += time.process_time() - c
         return out
 
     def __getattr__(self, name):
@@ -217,6 +223,8 @@ class FasterWhisperBackend:
             "first_segment_s": first_seg if first_seg is not None else math.nan,
             "total_s": total,
             "cpu_s": cpu,
+            "encode_cpu_s": tm.encode_cpu_s,
+            "decode_cpu_s": tm.decode_cpu_s,
         }
 
     def batch_step_times(self, audios: list[np.ndarray], language: str, batch_sizes=(1, 2, 4),

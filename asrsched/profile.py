@@ -67,13 +67,15 @@ __all__ = [
 ]
 
 TOKEN_COLUMNS = ("decode_steps", "tokens_generated", "tokens_kept", "tokens_text")
+#: clock -> (total, encoder, decoder) columns
+CLOCKS = {"wall": ("total_s", "encode_s", "decode_s"), "cpu": ("cpu_s", "encode_cpu_s", "decode_cpu_s")}
 DURATION_COLUMNS = ("audio_s", "speech_s", "vad_silero_s", "vad_energy_s")
 COLUMNS = [
     "utt_id", "key", "language", "silence", "path", "ok", "error_reason", "error",
     "audio_s", "header_s", "speech_s", "vad_silero_s", "vad_silero_cost_s", "vad_energy_s", "vad_energy_cost_s",
     "windows_nominal", "windows", "tokens_kept", "tokens_text", "tokens_generated", "decode_steps",
     "generate_calls", "fallbacks", "encode_s", "decode_s", "features_s", "first_token_s", "first_segment_s",
-    "total_s", "cpu_s", "repeats", "rtf", "rtfx", "wer", "text", "hypothesis", "backend", "model",
+    "total_s", "cpu_s", "encode_cpu_s", "decode_cpu_s", "repeats", "rtf", "rtfx", "wer", "text", "hypothesis", "backend", "model",
 ]
 _BOOL = {"True": True, "False": False, "true": True, "false": False, "1": True, "0": False}
 
@@ -269,7 +271,7 @@ def _measure_one(r: dict, backend, vad_methods, speech_duration, warmed: bool, r
         return rec
     for k in ("tokens_kept", "tokens_text", "tokens_generated", "decode_steps", "generate_calls", "fallbacks",
               "windows", "encode_s", "decode_s", "features_s", "first_token_s", "first_segment_s", "total_s",
-              "cpu_s"):
+              "cpu_s", "encode_cpu_s", "decode_cpu_s"):
         rec[k] = res.get(k, math.nan)
     rec["repeats"] = repeats
     rec["hypothesis"] = res.get("text", "")
@@ -396,6 +398,7 @@ def fit_service_model(
     batch: Sequence[dict] | pd.DataFrame | None = None,
     window_s: float = 30.0,
     source: str = "",
+    clock: str = "wall",
     extra_fit: dict | None = None,
 ) -> ServiceModel:
     """Fit the :class:`ServiceModel` from measured rows (``ok`` rows only).
@@ -409,11 +412,19 @@ def fit_service_model(
       ``FasterWhisperBackend.batch_step_times``): least squares of
       ``step_s(b) / step_s(1) - 1 = slope x (b - 1)``; 0 when not measured;
     * ``kappa`` and ``kappa_ci`` from ``kappa``.
+
+    ``clock="wall"`` (default) fits wall time (``total_s``, ``encode_s``, ``decode_s``);
+    ``clock="cpu"`` fits process CPU time (``cpu_s``, ``encode_cpu_s``, ``decode_cpu_s``),
+    which on a shared, loaded machine is the stable quantity: it approximates the wall
+    time of the same engine on one dedicated core.
     """
     from scipy.optimize import nnls
 
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
+    T, E, D = CLOCKS[clock]
     tok = kappa.tokens
-    need = ["total_s", "encode_s", "windows", "windows_nominal", tok]
+    need = [T, E, "windows", "windows_nominal", tok]
     miss = [c for c in need if c not in df]
     if miss:
         raise ValueError(f"measurement table is missing column(s) {', '.join(miss)}")
@@ -422,15 +433,16 @@ def fit_service_model(
     n_dropped = int(len(df) - len(d))
     if len(d) < 3:
         raise ValueError(f"need at least 3 good rows to fit the service model, have {len(d)}")
-    enc = float(d["encode_s"].sum() / max(d["windows"].sum(), 1))
-    y = d["total_s"].to_numpy(float) - enc * d["windows_nominal"].to_numpy(float)
+    enc = float(d[E].sum() / max(d["windows"].sum(), 1))
+    y = d[T].to_numpy(float) - enc * d["windows_nominal"].to_numpy(float)
     A = np.c_[d[tok].to_numpy(float), np.ones(len(d))]
     (step, over), _ = nnls(A, y)
     pred = enc * d["windows_nominal"].to_numpy(float) + A @ np.array([step, over])
-    tot = d["total_s"].to_numpy(float)
+    tot = d[T].to_numpy(float)
     ss_tot = float(((tot - tot.mean()) ** 2).sum())
     # decoder-only cross-check: decode_s = a + b x tokens
-    dec_slope = float(np.polyfit(d[tok].astype(float), d["decode_s"].astype(float), 1)[0]) if np.ptp(d[tok]) > 0 else float("nan")
+    dec_slope = (float(np.polyfit(d[tok].astype(float), d[D].astype(float), 1)[0])
+                 if np.ptp(d[tok]) > 0 and D in d and d[D].notna().all() else float("nan"))
     slope, batch_rows = 0.0, []
     if batch is not None and len(batch):
         bt = pd.DataFrame(batch)
@@ -441,6 +453,7 @@ def fit_service_model(
             slope = max(0.0, float((xb * (bt["ratio"] - 1)).sum() / (xb * xb).sum()))
         batch_rows = bt.to_dict("records")
     fit = {
+        "clock": clock,
         "n_rows": int(len(d)),
         "n_dropped": n_dropped,
         "tokens_column": tok,
@@ -462,10 +475,11 @@ def fit_service_model(
         window_s=window_s,
         kappa=kappa.kappa,
         kappa_ci=kappa.ci,
-        name=name,
+        name=name + ("/cpu-time" if clock == "cpu" else ""),
         source=source,
         assumptions=(
-            f"kappa = {tok} per second of {kappa.duration} (decoder passes, temperature fallbacks included); "
+            ("times are process CPU seconds (~ wall time on one dedicated core); " if clock == "cpu" else "")
+            + f"kappa = {tok} per second of {kappa.duration} (decoder passes, temperature fallbacks included); "
             "encode_s_per_window = measured encoder time per encoder run; decode_s_per_token and overhead_s "
             "from a non-negative least-squares fit of total time; decode_batch_slope from batched generate "
             "timings (0 if not measured)"
@@ -528,8 +542,10 @@ def validate_holdout(model: ServiceModel, held: pd.DataFrame, *, tokens: str = "
         rec = simulate(tr, "fcfs", model, max_num_seqs=1, warn_overload=False).records.sort_values("rid")
         pred = (rec["finish"] - rec["admit"]).to_numpy(float)
         method = "asrsched.sim.simulate (fcfs, max_num_seqs=1, sequential arrivals)"
-    meas = h["total_s"].to_numpy(float)
+    clock = model.fit.get("clock", "wall") if model.fit else "wall"
+    meas = h[CLOCKS[clock][0]].to_numpy(float)
     return {
+        "clock": clock,
         "n": int(len(h)),
         "tokens": tokens,
         "method": method,
@@ -558,7 +574,9 @@ def silence_estimates(df: pd.DataFrame, model: ServiceModel, *, tokens: str | No
     silero and energy VAD speech durations, and the true speech duration (known
     for synthesised clips). Estimated tokens = ``kappa[lang] x d``; estimated
     time = ``model.service_time(audio_s, lang, tokens=...)`` (the encoder still
-    sees the whole file). Errors are relative: estimate / measured - 1.
+    sees the whole file), compared with the measured time on the model's clock
+    (``measured_time_s``; ``total_s`` is the wall time the estimator's cost is set
+    against). Errors are relative: estimate / measured - 1.
     """
     tok_col = tokens or model.fit.get("tokens_column", "decode_steps")
     d = df[df["ok"].astype(bool)].copy()
@@ -572,12 +590,14 @@ def silence_estimates(df: pd.DataFrame, model: ServiceModel, *, tokens: str | No
                 continue
             et = model.kappa_for(r.language) * dur
             st = model.service_time(r.audio_s, r.language, tokens=et)
+            measured_t = getattr(r, CLOCKS[model.fit.get("clock", "wall")][0])
             meas_tok = getattr(r, tok_col)
             cost = getattr(r, f"{col[:-2]}_cost_s", 0.0) if col.startswith("vad_") else 0.0
             out.append(dict(utt_id=r.utt_id, key=r.key, language=r.language, silence=bool(r.silence),
                             estimator=est, duration_used_s=dur, audio_s=r.audio_s,
                             est_tokens=et, tokens=meas_tok, tokens_rel_error=et / meas_tok - 1 if meas_tok else math.nan,
-                            est_time_s=st, total_s=r.total_s, time_rel_error=st / r.total_s - 1,
+                            est_time_s=st, measured_time_s=measured_t, total_s=r.total_s,
+                            time_rel_error=st / measured_t - 1,
                             estimator_cost_s=cost))
     return pd.DataFrame(out)
 
@@ -643,6 +663,13 @@ class ProfileRun:
                        f"predicted {h['predicted_mean_s']:.3f} s from kappa x duration ({100 * h['rel_error']:+.1f} %), "
                        f"{hm['predicted_mean_s']:.3f} s from measured tokens ({100 * hm['rel_error']:+.1f} %) "
                        f"[{h['method']}]")
+        oc = sm.fit.get("other_clock") or {}
+        if oc:
+            out.append(f"  on the {oc['clock']} clock: encode {oc['encode_s_per_window']:.3f} s/window, decode "
+                       f"{1000 * oc['decode_s_per_token']:.2f} ms/token, overhead {oc['overhead_s']:.3f} s, R2 "
+                       f"{oc['r2_total_measured_tokens']:.3f}; held-back mean {oc['holdout']['measured_mean_s']:.3f} s "
+                       f"measured vs {oc['holdout']['predicted_mean_s']:.3f} s predicted "
+                       f"({100 * oc['holdout']['rel_error']:+.1f} %)")
         v = self.vad
         if len(v) and v["silence"].any():
             s = v[v["silence"]].set_index("estimator")
@@ -701,6 +728,7 @@ def run_profile(
     resume: bool = True,
     cache: str | os.PathLike | None = None,
     repeats: int = 1,
+    clock: str = "wall",
     progress: bool = True,
 ) -> ProfileRun:
     """Synthesise a corpus, measure it on a real backend, fit kappa and the ServiceModel, validate.
@@ -719,7 +747,9 @@ def run_profile(
     the measurements go to ``out_dir/measurements.csv`` as they are made (resumable)
     and the fits beside them. ``cache``: corpus cache folder (default ``$ASRSCHED_CACHE``
     or ``~/.cache/asrsched``). ``repeats``: transcriptions per clip, the fastest kept
-    (use 3 on a shared machine).
+    (use 3 on a shared machine). ``clock``: ``"wall"`` or ``"cpu"`` (see
+    :func:`fit_service_model`); the other clock's fit and hold-out check go into
+    ``service_model.fit["other_clock"]`` when the backend reports both.
     """
     from .backends import BACKENDS, ENGLISH_ONLY, make_backend
     from .corpus import LANGUAGES, SilenceSpec, build_corpus
@@ -735,6 +765,8 @@ def run_profile(
         raise ValueError(f"model {model!r} is English-only; for languages {languages} use model='base'")
     if isinstance(backend, str) and backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)} (or a backend object); got {backend!r}")
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
     if kappa_tokens not in TOKEN_COLUMNS:
         raise ValueError(f"kappa_tokens must be one of {', '.join(TOKEN_COLUMNS)}; got {kappa_tokens!r}")
     for nm, v, lo in (("n_per_language", n_per_language, 1), ("n_silence_per_language", n_silence_per_language, 0),
@@ -749,7 +781,7 @@ def run_profile(
                   languages=languages, n_per_language=n_per_language, n_silence_per_language=n_silence_per_language,
                   silence=sil.__dict__, beam_size=beam_size, temperature_fallback=bool(temperature_fallback), compute_type=compute_type, cpu_threads=cpu_threads,
                   batch_sizes=list(batch_sizes), holdout_frac=holdout_frac, kappa_tokens=kappa_tokens,
-                  sample=sample, max_s=max_s, seed=seed, repeats=repeats)
+                  sample=sample, max_s=max_s, seed=seed, repeats=repeats, clock=clock)
     timings: dict[str, float] = {}
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     t0 = time.perf_counter()
@@ -797,19 +829,28 @@ def run_profile(
     kappas = {t: fit_kappa(train, tokens=t, n_boot=n_boot, seed=seed) for t in TOKEN_COLUMNS}
     kfit = kappas[kappa_tokens]
     desc = getattr(be, "description", f"whisper-{model}/{params['backend']}")
-    sm = fit_service_model(train, kfit, name=desc, batch=batch,
-                           source=f"asrsched.profile.run_profile({json.dumps(params, default=str)})",
-                           extra_fit={"kappa_tables": {t: k.table.to_dict("records") for t, k in kappas.items()},
-                                      "n_failed_rows": int((~meas["ok"]).sum()),
-                                      "machine": {"cpus": os.cpu_count(), "load_avg_1min_start": load0,
-                                                  "load_avg_1min_end": os.getloadavg()[0]
-                                                  if hasattr(os, "getloadavg") else float("nan")},
-                                      "failed_reasons": meas.loc[~meas["ok"], "error_reason"].value_counts().to_dict()})
+    extra = {"kappa_tables": {t: k.table.to_dict("records") for t, k in kappas.items()},
+             "n_failed_rows": int((~meas["ok"]).sum()),
+             "machine": {"cpus": os.cpu_count(), "load_avg_1min_start": load0,
+                         "load_avg_1min_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")},
+             "failed_reasons": meas.loc[~meas["ok"], "error_reason"].value_counts().to_dict()}
+    src = f"asrsched.profile.run_profile({json.dumps(params, default=str)})"
+    sm = fit_service_model(train, kfit, name=desc, batch=batch, source=src, clock=clock, extra_fit=extra)
     hold = validate_holdout(sm, held) if len(held) else {}
     hold_m = validate_holdout(sm, held, tokens=kappa_tokens) if len(held) else {}
+    other = {}
+    oc = "cpu" if clock == "wall" else "wall"
+    ok_rows = train[train["ok"].astype(bool)]
+    if len(held) and len(ok_rows) and ok_rows[list(CLOCKS[oc][:2])].notna().all().all():
+        so = fit_service_model(train, kfit, name=desc, batch=batch, clock=oc)
+        ho = validate_holdout(so, held)
+        other = {"clock": oc, "encode_s_per_window": so.encode_s_per_window,
+                 "decode_s_per_token": so.decode_s_per_token, "overhead_s": so.overhead_s,
+                 "r2_total_measured_tokens": so.fit["r2_total_s_measured_tokens"],
+                 "holdout": {k: v for k, v in ho.items() if k not in ("predicted", "per_language")}}
     sm = ServiceModel.from_dict({**sm.to_dict(), "fit": {**sm.fit, "holdout": {
         k: v for k, v in hold.items() if k != "predicted"}, "holdout_measured_tokens": {
-        k: v for k, v in hold_m.items() if k != "predicted"}}})
+        k: v for k, v in hold_m.items() if k != "predicted"}, "other_clock": other}})
     est = silence_estimates(meas, sm)
     vad = vad_summary(est)
     timings["total_s"] = time.perf_counter() - t0
@@ -837,6 +878,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--holdout", type=float, default=0.25)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeats", type=int, default=1, help="transcriptions per clip; the fastest is kept")
+    p.add_argument("--clock", default="wall", help="wall (default) or cpu: which time the ServiceModel fits")
     p.add_argument("--out-dir", default="runs/profile", help="measurements.csv and fits go here")
     p.add_argument("--out", default=None, help="also write the ServiceModel JSON here")
     a = p.parse_args(argv)
@@ -845,7 +887,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       temperature_fallback=a.fallback,
                       compute_type=a.compute_type, cpu_threads=a.cpu_threads,
                       batch_sizes=[int(b) for b in a.batch_sizes.split(",") if b], holdout_frac=a.holdout,
-                      seed=a.seed, repeats=a.repeats, out_dir=a.out_dir)
+                      seed=a.seed, repeats=a.repeats, clock=a.clock, out_dir=a.out_dir)
     if a.out:
         run.service_model.to_json(a.out)
     print(run.report())

@@ -39,7 +39,8 @@ def synthetic(kappas={"en": 4.0, "es": 5.5}, n=40, seed=0, noise=True):
                              vad_silero_cost_s=0.01, vad_energy_cost_s=0.001,
                              windows=w[i], windows_nominal=w[i], decode_steps=tok[i], tokens_generated=tok[i],
                              tokens_kept=tok[i], tokens_text=tok[i], encode_s=enc[i],
-                             decode_s=tok[i] * TRUE["step"], total_s=tot[i]))
+                             decode_s=tok[i] * TRUE["step"], total_s=tot[i], cpu_s=1.5 * tot[i],
+                             encode_cpu_s=1.5 * enc[i], decode_cpu_s=1.5 * tok[i] * TRUE["step"]))
     return pd.DataFrame(rows)
 
 
@@ -111,6 +112,20 @@ def test_service_model_fit_recovers_coefficients_and_batch_slope(tmp_path):
     back = ServiceModel.from_json(sm.to_json(tmp_path / "p.json"))
     assert back.kappa == sm.kappa and back.kappa_ci == sm.kappa_ci
     assert back.service_time(10.0, "en") == pytest.approx(sm.service_time(10.0, "en"))
+
+
+def test_cpu_clock_fits_cpu_time():
+    df = synthetic(n=80, seed=2)
+    kf = fit_kappa(df, n_boot=50)
+    wall = fit_service_model(df, kf, clock="wall")
+    cpu = fit_service_model(df, kf, clock="cpu")
+    assert cpu.encode_s_per_window == pytest.approx(1.5 * wall.encode_s_per_window, rel=1e-9)
+    assert cpu.decode_s_per_token == pytest.approx(1.5 * wall.decode_s_per_token, rel=1e-6)
+    assert cpu.name.endswith("/cpu-time") and cpu.fit["clock"] == "cpu"
+    h = validate_holdout(cpu, df)
+    assert h["clock"] == "cpu" and h["measured_mean_s"] == pytest.approx(df["cpu_s"].mean())
+    with pytest.raises(ValueError, match="clock must be one of wall, cpu"):
+        fit_service_model(df, kf, clock="gpu")
 
 
 def test_holdout_prediction_through_the_simulator():
