@@ -1,0 +1,191 @@
+"""The ASR A/B study: null effects centred on zero, reproducibility, tables vs hand computation, notebook."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from asrsched import abasr as A
+from asrsched.abasr import (
+    ASRStudyConfig,
+    best_table,
+    p90_cost_trajectory,
+    quantile_estimate,
+    recommendation,
+    run_study,
+    summary_table,
+)
+from asrsched.abtest.estimators import Trajectory, mixed_dq, qdq, wdq
+
+TINY = dict(workloads=("librispeech",), n_replicas=2, load=0.9, n_requests=2500, warmup_s=5.0, block_s=10.0,
+            burn_in_s=2.0, sb_burn_ins=(0.0, 2.0), L=150, L_factors=(0.5, 1.0), n_batches=10, alpha_batches=20,
+            reps=3, truth_seeds=2)
+
+
+def _null_check(res, min_rows):
+    """Every estimator's replications are centred on zero: |mean| <= 4 standard errors."""
+    e = res.estimates[res.estimates.headline.astype(bool)]
+    groups = list(e.groupby(["factor", "design", "estimator", "metric", "stat"]))
+    assert len(groups) >= min_rows
+    for key, g in groups:
+        v = g.estimate.to_numpy(float)
+        se = v.std(ddof=1) / math.sqrt(len(v))
+        assert abs(v.mean()) <= 4 * se + 1e-12, (key, v)
+    assert (res.truth.gte == 0).all()  # the same setting twice is one run: the truth is exactly zero
+
+
+def test_identical_policies_centre_every_estimator_on_zero():
+    cfg = ASRStudyConfig(**dict(TINY, reps=8, n_requests=2000), routing_control="pod2", routing_treatment="pod2",
+                         scheduling_control="hrrn", scheduling_treatment="hrrn", scheduling_router="pod2")
+    res = run_study(cfg, n_jobs=1, progress=False)
+    # routing: naive, qdq, wdq, mixed, group, switchback; scheduling: replica, switchback; x 2 metrics x 2 stats
+    _null_check(res, min_rows=8 * 4)
+
+
+def test_random_vs_random_router_shows_no_effect():
+    cfg = ASRStudyConfig(**dict(TINY, reps=8, n_requests=2000), routing_control="random", routing_treatment="random",
+                         scheduling_designs=())
+    res = run_study(cfg, n_jobs=1, progress=False)
+    _null_check(res, min_rows=6 * 4)
+    # the arms also see the same fleet: treated share equals p and per-arm load is balanced
+    assert abs(res.little[res.little.design == "bernoulli"].treated_share.mean() - 0.5) < 0.02
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return run_study(ASRStudyConfig(**TINY), n_jobs=1, progress=False)
+
+
+def test_study_reproducible_from_seed_and_in_parallel(tiny):
+    a = tiny
+    sub = dict(TINY, scheduling_designs=("replica",), routing_designs=("bernoulli",))
+    # every task's seed derives from (seed, workload, replication, design): a subset study, run on two
+    # worker processes, reproduces the same rows
+    b = run_study(ASRStudyConfig(**sub), n_jobs=2, progress=False)
+    c = run_study(ASRStudyConfig(**dict(sub, seed=1)), n_jobs=1, progress=False)
+    key = ["workload", "factor", "design", "rep", "metric", "stat", "estimator", "L", "burn_in"]
+    sa = a.estimates[a.estimates.design.isin(["bernoulli", "replica"])].sort_values(key).reset_index(drop=True)
+    sb = b.estimates.sort_values(key).reset_index(drop=True)
+    pd.testing.assert_frame_equal(sa, sb)
+    pd.testing.assert_frame_equal(a.truth, b.truth)
+    kc = c.estimates.sort_values(key).reset_index(drop=True)
+    assert len(kc) == len(sa) and not np.allclose(sa.estimate, kc.estimate)
+    # the true effect of duration-aware routing is real and negative; Little's law holds in every run
+    t = a.truth.set_index(["factor", "metric", "stat"])
+    assert t.loc[("routing", "ttft", "mean"), "gte"] < -3 * t.loc[("routing", "ttft", "mean"), "gte_se"]
+    assert a.little.rel_gap.abs().max() < 0.05
+
+
+def test_summary_matches_hand_computation_and_tables_are_consistent(tiny):
+    res = tiny
+    s = summary_table(res)
+    row = s[(s.design == "bernoulli") & (s.estimator == "naive") & (s.metric == "e2el") & (s.stat == "mean")].iloc[0]
+    v = res.estimates.query("design == 'bernoulli' and estimator == 'naive' and metric == 'e2el' and stat == 'mean'")
+    runs = res.truth_runs[res.truth_runs.policy == "fcfs"]
+    truth = runs.pivot_table(index="k", columns="router", values="mean_e2el")
+    gte = float((truth["least_work"] - truth["random"]).mean())
+    assert row.truth == pytest.approx(gte)
+    assert row.bias == pytest.approx(v.estimate.mean() - gte)
+    assert row.mse == pytest.approx(np.mean((v.estimate - gte) ** 2))
+    assert row.sd == pytest.approx(v.estimate.std(ddof=1))
+    assert set(s.estimator) == {"naive", "group", "switchback", "qdq", "wdq", "mixed_dq"}
+    b = best_table(s)
+    for r in b.itertuples():
+        cell = s[(s.workload == r.workload) & (s.factor == r.factor) & (s.metric == r.metric) & (s.stat == r.stat)]
+        assert r.best_rmse == pytest.approx(cell.rmse.min())
+    text = recommendation(res, s)
+    top = b[(b.factor == "routing") & (b.stat == "mean")].best.iloc[0].split("/")[1]
+    assert "For an operator" in text and f"Lowest MSE: **{top}**" in text
+    ab = A.ablation_table(res)
+    assert set(ab.L) == {75, 150} and set(ab.estimator) == {"qdq", "wdq", "mixed_dq"}
+    bi = A.burn_in_table(res)
+    assert set(bi.burn_in_s) == {0.0, 2.0}
+    figs = [A.fig_truth(res), A.fig_estimates(res, summary=s), A.fig_rmse(s), A.fig_rmse(s, "scheduling"),
+            A.fig_tail(s), A.fig_ablation(ab)]
+    for f in figs:
+        assert f.layout.title.text and len(f.data) > 0
+
+
+def test_p90_influence_cost_tracks_quantile_differences():
+    rng = np.random.default_rng(0)
+    n = 200_000
+    z = (rng.random(n) < 0.5).astype(np.int8)
+    w = rng.lognormal(0.0, 0.5, n) * np.where(z == 1, 0.9, 1.0)
+    tr = Trajectory(arrival=np.arange(n, dtype=float), z=z, response=w, n_before=np.zeros(n), lam=1.0)
+    c = p90_cost_trajectory(tr).response
+    direct = np.quantile(w[z == 1], 0.9) - np.quantile(w[z == 0], 0.9)
+    linear = c[z == 1].mean() - c[z == 0].mean()
+    assert direct < -0.1 and linear == pytest.approx(direct, rel=0.1)
+    assert abs(c.mean() - np.quantile(w, 0.9)) < 1e-9  # centred on the pooled P90
+    assert quantile_estimate(tr, "naive").value == pytest.approx(direct)
+
+
+def test_mixed_dq_for_p90_mixes_a_mean_estimate_in():
+    """qDQ ignores the per-request cost: for P90, mixed DQ = alpha*wDQ(P90 cost) + (1-alpha)*qDQ(mean)."""
+    from asrsched.cluster import ABTest, cluster_trace, run_experiment
+
+    tr, lam = cluster_trace("librispeech", n_replicas=2, load=0.9, n_requests=3000, seed=2)
+    res = run_experiment(tr, ABTest(control="random", treatment="least_work"), n_replicas=2, seed=1, lam=lam)
+    t = res.trajectory("e2el")
+    tc = p90_cost_trajectory(t)
+    assert qdq(tc, 100).value == qdq(t, 100).value
+    m = mixed_dq(tc, 100, alpha=0.3)
+    assert m.value == pytest.approx(0.3 * wdq(tc, 100).value + 0.7 * qdq(t, 100).value)
+
+
+def test_bad_config_fails_before_any_run(monkeypatch):
+    monkeypatch.setattr(A, "map_tasks", lambda *a, **k: pytest.fail("ran before validating"))
+    bad = [
+        (dict(load=1.0), "load"),
+        (dict(p=0.0), "p: treatment probability"),
+        (dict(L=0), "L: the DQ horizon"),
+        (dict(L=5000), "n_requests: .* too few for a DQ horizon"),
+        (dict(reps=1), "reps"),
+        (dict(workloads=("podcasts",)), "workloads"),
+        (dict(burn_in_s=20.0), "burn_in_s"),
+        (dict(sb_burn_ins=(0.0, 12.0)), "sb_burn_ins"),
+        (dict(routing_treatment="fastest"), "treatment: unknown router"),
+        (dict(scheduling_designs=("bernoulli",)), "ill-defined"),
+        (dict(n_replicas=1), "n_replicas"),
+        (dict(block_s=200.0, burn_in_s=5.0), "block_s: a run of"),
+    ]
+    for kw, match in bad:
+        with pytest.raises(ValueError, match=match):
+            run_study(ASRStudyConfig(**dict(TINY, **kw)), n_jobs=1, progress=False)
+
+
+def test_cache_resumes_without_rerunning(tmp_path, monkeypatch):
+    cfg = ASRStudyConfig(**dict(TINY, scheduling_designs=("replica",), routing_designs=("bernoulli",)))
+    a = run_study(cfg, n_jobs=1, progress=False, cache_dir=tmp_path)
+    n_files = len(list(tmp_path.glob("*.json")))
+    assert n_files == 3 * 2 + 3 * 2  # 3 reps x 2 designs + 3 settings x 2 truth traces (random|fcfs is shared)
+    monkeypatch.setattr(A, "_dispatch", lambda **k: pytest.fail("recomputed a cached task"))
+    b = run_study(cfg, n_jobs=1, progress=False, cache_dir=tmp_path)
+    pd.testing.assert_frame_equal(a.estimates, b.estimates)
+    pd.testing.assert_frame_equal(a.truth, b.truth)
+
+
+@pytest.mark.slow
+def test_notebook_headless(tmp_path):
+    from asrsched.runner import run_notebook
+
+    r = run_notebook("06", {"WORKLOADS": ["librispeech"], "N_REPLICAS": 2, "LOAD": 0.9, "N_REQUESTS": 2500,
+                            "WARMUP_S": 5.0, "BLOCK_S": 10.0, "BURN_IN_S": 2.0, "SB_BURN_INS": [0.0, 2.0],
+                            "L": 150, "L_FACTORS": [0.5, 1.0], "REPS": 3, "TRUTH_SEEDS": 2, "N_JOBS": 1},
+                     run_dir=tmp_path / "run", figures_root=tmp_path / "fig", progress=False)
+    assert r.status == "ok", r.error
+    out = tmp_path / "fig" / "06_ab_asr_policies"
+    s = pd.read_csv(out / "estimator_summary.csv")
+    assert {"bias", "sd", "mse", "truth"} <= set(s.columns) and len(s) >= 20
+    t = pd.read_csv(out / "ground_truth.csv")
+    assert set(t.factor) == {"routing", "scheduling"}
+    for f in ("ground_truth_e2el", "routing_mean_e2el", "rmse_routing", "tail_mixed_dq"):
+        for ext in ("html", "png", "svg"):
+            assert (out / f"{f}.{ext}").stat().st_size > 1000
+    import nbformat
+
+    nb = nbformat.read(tmp_path / "run" / "06_ab_asr_policies.ipynb", as_version=4)
+    text = "".join(str(o.get("data", {}).get("text/markdown", "")) + "".join(o.get("text", ""))
+                   for c in nb.cells for o in c.get("outputs", []))
+    assert "For an operator" in text
