@@ -21,6 +21,7 @@ __all__ = ["fig_cdfs", "fig_latency_vs_load", "fig_prediction", "fig_calibration
 
 _NAMES = {"e2el": "E2EL", "ttft": "TTFT", "queue_delay": "queue delay"}
 _MODE = {"sim": "simulator (kappa x duration)", "replay": "simulator (measured tokens)"}
+_SHORT = {"sim": "simulated", "replay": "replayed"}
 
 
 def _levels(records: pd.DataFrame) -> list:
@@ -55,7 +56,7 @@ def fig_cdfs(records: pd.DataFrame, sim: pd.DataFrame | None = None, metric: str
             if s is not None and metric in s:
                 gs = s[(s.level == lv) & (s.policy == pol)]
                 x, y = latency_cdf(gs[metric].to_numpy(float), points=300)
-                fig.add_trace(go.Scatter(x=x, y=y, name=f"{pol} ({_MODE.get(mode, mode)})", legendgroup=pol,
+                fig.add_trace(go.Scatter(x=x, y=y, name=f"{pol}, {_SHORT.get(mode, mode)}", legendgroup=pol,
                                          showlegend=j == 1, mode="lines",
                                          line=dict(color=policy_color(pol), width=1.8, dash="dash", shape="hv")),
                               row=1, col=j)
@@ -67,7 +68,7 @@ def fig_cdfs(records: pd.DataFrame, sim: pd.DataFrame | None = None, metric: str
     if "fcfs" in p50 and len(p50) > 1:
         best = p50.drop("fcfs").idxmin()
         title = (f"{_NAMES[metric]} at {top} capacity: {best.upper()} median "
-                 f"{100 * (p50[best] / p50['fcfs'] - 1):+.0f} % vs FCFS (real server; dashed: simulator)")
+                 f"{100 * (p50[best] / p50['fcfs'] - 1):+.0f} % vs FCFS (real server; dashed: {_SHORT.get(mode, mode)})")
     else:
         title = f"{_NAMES[metric]} CDFs on the real server (dashed: simulator)"
     fig.update_layout(title=title, height=470, legend=dict(orientation="h", y=-0.2))
@@ -79,7 +80,8 @@ def fig_latency_vs_load(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_m
     """P50/P90 E2EL and TTFT (s) against load, per policy: real (solid) and simulated (dashed)."""
     label = {"p50_e2el_ms": "P50 E2EL", "p90_e2el_ms": "P90 E2EL", "p50_ttft_ms": "P50 TTFT",
              "p90_ttft_ms": "P90 TTFT"}
-    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[label.get(m, m) for m in metrics])
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[label.get(m, m) for m in metrics],
+                        horizontal_spacing=0.07)
     for j, m in enumerate(metrics, start=1):
         for pol, g in table.sort_values("load").groupby("policy", sort=False):
             fig.add_trace(go.Scatter(x=g["load"], y=g[m] / 1e3, name=pol, legendgroup=pol, showlegend=j == 1,
@@ -91,7 +93,7 @@ def fig_latency_vs_load(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_m
                                          marker=dict(symbol="x"),
                                          line=dict(color=policy_color(pol), width=1.5, dash="dash")), row=1, col=j)
         fig.update_xaxes(title_text="offered load (x capacity)", row=1, col=j)
-        fig.update_yaxes(title_text="seconds", row=1, col=j)
+    fig.update_yaxes(title_text="latency (s)", row=1, col=1)
     load, ch = headline_change(table, metrics[0])
     title = (f"Latency grows with load; at {load:g}x capacity SJF's {label.get(metrics[0])} is {ch:+.0f} % vs FCFS"
              if np.isfinite(ch) else "Latency against load on the real server (dashed: simulator)")
@@ -129,8 +131,8 @@ def fig_prediction(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms", "
                                  line=dict(color="#888", dash="dot")), row=1, col=j)
         fig.update_xaxes(title_text="measured on the real server (s)", type="log", row=1, col=j)
     fig.update_yaxes(title_text="simulated (s)", type="log", row=1, col=1)
-    parts = ", ".join(f"{'prediction' if k == 'sim' else 'replay'} {v:.0f} %" for k, v in errs.items())
-    fig.update_layout(title=f"Simulator vs real server, median |error| of P50/P90 E2EL and P50 TTFT: {parts}",
+    parts = ", ".join(f"{'predicted' if k == 'sim' else 'replayed'} {v:.0f} %" for k, v in errs.items())
+    fig.update_layout(title=f"Simulator vs real server: median |error| {parts}",
                       height=480, legend=dict(orientation="h", y=-0.25, font=dict(size=11)))
     return fig
 
