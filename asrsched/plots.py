@@ -20,8 +20,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -35,6 +36,10 @@ __all__ = [
     "export_table",
     "export_session",
     "figures_dir",
+    "fit_title",
+    "PRINT_WIDTH",
+    "PRINT_HEIGHT",
+    "PNG_SCALE",
 ]
 
 # Okabe-Ito palette (colour-blind safe), one fixed colour per policy.
@@ -77,11 +82,12 @@ TEMPLATE = go.layout.Template(
         paper_bgcolor="white",
         plot_bgcolor="white",
         colorway=OKABE_ITO,
-        xaxis=dict(showgrid=True, gridcolor="#e5e5e5", zeroline=False, linecolor="#444", ticks="outside",
-                   title=dict(font=dict(size=15))),
-        yaxis=dict(showgrid=True, gridcolor="#e5e5e5", zeroline=False, linecolor="#444", ticks="outside",
-                   title=dict(font=dict(size=15))),
+        xaxis=dict(showgrid=True, gridcolor="#e5e5e5", zeroline=False, showline=True, linecolor="#444",
+                   linewidth=1, ticks="outside", tickcolor="#444", automargin=True, title=dict(font=dict(size=15))),
+        yaxis=dict(showgrid=True, gridcolor="#e5e5e5", zeroline=False, showline=True, linecolor="#444",
+                   linewidth=1, ticks="outside", tickcolor="#444", automargin=True, title=dict(font=dict(size=15))),
         legend=dict(bgcolor="rgba(255,255,255,0.8)", font=dict(size=13)),
+        hoverlabel=dict(font=dict(size=13)),
         margin=dict(l=70, r=30, t=70, b=60),
     )
 )
@@ -126,6 +132,38 @@ def export_session() -> Iterator[None]:
                 kaleido.stop_sync_server(silence_warnings=True)
 
 
+STATIC_FORMATS = ("png", "svg", "pdf")
+FORMATS = ("html", *STATIC_FORMATS)
+_TITLE_CHAR_EM = 0.58  # mean glyph width of DejaVu Sans in em, for wrapping long titles
+
+
+def fit_title(fig: go.Figure, width: int = PRINT_WIDTH) -> go.Figure:
+    """Wrap a title too long for ``width`` px onto several lines (in place) and make room for it.
+
+    Titles state findings and get long; plotly never wraps them, so at print width they would run
+    off the page. Titles that already hold ``<br>`` or other markup are left alone.
+    """
+    title = fig.layout.title
+    text = title.text if title is not None else None
+    if not text or "<" in text:
+        return fig
+    size = (title.font.size if title.font and title.font.size else None) or TEMPLATE.layout.title.font.size or 18
+    max_chars = max(20, int(width * 0.95 / (_TITLE_CHAR_EM * size)))
+    if len(text) <= max_chars:
+        return fig
+    import textwrap
+
+    lines = textwrap.wrap(text, max_chars, break_long_words=False, break_on_hyphens=False)
+    top = fig.layout.margin.t if fig.layout.margin and fig.layout.margin.t is not None else TEMPLATE.layout.margin.t
+    fig.update_layout(title_text="<br>".join(lines), margin_t=top + (len(lines) - 1) * size * 1.3)
+    return fig
+
+
+def _check_name(value: str, what: str) -> None:
+    if not isinstance(value, str) or not value or value in (".", "..") or any(c in value for c in '/\\:*?"<>|'):
+        raise ValueError(f"{what} must be a plain file-name stem (no path separators), got {value!r}")
+
+
 def export_figure(
     fig: go.Figure,
     name: str,
@@ -138,25 +176,42 @@ def export_figure(
 ) -> dict[str, Path]:
     """Write ``fig`` as ``figures/<notebook>/<name>.{html,png,svg}``; returns the paths.
 
-    HTML inlines plotly.js (opens offline). PNG/SVG need Debian's chromium; if
-    it is missing, a ``RuntimeError`` says what to install (HTML is still written).
+    * HTML inlines plotly.js (about 4.8 MB; opens offline, no CDN); its camera button saves a PNG at
+      print size.
+    * PNG is ``width x height`` CSS px at scale ``PNG_SCALE`` (default 2700 x 1680 px, 360 dpi at
+      7.5 x 4.7 in); SVG (and PDF on request) at ``width x height``.
+    * Long titles are wrapped to fit ``width`` (:func:`fit_title`) in the exported copies only.
+
+    Static formats need Debian's chromium; if it is missing, a ``RuntimeError`` says what to install
+    (HTML is still written). Bad ``name``/``notebook``/``formats`` raise ``ValueError`` before
+    anything is written.
     """
+    _check_name(name, "name")
+    _check_name(notebook, "notebook")
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        raise ValueError(f"formats: unknown {bad or formats!r}; allowed: {', '.join(FORMATS)}")
     out = figures_dir(notebook, root)
     paths: dict[str, Path] = {}
-    fig = go.Figure(fig)  # a FigureWidget exports as a plain figure
+    fig = fit_title(go.Figure(fig), width)  # a FigureWidget exports as a plain figure; the caller's is untouched
     if "html" in formats:
         p = out / f"{name}.html"
-        fig.write_html(p, include_plotlyjs=True, full_html=True)
+        fig.write_html(p, include_plotlyjs=True, full_html=True, config={
+            "displaylogo": False,
+            "toImageButtonOptions": {"format": "png", "filename": name, "width": width, "height": height,
+                                     "scale": PNG_SCALE}})
         paths["html"] = p
-    static = [f for f in formats if f in ("png", "svg", "pdf")]
+    static = [f for f in formats if f in STATIC_FORMATS]
     if static:
         if not _chromium():
             raise RuntimeError(
-                "static figure export needs Debian's chromium (apt-get install chromium); "
-                f"HTML was written to {paths.get('html')}"
+                "static figure export (png/svg/pdf) needs Debian's chromium: apt-get install chromium "
+                f"(or set BROWSER_PATH); HTML was written to {paths.get('html')}"
             )
         os.environ.setdefault("BROWSER_PATH", _chromium())
-        with export_session():
+        with export_session(), warnings.catch_warnings():
+            # plotly passes kaleido options that a running server ignores, and says so on every image
+            warnings.filterwarnings("ignore", message="The kopts argument is ignored", category=UserWarning)
             for f in static:
                 p = out / f"{name}.{f}"
                 fig.write_image(p, format=f, width=width, height=height, scale=PNG_SCALE if f == "png" else 1)
@@ -165,7 +220,13 @@ def export_figure(
 
 
 def export_table(df, name: str, notebook: str, *, root: str | os.PathLike | None = None) -> Path:
-    """Write a table as ``figures/<notebook>/<name>.csv``; returns the path."""
+    """Write a table as ``figures/<notebook>/<name>.csv``; returns the path.
+
+    A named index (or any named level of a MultiIndex, e.g. from ``pivot_table``) is written as
+    columns; an unnamed RangeIndex is not.
+    """
+    _check_name(name, "name")
+    _check_name(notebook, "notebook")
     p = figures_dir(notebook, root) / f"{name}.csv"
-    df.to_csv(p, index=getattr(df.index, "name", None) is not None)
+    df.to_csv(p, index=any(n is not None for n in getattr(df.index, "names", [None])))
     return p

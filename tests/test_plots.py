@@ -1,0 +1,167 @@
+"""House plot style and the export helper: template, fixed colours, offline HTML, print-size PNG/SVG."""
+
+import re
+import struct
+import warnings
+
+import plotly.graph_objects as go
+import plotly.io as pio
+import pytest
+
+from asrsched import plots
+from asrsched.gallery import figure_layout
+from asrsched.plots import (
+    ESTIMATOR_COLORS,
+    PNG_SCALE,
+    POLICY_COLORS,
+    PRINT_HEIGHT,
+    PRINT_WIDTH,
+    export_figure,
+    export_session,
+    export_table,
+    fit_title,
+    policy_color,
+)
+
+needs_chromium = pytest.mark.skipif(plots._chromium() is None, reason="Debian chromium not installed")
+OKABE_ITO = {"#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7"}
+
+
+def png_size(path):
+    """Pixel size from the PNG header (IHDR), independent of any imaging library."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", f"{path} is not a PNG"
+    return struct.unpack(">II", head[16:24])
+
+
+def test_png_header_reader_agrees_with_pil(tmp_path):
+    PIL = pytest.importorskip("PIL.Image")
+    PIL.new("RGB", (37, 11)).save(tmp_path / "a.png")
+    assert png_size(tmp_path / "a.png") == (37, 11)
+
+
+def test_template_registered_and_default():
+    assert "asrsched" in pio.templates
+    assert "asrsched" in pio.templates.default.split("+")
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
+    full = fig.full_figure_for_development(warn=False)
+    assert full.layout.font.family.startswith("DejaVu Sans")
+    assert full.layout.font.size >= 14 and full.layout.title.font.size > full.layout.font.size
+    assert full.layout.xaxis.showline and full.layout.plot_bgcolor == "white"
+    # the first trace without an explicit colour takes the house colourway, not plotly's default blue
+    assert full.data[0].line.color.upper() == plots.OKABE_ITO[0].upper()
+
+
+def test_every_policy_and_estimator_has_one_fixed_distinct_colour():
+    from asrsched.abtest.estimators import ESTIMATORS
+    from asrsched.policies import policy_names
+
+    assert set(policy_names()) <= set(POLICY_COLORS), set(policy_names()) - set(POLICY_COLORS)
+    assert set(ESTIMATORS) <= set(ESTIMATOR_COLORS), set(ESTIMATORS) - set(ESTIMATOR_COLORS)
+    for table in (POLICY_COLORS, ESTIMATOR_COLORS):
+        assert len(set(table.values())) == len(table), f"two entries share a colour: {table}"
+        assert set(c.upper() for c in table.values()) <= OKABE_ITO | {"#999999"}  # colour-blind safe
+    for name, colour in POLICY_COLORS.items():
+        assert policy_color(name) == policy_color(name.upper()) == colour
+    # names outside the tables get a stable colour from the same palette
+    assert policy_color("lifo") == policy_color("LIFO") and policy_color("lifo").upper() in OKABE_ITO
+
+
+def test_batch_figures_and_interactive_panel_use_the_same_policy_colours():
+    """The simulator figure builders (batch path) and the explorer widget (browser) colour by policy."""
+    from asrsched.simfigs import fig_cdf, fig_occupancy
+    from asrsched.sweep import point_records
+    from asrsched.widgets import policy_explorer
+
+    res = point_records("librispeech", 12, ["fcfs", "sjf", "hrrn", "adaptive"], n_requests=150)
+    figs = [fig_cdf({p: r.records for p, r in res.items()}), fig_occupancy({p: r.timeline for p, r in res.items()})]
+    panel = policy_explorer(rate=12, policy="hrrn", n_requests=150)
+    figs.append(next(w for w in panel.children if isinstance(w, go.FigureWidget)))
+    seen = set()
+    for fig in figs:
+        for tr in fig.data:
+            if tr.name in POLICY_COLORS:
+                assert tr.line.color == POLICY_COLORS[tr.name], (type(fig).__name__, tr.name, tr.line.color)
+                seen.add(tr.name)
+    assert seen == {"fcfs", "sjf", "hrrn", "adaptive"}
+
+
+def test_fit_title_wraps_long_titles_only_in_the_exported_copy():
+    long = ("LibriSpeech at 21 req/s: SJF cuts P50 E2EL by 90 % but its P90 grows by 68 %, "
+            "while HRRN keeps the tail within 10 % of FCFS")
+    fig = go.Figure(layout=dict(title=long))
+    wrapped = fit_title(go.Figure(fig))
+    lines = wrapped.layout.title.text.split("<br>")
+    assert len(lines) >= 2 and " ".join(lines) == long
+    assert all(len(line) * 0.58 * 18 <= PRINT_WIDTH for line in lines)
+    assert wrapped.layout.margin.t > 70
+    assert fig.layout.title.text == long  # the caller's figure is untouched
+    short = fit_title(go.Figure(layout=dict(title="SJF halves P50 E2EL")))
+    assert short.layout.title.text == "SJF halves P50 E2EL" and short.layout.margin.t is None
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    if plots._chromium() is None:
+        pytest.skip("Debian chromium not installed")
+    root = tmp_path_factory.mktemp("figs")
+    fig = go.Figure([go.Scatter(x=[1, 5, 10], y=[0.2, 0.5, 0.9], name=p, line_color=policy_color(p))
+                     for p in ("fcfs", "sjf")])
+    fig.update_layout(title="SJF answers sooner at every rate", xaxis_title="arrival rate (req/s)",
+                      yaxis_title="P50 E2EL (s)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with export_session():
+            paths = export_figure(fig, "demo", "99_demo", root=root)
+            paths2 = export_figure(fig, "demo_pdf", "99_demo", root=root, formats=("pdf",))
+    return paths, paths2, caught
+
+
+@needs_chromium
+def test_export_writes_offline_html_print_png_and_svg(exported):
+    paths, paths2, caught = exported
+    assert set(paths) == {"html", "png", "svg"} and all(p.parent.name == "99_demo" for p in paths.values())
+    html = paths["html"].read_text()
+    assert 'src="https://cdn.plot.ly' not in html and "<script src=" not in html  # nothing fetched
+    assert re.search(r"plotly\.js v\d+\.\d+\.\d+", html) and len(html) > 3_000_000  # the library is inlined
+    layout = figure_layout(paths["html"])
+    assert layout["title"]["text"] == "SJF answers sooner at every rate"
+    assert layout["xaxis"]["title"]["text"] == "arrival rate (req/s)"
+    assert png_size(paths["png"]) == (PRINT_WIDTH * PNG_SCALE, PRINT_HEIGHT * PNG_SCALE) == (2700, 1680)
+    svg = paths["svg"].read_text()
+    assert re.search(rf'<svg[^>]*width="{PRINT_WIDTH}"[^>]*height="{PRINT_HEIGHT}"', svg)
+    r, g, b = (int(POLICY_COLORS["sjf"][i:i + 2], 16) for i in (1, 3, 5))
+    assert "SJF answers sooner" in svg and f"stroke: rgb({r}, {g}, {b})" in svg
+    assert paths2["pdf"].read_bytes()[:5] == b"%PDF-"
+    assert not [w for w in caught if "kopts" in str(w.message)], [str(w.message) for w in caught]
+
+
+def test_missing_chromium_gives_a_clear_error_and_keeps_the_html(tmp_path, monkeypatch):
+    monkeypatch.setattr(plots, "_chromium", lambda: None)
+    fig = go.Figure(go.Bar(x=["a"], y=[1]), layout=dict(title="t"))
+    with pytest.raises(RuntimeError, match=r"needs Debian's chromium: apt-get install chromium"):
+        export_figure(fig, "nochrome", "99_demo", root=tmp_path)
+    assert (tmp_path / "99_demo" / "nochrome.html").stat().st_size > 1_000_000
+    assert not (tmp_path / "99_demo" / "nochrome.png").exists()
+
+
+def test_bad_export_arguments_fail_before_writing(tmp_path):
+    fig = go.Figure()
+    with pytest.raises(ValueError, match=r"formats: unknown \['jpg'\]; allowed: html, png, svg, pdf"):
+        export_figure(fig, "x", "99_demo", root=tmp_path, formats=("html", "jpg"))
+    with pytest.raises(ValueError, match="name must be a plain file-name stem"):
+        export_figure(fig, "../x", "99_demo", root=tmp_path)
+    with pytest.raises(ValueError, match="notebook must be a plain file-name stem"):
+        export_table(__import__("pandas").DataFrame({"a": [1]}), "t", "a/b", root=tmp_path)
+    assert not list(tmp_path.rglob("*.*"))
+
+
+def test_export_table_keeps_named_index_levels(tmp_path):
+    import pandas as pd
+
+    df = pd.DataFrame({"workload": ["l", "l", "u"], "rate": [1, 2, 1], "policy": ["sjf"] * 3, "v": [1.0, 2.0, 3.0]})
+    piv = df.pivot_table(index=["workload", "rate"], columns="policy", values="v")
+    back = pd.read_csv(export_table(piv, "piv", "99_demo", root=tmp_path))
+    assert list(back.columns) == ["workload", "rate", "sjf"] and back.sjf.tolist() == [1.0, 2.0, 3.0]
+    plain = pd.read_csv(export_table(df, "plain", "99_demo", root=tmp_path))
+    assert list(plain.columns) == list(df.columns)
