@@ -235,7 +235,7 @@ class FasterWhisperBackend:
         minimum over ``repeats`` (interleaved across batch sizes; the minimum is the
         least disturbed by other load on a shared machine) of
         ``decode_s / decode_steps`` (the prompt step and the cross-attention
-        set-up are amortised over the steps). This is how the
+        set-up are amortised over the steps); ``step_cpu_s`` likewise in process CPU time. This is how the
         decode step grows when an engine batches sequences (continuous batching).
         """
         from faster_whisper.audio import pad_or_trim
@@ -254,16 +254,19 @@ class FasterWhisperBackend:
         encoded = {b: wm.encode(np.stack([feats[i % len(feats)] for i in range(b)]).astype(np.float32))
                    for b in sizes}
         per_step: dict[int, list[float]] = {b: [] for b in sizes}
+        per_step_cpu: dict[int, list[float]] = {b: [] for b in sizes}
         steps_of: dict[int, int] = {}
         for _ in range(max(1, int(repeats))):  # interleaved, so load changes hit every batch size alike
             for b in sizes:
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 res = self._timed._inner.generate(encoded[b], [prompt] * b, beam_size=1,
                                                   max_length=len(prompt) + max_new_tokens)
-                dt = time.perf_counter() - t
+                dt, dc = time.perf_counter() - t, time.process_time() - c
                 steps_of[b] = max(len(r.sequences_ids[0]) for r in res) + 1
                 per_step[b].append(dt / steps_of[b])
-        return [{"batch": b, "step_s": float(np.min(per_step[b])), "steps": steps_of[b]} for b in sizes]
+                per_step_cpu[b].append(dc / steps_of[b])
+        return [{"batch": b, "step_s": float(np.min(per_step[b])), "step_cpu_s": float(np.min(per_step_cpu[b])),
+                 "steps": steps_of[b]} for b in sizes]
 
     def close(self) -> None:
         self._wm = None

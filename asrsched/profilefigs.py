@@ -149,16 +149,19 @@ def fig_batch(batch: pd.DataFrame, model: ServiceModel) -> go.Figure:
     if batch is None or len(batch) == 0:
         fig.update_layout(title="Batched decode not measured")
         return fig
-    fig.add_trace(go.Scatter(x=batch["batch"], y=1000 * batch["step_s"], mode="markers", name="measured",
+    cpu = model.fit.get("clock") == "cpu" and "step_cpu_s" in batch
+    col = "step_cpu_s" if cpu else "step_s"
+    fig.add_trace(go.Scatter(x=batch["batch"], y=1000 * batch[col], mode="markers", name="measured",
                              marker=dict(size=10, color="#0072B2")))
     b = np.arange(1, int(batch["batch"].max()) + 1)
-    s1 = float(batch.loc[batch["batch"].idxmin(), "step_s"])
+    s1 = float(batch.loc[batch["batch"].idxmin(), col])
     fig.add_trace(go.Scatter(x=b, y=1000 * s1 * (1 + model.decode_batch_slope * (b - 1)), mode="lines",
                              name=f"1 + {model.decode_batch_slope:.2f}·(b−1)", line=dict(color="#000", dash="dash")))
     fig.update_layout(title=(f"Each extra sequence adds {100 * model.decode_batch_slope:.0f} % to the decode step: "
                              f"batching {int(b[-1])} is {b[-1] / (1 + model.decode_batch_slope * (b[-1] - 1)):.1f}× "
                              "the token throughput"),
-                      xaxis_title="sequences decoded together (batch size)", yaxis_title="decode step time (ms)",
+                      xaxis_title="sequences decoded together (batch size)",
+                      yaxis_title="decode step CPU time (ms)" if cpu else "decode step time (ms)",
                       xaxis=dict(dtick=1))
     return fig
 

@@ -33,6 +33,7 @@ study's named limitation: clips with long silences, where a light VAD should fix
 | `TEMPERATURE_FALLBACK` | `False`: decode once at temperature 0 (like vLLM); `True`: faster-whisper's fallback ladder |
 | `COMPUTE_TYPE`, `CPU_THREADS` | CTranslate2 precision and threads |
 | `REPEATS` | transcriptions per clip, the fastest kept (3 on a busy shared machine) |
+| `CLOCK` | time the `ServiceModel` fits: `"cpu"` (process CPU seconds ≈ one dedicated core; stable when others load the machine) or `"wall"`; the other is reported beside it |
 | `BATCH_SIZES` | batch sizes for the batched-decode step timing (`[]` skips it) |
 | `HOLDOUT_FRAC` | share of each language's clips held back to validate the fitted model |
 | `N_BOOT` | bootstrap resamples for the κ confidence intervals |
@@ -55,6 +56,7 @@ TEMPERATURE_FALLBACK = False
 COMPUTE_TYPE = "int8"
 CPU_THREADS = 2
 REPEATS = 1
+CLOCK = "cpu"
 BATCH_SIZES = [1, 2, 4]
 HOLDOUT_FRAC = 0.25
 N_BOOT = 2000
@@ -72,13 +74,13 @@ NB = "01_profile_whisper"
 run = run_profile(model=MODEL, backend=BACKEND, languages=LANGUAGES, n_per_language=N_PER_LANGUAGE,
                   n_silence_per_language=N_SILENCE_PER_LANGUAGE, silence=SILENCE, beam_size=BEAM_SIZE,
                   temperature_fallback=TEMPERATURE_FALLBACK, compute_type=COMPUTE_TYPE, cpu_threads=CPU_THREADS,
-                  repeats=REPEATS, batch_sizes=BATCH_SIZES, holdout_frac=HOLDOUT_FRAC, n_boot=N_BOOT, seed=SEED, out_dir=OUT_DIR)
+                  repeats=REPEATS, clock=CLOCK, batch_sizes=BATCH_SIZES, holdout_frac=HOLDOUT_FRAC, n_boot=N_BOOT, seed=SEED, out_dir=OUT_DIR)
 if PROFILE_JSON:
     run.service_model.to_json(PROFILE_JSON)
 m = run.measurements
 print(f"{len(m)} requests measured ({int(m.ok.sum())} good) with {run.service_model.name}")
 m[["utt_id", "language", "silence", "audio_s", "speech_s", "tokens_kept", "decode_steps", "encode_s",
-   "decode_s", "total_s", "rtf", "wer"]].round(3).head(12)
+   "decode_s", "total_s", "cpu_s", "rtf", "wer"]].round(3).head(12)
 """),
 ("md", """
 ## κ per language
