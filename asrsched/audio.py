@@ -45,7 +45,7 @@ __all__ = [
 
 TARGET_SR = 16_000
 REASONS = ("empty", "not_audio", "corrupt", "truncated", "stereo", "sample_rate", "unreadable")
-AudioSource = Union[str, os.PathLike, bytes, bytearray, memoryview, BinaryIO]
+AudioSource = Union[str, os.PathLike, bytes, bytearray, memoryview, BinaryIO]  # noqa: UP007 (a runtime alias)
 
 _STREAMING_SIZES = {0xFFFFFFFF, 0x7FFFF000, 0x7FFFFFFF, 0}
 _WAV_FORMATS = {1: "PCM", 3: "FLOAT", 6: "ALAW", 7: "ULAW", 0xFFFE: "EXTENSIBLE"}

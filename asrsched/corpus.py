@@ -30,10 +30,10 @@ import hashlib
 import os
 import shutil
 import subprocess
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd

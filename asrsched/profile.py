@@ -38,9 +38,10 @@ import sys
 import time
 import unicodedata
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -525,7 +526,7 @@ def validate_holdout(model: ServiceModel, held: pd.DataFrame, *, tokens: str = "
     dur = h["audio_s"].to_numpy(float)
     lang = h["language"].astype(str).to_numpy(object)
     if tokens == "kappa":
-        tok = np.array([model.kappa_for(l) * d for l, d in zip(lang, dur)])
+        tok = np.array([model.kappa_for(lg) * d for lg, d in zip(lang, dur)])
     else:
         if tokens not in h:
             raise ValueError(f"tokens must be 'kappa' or a column of the table, got {tokens!r}")
@@ -535,10 +536,10 @@ def validate_holdout(model: ServiceModel, held: pd.DataFrame, *, tokens: str = "
         from .sim import simulate
         from .workloads import Trace
     except ImportError:
-        pred = np.array([model.service_time(d, l, tokens=t) for d, l, t in zip(dur, lang, tok)])
+        pred = np.array([model.service_time(d, lg, tokens=t) for d, lg, t in zip(dur, lang, tok)])
         method = "ServiceModel.service_time (batch 1)"
     else:
-        gap = 10.0 * float(max(model.service_time(d, l, tokens=t) for d, l, t in zip(dur, lang, tok))) + 1.0
+        gap = 10.0 * float(max(model.service_time(d, lg, tokens=t) for d, lg, t in zip(dur, lang, tok))) + 1.0
         tr = Trace(np.arange(len(h)) * gap, dur, lang, tok, meta=dict(workload="held-back profile rows"))
         rec = simulate(tr, "fcfs", model, max_num_seqs=1, warn_overload=False).records.sort_values("rid")
         pred = (rec["finish"] - rec["admit"]).to_numpy(float)
@@ -555,9 +556,9 @@ def validate_holdout(model: ServiceModel, held: pd.DataFrame, *, tokens: str = "
         "rel_error": float(pred.mean() / meas.mean() - 1),
         "per_request_mape": float(np.mean(np.abs(pred - meas) / meas)),
         "per_language": {
-            str(l): {"n": int((lang == l).sum()), "measured_mean_s": float(meas[lang == l].mean()),
-                     "predicted_mean_s": float(pred[lang == l].mean())}
-            for l in pd.unique(lang)
+            str(lg): {"n": int((lang == lg).sum()), "measured_mean_s": float(meas[lang == lg].mean()),
+                      "predicted_mean_s": float(pred[lang == lg].mean())}
+            for lg in pd.unique(lang)
         },
         "predicted": pred.tolist(),
     }
@@ -760,7 +761,7 @@ def run_profile(
     languages = [languages] if isinstance(languages, str) else list(languages)
     if not languages:
         raise ValueError(f"languages must name at least one of {', '.join(LANGUAGES)}")
-    bad = [l for l in languages if l not in LANGUAGES]
+    bad = [lg for lg in languages if lg not in LANGUAGES]
     if bad:
         raise ValueError(f"languages {bad} have no packaged texts; allowed values: {', '.join(LANGUAGES)}")
     if model in ENGLISH_ONLY and set(languages) - {"en"}:

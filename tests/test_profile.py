@@ -14,8 +14,8 @@ from asrsched.profile import (
     run_profile,
     silence_estimates,
     split_holdout,
-    validate_holdout,
     vad_summary,
+    validate_holdout,
     word_error_rate,
 )
 from asrsched.service import ServiceModel
@@ -23,8 +23,9 @@ from asrsched.service import ServiceModel
 TRUE = dict(enc=0.47, step=0.011, over=0.05)
 
 
-def synthetic(kappas={"en": 4.0, "es": 5.5}, n=40, seed=0, noise=True):
+def synthetic(kappas=None, n=40, seed=0, noise=True):
     """Rows like the profiler's: Poisson tokens around kappa*d, time = windows*enc + tokens*step + overhead."""
+    kappas = kappas or {"en": 4.0, "es": 5.5}
     rng = np.random.default_rng(seed)
     rows = []
     for lang, k in kappas.items():
