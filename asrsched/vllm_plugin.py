@@ -82,9 +82,10 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from .policies import Job, WaitingQueue, make_queue, policy_names
 from .service import ServiceModel, check_kappa, default_service_model
@@ -93,8 +94,8 @@ __all__ = [
     "PluginConfig",
     "SizeEstimator",
     "PolicyRequestQueue",
-    "DurationAwareScheduler",
-    "AsyncDurationAwareScheduler",
+    "DurationAwareScheduler",  # noqa: F822 (built lazily by __getattr__, imports vLLM)
+    "AsyncDurationAwareScheduler",  # noqa: F822
     "CONFIG_KEYS",
     "ENV_VARS",
 ]
@@ -155,7 +156,7 @@ class PluginConfig:
 
     @classmethod
     def from_sources(cls, additional: Mapping[str, Any] | None = None,
-                     env: Mapping[str, str] | None = None) -> "PluginConfig":
+                     env: Mapping[str, str] | None = None) -> PluginConfig:
         """Merge ``additional`` (vLLM's ``additional_config["asrsched"]``), ``env`` and defaults."""
         env = os.environ if env is None else env
         additional = dict(additional or {})
