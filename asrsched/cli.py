@@ -27,6 +27,7 @@ __all__ = ["main", "COMMANDS"]
 COMMANDS: dict[str, str] = {}
 COMMANDS["serve"] = "asrsched.server:main"
 COMMANDS["loadgen"] = "asrsched.loadgen:main"
+COMMANDS["dashboard"] = "asrsched.dashboard:main"
 
 
 def _literal(v: str):
