@@ -23,7 +23,10 @@ How the result fields are measured (vLLM does not time its encoder separately):
   fallback in vLLM, so nothing is re-decoded; the end-of-text token is not counted
   (as in the faster-whisper backend), ``decode_steps`` = tokens + 1 per window;
 * ``features_s`` and ``first_segment_s`` are NaN: vLLM computes the log-mel
-  features inside its input processor and returns no segments.
+  features inside its input processor and returns no segments;
+* ``cpu_s``: process CPU time of the call (the in-process engine's threads
+  included); ``encode_cpu_s`` / ``decode_cpu_s`` split it in the proportion of
+  ``encode_s`` to ``decode_s`` (vLLM gives no per-phase CPU time).
 
 Engine defaults on CPU follow the field notes: ``dtype="float32"``,
 ``enforce_eager=True``, ``max_model_len=448``, one audio item per prompt,
@@ -325,6 +328,7 @@ class VllmBackend:
         dur = audio.size / SR
         xa = {"audio_duration_s": dur, "language": language, **(extra_args or {})}
         t0 = time.perf_counter()
+        c0 = time.process_time()
         m0 = time.monotonic()
         texts, kept, enc, dec, first = [], 0, 0.0, 0.0, math.nan
         eot = None
@@ -345,6 +349,8 @@ class VllmBackend:
                 if math.isnan(first):
                     first = mt.first_token_ts - m0
         total = time.perf_counter() - t0
+        cpu = time.process_time() - c0
+        share = enc / (enc + dec) if enc + dec > 0 else math.nan
         return {
             "text": " ".join(t for t in texts if t).strip(),
             "tokens_kept": kept,
@@ -360,6 +366,9 @@ class VllmBackend:
             "first_token_s": first,
             "first_segment_s": math.nan,
             "total_s": total,
+            "cpu_s": cpu,
+            "encode_cpu_s": cpu * share,
+            "decode_cpu_s": cpu * (1.0 - share),
         }
 
     def token_ids(self, audio: np.ndarray, language: str, max_tokens: int | None = None) -> list[int]:
