@@ -442,6 +442,13 @@ class PolicyServer:
                 rng = np.random.default_rng(0)
                 noise = (0.01 * rng.standard_normal(SR)).astype(np.float32)
                 await self.loop.run_in_executor(self.pool, lambda: self.engine.transcribe(noise, "en"))
+        # a policy's first decisions may compile its ranking (numba): pay that before the first request
+        wq = make_queue(c.policy, **c.policy_params)
+        for i in range(12):
+            wq.push(Job(rid=-i - 1, arrival=0.01 * i, est_service=0.5 + 0.1 * i))
+        while len(wq):
+            wq.peek(1.0)
+            wq.pop(1.0)
         self.t0 = time.monotonic()
         self.ready = True
 
@@ -573,7 +580,7 @@ class PolicyServer:
         verbose = req.response_format == "verbose_json"
         data = {"model": c.upstream_model or req.model, "language": req.language,
                 "response_format": "json" if not verbose else "verbose_json",
-                "stream": "false" if verbose else "true",
+                "stream": "false" if verbose else "true", "stream_include_usage": "true",
                 "vllm_xargs": json.dumps({"audio_duration_s": req.job.duration, "language": req.language})}
         files = {"file": (req.filename, req.data, req.content_type)}
         t = time.perf_counter()

@@ -1,0 +1,95 @@
+"""Serving experiment helpers (calibration, comparison table, validation) and notebook 04 run headless."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from asrsched.serving import calibrate, capacity_rps, comparison_table, run_experiment
+from asrsched.service import ServiceModel
+
+
+def _records(n=40, enc=0.4, step=0.012, kappa=4.0, seed=0):
+    rng = np.random.default_rng(seed)
+    d = rng.uniform(2, 34, n)
+    tok = np.rint(kappa * d * rng.lognormal(0, 0.1, n))
+    win = np.ceil(d / 30)
+    service = enc * win + step * tok
+    admit = np.cumsum(service) + np.arange(n)
+    return pd.DataFrame({"duration": d, "language": "en", "tokens": tok, "windows": win, "admit": admit,
+                         "finish": admit + service * rng.lognormal(0, 0.02, n), "arrival": admit})
+
+
+def test_calibrate_recovers_the_service_model_that_made_the_records():
+    rec = _records()
+    sm = calibrate(rec.assign(client_e2el=rec.finish - rec.arrival + 0.03, server_e2el=rec.finish - rec.arrival))
+    assert sm.encode_s_per_window == pytest.approx(0.4, rel=0.1)
+    assert sm.decode_s_per_token == pytest.approx(0.012, rel=0.1)
+    assert sm.kappa_for("en") == pytest.approx(4.0, rel=0.05)
+    assert sm.overhead_s == pytest.approx(0.03, abs=1e-6)
+    assert sm.fit["mape"] < 0.05 and sm.fit["n"] == len(rec)
+    # 1 / mean service: a server twice as fast has twice the capacity
+    cap = capacity_rps(sm, rec["duration"].to_numpy(), "en")
+    faster = ServiceModel(encode_s_per_window=0.2, decode_s_per_token=0.006, overhead_s=sm.overhead_s, kappa=sm.kappa)
+    assert capacity_rps(faster, rec["duration"].to_numpy(), "en", slots=1) == pytest.approx(2 * cap, rel=0.02)
+    assert capacity_rps(sm, rec["duration"].to_numpy(), "en", slots=3) == pytest.approx(3 * cap)
+    with pytest.raises(ValueError, match="at least 4"):
+        calibrate(rec.head(3))
+    with pytest.raises(ValueError, match="tokens"):
+        calibrate(rec.drop(columns="tokens"))
+
+
+def test_comparison_table_is_simulated_minus_real_in_percent_of_real():
+    real = pd.DataFrame({"load": 1.0, "rate": 2.0, "policy": "sjf", "arrival": [0.0, 1.0, 2.0, 3.0],
+                         "duration": 5.0, "first_token": [1.0, 2.0, 3.0, 4.0], "finish": [2.0, 3.5, 5.0, np.nan]})
+    sim = real.assign(finish=[3.0, 4.5, 6.0, 6.5], mode="sim")
+    t = comparison_table(real, sim)
+    assert len(t) == 1 and t["completed"].iloc[0] == 3 and t["failed"].iloc[0] == 1
+    real_p50 = 1e3 * np.median([2.0, 2.5, 3.0])
+    sim_p50 = 1e3 * np.median([3.0, 3.5, 4.0, 3.5])
+    assert t["p50_e2el_ms"].iloc[0] == pytest.approx(real_p50)
+    assert t["sim_p50_e2el_ms_err_pct"].iloc[0] == pytest.approx(100 * (sim_p50 / real_p50 - 1))
+    assert t["sim_p50_ttft_ms_err_pct"].iloc[0] == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(policies=["fcfs", "sjff"]), "sjff"),
+    (dict(loads=[0.5, -1]), "loads"),
+    (dict(loads=[], rates=[0]), "rates"),
+    (dict(n_requests=1), "n_requests"),
+    (dict(n_probe=2), "n_probe"),
+])
+def test_run_experiment_rejects_bad_parameters_before_any_work(kw, msg):
+    t = time.monotonic()
+    with pytest.raises(ValueError, match=msg):
+        run_experiment(**kw, progress=False)
+    assert time.monotonic() - t < 2
+
+
+@pytest.mark.slow
+def test_real_serving_notebook_headless(tmp_path):
+    from asrsched.runner import run_notebook
+
+    params = {"POLICIES": ["fcfs", "sjf"], "LOADS": [0.8, 1.5], "N_REQUESTS": 4, "N_PROBE": 4, "POOL_SIZE": 6,
+              "OUT_DIR": str(tmp_path / "out")}
+    r = run_notebook("04", params, run_dir=tmp_path / "run", figures_root=tmp_path / "fig", progress=False)
+    assert r.status == "ok", r.error
+    d = tmp_path / "fig" / "04_real_serving"
+    t = pd.read_csv(d / "real_vs_sim.csv")
+    assert len(t) == 4 and set(t.policy) == {"fcfs", "sjf"} and t["load"].nunique() == 2
+    assert (t.completed == 4).all() and (t.failed == 0).all()
+    assert (t.p50_e2el_ms > 0).all() and (t.p90_e2el_ms >= t.p50_e2el_ms).all()
+    for c in ("sim_p50_e2el_ms_err_pct", "replay_p90_e2el_ms_err_pct", "sim_p50_ttft_ms_err_pct"):
+        assert np.isfinite(t[c]).all()
+    # the same trace per load level for both policies
+    rec = pd.read_csv(d / "real_records.csv")
+    assert len(rec) == 16 and rec["status"].eq(200).all()
+    for _, g in rec.groupby("load"):
+        a, b = (x.sort_values("rid")["duration"].to_numpy() for _, x in g.groupby("policy"))
+        assert np.array_equal(a, b)
+    for f in ("cdf_e2el", "cdf_ttft", "latency_vs_load", "prediction", "calibration"):
+        assert (d / f"{f}.png").stat().st_size > 1000 and (d / f"{f}.html").exists()
+    assert (tmp_path / "out" / "calibrated_service_model.json").exists()
