@@ -583,19 +583,33 @@ def best_table(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def tail_table(summary: pd.DataFrame) -> pd.DataFrame:
+def tail_table(summary: pd.DataFrame, res: ASRStudyResult | None = None) -> pd.DataFrame:
     """The DQ family (Bernoulli routing test) for mean vs P90: where Little's law stops helping.
 
     ``predicted_mixed_bias`` = ``(1 - alpha) x (mean truth - P90 truth)`` for the P90 rows: the
     part of mixed DQ's bias that comes from its queue-length term estimating the mean effect.
+    With ``res``, ``corr_wq`` is the correlation of wDQ and qDQ across experiments (Little's law
+    makes it ~1 for means; it is what lets the minimum-variance weight cancel noise without
+    touching the signal) and ``sd_vs_wdq`` the estimator's sd over wDQ's.
     """
     s = summary[(summary.design == "bernoulli") & summary.estimator.isin(["naive", "qdq", "wdq", "mixed_dq"])]
-    cols = ["workload", "metric", "stat", "estimator", "truth", "mean", "bias", "sd", "rmse", "alpha"]
+    cols = ["workload", "metric", "stat", "estimator", "truth", "mean", "recovered_pct", "bias", "sd", "rmse",
+            "coverage", "alpha"]
     t = s[cols].copy()
     mean_truth = s[s.stat == "mean"].groupby(["workload", "metric"])["truth"].first()
     t["mean_effect"] = [mean_truth.get((w, m), np.nan) for w, m in zip(t.workload, t.metric)]
     t["predicted_mixed_bias"] = np.where((t.stat == "p90") & (t.estimator == "mixed_dq"),
                                          (1 - t["alpha"]) * (t["mean_effect"] - t["truth"]), np.nan)
+    wsd = s[s.estimator == "wdq"].set_index(["workload", "metric", "stat"])["sd"]
+    t["sd_vs_wdq"] = [r.sd / wsd.get((r.workload, r.metric, r.stat), np.nan) for r in t.itertuples()]
+    if res is not None:
+        e = res.estimates
+        e = e[(e.design == "bernoulli") & e.headline.astype(bool) & e.estimator.isin(["wdq", "qdq"])]
+        corr = {}
+        for k, g in e.groupby(["workload", "metric", "stat"]):
+            p = g.pivot_table(index="rep", columns="estimator", values="estimate")
+            corr[k] = float(np.corrcoef(p["wdq"], p["qdq"])[0, 1]) if len(p) > 2 else np.nan
+        t["corr_wq"] = [corr.get((r.workload, r.metric, r.stat), np.nan) for r in t.itertuples()]
     return t.reset_index(drop=True)
 
 
@@ -613,7 +627,9 @@ def burn_in_table(res: ASRStudyResult) -> pd.DataFrame:
         rows.append({"workload": w, "factor": f, "metric": m, "stat": s, "burn_in_s": b, "mean": v.mean(),
                      "bias": v.mean() - gte, "sd": v.std(ddof=1), "rmse": float(np.sqrt(np.mean((v - gte) ** 2))),
                      "coverage": float(np.mean((g.ci_lo <= gte) & (gte <= g.ci_hi)))})
-    return pd.DataFrame(rows).sort_values(["workload", "factor", "metric", "stat", "burn_in_s"]).reset_index(drop=True)
+    out = pd.DataFrame(rows)
+    out["_w"] = out["workload"].map({w: i for i, w in enumerate(res.config.workloads)})
+    return out.sort_values(["_w", "factor", "metric", "stat", "burn_in_s"]).drop(columns="_w").reset_index(drop=True)
 
 
 def ablation_table(res: ASRStudyResult) -> pd.DataFrame:
@@ -628,7 +644,9 @@ def ablation_table(res: ASRStudyResult) -> pd.DataFrame:
         rows.append({"workload": w, "metric": m, "stat": s, "estimator": name, "L": int(L),
                      "L_factor": float(g["L_factor"].iloc[0]), "mean": v.mean(), "bias": v.mean() - gte,
                      "sd": v.std(ddof=1), "rmse": float(np.sqrt(np.mean((v - gte) ** 2)))})
-    return pd.DataFrame(rows).sort_values(["workload", "metric", "stat", "estimator", "L"]).reset_index(drop=True)
+    out = pd.DataFrame(rows)
+    out["_w"] = out["workload"].map({w: i for i, w in enumerate(res.config.workloads)})
+    return out.sort_values(["_w", "metric", "stat", "estimator", "L"]).drop(columns="_w").reset_index(drop=True)
 
 
 # ----------------------------------------------------------------------------- recommendation
@@ -696,15 +714,18 @@ def recommendation(res: ASRStudyResult, summary: pd.DataFrame | None = None) -> 
         if factor == "routing":
             tl = tail_table(s)
             mp = tl[(tl.stat == "p90") & (tl.estimator == "mixed_dq")]
+            wp = tl[(tl.stat == "p90") & (tl.estimator == "wdq")]
             mm = tl[(tl.stat == "mean") & (tl.estimator == "mixed_dq")]
-            if len(mp) and len(mm):
+            if len(mp) and len(wp) and len(mm):
                 lines.append(
-                    f"- Tail metrics break Little's law: for P90, mixed DQ's queue-length term still estimates the "
-                    f"*mean* effect, so it is biased by (1 − α)·(mean effect − P90 effect); median |bias| "
-                    f"{np.median(np.abs(mp.bias / mp.truth)) * 100:.0f} % of the P90 effect vs "
-                    f"{np.median(np.abs(mm.bias / mm.truth)) * 100:.0f} % of the mean effect for means "
-                    f"(predicted tail part: median {np.nanmedian(np.abs(mp.predicted_mixed_bias / mp.truth)) * 100:.0f}"
-                    " %).")
+                    f"- Tail metrics break Little's law. For means, wDQ and qDQ estimate the same quantity, so mixed "
+                    f"DQ's weight (median α = {np.nanmedian(mm.alpha):.2f}) only trades noise. For P90, qDQ still "
+                    f"estimates the *mean* effect; the minimum-variance weight (median α = "
+                    f"{np.nanmedian(mp.alpha):.2f}) then cancels the fluctuation the two share, and the signal with "
+                    f"it: mixed DQ on P90 is {np.median(wp.sd.to_numpy() / mp.sd.to_numpy()):.0f}x less spread "
+                    f"than wDQ but recovers {np.median(mp.recovered_pct):.0f} % of the P90 effect (median), and its "
+                    f"95 % interval holds the truth in {100 * mp.coverage.mean():.0f} % of experiments "
+                    "— precise and wrong.")
     lines.append("")
     lines.append("**For an operator:**")
     for factor, what in (("routing", "a routing change"), ("scheduling", "a per-replica scheduling change")):
@@ -771,42 +792,64 @@ def fig_truth(res: ASRStudyResult, metric: str = "e2el", stat: str = "mean") -> 
     return fig
 
 
+_DQ = ("qdq", "wdq", "mixed_dq")
+_SHORT = {"naive": "naive", "group": "group", "switchback": "switchback", "qdq": "qDQ", "wdq": "wDQ",
+          "mixed_dq": "mixed DQ"}
+
+
 def fig_estimates(res: ASRStudyResult, factor: str = "routing", metric: str = "e2el", stat: str = "mean",
                   summary: pd.DataFrame | None = None) -> go.Figure:
-    """Every replication's estimate per design/estimator, one panel per workload, truth as a line."""
+    """Every experiment's estimate per design/estimator (one column per workload), truth as a dashed line.
+
+    The DQ family gets its own row (its spread is often 10-100x the others'), so the
+    design-based estimators stay readable.
+    """
     s = summary if summary is not None else summary_table(res)
     e = res.estimates
     e = e[(e.factor == factor) & (e.metric == metric) & (e.stat == stat) & e["headline"].astype(bool)]
     wls = [w for w in res.config.workloads if w in set(e.workload)]
-    fig = _wl_subplots(wls, shared_yaxes=True)
+    has_dq = e.estimator.isin(_DQ).any()
+    rows = 2 if has_dq and (~e.estimator.isin(_DQ)).any() else 1
+    fig = make_subplots(rows=rows, cols=len(wls), shared_yaxes=True, vertical_spacing=0.12,
+                        subplot_titles=list(wls) + ([""] * len(wls) if rows == 2 else []))
+    shown = set()
     for j, w in enumerate(wls, start=1):
         ew = e[e.workload == w]
-        cats = []
-        for (d, name), g in ew.groupby(["design", "estimator"], sort=False):
-            lab = f"{name}<br>({d})"
-            cats.append(lab)
-            fig.add_trace(go.Box(x=[lab] * len(g), y=g.estimate, name=name, legendgroup=name, showlegend=False,
-                                 boxpoints="all", jitter=0.4, pointpos=0, marker=dict(color=policy_color(name), size=5),
-                                 line=dict(color=policy_color(name))), row=1, col=j)
         tr = res.truth[(res.truth.workload == w) & (res.truth.factor == factor) & (res.truth.metric == metric)
                        & (res.truth.stat == stat)]
-        if len(tr):
-            g0 = float(tr.gte.iloc[0])
-            fig.add_trace(go.Scatter(x=cats, y=[g0] * len(cats), mode="lines", name="truth (GTE)", legendgroup="truth",
-                                     showlegend=j == 1, line=dict(color=policy_color("truth"), width=3, dash="dash")),
-                          row=1, col=j)
-        fig.add_hline(y=0, line=dict(color="#888", dash="dot", width=1), row=1, col=j)
-    fig.update_yaxes(title_text=f"estimated effect on {_label(metric, stat)} (s)", row=1, col=1)
+        cats: dict[int, list] = {1: [], 2: []}
+        for (d, name), g in ew.groupby(["design", "estimator"], sort=False):
+            row = 2 if rows == 2 and name in _DQ else 1
+            lab = "replica" if d == "replica" else _SHORT.get(name, name)
+            cats[row].append(lab)
+            fig.add_trace(go.Box(x=[lab] * len(g), y=g.estimate, name=f"{_SHORT.get(name, name)} ({d})",
+                                 legendgroup=name, showlegend=name not in shown, boxpoints="all", jitter=0.4,
+                                 pointpos=0, marker=dict(color=policy_color(name), size=5),
+                                 line=dict(color=policy_color(name))), row=row, col=j)
+            shown.add(name)
+        for row in range(1, rows + 1):
+            if len(tr) and cats[row]:
+                fig.add_trace(go.Scatter(x=cats[row], y=[float(tr.gte.iloc[0])] * len(cats[row]), mode="lines",
+                                         name="truth (GTE)", legendgroup="truth", showlegend="truth" not in shown,
+                                         line=dict(color=policy_color("truth"), width=3, dash="dash")),
+                              row=row, col=j)
+                shown.add("truth")
+            fig.add_hline(y=0, line=dict(color="#888", dash="dot", width=1), row=row, col=j)
+    lab = f"effect on {_label(metric, stat)} (s)"
+    fig.update_yaxes(title_text=lab, row=1, col=1)
+    if rows == 2:
+        fig.update_yaxes(title_text="DQ family: " + lab, row=2, col=1)
     ss = s[(s.factor == factor) & (s.metric == metric) & (s.stat == stat)]
     title = f"{factor.capitalize()} A/B, {_label(metric, stat)}"
     if len(ss):
         best = ss.loc[ss.groupby("workload", sort=False)["mse"].idxmin()]
         top = best.estimator.value_counts()
-        title += f": {top.index[0]} has the lowest MSE on {top.iloc[0]} of {len(best)} workloads"
+        name = "replica design" if top.index[0] == "group" and factor == "scheduling" else _SHORT[top.index[0]]
+        title += f": {name} has the lowest MSE on {top.iloc[0]} of {len(best)} workloads"
         nv = ss[ss.estimator == "naive"]
         if len(nv) and stat == "mean":
             title += f"; naive recovers {nv.recovered_pct.mean():.0f} % of the effect"
-    fig.update_layout(title=title, height=520, showlegend=True)
+    fig.update_layout(title=title, height=560 if rows == 1 else 760, showlegend=True)
     return fig
 
 
@@ -822,7 +865,8 @@ def fig_rmse(summary: pd.DataFrame, factor: str = "routing") -> go.Figure:
             fig.add_trace(go.Bar(x=g.cell, y=g.rmse_pct, name=f"{name} ({d})", legendgroup=f"{name}{d}",
                                  showlegend=j == 1, marker_color=policy_color(name),
                                  marker_pattern_shape="/" if d in ("group", "replica") else ""), row=1, col=j)
-    fig.update_yaxes(title_text="RMSE (% of |true effect|)", type="log", row=1, col=1)
+    fig.update_yaxes(type="log", tickvals=[1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000])
+    fig.update_yaxes(title_text="RMSE (% of |true effect|)", row=1, col=1)
     best = s.loc[s.groupby(["workload", "cell"], sort=False)["mse"].idxmin()]
     top = best.estimator.value_counts()
     fig.update_layout(barmode="group", height=520,
@@ -832,28 +876,37 @@ def fig_rmse(summary: pd.DataFrame, factor: str = "routing") -> go.Figure:
 
 
 def fig_tail(summary: pd.DataFrame) -> go.Figure:
-    """Bias of the DQ family for mean vs P90 (Bernoulli routing test): Little's law helps means only."""
+    """Share of the true effect that wDQ, qDQ and mixed DQ recover, for means vs P90 (Bernoulli routing test).
+
+    Bars: mean estimate / truth (1 = unbiased); error bars: the standard error of that mean over the
+    experiments (sd / sqrt(reps)), relative to the truth. The axis is clipped to [-3, 3].
+    """
     t = tail_table(summary)
-    t = t[t.estimator.isin(["naive", "qdq", "wdq", "mixed_dq"])].copy()
+    t = t[t.estimator.isin(["qdq", "wdq", "mixed_dq"])].copy()
     t["cell"] = t.workload + "<br>" + t.metric.map(_MLABEL)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["mean", "P90"], shared_yaxes=False)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["mean (Little's law holds)", "P90 (no Little's law)"],
+                        shared_yaxes=True)
     for j, st in enumerate(STATS, start=1):
         ts = t[t.stat == st]
         for name, g in ts.groupby("estimator", sort=False):
             den = g.truth.abs().replace(0, np.nan)
-            fig.add_trace(go.Bar(x=g.cell, y=100 * g.bias / den, name=name, legendgroup=name, showlegend=j == 1,
+            rec = g["mean"] / g.truth
+            fig.add_trace(go.Bar(x=g.cell, y=rec.clip(-3, 3), name=_SHORT[name], legendgroup=name, showlegend=j == 1,
                                  marker_color=policy_color(name),
-                                 error_y=dict(type="data", array=100 * g.sd / np.sqrt(max(_reps(summary), 1)) / den,
-                                              visible=True)), row=1, col=j)
+                                 error_y=dict(type="data", array=(g.sd / den / np.sqrt(_reps(summary))).clip(upper=3),
+                                              visible=True,
+                                              thickness=1.2, width=3)), row=1, col=j)
+        fig.add_hline(y=1, line=dict(color=policy_color("truth"), dash="dash", width=2), row=1, col=j)
         fig.add_hline(y=0, line=dict(color="#888", dash="dot"), row=1, col=j)
-    fig.update_yaxes(title_text="bias (% of |true effect|)", row=1, col=1)
+    fig.update_yaxes(range=[-3.2, 3.2], title_text="mean estimate / true effect (1 = unbiased)", row=1, col=1)
     mp = t[(t.stat == "p90") & (t.estimator == "mixed_dq")]
-    mm = t[(t.stat == "mean") & (t.estimator == "mixed_dq")]
-    title = "Mixed DQ"
-    if len(mp) and len(mm):
-        title += (f": median |bias| {np.median(np.abs(mm.bias / mm.truth)) * 100:.0f} % of the effect for means, "
-                  f"{np.median(np.abs(mp.bias / mp.truth)) * 100:.0f} % for P90 (no Little's law for tails)")
-    fig.update_layout(barmode="group", title=title, height=500)
+    wp = t[(t.stat == "p90") & (t.estimator == "wdq")]
+    title = "Mixed DQ on P90"
+    if len(mp) and len(wp):
+        title += (f": {np.median(wp.sd.to_numpy() / mp.sd.to_numpy()):.0f}x less spread than wDQ but recovers "
+                  f"{100 * np.median(mp['mean'] / mp.truth):.0f} % of the effect (median); CI coverage "
+                  f"{100 * mp.coverage.mean():.0f} %")
+    fig.update_layout(barmode="group", title=title, height=520)
     return fig
 
 
@@ -868,10 +921,11 @@ def fig_ablation(ab: pd.DataFrame, metric: str = "e2el", stat: str = "mean") -> 
     fig = _wl_subplots(wls, shared_yaxes=True)
     for j, w in enumerate(wls, start=1):
         for name, g in a[a.workload == w].groupby("estimator", sort=False):
-            fig.add_trace(go.Scatter(x=g.L_factor, y=g.rmse, mode="lines+markers", name=name, legendgroup=name,
+            fig.add_trace(go.Scatter(x=g.L_factor, y=g.rmse, mode="lines+markers", name=_SHORT[name], legendgroup=name,
                                      showlegend=j == 1, line=dict(color=policy_color(name), width=2.5)), row=1, col=j)
         fig.update_xaxes(title_text="L / default L", type="log", row=1, col=j)
-    fig.update_yaxes(title_text=f"RMSE of the {_label(metric, stat)} effect (s)", type="log", row=1, col=1)
+    fig.update_yaxes(type="log", tickvals=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100])
+    fig.update_yaxes(title_text=f"RMSE of the {_label(metric, stat)} effect (s)", row=1, col=1)
     best = a.loc[a.groupby(["workload", "estimator"], sort=False)["rmse"].idxmin()]
     title = f"DQ horizon, {_label(metric, stat)}: best L / default " + ", ".join(
         f"{w} {g.loc[g.rmse.idxmin(), 'L_factor']:g}" for w, g in best.groupby("workload", sort=False))

@@ -140,10 +140,11 @@ best.round(3)
 For P90 the DQ family needs a per-request cost whose mean is the P90: its influence function (see
 `asrsched.abasr`). wDQ can use it; qDQ cannot — its cost is the number of requests in the fleet, and Little's law
 links that to the *mean* latency only. Mixed DQ for P90 therefore blends a P90 estimate with a mean estimate.
-`predicted_mixed_bias` is the part of its bias this explains: (1 − α) × (mean effect − P90 effect).
+`predicted_mixed_bias` is the part of its bias this explains: (1 − α) × (mean effect − P90 effect); `corr_wq` is
+the correlation of wDQ and qDQ across experiments and `sd_vs_wdq` each estimator's spread relative to wDQ.
 """),
 ("code", """
-tail = abasr.tail_table(summary)
+tail = abasr.tail_table(summary, res)
 tail.round(3)
 """),
 ("md", "## DQ horizon and switchback burn-in"),
