@@ -730,7 +730,7 @@ def run_profile(
     resume: bool = True,
     cache: str | os.PathLike | None = None,
     repeats: int = 1,
-    clock: str = "cpu",
+    clock: str = "auto",
     progress: bool = True,
 ) -> ProfileRun:
     """Synthesise a corpus, measure it on a real backend, fit kappa and the ServiceModel, validate.
@@ -749,9 +749,10 @@ def run_profile(
     the measurements go to ``out_dir/measurements.csv`` as they are made (resumable)
     and the fits beside them. ``cache``: corpus cache folder (default ``$ASRSCHED_CACHE``
     or ``~/.cache/asrsched``). ``repeats``: transcriptions per clip, the fastest kept
-    (use 3 on a shared machine). ``clock``: ``"cpu"`` (default: process CPU
-    seconds, which other load on a shared machine barely moves; ~ wall time on one
-    dedicated core) or ``"wall"`` (see :func:`fit_service_model`); the other clock's fit and hold-out check go into
+    (use 3 on a shared machine). ``clock``: ``"cpu"`` (process CPU seconds,
+    which other load on a shared machine barely moves; ~ wall time on one dedicated
+    core), ``"wall"``, or ``"auto"`` (default: ``cpu`` for an engine on the CPU,
+    ``wall`` on a GPU; see :func:`fit_service_model`); the other clock's fit and hold-out check go into
     ``service_model.fit["other_clock"]`` when the backend reports both.
     """
     from .backends import BACKENDS, ENGLISH_ONLY, make_backend
@@ -768,8 +769,8 @@ def run_profile(
         raise ValueError(f"model {model!r} is English-only; for languages {languages} use model='base'")
     if isinstance(backend, str) and backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)} (or a backend object); got {backend!r}")
-    if clock not in CLOCKS:
-        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
+    if clock not in (*CLOCKS, "auto"):
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, auto; got {clock!r}")
     if kappa_tokens not in TOKEN_COLUMNS:
         raise ValueError(f"kappa_tokens must be one of {', '.join(TOKEN_COLUMNS)}; got {kappa_tokens!r}")
     for nm, v, lo in (("n_per_language", n_per_language, 1), ("n_silence_per_language", n_silence_per_language, 0),
@@ -813,6 +814,9 @@ def run_profile(
     else:
         be = backend
     timings["load_model_s"] = time.perf_counter() - t1
+    if clock == "auto":  # GPU engines are timed on the wall clock, CPU engines on CPU time
+        clock = "wall" if "/gpu" in str(getattr(be, "description", "")) else "cpu"
+        params["clock"] = clock
     out = Path(out_dir) / "measurements.csv" if out_dir is not None else None
     t2 = time.perf_counter()
     meas = measure(manifest, be, out=out, resume=resume, repeats=repeats, progress=progress)
@@ -881,7 +885,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--holdout", type=float, default=0.25)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeats", type=int, default=1, help="transcriptions per clip; the fastest is kept")
-    p.add_argument("--clock", default="cpu", help="cpu (default) or wall: which time the ServiceModel fits")
+    p.add_argument("--clock", default="auto", help="cpu, wall or auto (cpu on a CPU engine, wall on a GPU)")
     p.add_argument("--out-dir", default="runs/profile", help="measurements.csv and fits go here")
     p.add_argument("--out", default=None, help="also write the ServiceModel JSON here")
     a = p.parse_args(argv)

@@ -194,6 +194,8 @@ def test_normalize_and_wer():
     (dict(backend="onnx"), "backend must be one of"),
     (dict(kappa_tokens="words"), "kappa_tokens must be one of"),
     (dict(n_per_language=0), "n_per_language must be an integer"),
+    (dict(clock="gpu"), "clock must be one of wall, cpu, auto"),
+    (dict(repeats=0), "repeats must be an integer"),
 ])
 def test_run_profile_rejects_bad_parameters_before_work(kw, match, tmp_path):
     with pytest.raises(ValueError, match=match):

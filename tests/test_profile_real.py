@@ -161,6 +161,7 @@ def test_run_profile_end_to_end_writes_a_loadable_profile(backend, tmp_path):
     assert lo <= sm.kappa["en"] <= hi and 1.5 < sm.kappa["en"] < 10
     assert 0.05 < sm.encode_s_per_window < 5 and 0 < sm.decode_s_per_token < 0.2
     assert sm.fit["holdout"]["n"] >= 1 and "asrsched.sim" in sm.fit["holdout"]["method"]
+    assert sm.fit["clock"] == "cpu" and sm.fit["other_clock"]["clock"] == "wall"  # auto: CPU engine
     assert len(run.batch) == 2 and sm.decode_batch_slope >= 0
     assert {"file duration", "silero VAD"} <= set(run.vad["estimator"])
     assert (tmp_path / "run" / "measurements.csv").exists() and (tmp_path / "run" / "kappa.csv").exists()

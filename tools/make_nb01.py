@@ -33,7 +33,7 @@ study's named limitation: clips with long silences, where a light VAD should fix
 | `TEMPERATURE_FALLBACK` | `False`: decode once at temperature 0 (like vLLM); `True`: faster-whisper's fallback ladder |
 | `COMPUTE_TYPE`, `CPU_THREADS` | CTranslate2 precision and threads |
 | `REPEATS` | transcriptions per clip, the fastest kept (3 on a busy shared machine) |
-| `CLOCK` | time the `ServiceModel` fits: `"cpu"` (process CPU seconds ≈ one dedicated core; stable when others load the machine) or `"wall"`; the other is reported beside it |
+| `CLOCK` | time the `ServiceModel` fits: `"cpu"` (process CPU seconds ≈ one dedicated core; stable when others load the machine), `"wall"`, or `"auto"` (cpu for a CPU engine, wall on a GPU); the other is reported beside it |
 | `BATCH_SIZES` | batch sizes for the batched-decode step timing (`[]` skips it) |
 | `HOLDOUT_FRAC` | share of each language's clips held back to validate the fitted model |
 | `N_BOOT` | bootstrap resamples for the κ confidence intervals |
@@ -56,7 +56,7 @@ TEMPERATURE_FALLBACK = False
 COMPUTE_TYPE = "int8"
 CPU_THREADS = 2
 REPEATS = 1
-CLOCK = "cpu"
+CLOCK = "auto"
 BATCH_SIZES = [1, 2, 4]
 HOLDOUT_FRAC = 0.25
 N_BOOT = 2000
