@@ -25,9 +25,10 @@ overlay on one figure, plus ``scheduled, sent, first_byte, end, status, error,
 text, text_len, text_tokens, trace_duration, utt_id, clip, server_rid, policy``.
 Times are seconds from the start of the run; ``arrival`` is when the request was
 actually sent (``scheduled`` when it was due). Without streaming, ``first_token``
-is the completion time (TTFT = E2EL), as in ``vllm bench serve``. ``admit`` and
-``est_service`` are filled when the server reports them (this package's server
-does, in its ``asrsched`` response field); else NaN.
+is the completion time (TTFT = E2EL), as in ``vllm bench serve``. ``admit``,
+``est_service`` and ``service_s`` (admission to completion in the server) are filled
+when the server reports them (this package's server does, in its ``asrsched``
+response field); else NaN.
 
 CLI: ``asrsched loadgen --url http://127.0.0.1:8000 --rate 2 --n 50 --workload librispeech
 --out run.parquet``.
@@ -69,7 +70,7 @@ __all__ = [
 _SIM_COLUMNS = ["rid", "arrival", "duration", "language", "est_service", "tokens", "admit", "first_token", "finish"]
 LOADGEN_COLUMNS = _SIM_COLUMNS + [
     "queue_delay", "ttft", "e2el", "scheduled", "sent", "first_byte", "end", "status", "error", "text", "text_len",
-    "text_tokens", "trace_duration", "utt_id", "clip", "server_rid", "policy",
+    "text_tokens", "service_s", "trace_duration", "utt_id", "clip", "server_rid", "policy",
 ]
 AUDIO_MODES = ("pool", "exact")
 RESPONSE_FORMATS = ("json", "text", "verbose_json")
@@ -278,6 +279,8 @@ async def _one(client, url: str, row: dict, data: bytes, fields: dict, t0: float
         rec["est_service"] = float(extra["est_service_s"])
     if isinstance(extra.get("queue_s"), (int, float)):
         rec["admit"] = rec["sent"] + float(extra["queue_s"])
+    if isinstance(extra.get("service_s"), (int, float)):
+        rec["service_s"] = float(extra["service_s"])
     rec["server_rid"] = extra.get("rid")
     rec["policy"] = extra.get("policy") or rec.get("policy")
 
@@ -401,10 +404,17 @@ def replay(url: str, trace: Trace | pd.DataFrame, **kw) -> pd.DataFrame:
 
 def records_to_trace(records: pd.DataFrame, service=None, *, tokens: str = "kappa") -> Trace:
     """The trace a simulator needs to replay a real run: the same arrivals (actual send times) and
-    durations; ``tokens="kappa"`` makes each request's tokens ``round(kappa x duration)`` from
-    ``service`` (a prediction), ``tokens="measured"`` uses the run's recorded ``tokens`` (NaN → kappa)."""
-    if tokens not in ("kappa", "measured"):
-        raise ValueError(f"tokens must be 'kappa' or 'measured', got {tokens!r}")
+    durations. ``tokens`` sets each request's true size:
+
+    * ``"kappa"``: ``round(kappa x duration)`` from ``service`` (a prediction: what is known in advance);
+    * ``"measured"``: the run's recorded ``tokens`` (decoder steps; NaN falls back to kappa);
+    * ``"service"``: the decoder steps that make ``service``'s time model give each request's
+      measured ``service_s`` (``(service_s - windows x encode) / step``): the simulator then
+      serves every request exactly as long as the real server did, which tests the queueing
+      and ordering alone (NaN falls back to kappa).
+    """
+    if tokens not in ("kappa", "measured", "service"):
+        raise ValueError(f"tokens must be 'kappa', 'measured' or 'service', got {tokens!r}")
     df = records.sort_values("arrival", kind="stable")
     arr = df["arrival"].to_numpy(float)
     if not np.all(np.isfinite(arr)):
@@ -420,6 +430,12 @@ def records_to_trace(records: pd.DataFrame, service=None, *, tokens: str = "kapp
     tok = k * dur
     if tokens == "measured":
         m = df["tokens"].to_numpy(float)
+        tok = np.where(np.isfinite(m), m, tok)
+    elif tokens == "service":
+        if "service_s" not in df or service.decode_s_per_token <= 0:
+            raise ValueError("tokens='service' needs a service_s column and a service model with decode_s_per_token > 0")
+        enc = np.asarray(service.windows(dur), float) * service.encode_s_per_window
+        m = (df["service_s"].to_numpy(float) - enc) / service.decode_s_per_token
         tok = np.where(np.isfinite(m), m, tok)
     extra = pd.DataFrame({"real_rid": df["rid"].to_numpy()})
     return Trace(arr, dur, lang, np.maximum(1, np.rint(tok)).astype(np.int64), extra=extra,

@@ -654,7 +654,7 @@ class PolicyServer:
             "finish": req.t_finish if req.outcome == "ok" else math.nan, "end": req.t_finish,
             "outcome": req.outcome, "status": req.status, "error": req.error, "policy": self.config.policy,
             "worker": req.worker, "stream": req.stream, "text_tokens": r.get("tokens", math.nan),
-            "windows": r.get("windows", math.nan), "service_s": r.get("total_s", math.nan),
+            "windows": r.get("windows", math.nan), "engine_s": r.get("total_s", math.nan),
             "encode_s": r.get("encode_s", math.nan), "decode_s": r.get("decode_s", math.nan),
             "features_s": r.get("features_s", math.nan), "sched_s": req.sched_s, "text_len": len(req.text),
         }
@@ -931,7 +931,8 @@ def create_app(config: ServerConfig | None = None, **kw):
         r = req.result or {}
         return {"rid": req.rid, "policy": config.policy, "audio_s": req.job.duration,
                 "est_service_s": req.job.est_service, "queue_s": req.t_admit - req.t_arrival,
-                "service_s": r.get("total_s"), "tokens": r.get("tokens", req.upstream_tokens),
+                "service_s": req.t_finish - req.t_admit, "engine_s": r.get("total_s"),
+                "tokens": r.get("tokens", req.upstream_tokens),
                 "decode_steps": r.get("decode_steps"), "worker": req.worker}
 
     def _final_response(req: _Request):

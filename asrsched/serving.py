@@ -15,8 +15,9 @@ One experiment (:func:`run_experiment`), as notebook 04 runs it:
 3. **Prediction**: the simulator (:func:`asrsched.sim.simulate`) replays each real
    run's arrivals and durations with the calibrated model and ``max_num_seqs`` = the
    server's slots, twice: ``sim`` (the a-priori prediction: tokens = kappa x duration)
-   and ``replay`` (each request's measured decoder steps: tests the time and queueing
-   model alone). :func:`comparison_table` puts real and simulated P50/P90 E2EL, TTFT
+   and ``replay`` (each request served exactly as long as it was on the real server:
+   tests the queueing and ordering alone, without the time model and without the
+   machine's speed changing between the probe and the runs). :func:`comparison_table` puts real and simulated P50/P90 E2EL, TTFT
    and throughput side by side with the error.
 
 ``target_url`` points the experiment at any OpenAI-compatible endpoint (e.g. vLLM on a
@@ -263,7 +264,7 @@ class ServingExperiment:
     """Everything :func:`run_experiment` measured and predicted."""
 
     records: pd.DataFrame  # real runs: loadgen records + policy, load, rate
-    sim: pd.DataFrame  # simulated runs, same keys; mode "sim" (tokens = kappa x d) or "replay" (measured tokens)
+    sim: pd.DataFrame  # simulated runs, same keys; mode "sim" (tokens = kappa x d) or "replay" (measured service)
     table: pd.DataFrame  # comparison_table(records, sim)
     service: ServiceModel
     capacity_rps: float
@@ -284,7 +285,7 @@ class ServingExperiment:
                  "rates: " + ", ".join(f"{k}: {v:.2f} req/s" for k, v in self.rates.items())]
         for c in err:
             mode, _, m = c[:-8].partition("_")
-            what = "prediction (kappa x duration)" if mode == "sim" else "replay (measured tokens)"
+            what = "prediction (kappa x duration)" if mode == "sim" else "replay (measured service times)"
             lines.append(f"{what} vs real, |error| of {m}: median {err[c].median():.0f} %, max {err[c].max():.0f} %")
         lines.append("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in self.timings.items()))
         return "\n".join(lines)
@@ -293,7 +294,7 @@ class ServingExperiment:
 def comparison_table(real: pd.DataFrame, sim: pd.DataFrame, keys: Sequence[str] = ("load", "rate", "policy"),
                      metrics: Sequence[str] = TABLE_METRICS) -> pd.DataFrame:
     """One row per run: the real metrics ``<m>``, and per simulation mode (``sim["mode"]``:
-    ``sim`` = a-priori prediction, ``replay`` = measured tokens) ``<mode>_<m>`` and
+    ``sim`` = a-priori prediction, ``replay`` = measured service times) ``<mode>_<m>`` and
     ``<mode>_<m>_err_pct`` (simulated minus real, in % of real); ``completed``, ``failed``."""
     rows = []
     keys = [k for k in keys if k in real]
@@ -403,7 +404,7 @@ def run_experiment(
                 load = rate / cap
                 rec = rec.assign(policy=pol, level=lvl, rate=rate, load=round(load, 3))
                 real.append(rec)
-                for mode, tok in (("sim", "kappa"), ("replay", "measured")):
+                for mode, tok in (("sim", "kappa"), ("replay", "service")):
                     sim = simulate_run(rec, pol, service, slots=slots, tokens=tok)
                     sims.append(sim.assign(policy=pol, level=lvl, rate=rate, load=round(load, 3), mode=mode))
         timings[f"runs_{pol}_s"] = time.perf_counter() - t

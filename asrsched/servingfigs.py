@@ -20,7 +20,7 @@ __all__ = ["fig_cdfs", "fig_latency_vs_load", "fig_prediction", "fig_calibration
            "headline_change"]
 
 _NAMES = {"e2el": "E2EL", "ttft": "TTFT", "queue_delay": "queue delay"}
-_MODE = {"sim": "simulator (kappa x duration)", "replay": "simulator (measured tokens)"}
+_MODE = {"sim": "simulator, predicted (kappa x duration)", "replay": "simulator, replayed (measured service)"}
 _SHORT = {"sim": "simulated", "replay": "replayed"}
 
 

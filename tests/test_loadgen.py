@@ -71,6 +71,14 @@ def test_replay_records_every_request_in_the_simulators_shape(server, plan):
         assert len(x) == len(rec) and y[-1] == 1.0
     tr = records_to_trace(rec, service, tokens="measured")
     assert np.array_equal(tr.tokens, rec.sort_values("arrival")["tokens"].astype(int).to_numpy())
+    # replaying the measured service times: every simulated request is served as long as the real one
+    assert (rec["service_s"] > 0).all()
+    for r in rec.itertuples():
+        s = srv[int(r.server_rid)]
+        assert r.service_s == pytest.approx(s["finish"] - s["admit"], abs=1e-6)
+    rp = simulate_run(rec, "sjf", service, slots=1, tokens="service").set_index("rid").loc[rec["rid"]]
+    served = (rp["finish"] - service.overhead_s - rp["admit"]).to_numpy()
+    assert np.allclose(served, rec["service_s"], atol=service.decode_s_per_token + 1e-6)
 
 
 def test_refusals_errors_and_timeouts_keep_their_rows(plan):

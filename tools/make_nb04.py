@@ -19,9 +19,11 @@ trace of synthesised speech against it with streaming, measuring TTFT and E2EL a
 Steps: (1) a short closed-loop **probe** measures the server's service times, which calibrate
 the simulator's service model and give the capacity; (2) each policy gets a fresh server and the
 same trace at each **load level** (below, near and above capacity); (3) the **simulator** replays
-every real run — same arrivals, same clip durations — twice: as a prediction from the calibrated
-model (tokens = κ × duration) and as a replay with each request's measured decoder steps, which
-separates the time/queueing model's error from the size estimate's.
+every real run — same arrivals, same clip durations — twice: as a **prediction** from the
+calibrated model (tokens = κ × duration: what is known before the run) and as a **replay** in
+which every request takes exactly as long as it took on the real server, which isolates the
+queueing and ordering model from the time model (and from the machine's speed drifting between
+the probe and the runs — this machine is shared).
 """),
 ("md", """
 **Parameters** (override with papermill or `asrsched run 04 -p NAME VALUE`):
@@ -98,8 +100,8 @@ display(real.round(3))
 ## The simulator's prediction of the same runs
 
 `sim_*`: the simulator calibrated by the probe, sizes from κ × duration (what a scheduler knows in
-advance). `replay_*`: the same with each request's measured decoder steps. `*_err_pct`: simulated
-minus real, in % of real.
+advance). `replay_*`: the same simulator with each request's measured service time. `*_err_pct`:
+simulated minus real, in % of real.
 """),
 ("code", """
 cols = ["load", "policy"] + [c for c in t if c.endswith("_err_pct") and ("e2el" in c or "ttft" in c)]
@@ -143,11 +145,12 @@ print(f"failed requests: {int(t.failed.sum())} of {int(t.completed.sum() + t.fai
 Reading: below capacity the queue is short and the policies barely differ; near and above it the
 queue builds and duration-aware ordering (SJF, HRRN) serves the many short clips ahead of the few
 long ones, cutting the median at some cost to the longest requests (P90/P99). Throughput is the
-same for all policies — they only reorder work. The replay error measures the service-time and
-queueing model; the gap between prediction and replay is what κ × duration gets wrong about
-individual clips (e.g. a clip on which greedy decoding loops generates far more tokens than its
-duration suggests). With a dozen requests per run these are noisy single runs: raise `N_REQUESTS`
-for firm numbers.
+same for all policies — they only reorder work (on a shared machine the measured throughput still
+moves with other jobs' load). The replay error measures the queueing model and the server's
+faithfulness to the policy; the gap between prediction and replay is what the calibrated time
+model and κ × duration get wrong: clips on which greedy decoding loops (far more tokens than the
+duration suggests), and the machine running slower or faster than during the probe. With a dozen
+requests per run these are noisy single runs: raise `N_REQUESTS` for firm numbers.
 """),
 ("md", """
 ## Explore
