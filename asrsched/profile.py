@@ -746,8 +746,9 @@ def run_profile(
     does; ``True`` keeps faster-whisper's fallback ladder 0.0-1.0, whose re-decodes
     (``fallbacks``, ``tokens_generated``) make a few clips many times dearer. ``backend`` is a name from
     :data:`asrsched.backends.BACKENDS` or a ready backend object. With ``out_dir``
-    the measurements go to ``out_dir/measurements.csv`` as they are made (resumable)
-    and the fits beside them. ``cache``: corpus cache folder (default ``$ASRSCHED_CACHE``
+    the measurements go to ``out_dir/<model>-<backend>-<set-up hash>/measurements.csv``
+    as they are made (a rerun with the same set-up resumes; another set-up gets its own
+    folder) and the fits beside them (``ProfileRun.out_dir``). ``cache``: corpus cache folder (default ``$ASRSCHED_CACHE``
     or ``~/.cache/asrsched``). ``repeats``: transcriptions per clip, the fastest kept
     (use 3 on a shared machine). ``clock``: ``"cpu"`` (process CPU seconds,
     which other load on a shared machine barely moves; ~ wall time on one dedicated
@@ -817,7 +818,16 @@ def run_profile(
     if clock == "auto":  # GPU engines are timed on the wall clock, CPU engines on CPU time
         clock = "wall" if "/gpu" in str(getattr(be, "description", "")) else "cpu"
         params["clock"] = clock
-    out = Path(out_dir) / "measurements.csv" if out_dir is not None else None
+    run_dir = None
+    if out_dir is not None:  # one sub-folder per measurement set-up: resuming never mixes set-ups
+        import hashlib
+
+        setup = dict(backend=getattr(be, "description", params["backend"]), model=model, beam_size=beam_size,
+                     temperature_fallback=bool(temperature_fallback), compute_type=compute_type,
+                     cpu_threads=cpu_threads, repeats=repeats)
+        h = hashlib.sha1(json.dumps(setup, sort_keys=True, default=str).encode()).hexdigest()[:8]
+        run_dir = Path(out_dir) / f"{model}-{params['backend']}-{h}"
+    out = run_dir / "measurements.csv" if run_dir is not None else None
     t2 = time.perf_counter()
     meas = measure(manifest, be, out=out, resume=resume, repeats=repeats, progress=progress)
     timings["measure_s"] = time.perf_counter() - t2
@@ -862,9 +872,9 @@ def run_profile(
     vad = vad_summary(est)
     timings["total_s"] = time.perf_counter() - t0
     run = ProfileRun(meas, train, held, kfit, kappas, sm, hold, hold_m, batch, est, vad, params, timings,
-                     Path(out_dir) if out_dir is not None else None)
-    if out_dir is not None:
-        run.save(out_dir)
+                     run_dir)
+    if run_dir is not None:
+        run.save(run_dir)
     return run
 
 
@@ -886,7 +896,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeats", type=int, default=1, help="transcriptions per clip; the fastest is kept")
     p.add_argument("--clock", default="auto", help="cpu, wall or auto (cpu on a CPU engine, wall on a GPU)")
-    p.add_argument("--out-dir", default="runs/profile", help="measurements.csv and fits go here")
+    p.add_argument("--out-dir", default="runs/profile", help="a sub-folder per set-up with measurements and fits")
     p.add_argument("--out", default=None, help="also write the ServiceModel JSON here")
     a = p.parse_args(argv)
     run = run_profile(model=a.model, backend=a.backend, languages=[s for s in a.languages.split(",") if s],
@@ -898,6 +908,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.out:
         run.service_model.to_json(a.out)
     print(run.report())
+    print(f"measurements and fits: {run.out_dir}")
     if len(run.vad):
         print(run.vad.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0

@@ -155,7 +155,7 @@ def test_run_profile_end_to_end_writes_a_loadable_profile(backend, tmp_path):
     run = run_profile(model="tiny.en", backend=backend, languages=["en"], n_per_language=6,
                       n_silence_per_language=1, batch_sizes=(1, 2), holdout_frac=0.25, n_boot=200,
                       out_dir=tmp_path / "run", cache=tmp_path / "cache", progress=False)
-    sm = ServiceModel.from_json(tmp_path / "run" / "service_model.json")
+    sm = ServiceModel.from_json(run.out_dir / "service_model.json")
     assert sm.kappa["en"] == pytest.approx(run.kappa.kappa["en"])
     lo, hi = sm.kappa_ci["en"]
     assert lo <= sm.kappa["en"] <= hi and 1.5 < sm.kappa["en"] < 10
@@ -164,4 +164,5 @@ def test_run_profile_end_to_end_writes_a_loadable_profile(backend, tmp_path):
     assert sm.fit["clock"] == "cpu" and sm.fit["other_clock"]["clock"] == "wall"  # auto: CPU engine
     assert len(run.batch) == 2 and sm.decode_batch_slope >= 0
     assert {"file duration", "silero VAD"} <= set(run.vad["estimator"])
-    assert (tmp_path / "run" / "measurements.csv").exists() and (tmp_path / "run" / "kappa.csv").exists()
+    assert (run.out_dir / "measurements.csv").exists() and (run.out_dir / "kappa.csv").exists()
+    assert run.out_dir.parent == tmp_path / "run" and run.out_dir.name.startswith("tiny.en-faster-whisper-")

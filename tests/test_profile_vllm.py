@@ -36,7 +36,7 @@ def test_profiler_runs_on_vllm(vllm_backend, tmp_path):
     assert clean["tokens_generated"].iloc[-1] > 2 * clean["tokens_generated"].iloc[0]
     assert (clean["wer"] < 0.6).all(), clean[["text", "hypothesis"]].to_string()
     assert (clean["encode_s"] > 0).all() and (clean["decode_s"] > 0).all()
-    sm = ServiceModel.from_json(tmp_path / "run" / "service_model.json")
+    sm = ServiceModel.from_json(run.out_dir / "service_model.json")
     assert "vllm" in sm.name and 1.5 < sm.kappa["en"] < 8
     assert sm.fit["clock"] == ("cpu" if "/cpu/" in vllm_backend.description else "wall")
     assert sm.fit["holdout"]["n"] == 1
