@@ -64,6 +64,8 @@ __all__ = [
     "silence_estimates",
     "vad_summary",
     "run_profile",
+    "fit_profile",
+    "refit",
     "main",
 ]
 
@@ -156,7 +158,7 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
                      "backend", "model", "ok", "silence"):
             df[c] = pd.to_numeric(df[c], errors="coerce")
     for c in ("error_reason", "error", "hypothesis", "text"):
-        df[c] = df[c].fillna("").astype(str)
+        df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
     return df
 
 
@@ -397,7 +399,7 @@ def fit_service_model(
     *,
     name: str = "profiled",
     batch: Sequence[dict] | pd.DataFrame | None = None,
-    window_s: float = 30.0,
+    window_s: float | str = "fit",
     source: str = "",
     clock: str = "wall",
     extra_fit: dict | None = None,
@@ -406,13 +408,18 @@ def fit_service_model(
 
     * ``encode_s_per_window`` = total encoder time / total encoder runs (measured directly);
     * ``decode_s_per_token`` and ``overhead_s``: non-negative least squares of
-      ``total_s - windows_nominal x encode_s_per_window`` on ``[kappa.tokens, 1]``
+      ``total_s - windows(d) x encode_s_per_window`` on ``[kappa.tokens, 1]``
       (so the prediction ``windows x enc + tokens x step + overhead`` is unbiased on
       the training rows, whatever the backend does besides encode and decode);
     * ``decode_batch_slope`` from ``batch`` (rows ``batch, step_s`` as returned by
       ``FasterWhisperBackend.batch_step_times``; ``step_cpu_s`` on the cpu clock): least
       squares of ``step(b) / step(1) - 1 = slope x (b - 1)``; 0 when not measured;
-    * ``kappa`` and ``kappa_ci`` from ``kappa``.
+    * ``kappa`` and ``kappa_ci`` from ``kappa``;
+    * ``window_s``: a number, or ``"fit"`` (default): the effective audio advanced per
+      encoder run, the largest ``w`` in 10-30 s for which ``ceil(d / w)`` best matches the
+      measured encoder runs. faster-whisper seeks to the last complete segment, so a
+      20-30 s clip often takes two runs (``w`` near 20 s); an engine that cuts fixed 30 s
+      windows (vLLM) gives 30.
 
     ``clock="wall"`` (default) fits wall time (``total_s``, ``encode_s``, ``decode_s``);
     ``clock="cpu"`` fits process CPU time (``cpu_s``, ``encode_cpu_s``, ``decode_cpu_s``),
@@ -425,7 +432,7 @@ def fit_service_model(
         raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
     T, E, D = CLOCKS[clock]
     tok = kappa.tokens
-    need = [T, E, "windows", "windows_nominal", tok]
+    need = [T, E, "windows", "audio_s", tok]
     miss = [c for c in need if c not in df]
     if miss:
         raise ValueError(f"measurement table is missing column(s) {', '.join(miss)}")
@@ -435,10 +442,19 @@ def fit_service_model(
     if len(d) < 3:
         raise ValueError(f"need at least 3 good rows to fit the service model, have {len(d)}")
     enc = float(d[E].sum() / max(d["windows"].sum(), 1))
-    y = d[T].to_numpy(float) - enc * d["windows_nominal"].to_numpy(float)
+    dur = d["audio_s"].to_numpy(float)
+    runs = d["windows"].to_numpy(float)
+    if window_s == "fit":
+        grid = np.arange(30.0, 9.99, -0.5)  # largest first: ties keep the longer window
+        sse = [float(((np.maximum(1, np.ceil(dur / w - 1e-9)) - runs) ** 2).sum()) for w in grid]
+        window_s = float(grid[int(np.argmin(sse))])
+    elif not (isinstance(window_s, (int, float)) and window_s > 0):
+        raise ValueError(f"window_s must be a positive number of seconds or 'fit', got {window_s!r}")
+    win = np.maximum(1, np.ceil(dur / float(window_s) - 1e-9))
+    y = d[T].to_numpy(float) - enc * win
     A = np.c_[d[tok].to_numpy(float), np.ones(len(d))]
     (step, over), _ = nnls(A, y)
-    pred = enc * d["windows_nominal"].to_numpy(float) + A @ np.array([step, over])
+    pred = enc * win + A @ np.array([step, over])
     tot = d[T].to_numpy(float)
     ss_tot = float(((tot - tot.mean()) ** 2).sum())
     # decoder-only cross-check: decode_s = a + b x tokens
@@ -457,6 +473,8 @@ def fit_service_model(
     fit = {
         "clock": clock,
         "n_rows": int(len(d)),
+        "window_s": float(window_s),
+        "window_mismatches": int((win != runs).sum()),
         "n_dropped": n_dropped,
         "tokens_column": tok,
         "duration_column": kappa.duration,
@@ -474,7 +492,7 @@ def fit_service_model(
         decode_s_per_token=float(step),
         decode_batch_slope=slope,
         overhead_s=float(over),
-        window_s=window_s,
+        window_s=float(window_s),
         kappa=kappa.kappa,
         kappa_ci=kappa.ci,
         name=name + ("/cpu-time" if clock == "cpu" else ""),
@@ -686,7 +704,8 @@ class ProfileRun:
         nf = int((~m["ok"]).sum())
         if nf:
             out.append(f"failed rows: {nf} ({', '.join(f'{k}: {v}' for k, v in m.loc[~m['ok'], 'error_reason'].value_counts().items())}); fits used the rest")
-        out.append("timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in self.timings.items()))
+        if self.timings:
+            out.append("timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in self.timings.items()))
         return "\n".join(out)
 
     def save(self, out_dir: str | os.PathLike) -> dict[str, Path]:
@@ -700,6 +719,9 @@ class ProfileRun:
             "params": d / "params.json",
         }
         self.kappa_table().to_csv(paths["kappa"], index=False)
+        if len(self.batch):
+            paths["batch"] = d / "batch.csv"
+            self.batch.to_csv(paths["batch"], index=False)
         self.vad.to_csv(paths["vad"], index=False)
         paths["params"].write_text(json.dumps({**self.params, "timings": self.timings, "holdout": {
             k: v for k, v in self.holdout.items() if k != "predicted"}}, indent=2, default=str) + "\n")
@@ -840,41 +862,103 @@ def run_profile(
             batch = pd.DataFrame(be.batch_step_times(clips, str(good["language"].iloc[-1]), tuple(batch_sizes)))
         timings["batch_s"] = time.perf_counter() - t3
 
-    # ---- fits on clean rows (failed rows stay in so the fits count them as dropped)
+    desc = getattr(be, "description", f"whisper-{model}/{params['backend']}")
+    machine = {"cpus": os.cpu_count(), "load_avg_1min_start": load0,
+               "load_avg_1min_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")}
+    run = fit_profile(meas, batch=batch, name=desc, params=params, clock=clock, holdout_frac=holdout_frac,
+                      kappa_tokens=kappa_tokens, n_boot=n_boot, seed=seed, extra_fit={"machine": machine})
+    timings["total_s"] = time.perf_counter() - t0
+    run.timings = timings
+    run.out_dir = run_dir
+    if run_dir is not None:
+        run.save(run_dir)
+    return run
+
+
+def fit_profile(
+    meas: pd.DataFrame,
+    *,
+    batch: pd.DataFrame | Sequence[dict] | None = None,
+    name: str = "profiled",
+    params: dict | None = None,
+    clock: str = "cpu",
+    holdout_frac: float = 0.25,
+    kappa_tokens: str = "decode_steps",
+    n_boot: int = 2000,
+    seed: int = 0,
+    extra_fit: dict | None = None,
+) -> ProfileRun:
+    """The fitting half of :func:`run_profile`, on a measurement table already made.
+
+    Clean (no inserted silence) rows are split into train / held-back per language;
+    kappa is fitted for every token definition, the :class:`ServiceModel` on ``clock``
+    (the other clock's fit and hold-out check go into ``fit["other_clock"]``), the
+    hold-out is predicted through the simulator, and the silence clips are sized
+    with and without VAD. Use it to re-fit a saved run (:func:`refit`).
+    """
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
+    if kappa_tokens not in TOKEN_COLUMNS:
+        raise ValueError(f"kappa_tokens must be one of {', '.join(TOKEN_COLUMNS)}; got {kappa_tokens!r}")
+    params = dict(params or {})
+    meas = _typed(meas)
+    batch = pd.DataFrame(batch if batch is not None else [], columns=None)
+    # failed rows stay in, so the fits count them as dropped
     fit_rows = meas[~meas["silence"] | ~meas["ok"]]
     train, held = split_holdout(fit_rows, holdout_frac, seed=seed)
     kappas = {t: fit_kappa(train, tokens=t, n_boot=n_boot, seed=seed) for t in TOKEN_COLUMNS}
     kfit = kappas[kappa_tokens]
-    desc = getattr(be, "description", f"whisper-{model}/{params['backend']}")
     extra = {"kappa_tables": {t: k.table.to_dict("records") for t, k in kappas.items()},
              "n_failed_rows": int((~meas["ok"]).sum()),
-             "machine": {"cpus": os.cpu_count(), "load_avg_1min_start": load0,
-                         "load_avg_1min_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")},
-             "failed_reasons": meas.loc[~meas["ok"], "error_reason"].value_counts().to_dict()}
-    src = f"asrsched.profile.run_profile({json.dumps(params, default=str)})"
-    sm = fit_service_model(train, kfit, name=desc, batch=batch, source=src, clock=clock, extra_fit=extra)
+             "failed_reasons": meas.loc[~meas["ok"], "error_reason"].value_counts().to_dict(),
+             **(extra_fit or {})}
+    src = f"asrsched.profile.run_profile({json.dumps(params, default=str)})" if params else "asrsched.profile.fit_profile"
+    sm = fit_service_model(train, kfit, name=name, batch=batch, source=src, clock=clock, extra_fit=extra)
     hold = validate_holdout(sm, held) if len(held) else {}
     hold_m = validate_holdout(sm, held, tokens=kappa_tokens) if len(held) else {}
     other = {}
     oc = "cpu" if clock == "wall" else "wall"
     ok_rows = train[train["ok"].astype(bool)]
     if len(held) and len(ok_rows) and ok_rows[list(CLOCKS[oc][:2])].notna().all().all():
-        so = fit_service_model(train, kfit, name=desc, batch=batch, clock=oc)
+        so = fit_service_model(train, kfit, name=name, batch=batch, clock=oc)
         ho = validate_holdout(so, held)
         other = {"clock": oc, "encode_s_per_window": so.encode_s_per_window,
                  "decode_s_per_token": so.decode_s_per_token, "overhead_s": so.overhead_s,
-                 "r2_total_measured_tokens": so.fit["r2_total_s_measured_tokens"],
+                 "window_s": so.window_s, "r2_total_measured_tokens": so.fit["r2_total_s_measured_tokens"],
                  "holdout": {k: v for k, v in ho.items() if k not in ("predicted", "per_language")}}
     sm = ServiceModel.from_dict({**sm.to_dict(), "fit": {**sm.fit, "holdout": {
         k: v for k, v in hold.items() if k != "predicted"}, "holdout_measured_tokens": {
         k: v for k, v in hold_m.items() if k != "predicted"}, "other_clock": other}})
     est = silence_estimates(meas, sm)
     vad = vad_summary(est)
-    timings["total_s"] = time.perf_counter() - t0
-    run = ProfileRun(meas, train, held, kfit, kappas, sm, hold, hold_m, batch, est, vad, params, timings,
-                     run_dir)
-    if run_dir is not None:
-        run.save(run_dir)
+    return ProfileRun(meas, train, held, kfit, kappas, sm, hold, hold_m, batch, est, vad, params, {}, None)
+
+
+def refit(run_dir: str | os.PathLike, **kw) -> ProfileRun:
+    """Re-fit a saved run folder (``measurements.csv`` + ``service_model.json`` or ``batch.csv``)
+    without measuring again; keyword arguments go to :func:`fit_profile` (defaults: the saved
+    run's name, parameters and clock)."""
+    d = Path(run_dir)
+    if not (d / "measurements.csv").exists():
+        raise FileNotFoundError(f"{d} holds no measurements.csv (a run_profile output folder is needed)")
+    meas = pd.read_csv(d / "measurements.csv")
+    old = ServiceModel.from_json(d / "service_model.json") if (d / "service_model.json").exists() else None
+    params = json.loads((d / "params.json").read_text()) if (d / "params.json").exists() else {}
+    params.pop("timings", None)
+    params.pop("holdout", None)
+    batch = (pd.read_csv(d / "batch.csv") if (d / "batch.csv").exists()
+             else pd.DataFrame(old.fit.get("batch_step", [])) if old else None)
+    kw.setdefault("batch", batch)
+    kw.setdefault("params", params)
+    kw.setdefault("name", old.name.removesuffix("/cpu-time") if old else "profiled")
+    kw.setdefault("clock", (old.fit.get("clock") if old else None) or params.get("clock", "cpu"))
+    for k in ("holdout_frac", "kappa_tokens", "seed"):
+        if k in params:
+            kw.setdefault(k, params[k])
+    if old and "machine" in old.fit:
+        kw.setdefault("extra_fit", {"machine": old.fit["machine"]})
+    run = fit_profile(meas, **kw)
+    run.out_dir = d
     return run
 
 
@@ -898,7 +982,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--clock", default="auto", help="cpu, wall or auto (cpu on a CPU engine, wall on a GPU)")
     p.add_argument("--out-dir", default="runs/profile", help="a sub-folder per set-up with measurements and fits")
     p.add_argument("--out", default=None, help="also write the ServiceModel JSON here")
+    p.add_argument("--refit", default=None, metavar="RUN_DIR",
+                   help="re-fit a saved run folder instead of measuring (writes its fits back there)")
     a = p.parse_args(argv)
+    if a.refit:
+        run = refit(a.refit, **({} if a.clock == "auto" else {"clock": a.clock}))
+        run.save(a.refit)
+        if a.out:
+            run.service_model.to_json(a.out)
+        print(run.report())
+        return 0
     run = run_profile(model=a.model, backend=a.backend, languages=[s for s in a.languages.split(",") if s],
                       n_per_language=a.n, n_silence_per_language=a.n_silence, beam_size=a.beam_size,
                       temperature_fallback=a.fallback,

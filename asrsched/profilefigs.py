@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .plots import policy_color
-from .profile import TOKEN_COLUMNS, KappaFit, fit_kappa
+from .profile import CLOCKS, TOKEN_COLUMNS, KappaFit, fit_kappa
 from .service import ServiceModel
 
 __all__ = ["fig_kappa", "fig_time_model", "fig_rtf", "fig_vad", "fig_batch", "kappa_explorer"]
@@ -68,17 +68,26 @@ def fig_kappa(rows: pd.DataFrame, kfit: KappaFit, *, held: pd.DataFrame | None =
 
 def fig_time_model(rows: pd.DataFrame, model: ServiceModel, holdout: dict | None = None,
                    held: pd.DataFrame | None = None) -> go.Figure:
-    """Left: total time vs decoder tokens with the fitted line (one window); right: predicted vs measured."""
+    """Left: total time vs decoder tokens with the fitted line (one window); right: predicted vs measured.
+
+    Times are on the model's clock (wall or process CPU time, ``model.fit["clock"]``).
+    """
     tok = model.fit.get("tokens_column", "decode_steps")
+    clock = model.fit.get("clock", "wall")
+    T = CLOCKS[clock][0]
+    what = "CPU time" if clock == "cpu" else "total time"
     d = rows[rows["ok"].astype(bool) & ~rows["silence"].astype(bool)]
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
-                        subplot_titles=("time vs tokens (1 window)", "predicted vs measured service time"))
+                        subplot_titles=("time vs tokens (line: 1 window; squares: 2+)",
+                                        "predicted vs measured service time"))
     for lang, g in d.groupby("language"):
         c = policy_color(lang)
-        fig.add_trace(go.Scatter(x=g[tok], y=g["total_s"], mode="markers", marker=dict(color=c, size=8),
-                                 name=_lang_name(lang), legendgroup=lang), row=1, col=1)
+        sym = np.where(g["windows_nominal"].to_numpy(float) > 1, "square-open", "circle")
+        fig.add_trace(go.Scatter(x=g[tok], y=g[T], mode="markers", marker=dict(color=c, size=8, symbol=sym),
+                                 name=_lang_name(lang), legendgroup=lang,
+                                 hovertemplate="%{x} steps, %{y:.2f} s"), row=1, col=1)
         pred = model.service_time(g["audio_s"].to_numpy(float), lang, tokens=g[tok].to_numpy(float))
-        fig.add_trace(go.Scatter(x=g["total_s"], y=pred, mode="markers", marker=dict(color=c, size=8),
+        fig.add_trace(go.Scatter(x=g[T], y=pred, mode="markers", marker=dict(color=c, size=8, symbol=sym),
                                  showlegend=False, legendgroup=lang), row=1, col=2)
     xs = np.linspace(0, max(float(d[tok].max()) if len(d) else 1.0, 1.0) * 1.05, 20)
     fig.add_trace(go.Scatter(x=xs, y=model.encode_s_per_window + model.decode_s_per_token * xs + model.overhead_s,
@@ -86,18 +95,18 @@ def fig_time_model(rows: pd.DataFrame, model: ServiceModel, holdout: dict | None
                              name=(f"{model.encode_s_per_window:.2f} s/window + "
                                    f"{1000 * model.decode_s_per_token:.1f} ms/token + {model.overhead_s:.2f} s")),
                   row=1, col=1)
-    hi = float(d["total_s"].max()) * 1.1 if len(d) else 1.0
+    hi = float(d[T].max()) * 1.1 if len(d) else 1.0
     fig.add_trace(go.Scatter(x=[0, hi], y=[0, hi], mode="lines", line=dict(color="#888", dash="dot"),
                              showlegend=False), row=1, col=2)
     t = "Service time = windows × encode + tokens × step + overhead"
     if holdout:
-        t = (f"Windows × encode + tokens × step predicts held-back mean time within "
-             f"{100 * abs(holdout['rel_error']):.0f} % (n={holdout['n']})")
+        t = (f"Windows × encode + tokens × step: held-back mean {what} within "
+             f"{max(1, round(100 * abs(holdout['rel_error'])))} % (n={holdout['n']})")
     fig.update_layout(title=t, height=560, legend=dict(orientation="h", x=0, y=-0.18, xanchor="left", yanchor="top"),
                       margin=dict(b=120))
     fig.update_xaxes(title_text=f"{_TOKLABEL.get(tok, tok)} (count)", row=1, col=1)
-    fig.update_yaxes(title_text="measured total time (s)", row=1, col=1)
-    fig.update_xaxes(title_text="measured total time (s)", row=1, col=2)
+    fig.update_yaxes(title_text=f"measured {what} (s)", row=1, col=1)
+    fig.update_xaxes(title_text=f"measured {what} (s)", row=1, col=2)
     fig.update_yaxes(title_text="predicted from measured tokens (s)", row=1, col=2)
     return fig
 

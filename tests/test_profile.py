@@ -9,8 +9,10 @@ import pytest
 
 from asrsched.profile import (
     fit_kappa,
+    fit_profile,
     fit_service_model,
     normalize_text,
+    refit,
     run_profile,
     silence_estimates,
     split_holdout,
@@ -113,6 +115,39 @@ def test_service_model_fit_recovers_coefficients_and_batch_slope(tmp_path):
     back = ServiceModel.from_json(sm.to_json(tmp_path / "p.json"))
     assert back.kappa == sm.kappa and back.kappa_ci == sm.kappa_ci
     assert back.service_time(10.0, "en") == pytest.approx(sm.service_time(10.0, "en"))
+
+
+def test_effective_window_is_fitted_from_encoder_runs():
+    """An engine that re-encodes every 20 s of audio: the fitted window is 20 s, and the time model
+    with it is exact; a fixed window can still be imposed."""
+    df = synthetic({"en": 4.0}, n=60, seed=8, noise=False)
+    w = np.maximum(1, np.ceil(df["audio_s"] / 20.0))
+    df["windows"] = w
+    df["encode_s"] = w * TRUE["enc"]
+    df["total_s"] = df["encode_s"] + df["decode_steps"] * TRUE["step"] + TRUE["over"]
+    kf = fit_kappa(df, n_boot=20)
+    sm = fit_service_model(df, kf)
+    assert sm.window_s == 20.0 and sm.fit["window_mismatches"] == 0
+    assert sm.decode_s_per_token == pytest.approx(TRUE["step"], rel=1e-6)
+    assert sm.service_time(45.0, "en", tokens=100) == pytest.approx(3 * TRUE["enc"] + 100 * TRUE["step"] + TRUE["over"])
+    fixed = fit_service_model(df, kf, window_s=30.0)
+    assert fixed.window_s == 30.0 and fixed.fit["window_mismatches"] > 0
+    with pytest.raises(ValueError, match="window_s must be a positive number"):
+        fit_service_model(df, kf, window_s=-1)
+
+
+def test_refit_reproduces_a_saved_run(tmp_path):
+    df = synthetic(n=30, seed=9)
+    run = fit_profile(df, batch=[{"batch": 1, "step_s": 0.01}, {"batch": 2, "step_s": 0.013}], name="syn",
+                      clock="wall", n_boot=100)
+    run.measurements.to_csv(tmp_path / "measurements.csv", index=False)
+    run.save(tmp_path)
+    again = refit(tmp_path, n_boot=100)
+    assert again.service_model.kappa == pytest.approx(run.service_model.kappa)
+    assert again.service_model.decode_batch_slope == pytest.approx(0.3)
+    assert again.holdout["rel_error"] == pytest.approx(run.holdout["rel_error"])
+    with pytest.raises(FileNotFoundError, match="no measurements.csv"):
+        refit(tmp_path / "nothing")
 
 
 def test_cpu_clock_fits_cpu_time():
