@@ -9,9 +9,11 @@ One experiment (:func:`run_experiment`), as notebook 04 runs it:
    :func:`asrsched.profile.fit_kappa`, encoder and step time by non-negative least
    squares), and capacity is ``slots / E[service]`` over the workload's durations.
 2. **Runs**: for each load level (a fraction of capacity, or given rates) one seeded
-   trace; for each policy a fresh server (subprocess, :class:`ServerProcess`) with
-   the calibrated model as its size estimate, and the load generator
-   (:func:`asrsched.loadgen.run_load`) replays the same trace against it.
+   trace; one server per policy (subprocess, :class:`ServerProcess`) with the
+   calibrated model as its size estimate, and the load generator
+   (:func:`asrsched.loadgen.run_load`) replays the same trace against each. Load levels
+   run one after another, the policies inside each level back to back (alternating
+   order), so that a shared machine's drifting speed hits every policy alike.
 3. **Prediction**: the simulator (:func:`asrsched.sim.simulate`) replays each real
    run's arrivals and durations with the calibrated model and ``max_num_seqs`` = the
    server's slots, twice: ``sim`` (the a-priori prediction: tokens = kappa x duration)
@@ -28,6 +30,7 @@ engine batches what it is given).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -90,10 +93,19 @@ class ServerProcess:
 
     def start(self) -> "ServerProcess":
         """Start the server and wait until it listens (``RuntimeError`` with its log if it dies)."""
+        return self.launch().wait_ready()
+
+    def launch(self) -> "ServerProcess":
+        """Start the process without waiting (start several, then :meth:`wait_ready` each)."""
         self._log = open(self.log_path, "w")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
-        t_end = time.monotonic() + self.start_timeout
+        self._t_launch = time.monotonic()
+        return self
+
+    def wait_ready(self) -> "ServerProcess":
+        """Wait until the launched server listens; its URL is then :attr:`url`."""
+        t_end = self._t_launch + self.start_timeout
         while time.monotonic() < t_end:
             text = self.log_path.read_text(errors="replace")
             for line in text.splitlines():
@@ -295,7 +307,9 @@ def comparison_table(real: pd.DataFrame, sim: pd.DataFrame, keys: Sequence[str] 
                      metrics: Sequence[str] = TABLE_METRICS) -> pd.DataFrame:
     """One row per run: the real metrics ``<m>``, and per simulation mode (``sim["mode"]``:
     ``sim`` = a-priori prediction, ``replay`` = measured service times) ``<mode>_<m>`` and
-    ``<mode>_<m>_err_pct`` (simulated minus real, in % of real); ``completed``, ``failed``."""
+    ``<mode>_<m>_err_pct`` (simulated minus real, in % of real); ``completed``, ``failed``, and
+    ``mean_service_ms`` (mean server-side service time of the run's requests: the same clips
+    take longer when other jobs load the machine)."""
     rows = []
     keys = [k for k in keys if k in real]
     if "mode" not in sim:
@@ -307,6 +321,8 @@ def comparison_table(real: pd.DataFrame, sim: pd.DataFrame, keys: Sequence[str] 
         row = dict(zip(keys, key)) | {"completed": s.get("completed", 0), "failed": s.get("failed", 0)}
         for m in metrics:
             row[m] = s.get(m, math.nan)
+        # how fast the machine served during this run (a drift indicator on a shared machine)
+        row["mean_service_ms"] = 1e3 * float(g["service_s"].mean()) if "service_s" in g else math.nan
         for mode in modes:
             sel = np.array(sim["mode"] == mode, dtype=bool)
             for k, v in zip(keys, key):
@@ -393,22 +409,31 @@ def run_experiment(
         tr = make_trace(workload, rate=rate, n=int(n_requests), seed=seed + 1000 * (i + 1))
         plans[lvl] = plan_requests(tr, pool_size=pool_size, seed=seed, cache=cache, progress=progress)
 
-    # 3. real runs and their simulation
+    # 3. real runs and their simulation. One server per policy, all started at once and idle
+    # between their runs; load levels outside, policies inside in alternating order, so that a
+    # shared machine whose speed drifts during the experiment affects every policy alike.
     real, sims = [], []
-    t = time.perf_counter()
-    for pol in policies:
-        with ServerProcess(pol, profile=prof, log=out / f"server-{pol}.log", **skw) as sp:
-            for lvl, rate in levels.items():
-                rec = run_coro(run_load(sp.url, plans[lvl], model=model, stream=stream, timeout_s=timeout_s,
-                                        label=pol, progress=progress))
+    with contextlib.ExitStack() as stack:
+        t = time.perf_counter()
+        servers = {pol: ServerProcess(pol, profile=prof, log=out / f"server-{pol}.log", **skw).launch()
+                   for pol in policies}
+        for sp in servers.values():
+            stack.callback(sp.stop)
+        for sp in servers.values():
+            sp.wait_ready()
+        timings["start_servers_s"] = time.perf_counter() - t
+        for i, (lvl, rate) in enumerate(levels.items()):
+            t = time.perf_counter()
+            for pol in (policies if i % 2 == 0 else policies[::-1]):
+                rec = run_coro(run_load(servers[pol].url, plans[lvl], model=model, stream=stream,
+                                        timeout_s=timeout_s, label=pol, progress=progress))
                 load = rate / cap
                 rec = rec.assign(policy=pol, level=lvl, rate=rate, load=round(load, 3))
                 real.append(rec)
                 for mode, tok in (("sim", "kappa"), ("replay", "service")):
                     sim = simulate_run(rec, pol, service, slots=slots, tokens=tok)
                     sims.append(sim.assign(policy=pol, level=lvl, rate=rate, load=round(load, 3), mode=mode))
-        timings[f"runs_{pol}_s"] = time.perf_counter() - t
-        t = time.perf_counter()
+            timings[f"runs_{lvl}_s"] = time.perf_counter() - t
     records = pd.concat(real, ignore_index=True)
     sim = pd.concat(sims, ignore_index=True)
     params = dict(policies=policies, loads=list(loads), rates=rates, n_requests=n_requests, n_probe=n_probe,

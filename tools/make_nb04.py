@@ -87,13 +87,16 @@ print(exp.summary())
 
 P50/P90 end-to-end latency and time to first token (seconds) and request throughput, measured by
 the load generator on the real server; `failed` counts requests that did not complete (refused,
-errored or timed out — they stay in the records).
+errored or timed out — they stay in the records). `mean_service_s` is the mean time the server
+spent on each request of the run: every policy sends the same clips at a load level, so a run
+with a larger value ran while other jobs slowed the machine — compare policies only where it is
+close.
 """),
 ("code", """
 t = exp.table
 real = t[["load", "rate", "policy", "completed", "failed"]].assign(
     p50_e2el_s=t.p50_e2el_ms / 1e3, p90_e2el_s=t.p90_e2el_ms / 1e3, p50_ttft_s=t.p50_ttft_ms / 1e3,
-    p90_ttft_s=t.p90_ttft_ms / 1e3, throughput_rps=t.request_throughput)
+    p90_ttft_s=t.p90_ttft_ms / 1e3, throughput_rps=t.request_throughput, mean_service_s=t.mean_service_ms / 1e3)
 display(real.round(3))
 """),
 ("md", """
@@ -135,6 +138,9 @@ for pol in [p for p in POLICIES if p != "fcfs"]:
         print(f"{pol.upper()} vs FCFS at {load:g}x capacity: {m[:3].upper()} {m[4:8].upper()} {ch:+.0f} %")
 spread = t.groupby("load").request_throughput.agg(lambda s: 100 * (s.max() - s.min()) / s.mean())
 print(f"throughput spread across policies per load: {', '.join(f'{l:g}x {v:.0f} %' for l, v in spread.items())}")
+drift = t.groupby("load").mean_service_ms.agg(lambda s: 100 * (s.max() / s.min() - 1))
+print(f"machine drift (largest/smallest mean service time of the same clips across policies): "
+      f"{', '.join(f'{l:g}x +{v:.0f} %' for l, v in drift.items())}")
 for mode in ("sim", "replay"):
     e = t[[f"{mode}_p50_e2el_ms_err_pct", f"{mode}_p90_e2el_ms_err_pct", f"{mode}_p50_ttft_ms_err_pct"]].abs()
     print(f"{'prediction' if mode == 'sim' else 'replay':<10} median |error| P50 E2EL {e.iloc[:, 0].median():.0f} %, "
