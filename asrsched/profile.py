@@ -66,6 +66,8 @@ __all__ = [
     "run_profile",
     "fit_profile",
     "refit",
+    "packaged_profile",
+    "PACKAGED_PROFILES",
     "main",
 ]
 
@@ -81,6 +83,25 @@ COLUMNS = [
     "total_s", "cpu_s", "encode_cpu_s", "decode_cpu_s", "repeats", "rtf", "rtfx", "wer", "text", "hypothesis", "backend", "model",
 ]
 _BOOL = {"True": True, "False": False, "true": True, "false": False, "1": True, "0": False}
+
+
+#: the profiles measured here and shipped with the package (see each JSON's ``source`` and ``fit``)
+PACKAGED_PROFILES = {"tiny.en": "profile_tiny_en_cpu.json", "base": "profile_base_cpu.json"}
+
+
+def packaged_profile(model: str = "tiny.en") -> ServiceModel:
+    """The :class:`ServiceModel` measured on this project's 2-core CPU machines for ``model``
+    (faster-whisper, int8, greedy; CPU-time clock), shipped in ``asrsched/data``.
+
+    >>> packaged_profile("tiny.en").kappa_for("en") > 2
+    True
+    """
+    from importlib import resources
+
+    if model not in PACKAGED_PROFILES:
+        raise ValueError(f"no packaged profile for {model!r}; allowed values: {', '.join(PACKAGED_PROFILES)}")
+    with resources.as_file(resources.files("asrsched.data") / PACKAGED_PROFILES[model]) as p:
+        return ServiceModel.from_json(p)
 
 
 # --------------------------------------------------------------------------- WER

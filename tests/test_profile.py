@@ -12,6 +12,7 @@ from asrsched.profile import (
     fit_profile,
     fit_service_model,
     normalize_text,
+    packaged_profile,
     refit,
     run_profile,
     silence_estimates,
@@ -213,6 +214,18 @@ def test_silence_estimates_file_duration_overestimates_and_speech_fixes_it():
     assert abs(s.loc[(True, "silero VAD"), "tokens_bias"]) < 0.05
     assert s.loc[(True, "true speech"), "tokens_median_ae"] < 0.01
     assert s.loc[(False, "file duration"), "tokens_median_ae"] < 0.01
+
+
+def test_packaged_profiles_load_and_were_validated():
+    for name in ("tiny.en", "base"):
+        sm = packaged_profile(name)
+        assert sm.fit["clock"] == "cpu" and sm.fit["n_rows"] >= 30
+        assert abs(sm.fit["holdout"]["rel_error"]) < 0.15  # the bar, met when the profile was made
+        for lang, (lo, hi) in sm.kappa_ci.items():
+            assert lo <= sm.kappa[lang] <= hi
+    assert set(packaged_profile("base").kappa) == {"en", "es", "de", "id"}
+    with pytest.raises(ValueError, match="allowed values: tiny.en, base"):
+        packaged_profile("large")
 
 
 def test_normalize_and_wer():
