@@ -87,6 +87,7 @@ __all__ = [
     "dq",
     "mixed_dq",
     "optimal_alpha",
+    "batch_alpha",
     "pilot_alpha",
     "estimate_all",
     "littles_law",
@@ -377,10 +378,21 @@ def pilot_alpha(trajs, L: int | None = None) -> float:
     return optimal_alpha(np.array(w), np.array(q))
 
 
+def batch_alpha(Qw: np.ndarray, Qq: np.ndarray, z: np.ndarray, L: int, alpha_batches: int = 100) -> float:
+    """In-experiment alpha*: wDQ and qDQ on contiguous batches, then :func:`optimal_alpha`.
+
+    Uses ``alpha_batches`` batches, fewer if a batch would hold under ``5 * L`` decisions
+    (never fewer than 3). No truth and no other run is used.
+    """
+    k = max(3, min(int(alpha_batches), Qw.size // (5 * int(L))))
+    return optimal_alpha(_batch_diffs(Qw, z, k), _batch_diffs(Qq, z, k))
+
+
 def mixed_dq(traj: Trajectory, L: int | None = None, alpha="batch", n_batches: int = 20,
-             level: float = 0.95) -> Estimate:
-    """Mixed DQ, ``alpha*wDQ + (1-alpha)*qDQ``; alpha from batch (co)variances or fixed."""
+             level: float = 0.95, alpha_batches: int = 100) -> Estimate:
+    """Mixed DQ, ``alpha*wDQ + (1-alpha)*qDQ``; alpha from :func:`batch_alpha` or fixed."""
     n_batches = _check_batches(n_batches)
+    L = _check_L(traj, L)
     Qw = q_values(traj, L, "w")
     Qq = q_values(traj, L, "q")
     z = traj.z[: Qw.size]
@@ -389,7 +401,7 @@ def mixed_dq(traj: Trajectory, L: int | None = None, alpha="batch", n_batches: i
     if isinstance(alpha, str):
         if alpha != "batch":
             raise ValueError(f"alpha: use 'batch' or a number, got {alpha!r}")
-        a = optimal_alpha(bw, bq)
+        a = batch_alpha(Qw, Qq, z, L, alpha_batches)
     else:
         a = float(alpha)
         if not np.isfinite(a):
@@ -399,7 +411,7 @@ def mixed_dq(traj: Trajectory, L: int | None = None, alpha="batch", n_batches: i
 
 
 def estimate_all(traj: Trajectory, L: int | None = None, n_batches: int = 20, burn_in: float = 0.0,
-                 alpha="batch", level: float = 0.95) -> dict[str, Estimate]:
+                 alpha="batch", level: float = 0.95, alpha_batches: int = 100) -> dict[str, Estimate]:
     """Every estimator that applies to the trajectory's design.
 
     bernoulli -> naive, qdq, wdq, mixed_dq; group -> group; switchback -> switchback.
@@ -412,7 +424,7 @@ def estimate_all(traj: Trajectory, L: int | None = None, n_batches: int = 20, bu
         "naive": naive(traj, n_batches, level),
         "qdq": qdq(traj, L, n_batches, level),
         "wdq": wdq(traj, L, n_batches, level),
-        "mixed_dq": mixed_dq(traj, L, alpha, n_batches, level),
+        "mixed_dq": mixed_dq(traj, L, alpha, n_batches, level, alpha_batches),
     }
 
 

@@ -40,6 +40,7 @@ from .estimators import (
     Trajectory,
     _batch_diffs,
     _diff_means,
+    batch_alpha,
     default_L,
     littles_law,
     naive,
@@ -195,7 +196,7 @@ def _dq_pair(tr: Trajectory, L: int, n_batches: int, alpha_batches: int) -> dict
     Qw = q_values(tr, L, "w")
     Qq = q_values(tr, L, "q")
     z = tr.z[: Qw.size]
-    a = optimal_alpha(_batch_diffs(Qw, z, alpha_batches), _batch_diffs(Qq, z, alpha_batches))
+    a = batch_alpha(Qw, Qq, z, L, alpha_batches)
     out = {}
     bw = _batch_diffs(Qw, z, n_batches)
     bq = _batch_diffs(Qq, z, n_batches)
@@ -217,7 +218,7 @@ def run_replication(scenario: str, rep: int, study: dict) -> dict:
     cfg = scenario_config(scenario, sc.base)
     L0 = sc.L_default
     rows, little = [], []
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
 
     # 1. Bernoulli(p) job-level experiment
     tr = simulate(cfg.replace(design="bernoulli"), _seed(sc.seed, scenario, rep, "bernoulli"))
@@ -254,7 +255,8 @@ def run_replication(scenario: str, rep: int, study: dict) -> dict:
         r.update(scenario=scenario, rep=rep)
     for r in little:
         r.update(scenario=scenario, rep=rep)
-    return {"rows": rows, "little": little, "seconds": time.perf_counter() - t0}
+    return {"rows": rows, "little": little, "seconds": time.perf_counter() - t0,
+            "cpu_seconds": time.process_time() - c0}
 
 
 def _batch_mean_se(x: np.ndarray, n_batches: int = 50) -> float:
@@ -273,16 +275,21 @@ def run_truth(scenario: str, arm: str, k: int, study: dict) -> dict:
         cfg = cfg.replace(design="bernoulli", p=sc.base.p + h)
     else:
         raise ValueError(f"arm: {arm!r} not in control, treatment, p_minus, p_plus")
+    c0 = time.process_time()
     tr = simulate(cfg, _seed(sc.seed, scenario, "truth", arm, k))
     ll = littles_law(tr)
     return {"scenario": scenario, "arm": arm, "k": k, "mean_w": ll["mean_response"],
             "se_w": _batch_mean_se(tr.response), "time_avg_n": ll["time_avg_n"], "lam_hat": ll["lam_hat"],
-            "little_rel_gap": ll["rel_gap"], "n_jobs": len(tr)}
+            "little_rel_gap": ll["rel_gap"], "n_jobs": len(tr), "cpu_seconds": time.process_time() - c0}
 
 
 @dataclass
 class StudyResult:
-    """Raw outputs of :func:`run_study` (long DataFrames) plus timing."""
+    """Raw outputs of :func:`run_study` (long DataFrames) plus timing.
+
+    ``seconds``: wall clock of the whole study; ``cpu_seconds``: CPU time summed over all
+    tasks (what the study costs on any number of cores, noisy machines included).
+    """
 
     config: StudyConfig
     estimates: pd.DataFrame
@@ -290,6 +297,7 @@ class StudyResult:
     little: pd.DataFrame
     truth_runs: pd.DataFrame
     seconds: float
+    cpu_seconds: float = float("nan")
 
 
 def _truth_table(runs: pd.DataFrame, sc: StudyConfig) -> pd.DataFrame:
@@ -360,9 +368,10 @@ def run_study(study: StudyConfig, *, n_jobs: int | None = None, address=None, ca
     est = pd.DataFrame(rows)
     est["scenario"] = pd.Categorical(est["scenario"], categories=list(study.scenarios), ordered=True)
     truth_runs = pd.DataFrame(truth)
+    cpu = float(sum(r.get("cpu_seconds", np.nan) for r in reps) + truth_runs.get("cpu_seconds", pd.Series()).sum())
     return StudyResult(study, est.sort_values(["scenario", "rep"]).reset_index(drop=True),
                        _truth_table(truth_runs, study), pd.DataFrame(little), truth_runs,
-                       time.perf_counter() - t0)
+                       time.perf_counter() - t0, cpu)
 
 
 def _json_default(o):
