@@ -5,7 +5,8 @@ import importlib
 
 import pytest
 
-MODULES = ["asrsched.policies", "asrsched.workloads", "asrsched.metrics", "asrsched.sweep", "asrsched.service"]
+MODULES = ["asrsched.policies", "asrsched.workloads", "asrsched.metrics", "asrsched.sweep", "asrsched.service",
+           "asrsched.audio", "asrsched.profile", "asrsched.cluster"]
 
 
 @pytest.mark.parametrize("name", MODULES)
