@@ -11,6 +11,8 @@ work as in JupyterLab.
   parameters (caches, ``../runs/...``) mean what they mean in JupyterLab and in batch runs.
 * Figures the notebook exports go to ``runs/dashboard/figures/`` (``--figures`` to change), so
   a dashboard session never overwrites the report gallery in ``figures/``.
+* Progress bars are plain text in a dashboard (a widget bar that closes itself would show as
+  "Error displaying widget" once Voila restores the page).
 * Tracebacks are shown in the page (``--hide-tracebacks`` to hide them).
 """
 
@@ -27,6 +29,16 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["prepare", "voila_command", "main"]
+
+# Runs in the dashboard's kernel before the notebook's own imports (hidden: Voila strips sources).
+# * the working directory is the notebook's own folder, as in JupyterLab and in batch runs;
+# * progress bars are text: Voila restores widget state after the notebook ran, and a widget bar
+#   that closed itself (tqdm's leave=False) would be drawn as "Error displaying widget".
+DASHBOARD_PRELUDE = """import os as _os
+_os.chdir({cwd!r})
+import tqdm.auto as _tqdm_auto, tqdm.std as _tqdm_std
+_tqdm_auto.tqdm, _tqdm_auto.trange = _tqdm_std.tqdm, _tqdm_std.trange
+"""
 
 
 def prepare(notebook: str, parameters: Mapping[str, Any] | None = None, *, out_dir: str | os.PathLike | None = None,
@@ -52,8 +64,7 @@ def prepare(notebook: str, parameters: Mapping[str, Any] | None = None, *, out_d
     nb = parameterize_notebook(load_notebook_node(str(nb_path)), params)
     for cell in nb.cells:
         if "injected-parameters" in cell.metadata.get("tags", []):
-            cell.source = (f"import os as _os\n_os.chdir({str(nb_path.parent)!r})  # as if opened in place\n"
-                           + cell.source)
+            cell.source = DASHBOARD_PRELUDE.format(cwd=str(nb_path.parent)) + cell.source
             break
     out_dir = Path(out_dir or root / "runs" / "dashboard")
     out_dir.mkdir(parents=True, exist_ok=True)

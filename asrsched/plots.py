@@ -18,6 +18,7 @@ Print size: PNG and SVG are rendered at ``PRINT_WIDTH x PRINT_HEIGHT`` CSS pixel
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import shutil
 import warnings
@@ -93,6 +94,46 @@ TEMPLATE = go.layout.Template(
 )
 pio.templates["asrsched"] = TEMPLATE
 pio.templates.default = "plotly_white+asrsched"
+
+
+def _keep_figurewidget_state_current() -> None:
+    """Make a ``go.FigureWidget`` report its current figure whenever a frontend asks for its state.
+
+    plotly refreshes a FigureWidget's synced state (``_widget_data``/``_widget_layout``) only when the
+    figure itself is displayed; edits made before that travel as one-off messages. A FigureWidget
+    shown *inside a container* (an ``ipywidgets.VBox`` panel, as every explorer in this package
+    does) is never displayed itself, so a frontend that restores widget state after the cell ran
+    (Voila dashboards, a reloaded JupyterLab page) drew it empty. This refreshes the two traits just
+    before ipywidgets serialises them for such a request; live edits are untouched.
+    """
+    try:
+        from plotly.basewidget import BaseFigureWidget
+    except ImportError:  # no anywidget: there are no FigureWidgets to fix
+        return
+    if getattr(BaseFigureWidget, "_asrsched_current_state", False):
+        return
+    base_get_state = BaseFigureWidget.get_state
+    wanted = {"_widget_data", "_widget_layout"}
+
+    def get_state(self, key=None, drop_defaults=False):
+        keys = [key] if isinstance(key, str) else key
+        ready = "_layout_obj" in self.__dict__ and "_data" in self.__dict__  # not while plotly builds it
+        if ready and (keys is None or wanted & set(keys)) and not self.__dict__.get("_asrsched_refreshing"):
+            self._asrsched_refreshing = True
+            try:
+                with self.hold_sync():
+                    self._widget_layout = copy.deepcopy(self._layout_obj._props)
+                    self._widget_data = copy.deepcopy(self._data)
+            finally:
+                self._asrsched_refreshing = False
+        return base_get_state(self, key=key, drop_defaults=drop_defaults)
+
+    get_state.__doc__ = base_get_state.__doc__
+    BaseFigureWidget.get_state = get_state
+    BaseFigureWidget._asrsched_current_state = True
+
+
+_keep_figurewidget_state_current()
 
 
 def figures_dir(notebook: str, root: str | os.PathLike | None = None) -> Path:

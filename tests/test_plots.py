@@ -165,3 +165,21 @@ def test_export_table_keeps_named_index_levels(tmp_path):
     assert list(back.columns) == ["workload", "rate", "sjf"] and back.sjf.tolist() == [1.0, 2.0, 3.0]
     plain = pd.read_csv(export_table(df, "plain", "99_demo", root=tmp_path))
     assert list(plain.columns) == list(df.columns)
+
+
+def test_figurewidget_in_a_panel_reports_its_current_figure():
+    """A frontend restoring widget state after the cell ran (Voila) gets the figure as it is now."""
+    import ipywidgets as W
+
+    fig = go.FigureWidget()
+    fig.update_layout(xaxis_type="log", xaxis_title="E2EL (s)")
+    panel = W.VBox([W.IntSlider(description="k"), fig])  # noqa: F841 - shown as a panel, never by itself
+    with fig.batch_update():
+        fig.data = []
+        fig.add_scatter(x=[1, 2, 3], y=[0.1, 0.5, 1.0], name="sjf", line_color=policy_color("sjf"))
+        fig.layout.title = "SJF first"
+    state = fig.get_state()
+    assert state["_widget_layout"]["title"]["text"] == "SJF first"
+    assert state["_widget_layout"]["xaxis"]["type"] == "log"
+    assert [t["name"] for t in state["_widget_data"]] == ["sjf"]
+    assert set(fig.get_state("_py2js_relayout")) == {"_py2js_relayout"}  # single keys as before
