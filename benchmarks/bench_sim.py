@@ -219,6 +219,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes (1M-request memory run)")
     ap.add_argument("--out", type=Path, default=None, help="JSON output path")
+    ap.add_argument("--only", choices=("simpy", "decisions", "memory"), default=None,
+                    help="run one part; its rows replace those in the existing JSON")
     ap.add_argument("--_big", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args._big is not None:
@@ -229,12 +231,22 @@ def main(argv: list[str] | None = None) -> dict:
     n_cmp, repeats, budget, n_big = (5_000, 1, 0.3, 1_000_000) if quick else (20_000, 3, 1.0, 10_000_000)
     simulate(make_trace("librispeech", rate=5.0, n=50, seed=0), "hrrn")  # compile the numba kernels untimed
 
-    print(f"1. simulator vs SimPy ({n_cmp:,} requests per trace, default service model, max_num_seqs=32)")
-    simpy_rows = bench_vs_simpy(n_cmp, repeats)
-    print("2. scheduling decision overhead (push + peek + pop at a held queue depth)")
-    dec_rows = bench_decisions(budget)
-    print(f"3. bounded memory ({n_big:,} requests, trace_chunks + SummarySink, fresh process each)")
-    mem_rows = bench_memory(n_big)
+    prev = json.loads(out.read_text()) if args.only and out.exists() else {}
+    if args.only in (None, "simpy"):
+        print(f"1. simulator vs SimPy ({n_cmp:,} requests per trace, default service model, max_num_seqs=32)")
+        simpy_rows = bench_vs_simpy(n_cmp, repeats)
+    else:
+        simpy_rows = prev["sim_vs_simpy"]
+    if args.only in (None, "decisions"):
+        print("2. scheduling decision overhead (push + peek + pop at a held queue depth)")
+        dec_rows = bench_decisions(budget)
+    else:
+        dec_rows = prev["decision_overhead"]
+    if args.only in (None, "memory"):
+        print(f"3. bounded memory ({n_big:,} requests, trace_chunks + SummarySink, fresh process each)")
+        mem_rows = bench_memory(n_big)
+    else:
+        mem_rows = prev["memory"]
 
     ratios = [r["ratio"] for r in simpy_rows]
     hrrn_1k = next(r for r in dec_rows if r["policy"] == "hrrn" and r["depth"] == 1000)["us_per_decision"]
