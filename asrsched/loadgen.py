@@ -46,8 +46,8 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -255,7 +255,7 @@ async def _one(client, url: str, row: dict, data: bytes, fields: dict, t0: float
 
     try:
         await asyncio.wait_for(go(), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         rec["error"] = f"client timeout after {timeout_s:g} s"
         rec["finish"] = math.nan
     except httpx.HTTPError as e:

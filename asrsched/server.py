@@ -57,11 +57,12 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from glob import glob
 from importlib import resources
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -258,7 +259,8 @@ class ServerConfig:
     (``upstream_model`` renames the model for the upstream). ``queue_limit``: most
     requests waiting (0 = no limit). ``request_timeout_s``: the longest a request may
     take from arrival to its last byte. ``profile``: ServiceModel JSON for the size
-    estimate (see :func:`cpu_service_model`). ``served_model_names``: more names
+    estimate (default: :func:`cpu_service_model` locally, the study's GPU model
+    :func:`asrsched.service.default_service_model` in upstream mode). ``served_model_names``: more names
     accepted in the ``model`` field (e.g. ``whisper-1``).
     """
 
@@ -281,7 +283,7 @@ class ServerConfig:
     upstream_timeout_s: float = 600.0
     keep_records: int = 100_000
 
-    def validate(self) -> "ServerConfig":
+    def validate(self) -> ServerConfig:
         from .backends import COMPUTE_TYPES
         from .models import MODELS
 
@@ -404,7 +406,12 @@ class PolicyServer:
 
     def __init__(self, config: ServerConfig):
         self.config = config.validate()
-        self.service = cpu_service_model(config.model, config.profile)
+        if config.upstream and not config.profile:
+            from .service import default_service_model
+
+            self.service = default_service_model()  # an engine elsewhere: the study's GPU setting
+        else:
+            self.service = cpu_service_model(config.model, config.profile)
         self.queue = make_queue(config.policy, **config.policy_params)
         self.t0 = time.monotonic()
         self.free_slots = list(range(config.slots))[::-1]
@@ -984,7 +991,7 @@ def create_app(config: ServerConfig | None = None, **kw):
                 timeout = deadline - time.monotonic()
                 try:
                     ev = await asyncio.wait_for(req.events.get(), max(timeout, 0))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     srv.cancel(req, "timeout", f"request timed out after {config.request_timeout_s:g} s "
                                                "(while streaming)", 504)
                     ev = await req.events.get()
@@ -1025,7 +1032,7 @@ class ServerHandle:
         self.server.should_exit = True
         self.thread.join(timeout)
 
-    def __enter__(self) -> "ServerHandle":
+    def __enter__(self) -> ServerHandle:
         return self
 
     def __exit__(self, *exc) -> None:

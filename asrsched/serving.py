@@ -38,9 +38,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -91,11 +91,11 @@ class ServerProcess:
         self.proc: subprocess.Popen | None = None
         self.url: str | None = None
 
-    def start(self) -> "ServerProcess":
+    def start(self) -> ServerProcess:
         """Start the server and wait until it listens (``RuntimeError`` with its log if it dies)."""
         return self.launch().wait_ready()
 
-    def launch(self) -> "ServerProcess":
+    def launch(self) -> ServerProcess:
         """Start the process without waiting (start several, then :meth:`wait_ready` each)."""
         self._log = open(self.log_path, "w")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -103,7 +103,7 @@ class ServerProcess:
         self._t_launch = time.monotonic()
         return self
 
-    def wait_ready(self) -> "ServerProcess":
+    def wait_ready(self) -> ServerProcess:
         """Wait until the launched server listens; its URL is then :attr:`url`."""
         t_end = self._t_launch + self.start_timeout
         while time.monotonic() < t_end:
@@ -130,7 +130,7 @@ class ServerProcess:
         if getattr(self, "_log", None):
             self._log.close()
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -211,8 +211,8 @@ def capacity_rps(service: ServiceModel, durations: np.ndarray, languages: np.nda
     """Requests per second ``slots`` independent workers sustain on these durations (1 / mean service)."""
     d = np.asarray(durations, float)
     lang = np.broadcast_to(np.asarray(languages, dtype=object), d.shape)
-    s = np.array([service.service_time(x, str(l) if str(l) in service.kappa else next(iter(service.kappa)))
-                  for x, l in zip(d, lang)])
+    s = np.array([service.service_time(x, str(lg) if str(lg) in service.kappa else next(iter(service.kappa)))
+                  for x, lg in zip(d, lang)])
     return float(slots / s.mean())
 
 

@@ -122,7 +122,7 @@ def fig_prediction(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms", "
                     legendgroup=f"{pol}{m}", showlegend=j == 1,
                     marker=dict(color=policy_color(pol), symbol=symbols.get(m, "circle"), size=10,
                                 line=dict(color="white", width=1)),
-                    text=[f"{l:g}x" for l in g["load"]], hovertemplate="%{text}: real %{x:.2f} s, sim %{y:.2f} s"),
+                    text=[f"{x:g}x" for x in g["load"]], hovertemplate="%{text}: real %{x:.2f} s, sim %{y:.2f} s"),
                     row=1, col=j)
             allerr.extend(np.abs(table[f"{mode}_{m}_err_pct"].to_numpy(float)).tolist())
         errs[mode] = float(np.nanmedian(allerr)) if allerr else float("nan")

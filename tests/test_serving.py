@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from asrsched.serving import calibrate, capacity_rps, comparison_table, run_experiment
 from asrsched.service import ServiceModel
+from asrsched.serving import calibrate, capacity_rps, comparison_table, run_experiment
 
 
 def _records(n=40, enc=0.4, step=0.012, kappa=4.0, seed=0):
