@@ -60,8 +60,6 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from glob import glob
-from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -102,19 +100,18 @@ class Cancelled(Exception):
 def cpu_service_model(model: str = "tiny.en", profile: str | os.PathLike | None = None) -> ServiceModel:
     """The size-estimate model for ``model`` on this CPU.
 
-    ``profile`` (a ``asrsched.service_model/1`` JSON) wins; otherwise a packaged
-    measured profile ``asrsched/data/profile_*<model>*.json`` if one exists; otherwise
+    ``profile`` (a ``asrsched.service_model/1`` JSON) wins; otherwise the packaged
+    measured profile (:func:`asrsched.profile.packaged_profile`) if there is one; otherwise
     the field-note figures for faster-whisper on 2 cores (tiny.en: 0.5 s per 30 s
     window, 10 ms per token; base: 0.9 s, 18 ms; kappa 3.5 text tokens/s for English).
     Only the *order* of estimates matters to SJF; HRRN also uses their scale.
     """
     if profile:
         return ServiceModel.from_json(profile)
-    with contextlib.suppress(Exception):
-        data_dir = resources.files("asrsched.data")
-        hits = sorted(glob(os.path.join(str(data_dir), f"profile_*{model}*.json")))
-        if hits:
-            return ServiceModel.from_json(hits[0])
+    with contextlib.suppress(ImportError, ValueError, FileNotFoundError):
+        from .profile import packaged_profile
+
+        return packaged_profile(model)
     enc, tok = (0.9, 0.018) if model == "base" else (0.5, 0.010)
     return ServiceModel(encode_s_per_window=enc, decode_s_per_token=tok, overhead_s=0.05,
                         kappa={"en": 3.5, "es": 4.8, "de": 4.5, "id": 4.0},

@@ -19,7 +19,9 @@ One experiment (:func:`run_experiment`), as notebook 04 runs it:
    server's slots, twice: ``sim`` (the a-priori prediction: tokens = kappa x duration)
    and ``replay`` (each request served exactly as long as it was on the real server:
    tests the queueing and ordering alone, without the time model and without the
-   machine's speed changing between the probe and the runs). :func:`comparison_table` puts real and simulated P50/P90 E2EL, TTFT
+   machine's speed changing between the probe and the runs); and, when a measured
+   profile exists (:func:`asrsched.profile.packaged_profile`), ``profile``: the
+   prediction from that profile alone. :func:`comparison_table` puts real and simulated P50/P90 E2EL, TTFT
    and throughput side by side with the error.
 
 ``target_url`` points the experiment at any OpenAI-compatible endpoint (e.g. vLLM on a
@@ -276,7 +278,8 @@ class ServingExperiment:
     """Everything :func:`run_experiment` measured and predicted."""
 
     records: pd.DataFrame  # real runs: loadgen records + policy, load, rate
-    sim: pd.DataFrame  # simulated runs, same keys; mode "sim" (tokens = kappa x d) or "replay" (measured service)
+    sim: pd.DataFrame  # simulated runs, same keys; mode "sim" (probe-calibrated, tokens = kappa x d), "profile"
+    # (a profile measured elsewhere, e.g. the packaged one) or "replay" (each request's measured service time)
     table: pd.DataFrame  # comparison_table(records, sim)
     service: ServiceModel
     capacity_rps: float
@@ -297,7 +300,8 @@ class ServingExperiment:
                  "rates: " + ", ".join(f"{k}: {v:.2f} req/s" for k, v in self.rates.items())]
         for c in err:
             mode, _, m = c[:-8].partition("_")
-            what = "prediction (kappa x duration)" if mode == "sim" else "replay (measured service times)"
+            what = {"sim": "prediction (probe-calibrated)", "profile": "prediction (packaged profile)",
+                    "replay": "replay (measured service times)"}.get(mode, mode)
             lines.append(f"{what} vs real, |error| of {m}: median {err[c].median():.0f} %, max {err[c].max():.0f} %")
         lines.append("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in self.timings.items()))
         return "\n".join(lines)
@@ -306,7 +310,7 @@ class ServingExperiment:
 def comparison_table(real: pd.DataFrame, sim: pd.DataFrame, keys: Sequence[str] = ("load", "rate", "policy"),
                      metrics: Sequence[str] = TABLE_METRICS) -> pd.DataFrame:
     """One row per run: the real metrics ``<m>``, and per simulation mode (``sim["mode"]``:
-    ``sim`` = a-priori prediction, ``replay`` = measured service times) ``<mode>_<m>`` and
+    ``sim`` / ``profile`` = a-priori predictions, ``replay`` = measured service times) ``<mode>_<m>`` and
     ``<mode>_<m>_err_pct`` (simulated minus real, in % of real); ``completed``, ``failed``, and
     ``mean_service_ms`` (mean server-side service time of the run's requests: the same clips
     take longer when other jobs load the machine)."""
@@ -363,6 +367,7 @@ def run_experiment(
     target_url: str | None = None,
     upstream_concurrency: int = 4,
     stream: bool = True,
+    profile: str | None = "packaged",
     pool_size: int = 24,
     timeout_s: float = 300.0,
     out_dir: str | os.PathLike | None = None,
@@ -371,6 +376,10 @@ def run_experiment(
 ) -> ServingExperiment:
     """Calibrate, then run every policy at every load on real servers, and simulate the same runs.
 
+    ``profile``: a second a-priori prediction from a service model measured elsewhere
+    (``"packaged"``: the profile shipped for ``model``, :func:`asrsched.profile.packaged_profile`;
+    a path: a ``asrsched.service_model/1`` JSON; ``None``: skip), mode ``"profile"`` in
+    :attr:`ServingExperiment.sim`.
     ``loads`` are fractions of the probed capacity (below, near, above 1); ``rates``
     (req/s) replaces them when given. With ``target_url`` the servers front that
     endpoint (upstream mode, ``upstream_concurrency`` in flight; the simulator then uses
@@ -380,6 +389,15 @@ def run_experiment(
     rates = list(rates or [])
     _check_params(policies, loads, rates, n_requests, n_probe, workers)
     policies = validate_policies(list(policies))
+    prof_model = None
+    if profile == "packaged":
+        if not target_url:
+            from .profile import packaged_profile
+
+            with contextlib.suppress(ValueError):
+                prof_model = packaged_profile(model)
+    elif profile:
+        prof_model = ServiceModel.from_json(profile)
     slots = int(upstream_concurrency) if target_url else int(workers)
     out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="asrsched-serving-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -430,8 +448,11 @@ def run_experiment(
                 load = rate / cap
                 rec = rec.assign(policy=pol, level=lvl, rate=rate, load=round(load, 3))
                 real.append(rec)
-                for mode, tok in (("sim", "kappa"), ("replay", "service")):
-                    sim = simulate_run(rec, pol, service, slots=slots, tokens=tok)
+                modes = [("sim", service, "kappa"), ("replay", service, "service")]
+                if prof_model is not None:
+                    modes.insert(1, ("profile", prof_model, "kappa"))
+                for mode, sm, tok in modes:
+                    sim = simulate_run(rec, pol, sm, slots=slots, tokens=tok)
                     sims.append(sim.assign(policy=pol, level=lvl, rate=rate, load=round(load, 3), mode=mode))
             timings[f"runs_{lvl}_s"] = time.perf_counter() - t
     records = pd.concat(real, ignore_index=True)
@@ -439,6 +460,7 @@ def run_experiment(
     params = dict(policies=policies, loads=list(loads), rates=rates, n_requests=n_requests, n_probe=n_probe,
                   workload=workload, seed=seed, model=model, workers=workers, target_url=target_url,
                   upstream_concurrency=upstream_concurrency, stream=stream, slots=slots,
+                  profile=getattr(prof_model, "name", None),
                   out_dir=str(out))
     records.to_parquet(out / "real_records.parquet", index=False)
     sim.to_parquet(out / "sim_records.parquet", index=False)

@@ -20,8 +20,9 @@ __all__ = ["fig_cdfs", "fig_latency_vs_load", "fig_prediction", "fig_calibration
            "headline_change"]
 
 _NAMES = {"e2el": "E2EL", "ttft": "TTFT", "queue_delay": "queue delay"}
-_MODE = {"sim": "simulator, predicted (kappa x duration)", "replay": "simulator, replayed (measured service)"}
-_SHORT = {"sim": "simulated", "replay": "replayed"}
+_MODE = {"sim": "predicted (probe-calibrated)", "profile": "predicted (packaged profile)",
+         "replay": "replayed (measured service)"}
+_SHORT = {"sim": "simulated", "profile": "simulated from the profile", "replay": "replayed"}
 
 
 def _levels(records: pd.DataFrame) -> list:
@@ -102,7 +103,7 @@ def fig_latency_vs_load(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_m
 
 
 def fig_prediction(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms", "p50_ttft_ms"),
-                   modes=("sim", "replay")) -> go.Figure:
+                   modes=("sim", "profile", "replay")) -> go.Figure:
     """Simulated against measured latency (s) for every run and metric; the diagonal is a perfect prediction."""
     symbols = {"p50_e2el_ms": "circle", "p90_e2el_ms": "diamond", "p50_ttft_ms": "triangle-up",
                "p90_ttft_ms": "square"}
@@ -131,7 +132,8 @@ def fig_prediction(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms", "
                                  line=dict(color="#888", dash="dot")), row=1, col=j)
         fig.update_xaxes(title_text="measured on the real server (s)", type="log", row=1, col=j)
     fig.update_yaxes(title_text="simulated (s)", type="log", row=1, col=1)
-    parts = ", ".join(f"{'predicted' if k == 'sim' else 'replayed'} {v:.0f} %" for k, v in errs.items())
+    names = {"sim": "probe-calibrated", "profile": "packaged profile", "replay": "replayed"}
+    parts = ", ".join(f"{names.get(k, k)} {v:.0f} %" for k, v in errs.items())
     fig.update_layout(title=f"Simulator vs real server: median |error| {parts}",
                       height=480, legend=dict(orientation="h", y=-0.25, font=dict(size=11)))
     return fig
@@ -170,7 +172,9 @@ def serving_explorer(records: pd.DataFrame, sim: pd.DataFrame | None = None):
     lvl_w = W.Dropdown(options=levels, value=levels[-1], description="load level")
     met_w = W.Dropdown(options=[("E2EL", "e2el"), ("TTFT", "ttft"), ("queue delay", "queue_delay")], value="e2el",
                        description="latency")
-    modes = [("none", "none")] + ([("prediction", "sim"), ("replay", "replay")] if sim is not None else [])
+    have = list(pd.unique(sim["mode"])) if sim is not None and "mode" in sim else (["sim"] if sim is not None else [])
+    modes = [("none", "none")] + [({"sim": "prediction", "profile": "profile", "replay": "replay"}.get(m, m), m)
+                                  for m in have]
     mode_w = W.Dropdown(options=modes, value=modes[1][1] if len(modes) > 1 else "none", description="simulator")
     fig = go.FigureWidget()
     fig.update_layout(height=440)

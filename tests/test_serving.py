@@ -82,7 +82,8 @@ def test_real_serving_notebook_headless(tmp_path):
     assert len(t) == 4 and set(t.policy) == {"fcfs", "sjf"} and t["load"].nunique() == 2
     assert (t.completed == 4).all() and (t.failed == 0).all()
     assert (t.p50_e2el_ms > 0).all() and (t.p90_e2el_ms >= t.p50_e2el_ms).all()
-    for c in ("sim_p50_e2el_ms_err_pct", "replay_p90_e2el_ms_err_pct", "sim_p50_ttft_ms_err_pct"):
+    for c in ("sim_p50_e2el_ms_err_pct", "replay_p90_e2el_ms_err_pct", "sim_p50_ttft_ms_err_pct",
+              "profile_p50_e2el_ms_err_pct"):
         assert np.isfinite(t[c]).all()
     # the same trace per load level for both policies
     rec = pd.read_csv(d / "real_records.csv")

@@ -41,6 +41,7 @@ the probe and the runs — this machine is shared).
 | `TARGET_URL` | empty: real Whisper on this CPU. A URL (e.g. `http://gpu-host:8000`, a vLLM server): the policy servers front that endpoint (upstream mode) |
 | `UPSTREAM_CONCURRENCY` | requests in flight to `TARGET_URL` (the engine batches these) |
 | `STREAM` | stream the answers (server-sent events) to measure TTFT; without it TTFT = E2EL |
+| `PROFILE` | a second prediction from a service model measured elsewhere: `"packaged"` (the profile shipped for `MODEL`, notebook 01's fit), a JSON path, or `""` for none |
 | `POOL_SIZE` | synthesised clips per language the trace's durations are matched to |
 | `TIMEOUT_S` | per-request client timeout (a timed-out request stays in the table as failed) |
 | `SEED` | trace and clip choice; the runs themselves are real-time measurements |
@@ -62,6 +63,7 @@ WORKERS = 1
 TARGET_URL = ""
 UPSTREAM_CONCURRENCY = 4
 STREAM = True
+PROFILE = "packaged"
 POOL_SIZE = 24
 TIMEOUT_S = 300
 SEED = 0
@@ -78,7 +80,8 @@ NB = "04_real_serving"
 ("code", """
 exp = run_experiment(POLICIES, LOADS, rates=RATES, n_requests=N_REQUESTS, n_probe=N_PROBE, workload=WORKLOAD,
                      seed=SEED, model=MODEL, workers=WORKERS, target_url=TARGET_URL or None,
-                     upstream_concurrency=UPSTREAM_CONCURRENCY, stream=STREAM, pool_size=POOL_SIZE,
+                     upstream_concurrency=UPSTREAM_CONCURRENCY, stream=STREAM, profile=PROFILE or None,
+                     pool_size=POOL_SIZE,
                      timeout_s=TIMEOUT_S, out_dir=OUT_DIR)
 print(exp.summary())
 """),
@@ -103,8 +106,9 @@ display(real.round(3))
 ## The simulator's prediction of the same runs
 
 `sim_*`: the simulator calibrated by the probe, sizes from κ × duration (what a scheduler knows in
-advance). `replay_*`: the same simulator with each request's measured service time. `*_err_pct`:
-simulated minus real, in % of real.
+advance). `profile_*`: the same from the packaged profile (measured by notebook 01's profiler on a
+machine like this one, on its CPU-time clock) instead of the probe. `replay_*`: the simulator with
+each request's measured service time. `*_err_pct`: simulated minus real, in % of real.
 """),
 ("code", """
 cols = ["load", "policy"] + [c for c in t if c.endswith("_err_pct") and ("e2el" in c or "ttft" in c)]
@@ -141,9 +145,12 @@ print(f"throughput spread across policies per load: {', '.join(f'{l:g}x {v:.0f} 
 drift = t.groupby("load").mean_service_ms.agg(lambda s: 100 * (s.max() / s.min() - 1))
 print(f"machine drift (largest/smallest mean service time of the same clips across policies): "
       f"{', '.join(f'{l:g}x +{v:.0f} %' for l, v in drift.items())}")
-for mode in ("sim", "replay"):
+names = {"sim": "prediction, probe-calibrated", "profile": "prediction, packaged profile", "replay": "replay"}
+for mode, name in names.items():
+    if f"{mode}_p50_e2el_ms_err_pct" not in t:
+        continue
     e = t[[f"{mode}_p50_e2el_ms_err_pct", f"{mode}_p90_e2el_ms_err_pct", f"{mode}_p50_ttft_ms_err_pct"]].abs()
-    print(f"{'prediction' if mode == 'sim' else 'replay':<10} median |error| P50 E2EL {e.iloc[:, 0].median():.0f} %, "
+    print(f"{name:<30} median |error| P50 E2EL {e.iloc[:, 0].median():.0f} %, "
           f"P90 E2EL {e.iloc[:, 1].median():.0f} %, P50 TTFT {e.iloc[:, 2].median():.0f} %")
 print(f"failed requests: {int(t.failed.sum())} of {int(t.completed.sum() + t.failed.sum())}")
 sv = exp.records["service_s"].dropna()
