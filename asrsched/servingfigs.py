@@ -131,10 +131,11 @@ def fig_prediction(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms", "
         fig.add_trace(go.Scatter(x=[lo * 0.8, hi * 1.2], y=[lo * 0.8, hi * 1.2], mode="lines", showlegend=False,
                                  line=dict(color="#888", dash="dot")), row=1, col=j)
         fig.update_xaxes(title_text="measured on the real server (s)", type="log", row=1, col=j)
-    fig.update_yaxes(title_text="simulated (s)", type="log", row=1, col=1)
-    names = {"sim": "probe-calibrated", "profile": "packaged profile", "replay": "replayed"}
-    parts = ", ".join(f"{names.get(k, k)} {v:.0f} %" for k, v in errs.items())
-    fig.update_layout(title=f"Simulator vs real server: median |error| {parts}",
+        fig.update_yaxes(type="log", row=1, col=j)
+    fig.update_yaxes(title_text="simulated (s)", row=1, col=1)
+    names = {"sim": "probe", "profile": "profile", "replay": "replay"}
+    parts = ", ".join(f"{v:.0f} % {names.get(k, k)}" for k, v in errs.items())
+    fig.update_layout(title=f"Simulator vs real: median |error| {parts}",
                       height=480, legend=dict(orientation="h", y=-0.25, font=dict(size=11)))
     return fig
 
