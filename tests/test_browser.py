@@ -155,6 +155,26 @@ def output_errors(scope) -> list[str]:
     return [t.strip()[-1500:] for t in scope.locator(ERROR_SEL).all_text_contents() if TRACEBACK.search(t)]
 
 
+PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook tab in front
+
+
+def lab_url(lab: dict, name: str) -> str:
+    """The notebook in its own fresh workspace (no tabs restored from the previous test)."""
+    ws = re.sub(r"\W", "-", name)
+    return f"{lab['base']}/lab/workspaces/{ws}/tree/notebooks/{name}?reset&token={lab['token']}"
+
+
+def shutdown_kernels(lab: dict, name: str) -> None:
+    """Stop the kernel behind a notebook (JupyterLab keeps it running after the tab is gone)."""
+    auth = {"Authorization": f"token {lab['token']}"}
+    with urllib.request.urlopen(urllib.request.Request(f"{lab['base']}/api/sessions", headers=auth), timeout=10) as r:
+        sessions = json.loads(r.read())
+    for sess in sessions:
+        if sess.get("path", "").endswith(name):
+            req = urllib.request.Request(f"{lab['base']}/api/sessions/{sess['id']}", headers=auth, method="DELETE")
+            urllib.request.urlopen(req, timeout=30).close()
+
+
 def open_and_run_all(page, url: str) -> None:
     """Open a notebook in JupyterLab, wait for its kernel, click Run > Run All Cells, see it start.
 
@@ -162,7 +182,7 @@ def open_and_run_all(page, url: str) -> None:
     dropped silently; so wait for the status bar to say Idle, and click again if no cell starts.
     """
     page.goto(url)
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=90_000)
+    page.wait_for_selector(f"{PANEL} .jp-Cell", timeout=90_000)
     page.locator("#jp-main-statusbar").get_by_text(re.compile(r"\| Idle$")).wait_for(timeout=120_000)
     for _attempt in range(3):
         page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).first.click()
@@ -175,7 +195,7 @@ def open_and_run_all(page, url: str) -> None:
 
 
 def visible_prompts(page) -> list[str]:
-    return page.eval_on_selector_all(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputArea-prompt",
+    return page.eval_on_selector_all(f"{PANEL} .jp-CodeCell .jp-InputArea-prompt",
                                      "els => els.map(e => e.textContent.trim())")
 
 
@@ -325,8 +345,8 @@ def test_notebook_in_jupyterlab(nb, lab, browser):
     page = new_page(browser)
     t0 = time.monotonic()
     try:
-        open_and_run_all(page, f"{lab['base']}/lab/tree/notebooks/{nb.name}?token={lab['token']}")
-        indicator = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator"
+        open_and_run_all(page, lab_url(lab, nb.name))
+        indicator = f"{PANEL} .jp-Notebook-ExecutionIndicator"
 
         def busy():
             return page.get_attribute(indicator, "data-status") != "idle"
@@ -348,7 +368,7 @@ def test_notebook_in_jupyterlab(nb, lab, browser):
         assert done >= 2, f"{nb.stem}: Run All did not finish in {RUN_TIMEOUT_S} s; prompts {last}"
         broken = page.get_by_text("Error displaying widget").count()
         assert not broken, f"{nb.stem}: {broken} widget(s) read 'Error displaying widget'"
-        cells = page.locator(".jp-CodeCell").filter(has=page.locator(FIG_SEL)).filter(
+        cells = page.locator(f"{PANEL} .jp-CodeCell").filter(has=page.locator(FIG_SEL)).filter(
             has=page.locator(CONTROL_SEL))
         assert cells.count() >= 1, (f"{nb.stem}: no output holds both a control and a plotly figure "
                                     f"(the widgets did not render)")
@@ -361,6 +381,7 @@ def test_notebook_in_jupyterlab(nb, lab, browser):
         record("lab", nb.stem, summary)
     finally:
         page.close()
+        shutdown_kernels(lab, nb.name)
 
 
 VOILA = NOTEBOOKS
@@ -433,7 +454,7 @@ def test_error_in_a_cell_is_seen_in_the_browser(lab, browser):
     nbformat.write(nb, lab["root"] / "notebooks" / "zz_broken.ipynb")
     page = new_page(browser)
     try:
-        open_and_run_all(page, f"{lab['base']}/lab/tree/notebooks/zz_broken.ipynb?token={lab['token']}")
+        open_and_run_all(page, lab_url(lab, "zz_broken.ipynb"))
         for _ in range(60):
             page.wait_for_timeout(1000)
             if output_errors(page):
@@ -446,3 +467,4 @@ def test_error_in_a_cell_is_seen_in_the_browser(lab, browser):
         assert page.locator(STDERR_SEL).count() == 2, page.locator(STDERR_SEL).all_text_contents()
     finally:
         page.close()
+        shutdown_kernels(lab, "zz_broken.ipynb")
