@@ -197,10 +197,11 @@ def record_runs(run_dir: str | os.PathLike, figures_root: str | os.PathLike) -> 
         if not meta:
             continue
         injected = dict(meta.get("parameters") or {})
+        note = ""
         try:
             defaults = {k: v["default"] for k, v in pm.inspect_notebook(str(nb_path)).items()}
-        except Exception:  # an unreadable parameters cell must not hide the run
-            defaults = {}
+        except Exception as e:  # an unreadable parameters cell must not hide the run
+            defaults, note = {}, f"defaults not readable ({type(e).__name__}: {e}); only injected values listed"
         params = {**{k: _literal(v) for k, v in defaults.items()}, **injected}
         rec = {
             "notebook": nb_path.stem,
@@ -211,6 +212,8 @@ def record_runs(run_dir: str | os.PathLike, figures_root: str | os.PathLike) -> 
             "status": "failed" if meta.get("exception") else ("ok" if meta.get("end_time") else "incomplete"),
             "executed_copy": str(nb_path.resolve()),
         }
+        if note:
+            rec["note"] = note
         d = Path(figures_root) / nb_path.stem
         d.mkdir(parents=True, exist_ok=True)
         (d / RUN_RECORD).write_text(json.dumps(rec, indent=1, default=str) + "\n")
@@ -284,7 +287,8 @@ def render_gallery(figures_root: str | os.PathLike, *, notebooks_dir: str | os.P
             when = (rec.get("end_time") or rec.get("start_time") or "")[:19].replace("T", " ")
             lines += [f"Last batch run: {when} UTC, status **{rec.get('status')}**"
                       + (" — figures below may be from an earlier run" if rec.get("status") != "ok" else "") + ".",
-                      "Parameters (set by the run in **bold**, the rest are the notebook's defaults):", ""]
+                      "Parameters (set by the run in **bold**, the rest are the notebook's defaults"
+                      + (f"; {rec['note']}" if rec.get("note") else "") + "):", ""]
             for k, v in rec.get("parameters", {}).items():
                 lines.append(f"- {'**' if k in inj else ''}`{k}`{'**' if k in inj else ''} = `{_fmt_value(v)}`")
             lines.append("")

@@ -161,4 +161,7 @@ def run_series(
     df = pd.DataFrame(rows)
     run_dir.mkdir(parents=True, exist_ok=True)
     df.to_csv(run_dir / "summary.csv", index=False)
+    from .gallery import write_gallery  # figures/README.md: every figure, its caption and parameters
+
+    write_gallery(figures_root or root / "figures", run_dir=run_dir, root=root)
     return df
