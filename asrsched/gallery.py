@@ -233,7 +233,8 @@ def _literal(v: Any) -> Any:
 
 
 def _fmt_value(v: Any) -> str:
-    s = json.dumps(v) if not isinstance(v, str) else json.dumps(v)
+    """A parameter value as the Python literal a notebook (or ``-p NAME VALUE``) takes, shortened."""
+    s = repr(v)
     return s if len(s) <= 90 else s[:87] + "…"
 
 

@@ -82,7 +82,7 @@ def test_gallery_lists_figures_captions_sizes_parameters_and_stale_files(tmp_pat
     assert "2700×1680 px" in readme and "scale 3" in readme and "bash scripts/main.sh" in readme
     assert "| `drift_gradual` | SJF keeps the worst-window P90 lowest (23.1 s)" in readme
     assert "[png](03_drift/drift_gradual.png)" in readme and "[html](03_drift/drift_gradual.html)" in readme
-    assert "- **`RATE`** = `9.0`" in readme and "- `POLICIES` = `[\"fcfs\", \"sjf\"]`" in readme
+    assert "- **`RATE`** = `9.0`" in readme and "- `POLICIES` = `['fcfs', 'sjf']`" in readme
     assert "Stale (older than the last run" in readme and "`old_rate15`" in readme.split("Stale")[1]
     assert "| `old_rate15`" not in readme  # stale figures are not listed as made by the run
     assert "[`phase.csv`](03_drift/phase.csv) (2 rows × 2 columns)" in readme

@@ -94,6 +94,8 @@ def test_fit_title_wraps_long_titles_only_in_the_exported_copy():
     lines = wrapped.layout.title.text.split("<br>")
     assert len(lines) >= 2 and " ".join(lines) == long
     assert all(len(line) * 0.58 * 18 <= PRINT_WIDTH for line in lines)
+    assert max(map(len, lines)) - min(map(len, lines)) < 15  # balanced, no one-word orphan line
+    assert wrapped.layout.title.yanchor == "top" and wrapped.layout.title.yref == "container"
     assert wrapped.layout.margin.t > 70
     assert fig.layout.title.text == long  # the caller's figure is untouched
     short = fit_title(go.Figure(layout=dict(title="SJF halves P50 E2EL")))
