@@ -1,0 +1,62 @@
+"""``asrsched dashboard``: the parameterised copy Voila serves, the command line, bad input.
+
+The dashboards themselves are driven in a real browser in tests/test_browser.py.
+"""
+
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from asrsched.cli import COMMANDS
+from asrsched.dashboard import main, prepare, voila_command
+from asrsched.runner import project_root
+
+
+def test_prepare_injects_parameters_and_keeps_the_notebook_folder_as_cwd(tmp_path):
+    out = prepare("03", {"N_REQUESTS": 1200, "PHASES": [[0, "librispeech"], [60, "uniform"]]}, out_dir=tmp_path)
+    assert out == tmp_path / "03_workload_drift.ipynb"
+    nb = nbformat.read(out, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "parameters" in code[0].metadata.tags and "injected-parameters" in code[1].metadata.tags
+    injected = code[1].source
+    assert f"_os.chdir({str(project_root() / 'notebooks')!r})" in injected
+    assert "N_REQUESTS = 1200" in injected and 'PHASES = [[0, "librispeech"], [60, "uniform"]]' in injected
+    ns = {}
+    exec(code[0].source + "\n" + injected.replace("_os.chdir", "print"), ns)  # later assignments win
+    assert ns["N_REQUESTS"] == 1200 and ns["RATE"] == 10.0
+
+
+def test_unknown_parameter_or_notebook_fails_before_anything_is_written(tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) N_REQUESTZ; allowed: .*N_REQUESTS"):
+        prepare("02", {"N_REQUESTZ": 3}, out_dir=tmp_path)
+    assert main(["99", "--out-dir", str(tmp_path), "--dry-run"]) == 2
+    assert "unknown notebook '99'" in capsys.readouterr().err
+    assert main(["02", "-p", "RATEZ", "1", "--out-dir", str(tmp_path), "--dry-run"]) == 2
+    assert not list(tmp_path.iterdir())
+
+
+def test_dry_run_prints_a_loopback_voila_command_with_a_token(tmp_path, capsys):
+    params = tmp_path / "p.json"
+    params.write_text('{"*": {"SEED": 3}, "02": {"N_REQUESTS": 300}, "02_policy_sweep": {"RATES": [19]}}')
+    assert main(["02", "--params", str(params), "-p", "N_REQUESTS", "400", "--out-dir", str(tmp_path / "d"),
+                 "--dry-run", "--no-browser"]) == 0
+    out = capsys.readouterr().out
+    cmd = out.strip().splitlines()[-1]
+    assert "-m voila" in cmd and "--Voila.ip=127.0.0.1" in cmd and "--no-browser" in cmd
+    assert "--VoilaConfiguration.show_tracebacks=True" in cmd
+    token = cmd.split("--Voila.token=")[1].split()[0]
+    assert len(token) >= 16
+    src = nbformat.read(tmp_path / "d" / "02_policy_sweep.ipynb", as_version=4).cells
+    injected = next(c.source for c in src if "injected-parameters" in c.metadata.get("tags", []))
+    # "*" applies only where the notebook has the parameter (02 has no SEED); -p wins over the file
+    assert "N_REQUESTS = 400" in injected and "RATES = [19]" in injected and "SEED" not in injected
+    assert voila_command("x.ipynb", token=None)[-1] == "--Voila.token="  # --no-token: no auth, loopback
+
+
+def test_registered_as_an_asrsched_command():
+    assert COMMANDS["dashboard"] == "asrsched.dashboard:main"
+    r = subprocess.run([sys.executable, "-m", "asrsched.cli", "dashboard", "--help"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "Voila" in r.stdout and "--params" in r.stdout
