@@ -35,11 +35,14 @@ Engine defaults on CPU follow the field notes: ``dtype="float32"``,
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import math
 import os
+import sys
 import time
+import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -182,6 +185,39 @@ def server_command(model_dir: str, *, port: int = 8000, host: str = "127.0.0.1",
     return cmd
 
 
+
+@contextlib.contextmanager
+def _hide_unscannable_module_attrs():
+    """Work around a vLLM 0.32 start-up crash when llvmlite (numba) is already imported.
+
+    At engine start the CPU platform registers kernel overrides, and
+    ``vllm.triton_utils.dispatcher._rebind_kernels`` scans every module attribute
+    with ``vars(value).get(...)``. llvmlite's ``ffi.lib`` answers any attribute,
+    ``__dict__`` included, with a function wrapper, so ``vars`` returns a non-dict
+    and the scan raises ``AttributeError``. numba is imported by this package (and
+    by anything else compiled with it), so an in-process engine would crash. The
+    offending attributes are taken out of their modules for the duration of the
+    engine's construction and put back afterwards.
+    """
+    hidden = []
+    for mod in list(sys.modules.values()):
+        ns = getattr(mod, "__dict__", None)
+        if not isinstance(ns, dict):
+            continue
+        for attr, value in list(ns.items()):
+            try:
+                ok = not hasattr(value, "__dict__") or isinstance(vars(value), (dict, types.MappingProxyType))
+            except Exception:  # noqa: BLE001 - any object vars() chokes on is hidden as well
+                ok = False
+            if not ok:
+                hidden.append((ns, attr, value))
+                del ns[attr]
+    try:
+        yield
+    finally:
+        for ns, attr, value in hidden:
+            ns[attr] = value
+
 class VllmBackend:
     """Whisper transcription on an in-process vLLM engine (see the module docstring).
 
@@ -257,7 +293,8 @@ class VllmBackend:
         except ImportError:  # pragma: no cover
             self._torch_set_num_threads = None
         t = time.perf_counter()
-        self.llm = LLM(**self.engine_args)
+        with _hide_unscannable_module_attrs():
+            self.llm = LLM(**self.engine_args)
         self.start_s = time.perf_counter() - t
         self._n = 0
 
