@@ -22,6 +22,8 @@ A user-defined policy takes a few lines::
     ...     q.push(Job(rid=i, arrival=float(i), est_service=1.0))
     >>> q.pop(now=5.0).rid
     2
+    >>> from asrsched.policies import POLICIES
+    >>> _ = POLICIES.pop("lifo")  # (keep the registry as shipped)
 
 Keys may also depend on the clock (``KeyQueue(key, dynamic=True)`` with
 ``key(job, now)``); those are re-ranked by a scan at each decision.

@@ -448,7 +448,9 @@ def run_experiment(
                 load = rate / cap
                 rec = rec.assign(policy=pol, level=lvl, rate=rate, load=round(load, 3))
                 real.append(rec)
-                modes = [("sim", service, "kappa"), ("replay", service, "service")]
+                modes = [("sim", service, "kappa")]
+                if service.decode_s_per_token > 0:  # a probe too small to fit a decode cost cannot replay
+                    modes.append(("replay", service, "service"))
                 if prof_model is not None:
                     modes.insert(1, ("profile", prof_model, "kappa"))
                 for mode, sm, tok in modes:
