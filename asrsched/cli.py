@@ -48,7 +48,9 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    from .runner import load_params, run_notebook, run_series
+    import time
+
+    from .runner import load_params, project_root, run_notebook, run_series
 
     params = load_params(args.params)
     cli_params = {k: _literal(v) for k, v in (args.param or [])}
@@ -57,8 +59,12 @@ def _cmd_run(args) -> int:
 
         nb = resolve(args.notebooks[0])
         p = {**params.get(nb.stem, {}), **cli_params}
-        r = run_notebook(nb, p, run_dir=args.run_dir, figures_root=args.figures, timeout_s=args.timeout)
+        run_dir = args.run_dir or str(project_root() / "runs" / time.strftime("%Y%m%d-%H%M%S"))
+        r = run_notebook(nb, p, run_dir=run_dir, figures_root=args.figures, timeout_s=args.timeout)
         print(f"{r.notebook}: {r.status} in {r.seconds:.0f} s -> {r.output}")
+        from .gallery import write_gallery  # keep figures/README.md in step with the exports
+
+        write_gallery(args.figures or project_root() / "figures", run_dir=run_dir, root=project_root())
         if r.error:
             print(r.error, file=sys.stderr)
         return 0 if r.status == "ok" else 1

@@ -140,6 +140,8 @@ def fig_occupancy(timelines: Mapping[str, pd.DataFrame]) -> go.Figure:
     for pol, tl in timelines.items():
         fig.add_trace(go.Scatter(x=tl.time, y=tl.waiting, name=pol, mode="lines",
                                  line=dict(color=policy_color(pol))))
-    fig.update_layout(title="Waiting requests over time", xaxis_title="time (s)",
-                      yaxis_title="waiting requests")
+    peaks = {pol: int(tl.waiting.max()) if len(tl) else 0 for pol, tl in timelines.items()}
+    lo, hi = min(peaks, key=peaks.get), max(peaks, key=peaks.get)
+    fig.update_layout(title=f"Peak queue: {lo.upper()} {peaks[lo]} vs {hi.upper()} {peaks[hi]} waiting requests",
+                      xaxis_title="time (s)", yaxis_title="waiting requests")
     return fig

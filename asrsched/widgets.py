@@ -17,6 +17,8 @@ from .policies import policy_names
 from .sweep import point_records
 from .workloads import workload_names
 
+_STYLE = {"description_width": "initial"}  # full labels, not "max_num…"
+
 __all__ = ["policy_explorer", "drift_explorer"]
 
 
@@ -32,13 +34,13 @@ def _table_html(rows: dict[str, dict]) -> str:
 def policy_explorer(rate: float = 15.0, policy: str = "sjf", kappa: float = 3.3, max_num_seqs: int = 32,
                     workload: str = "librispeech", n_requests: int = 1500, seed: int = 0, service=None) -> W.VBox:
     """Sliders for rate, policy, kappa, ``max_num_seqs`` and workload over E2EL CDFs vs FCFS."""
-    rate_w = W.FloatSlider(value=rate, min=1, max=25, step=1, description="rate (req/s)", continuous_update=False)
-    pol_w = W.Dropdown(options=[p for p in policy_names() if p != "fcfs"], value=policy, description="policy")
-    kappa_w = W.FloatSlider(value=kappa, min=1.0, max=8.0, step=0.1, description="kappa (tok/s)",
+    rate_w = W.FloatSlider(value=rate, min=1, max=25, step=1, style=_STYLE, description="rate (req/s)", continuous_update=False)
+    pol_w = W.Dropdown(options=[p for p in policy_names() if p != "fcfs"], value=policy, style=_STYLE, description="policy")
+    kappa_w = W.FloatSlider(value=kappa, min=1.0, max=8.0, step=0.1, style=_STYLE, description="kappa (tok/s)",
                             continuous_update=False)
-    seqs_w = W.IntSlider(value=max_num_seqs, min=1, max=128, step=1, description="max_num_seqs",
+    seqs_w = W.IntSlider(value=max_num_seqs, min=1, max=128, step=1, style=_STYLE, description="max_num_seqs",
                          continuous_update=False)
-    wl_w = W.Dropdown(options=[w for w in workload_names() if w != "drift"], value=workload, description="workload")
+    wl_w = W.Dropdown(options=[w for w in workload_names() if w != "drift"], value=workload, style=_STYLE, description="workload")
     fig = go.FigureWidget()
     fig.update_layout(xaxis_title="E2EL (s)", yaxis_title="fraction of requests", xaxis_type="log", height=420)
     table = W.HTML()
@@ -68,8 +70,8 @@ def drift_explorer(rate: float = 9.0, ramp_s: float = 60.0, n_requests: int = 25
     """Sliders for rate and ramp length over rolling P90 E2EL per policy under drift."""
     from .workloads import Drift, make_source
 
-    rate_w = W.FloatSlider(value=rate, min=2, max=20, step=0.5, description="rate (req/s)", continuous_update=False)
-    ramp_w = W.FloatSlider(value=ramp_s, min=0, max=240, step=10, description="ramp (s)", continuous_update=False)
+    rate_w = W.FloatSlider(value=rate, min=2, max=20, step=0.5, style=_STYLE, description="rate (req/s)", continuous_update=False)
+    ramp_w = W.FloatSlider(value=ramp_s, min=0, max=240, step=10, style=_STYLE, description="ramp (s)", continuous_update=False)
     fig = go.FigureWidget()
     fig.update_layout(xaxis_title="arrival time (s)", yaxis_title="P90 E2EL (s)", yaxis_type="log", height=420)
 
