@@ -985,8 +985,8 @@ def ab_explorer(cfg: ASRStudyConfig | None = None, *, workload: str = "librispee
         with fig.batch_update():
             fig.data = []
             fig.add_traces(list(f.data))
-            fig.layout.title = f.layout.title
-            fig.layout.yaxis.title = f"estimated effect on {_label(metric, stat)} (s)"
+            fig.layout = f.layout  # the whole layout: the figure has subplots (axes, domains, annotations)
+            fig.layout.height = 460
         s = state["sum"]
         s = s[(s.factor == f_w.value) & (s.metric == metric) & (s.stat == stat)]
         table.value = s[["design", "estimator", "truth", "mean", "bias", "sd", "rmse"]].round(4).to_html(index=False)
