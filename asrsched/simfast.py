@@ -61,7 +61,7 @@ def _kernel(arr, est, enc, tok, M, steps, overhead, code, tl_cap):  # noqa: C901
     ci = 0
     events = 0
     while True:
-        # arrivals up to t
+        # arrivals up to t (also those that came during an encode)
         while ci < n and arr[ci] <= t:
             if code == 1:
                 heapq.heappush(kheap, (est[ci], arr[ci], ci))
@@ -73,7 +73,7 @@ def _kernel(arr, est, enc, tok, M, steps, overhead, code, tl_cap):  # noqa: C901
                 nw += 1
             ci += 1
             nq += 1
-        while len(running) < M and nq > 0:
+        if len(running) < M and nq > 0:  # admit one job, then take the arrivals during its encode
             if code == 0:
                 j = head
                 head += 1
@@ -101,17 +101,7 @@ def _kernel(arr, est, enc, tok, M, steps, overhead, code, tl_cap):  # noqa: C901
             heapq.heappush(running, (G + tok[j], j))
             pending[npend] = j
             npend += 1
-            while ci < n and arr[ci] <= t:
-                if code == 1:
-                    heapq.heappush(kheap, (est[ci], arr[ci], ci))
-                elif code == 2:
-                    heapq.heappush(kheap, (-est[ci], arr[ci], ci))
-                elif code == 3:
-                    slots[nw] = ci
-                    inv[nw] = 1.0 / max(est[ci], 1e-6)
-                    nw += 1
-                ci += 1
-                nq += 1
+            continue
         events += 1
         count += 1
         if count % stride == 0:
