@@ -77,6 +77,7 @@ from .abtest.estimators import (
     switchback,
     wdq,
 )
+from .abtest.study import _json_default
 from .cluster import ABTest, cluster_trace, run_cluster, run_experiment
 from .parallel import map_tasks
 from .plots import policy_color
@@ -498,16 +499,6 @@ def run_study(cfg: ASRStudyConfig, *, n_jobs: int | None = None, address=None, c
 
 def _dispatch(kind: str, task: dict) -> dict:
     return run_truth(**task) if kind == "truth" else run_replication(**task)
-
-
-def _json_default(o):
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, np.bool_):
-        return bool(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(type(o))
 
 
 # ----------------------------------------------------------------------------- tables
