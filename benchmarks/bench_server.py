@@ -9,7 +9,7 @@ Every figure is a ratio against a baseline measured in the same run (the machine
 shared: absolute times are noisy, and the load average is recorded beside them):
 
 1. **Scheduling overhead per request, in process**: reading the duration from the WAV
-   header (:func:`asrsched.audio.audio_info` on the uploaded bytes), the size estimate,
+   header (:func:`asrsched.whisper.audio.audio_info` on the uploaded bytes), the size estimate,
    and push + pop of the policy's queue held at depth 1 / 16 / 256, for fcfs, sjf, hrrn.
    Baseline: the inference time of the same clip (real faster-whisper ``tiny.en``,
    median of 3). Ratio = overhead / inference.
@@ -41,12 +41,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from asrsched.audio import audio_info, load_audio  # noqa: E402
-from asrsched.corpus import build_corpus  # noqa: E402
-from asrsched.loadgen import plan_requests, run_coro, run_load  # noqa: E402
-from asrsched.policies import Job, make_queue  # noqa: E402
-from asrsched.server import ServerConfig, WhisperEngine, cpu_service_model, run_in_thread  # noqa: E402
-from asrsched.workloads import make_trace  # noqa: E402
+from asrsched.whisper.audio import audio_info, load_audio  # noqa: E402
+from asrsched.whisper.corpus import build_corpus  # noqa: E402
+from asrsched.serving.loadgen import plan_requests, run_coro, run_load  # noqa: E402
+from asrsched.core.policies import Job, make_queue  # noqa: E402
+from asrsched.serving.server import ServerConfig, WhisperEngine, cpu_service_model, run_in_thread  # noqa: E402
+from asrsched.core.workloads import make_trace  # noqa: E402
 
 POLICIES = ("fcfs", "sjf", "hrrn")
 DEPTHS = (1, 16, 256)

@@ -8,7 +8,7 @@ Run from the repository root::
 Three measurements, each against a baseline measured in the same run (timings on a
 shared machine are noisy; ratios are what carry over):
 
-1. **Simulator vs SimPy.** ``asrsched.sim.simulate`` and the step-by-step SimPy model
+1. **Simulator vs SimPy.** ``asrsched.sim.engine.simulate`` and the step-by-step SimPy model
    in ``benchmarks/simpy_reference.py`` run the same traces; per-request results must
    agree (|difference| <= 1e-9 s on admit, first token and finish, identical
    everything else) and the speed ratio is SimPy time / simulator time, for the
@@ -46,10 +46,10 @@ sys.path.insert(0, str(ROOT))
 
 from simpy_reference import simulate_simpy  # noqa: E402
 
-from asrsched.policies import Job, make_queue  # noqa: E402
-from asrsched.service import default_service_model  # noqa: E402
-from asrsched.sim import OverloadWarning, SummarySink, simulate, trace_chunks  # noqa: E402
-from asrsched.workloads import make_trace  # noqa: E402
+from asrsched.core.policies import Job, make_queue  # noqa: E402
+from asrsched.core.service import default_service_model  # noqa: E402
+from asrsched.sim.engine import OverloadWarning, SummarySink, simulate, trace_chunks  # noqa: E402
+from asrsched.core.workloads import make_trace  # noqa: E402
 
 POLICIES = ("fcfs", "sjf", "hrrn", "adaptive")
 DEPTHS = (10, 100, 1_000, 10_000)

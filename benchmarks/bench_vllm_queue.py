@@ -13,7 +13,7 @@ reported, so bursts of load from other processes hit every queue alike), one clo
 admission per scheduling step, so HRRN re-ranks at every decision). ``add_request``
 is timed separately.
 
-Queues: :class:`asrsched.vllm_plugin.PolicyRequestQueue` with fcfs / sjf / hrrn /
+Queues: :class:`asrsched.vllm_plugin.scheduler.PolicyRequestQueue` with fcfs / sjf / hrrn /
 adaptive, against **vLLM's FCFSRequestQueue** (a deque; the baseline of the ratios)
 and **vLLM's PriorityRequestQueue** (a binary heap of requests; here with
 ``priority`` = the SJF estimate in ms, i.e. static SJF done vLLM's way), all in the
@@ -42,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from asrsched.vllm_plugin import PolicyRequestQueue, SizeEstimator  # noqa: E402
+from asrsched.vllm_plugin.scheduler import PolicyRequestQueue, SizeEstimator  # noqa: E402
 
 DEPTHS = (10, 100, 1_000, 10_000)
 OURS = ("fcfs", "sjf", "hrrn", "adaptive")

@@ -1,4 +1,4 @@
-"""A straightforward SimPy model of the server that :func:`asrsched.sim.simulate` models.
+"""A straightforward SimPy model of the server that :func:`asrsched.sim.engine.simulate` models.
 
 This is the *baseline* of ``benchmarks/bench_sim.py`` and an independent check of
 the event-driven simulator (``tests/test_sim.py`` compares per-request results on
@@ -14,7 +14,7 @@ loops over decode steps one at a time, exactly like vLLM's engine loop:
   at the end of this step; a request is done after its true token count;
 * the client sees completion ``overhead_s`` after the engine is done.
 
-The waiting queue is the same policy object (:func:`asrsched.policies.make_queue`),
+The waiting queue is the same policy object (:func:`asrsched.core.policies.make_queue`),
 so the comparison isolates the server mechanics. Nothing here jumps over steps:
 one SimPy event per decode step (step times are precomputed per batch size, so
 the baseline is not slowed down by numpy scalar calls).
@@ -28,10 +28,10 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from asrsched.policies import Job, make_queue
-from asrsched.service import ServiceModel, default_service_model
-from asrsched.sim import RECORD_COLUMNS, add_derived, estimate_services
-from asrsched.workloads import Trace
+from asrsched.core.policies import Job, make_queue
+from asrsched.core.service import ServiceModel, default_service_model
+from asrsched.sim.engine import RECORD_COLUMNS, add_derived, estimate_services
+from asrsched.core.workloads import Trace
 
 __all__ = ["simulate_simpy"]
 
@@ -56,7 +56,7 @@ def simulate_simpy(
     max_num_seqs: int = 32,
     policy_params: dict | None = None,
 ) -> pd.DataFrame:
-    """Per-request records (same columns as :func:`asrsched.sim.simulate`) from a step-by-step SimPy model."""
+    """Per-request records (same columns as :func:`asrsched.sim.engine.simulate`) from a step-by-step SimPy model."""
     service = service or default_service_model()
     M = int(max_num_seqs)
     env = simpy.Environment()

@@ -7,15 +7,15 @@
 #
 # What it does: makes a virtualenv (.venv-gpu) with this package and the CUDA `vllm` wheel
 # (NOT the `vllm` extra, which pulls the CPU build), checks espeak-ng (the load generator's
-# speech), then runs `python -m asrsched.vllm_bench`: per policy it starts vLLM's
-# OpenAI-compatible server with --scheduler-cls asrsched.vllm_plugin.DurationAwareScheduler
+# speech), then runs `python -m asrsched.vllm_plugin.bench`: per policy it starts vLLM's
+# OpenAI-compatible server with --scheduler-cls asrsched.vllm_plugin.scheduler.DurationAwareScheduler
 # (async scheduling stays on: the plug-in builds its AsyncScheduler variant), replays the same
-# LibriSpeech-shaped Poisson trace at each rate with `python -m asrsched.loadgen` (streaming,
+# LibriSpeech-shaped Poisson trace at each rate with `python -m asrsched.serving.loadgen` (streaming,
 # audio duration in vllm_xargs), and writes runs/gpu_vllm/<policy>/rate_<r>.parquet plus
 # runs/gpu_vllm/summary.csv (P50/P90/P99 E2EL and TTFT, request throughput per policy x rate).
 #
 # Environment knobs: MODEL, POLICIES (fcfs,sjf,hrrn), RATES (1,5,10,15,20,25), N (400 per run),
-# MAX_NUM_SEQS (32), SERVICE_MODEL (a ServiceModel JSON from notebook 01 / asrsched.profile for the
+# MAX_NUM_SEQS (32), SERVICE_MODEL (a ServiceModel JSON from notebook 01 / asrsched.profiling.run for the
 # plug-in's estimates; default: the built-in large-v3/A100 estimate), OUT (runs/gpu_vllm),
 # VENV (.venv-gpu), PYTHON (python3.11), VLLM_SPEC (vllm), EXTRA (extra vLLM flags, e.g.
 # "--gpu-memory-utilization 0.85"), SKIP_INSTALL=1 to reuse an environment as it is.
@@ -52,5 +52,5 @@ EOF
 SM_ARGS=()
 [[ -n "${SERVICE_MODEL:-}" ]] && SM_ARGS=(--service-model "$SERVICE_MODEL")
 # shellcheck disable=SC2086
-"$PY" -m asrsched.vllm_bench --model "$MODEL" --policies "$POLICIES" --rates "$RATES" --n "$N" \
+"$PY" -m asrsched.vllm_plugin.bench --model "$MODEL" --policies "$POLICIES" --rates "$RATES" --n "$N" \
   --max-num-seqs "$MAX_NUM_SEQS" --out "$OUT" "${SM_ARGS[@]}" -- ${EXTRA:-}

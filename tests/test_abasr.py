@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from asrsched import abasr as A
-from asrsched.abasr import (
+from asrsched.abtest import asr_fleet as A
+from asrsched.abtest.asr_fleet import (
     ASRStudyConfig,
     best_table,
     p90_cost_trajectory,
@@ -123,7 +123,7 @@ def test_p90_influence_cost_tracks_quantile_differences():
 
 def test_mixed_dq_for_p90_mixes_a_mean_estimate_in():
     """qDQ ignores the per-request cost: for P90, mixed DQ = alpha*wDQ(P90 cost) + (1-alpha)*qDQ(mean)."""
-    from asrsched.cluster import ABTest, cluster_trace, run_experiment
+    from asrsched.sim.fleet import ABTest, cluster_trace, run_experiment
 
     tr, lam = cluster_trace("librispeech", n_replicas=2, load=0.9, n_requests=3000, seed=2)
     res = run_experiment(tr, ABTest(control="random", treatment="least_work"), n_replicas=2, seed=1, lam=lam)
@@ -168,7 +168,7 @@ def test_cache_resumes_without_rerunning(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_notebook_headless(tmp_path):
-    from asrsched.runner import run_notebook
+    from asrsched.app.runner import run_notebook
 
     r = run_notebook("06", {"WORKLOADS": ["librispeech"], "N_REPLICAS": 2, "LOAD": 0.9, "N_REQUESTS": 2500,
                             "WARMUP_S": 5.0, "BLOCK_S": 10.0, "BURN_IN_S": 2.0, "SB_BURN_INS": [0.0, 2.0],

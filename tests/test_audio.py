@@ -1,4 +1,4 @@
-"""Audio validation and header-only duration (asrsched.audio): every bad-file case has its reason."""
+"""Audio validation and header-only duration (asrsched.whisper.audio): every bad-file case has its reason."""
 
 import io
 import struct
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from asrsched.audio import AudioError, audio_duration_from_header, audio_info, load_audio
+from asrsched.whisper.audio import AudioError, audio_duration_from_header, audio_info, load_audio
 
 
 def wav_bytes(n=16000, sr=16000, channels=1, subtype="PCM_16", seed=0):

@@ -123,7 +123,7 @@ def parameterised_copy(nb: Path, dest: Path) -> dict:
 
 
 def needs_params(nb: Path) -> dict:
-    from asrsched.runner import notebook_parameters
+    from asrsched.app.runner import notebook_parameters
 
     params = PARAMS.get(nb.stem)
     if params is None:
@@ -397,7 +397,7 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1", JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
     with open(log, "w") as fh:  # the documented command, as a user types it
         proc = subprocess.Popen(
-            [sys.executable, "-m", "asrsched.cli", "dashboard", nb.stem[:2], "--params", str(PARAMS_FILE),
+            [sys.executable, "-m", "asrsched.app.cli", "dashboard", nb.stem[:2], "--params", str(PARAMS_FILE),
              "--port", str(port), "--token", token, "--no-browser", "--out-dir", str(tmp_path / "dash"),
              "--figures", str(tmp_path / "figures")],
             cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)

@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from asrsched import cluster as C
+from asrsched.sim import fleet as C
 from asrsched.abtest.estimators import littles_law
-from asrsched.cluster import (
+from asrsched.sim.fleet import (
     ABTest,
     Router,
     cluster_trace,
@@ -19,9 +19,9 @@ from asrsched.cluster import (
     run_cluster,
     run_experiment,
 )
-from asrsched.service import default_service_model
-from asrsched.sim import Engine, SimJob, simulate
-from asrsched.workloads import make_trace
+from asrsched.core.service import default_service_model
+from asrsched.sim.engine import Engine, SimJob, simulate
+from asrsched.core.workloads import make_trace
 
 SVC = default_service_model()
 
@@ -45,7 +45,7 @@ def test_one_replica_is_simulate_exactly(policy, router):
 def test_records_have_simulator_columns_and_summarize(busy):
     tr, lam = busy
     res = run_cluster(tr, n_replicas=4, router="pod2", warmup_s=10)
-    from asrsched.sim import RECORD_COLUMNS
+    from asrsched.sim.engine import RECORD_COLUMNS
 
     assert set(RECORD_COLUMNS + ["queue_delay", "ttft", "e2el", "replica", "z", "block"]) <= set(res.records)
     assert len(res.records) == len(tr) and res.records.rid.is_monotonic_increasing

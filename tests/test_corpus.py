@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from asrsched import corpus
-from asrsched.audio import audio_info, load_audio
-from asrsched.corpus import EspeakMissingError, SilenceSpec, build_corpus, load_texts, synthesize_to_duration
+from asrsched.whisper import corpus
+from asrsched.whisper.audio import audio_info, load_audio
+from asrsched.whisper.corpus import EspeakMissingError, SilenceSpec, build_corpus, load_texts, synthesize_to_duration
 
 
 @pytest.mark.parametrize("lang", ["en", "es", "de", "id"])

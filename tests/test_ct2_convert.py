@@ -13,7 +13,7 @@ import shutil
 import numpy as np
 import pytest
 
-from asrsched.ct2_convert import (
+from asrsched.whisper.convert import (
     N_TIMESTAMPS,
     convert,
     convert_dir,
@@ -22,7 +22,7 @@ from asrsched.ct2_convert import (
     read_safetensors_header,
     write_safetensors,
 )
-from asrsched.models import model_path
+from asrsched.whisper.weights import model_path
 
 
 @pytest.fixture(scope="module")
@@ -155,8 +155,8 @@ def test_transformers_loads_with_no_missing_keys_and_decodes_like_ct2(name):
     import ctranslate2
     import torch
 
-    from asrsched.backends import FasterWhisperBackend
-    from asrsched.corpus import synthesize
+    from asrsched.whisper.backends import FasterWhisperBackend
+    from asrsched.whisper.corpus import synthesize
 
     hf_dir = convert(name)
     model, info = transformers.WhisperForConditionalGeneration.from_pretrained(

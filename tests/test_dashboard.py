@@ -9,9 +9,9 @@ import sys
 import nbformat
 import pytest
 
-from asrsched.cli import COMMANDS
-from asrsched.dashboard import main, prepare, voila_command
-from asrsched.runner import project_root
+from asrsched.app.cli import COMMANDS
+from asrsched.app.dashboard import main, prepare, voila_command
+from asrsched.app.runner import project_root
 
 
 def test_prepare_injects_parameters_and_keeps_the_notebook_folder_as_cwd(tmp_path):
@@ -56,7 +56,7 @@ def test_dry_run_prints_a_loopback_voila_command_with_a_token(tmp_path, capsys):
 
 
 def test_registered_as_an_asrsched_command():
-    assert COMMANDS["dashboard"] == "asrsched.dashboard:main"
-    r = subprocess.run([sys.executable, "-m", "asrsched.cli", "dashboard", "--help"], capture_output=True, text=True,
+    assert COMMANDS["dashboard"] == "asrsched.app.dashboard:main"
+    r = subprocess.run([sys.executable, "-m", "asrsched.app.cli", "dashboard", "--help"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0 and "Voila" in r.stdout and "--params" in r.stdout

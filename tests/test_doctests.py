@@ -5,8 +5,8 @@ import importlib
 
 import pytest
 
-MODULES = ["asrsched.policies", "asrsched.workloads", "asrsched.metrics", "asrsched.sweep", "asrsched.service",
-           "asrsched.audio", "asrsched.profile", "asrsched.cluster"]
+MODULES = ["asrsched.core.policies", "asrsched.core.workloads", "asrsched.core.metrics", "asrsched.sim.sweep", "asrsched.core.service",
+           "asrsched.whisper.audio", "asrsched.profiling.run", "asrsched.sim.fleet"]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -14,5 +14,5 @@ def test_docstring_examples(name):
     mod = importlib.import_module(name)
     res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
     assert res.failed == 0
-    if name != "asrsched.service":
+    if name != "asrsched.core.service":
         assert res.attempted > 0

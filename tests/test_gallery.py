@@ -9,9 +9,9 @@ import plotly.graph_objects as go
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from asrsched import plots
-from asrsched.gallery import figure_layout, record_runs, render_gallery, scan_figures, write_gallery
-from asrsched.plots import export_figure, export_session, export_table, policy_color
+from asrsched.figures import style as plots
+from asrsched.app.gallery import figure_layout, record_runs, render_gallery, scan_figures, write_gallery
+from asrsched.figures.style import export_figure, export_session, export_table, policy_color
 
 needs_chromium = pytest.mark.skipif(plots._chromium() is None, reason="Debian chromium not installed")
 
@@ -99,7 +99,7 @@ def test_gallery_lists_figures_captions_sizes_parameters_and_stale_files(tmp_pat
 @pytest.mark.slow
 def test_run_series_writes_the_gallery_from_a_real_run(tmp_path):
     """The real path: papermill runs notebook 03, the runner records it and rewrites the README."""
-    from asrsched.runner import run_series
+    from asrsched.app.runner import run_series
 
     params = {"03": {"N_REQUESTS": 900, "PHASES": [[0, "librispeech"], [40, "uniform"]], "RAMP_S": 20.0}}
     df = run_series(["03"], params, run_dir=tmp_path / "run", figures_root=tmp_path / "fig")

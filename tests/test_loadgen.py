@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from asrsched.loadgen import LOADGEN_COLUMNS, main, plan_requests, records_to_trace, replay, run_coro, run_load
-from asrsched.metrics import latency_cdf, summarize
-from asrsched.server import ServerConfig, run_in_thread
-from asrsched.sim import RECORD_COLUMNS
-from asrsched.workloads import Uniform, make_trace
+from asrsched.serving.loadgen import LOADGEN_COLUMNS, main, plan_requests, records_to_trace, replay, run_coro, run_load
+from asrsched.core.metrics import latency_cdf, summarize
+from asrsched.serving.server import ServerConfig, run_in_thread
+from asrsched.sim.engine import RECORD_COLUMNS
+from asrsched.core.workloads import Uniform, make_trace
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def test_replay_records_every_request_in_the_simulators_shape(server, plan):
     s = summarize(rec)
     assert s["completed"] == len(plan) and s["failed"] == 0 and s["p90_e2el_ms"] >= s["p50_e2el_ms"] > 0
     # the same trace through the simulator gives a table of the same shape: they overlay
-    from asrsched.serving import calibrate, simulate_run
+    from asrsched.serving.experiment import calibrate, simulate_run
 
     service = calibrate(pd.DataFrame(list(srv.values())).assign(
         tokens=lambda d: d["tokens"].astype(float)))

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from asrsched.metrics import latency_cdf, percentile_table, relative_change, summarize
+from asrsched.core.metrics import latency_cdf, percentile_table, relative_change, summarize
 
 
 def _records(rng: np.random.Generator, n: int = 1000) -> pd.DataFrame:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from asrsched.policies import (
+from asrsched.core.policies import (
     AdaptiveQueue,
     HRRNQueue,
     Job,
@@ -255,7 +255,7 @@ def test_user_defined_policy_in_a_few_lines():
         assert [q.pop(5.0).rid for _ in range(3)] == [2, 1, 0]
         assert q.name == "test_lifo"
     finally:
-        from asrsched.policies import POLICIES
+        from asrsched.core.policies import POLICIES
 
         POLICIES.pop("test_lifo", None)
 

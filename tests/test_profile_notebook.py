@@ -34,7 +34,7 @@ def test_profile_notebook_headless(tmp_path, monkeypatch):
     for name in ("kappa_tokens_vs_duration", "service_time_model", "rtf_vs_duration", "vad_estimate_error",
                  "batched_decode_step"):
         assert (out / f"{name}.png").stat().st_size > 10_000 and (out / f"{name}.html").exists()
-    from asrsched.service import ServiceModel
+    from asrsched.core.service import ServiceModel
 
     assert ServiceModel.from_json(tmp_path / "profile.json").kappa["en"] == pytest.approx(en.kappa)
     assert len(list((tmp_path / "run").glob("tiny.en-faster-whisper-*/measurements.csv"))) == 1

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 import soundfile as sf
 
-from asrsched.backends import make_backend
-from asrsched.corpus import SilenceSpec, build_corpus
-from asrsched.profile import COLUMNS, measure, run_profile, word_error_rate
-from asrsched.service import ServiceModel
-from asrsched.vad import speech_duration
+from asrsched.profiling.backends import make_backend
+from asrsched.whisper.corpus import SilenceSpec, build_corpus
+from asrsched.profiling.run import COLUMNS, measure, run_profile, word_error_rate
+from asrsched.core.service import ServiceModel
+from asrsched.whisper.vad import speech_duration
 
 pytestmark = pytest.mark.slow
 
@@ -129,7 +129,7 @@ def test_interrupted_run_keeps_rows_and_resumes(backend, clips, tmp_path):
 
 def test_temperature_fallbacks_are_counted_in_generated_tokens(clips):
     """log_prob_threshold=0 fails every decode's check, so every temperature of the ladder runs."""
-    from asrsched.audio import load_audio
+    from asrsched.whisper.audio import load_audio
 
     be = make_backend("faster-whisper", "tiny.en", temperature=(0.0, 0.5, 1.0), log_prob_threshold=0.0,
                       compression_ratio_threshold=None, no_speech_threshold=None)
@@ -142,7 +142,7 @@ def test_temperature_fallbacks_are_counted_in_generated_tokens(clips):
 
 def test_silence_vad_cost_is_small_against_inference(backend, clips):
     _, sil = clips
-    from asrsched.audio import load_audio
+    from asrsched.whisper.audio import load_audio
 
     x = load_audio(sil["path"].iloc[0])
     v = speech_duration(x, method="silero")
@@ -160,7 +160,7 @@ def test_run_profile_end_to_end_writes_a_loadable_profile(backend, tmp_path):
     lo, hi = sm.kappa_ci["en"]
     assert lo <= sm.kappa["en"] <= hi and 1.5 < sm.kappa["en"] < 10
     assert 0.05 < sm.encode_s_per_window < 5 and 0 < sm.decode_s_per_token < 0.2
-    assert sm.fit["holdout"]["n"] >= 1 and "asrsched.sim" in sm.fit["holdout"]["method"]
+    assert sm.fit["holdout"]["n"] >= 1 and "asrsched.sim.engine" in sm.fit["holdout"]["method"]
     assert sm.fit["clock"] == "cpu" and sm.fit["other_clock"]["clock"] == "wall"  # auto: CPU engine
     assert len(run.batch) == 2 and sm.decode_batch_slope >= 0
     assert {"file duration", "silero VAD"} <= set(run.vad["estimator"])

@@ -1,10 +1,10 @@
-"""Speech-duration detectors (asrsched.vad) on signals whose speech time is known."""
+"""Speech-duration detectors (asrsched.whisper.vad) on signals whose speech time is known."""
 
 import numpy as np
 import pytest
 
-from asrsched.corpus import synthesize
-from asrsched.vad import energy_segments, speech_duration
+from asrsched.whisper.corpus import synthesize
+from asrsched.whisper.vad import energy_segments, speech_duration
 
 SR = 16000
 

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def vllm_backend():
-    from asrsched.backends import make_backend
+    from asrsched.profiling.backends import make_backend
 
     be = make_backend("vllm", "tiny.en", max_num_seqs=2, max_tokens=200)
     yield be
@@ -24,8 +24,8 @@ def vllm_backend():
 
 
 def test_profiler_runs_on_vllm(vllm_backend, tmp_path):
-    from asrsched.profile import run_profile
-    from asrsched.service import ServiceModel
+    from asrsched.profiling.run import run_profile
+    from asrsched.core.service import ServiceModel
 
     run = run_profile(model="tiny.en", backend=vllm_backend, languages=["en"], n_per_language=5,
                       n_silence_per_language=0, batch_sizes=(1, 2), holdout_frac=0.2, n_boot=200, max_s=12.0,

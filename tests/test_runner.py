@@ -8,8 +8,8 @@ import nbformat
 import pandas as pd
 import pytest
 
-from asrsched.cli import main
-from asrsched.runner import notebook_parameters, notebooks, run_notebook, run_series
+from asrsched.app.cli import main
+from asrsched.app.runner import notebook_parameters, notebooks, run_notebook, run_series
 
 
 def test_every_notebook_follows_the_conventions():
@@ -72,12 +72,12 @@ def test_cli_simulate_and_bad_policy(capsys):
 
 
 def test_cli_entry_point_runs():
-    out = subprocess.run([sys.executable, "-m", "asrsched.cli", "list"], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "asrsched.app.cli", "list"], capture_output=True, text=True, check=True)
     assert "02_policy_sweep" in out.stdout and "RATES" in out.stdout
 
 
 def test_params_file(tmp_path):
-    from asrsched.runner import load_params
+    from asrsched.app.runner import load_params
 
     p = tmp_path / "p.json"
     p.write_text(json.dumps({"02": {"SEEDS": [0]}}))

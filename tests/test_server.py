@@ -1,5 +1,5 @@
 """The policy-ordered transcription server: real uvicorn on loopback, real faster-whisper tiny.en,
-real HTTP clients (httpx). Clips are espeak-ng speech of LibriSpeech texts (asrsched.corpus)."""
+real HTTP clients (httpx). Clips are espeak-ng speech of LibriSpeech texts (asrsched.whisper.corpus)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from asrsched.corpus import build_corpus
-from asrsched.server import ServerConfig, WhisperEngine, main, run_in_thread
+from asrsched.whisper.corpus import build_corpus
+from asrsched.serving.server import ServerConfig, WhisperEngine, main, run_in_thread
 
 pytestmark = pytest.mark.slow
 
@@ -402,7 +402,7 @@ def test_upstream_mode_orders_requests_in_front_of_another_server(clips):
 # ----------------------------------------------------------------------------- engine and CLI
 
 def test_engine_matches_faster_whisper_greedy_transcript(clips):
-    from asrsched.audio import load_audio
+    from asrsched.whisper.audio import load_audio
 
     eng = WhisperEngine("tiny.en", cpu_threads=2)
     for name in ("medium", "blocker"):

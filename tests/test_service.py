@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from asrsched.service import REQUIRED_FIELDS, SCHEMA, ServiceModel, check_kappa, default_service_model
+from asrsched.core.service import REQUIRED_FIELDS, SCHEMA, ServiceModel, check_kappa, default_service_model
 
 
 def _model(**kw) -> ServiceModel:

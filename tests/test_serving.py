@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from asrsched.service import ServiceModel
-from asrsched.serving import calibrate, capacity_rps, comparison_table, run_experiment
+from asrsched.core.service import ServiceModel
+from asrsched.serving.experiment import calibrate, capacity_rps, comparison_table, run_experiment
 
 
 def _records(n=40, enc=0.4, step=0.012, kappa=4.0, seed=0):
@@ -71,7 +71,7 @@ def test_run_experiment_rejects_bad_parameters_before_any_work(kw, msg):
 
 @pytest.mark.slow
 def test_real_serving_notebook_headless(tmp_path):
-    from asrsched.runner import run_notebook
+    from asrsched.app.runner import run_notebook
 
     params = {"POLICIES": ["fcfs", "sjf"], "LOADS": [0.8, 1.5], "N_REQUESTS": 4, "N_PROBE": 4, "POOL_SIZE": 6,
               "OUT_DIR": str(tmp_path / "out")}

@@ -29,10 +29,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from asrsched.policies import policy_names
-from asrsched.service import ServiceModel
-from asrsched.sim import CollectSink, OverloadWarning, ParquetSink, SummarySink, simulate, trace_chunks
-from asrsched.workloads import Trace, librispeech_table, make_trace
+from asrsched.core.policies import policy_names
+from asrsched.core.service import ServiceModel
+from asrsched.sim.engine import CollectSink, OverloadWarning, ParquetSink, SummarySink, simulate, trace_chunks
+from asrsched.core.workloads import Trace, librispeech_table, make_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from simpy_reference import simulate_simpy  # noqa: E402

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from asrsched.service import ServiceModel, default_service_model
-from asrsched.sim import simulate
-from asrsched.workloads import make_trace
+from asrsched.core.service import ServiceModel, default_service_model
+from asrsched.sim.engine import simulate
+from asrsched.core.workloads import make_trace
 
 COLS = ["admit", "first_token", "finish"]
 

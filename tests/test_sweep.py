@@ -4,9 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from asrsched.metrics import relative_change
-from asrsched.sweep import drift_records, headline, phase_table, run_sweep
-from asrsched.workloads import Drift, make_source
+from asrsched.core.metrics import relative_change
+from asrsched.sim.sweep import drift_records, headline, phase_table, run_sweep
+from asrsched.core.workloads import Drift, make_source
 
 GRID = dict(rates=[6.0, 19.0], policies=["fcfs", "sjf", "hrrn"], workloads=["librispeech"], seeds=[0],
             n_requests=400)
@@ -34,7 +34,7 @@ def test_cache_resumes_without_recomputing(tmp_path, monkeypatch):
     # "interrupt": lose two points, then make any recomputation of the others impossible
     files[0].unlink()
     files[1].unlink()
-    import asrsched.sweep as sw
+    import asrsched.sim.sweep as sw
 
     calls = []
     real = sw.run_point

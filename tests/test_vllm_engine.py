@@ -16,8 +16,8 @@ import time
 import numpy as np
 import pytest
 
-from asrsched.corpus import synthesize, synthesize_to_duration
-from asrsched.vllm_backend import VllmBackend
+from asrsched.whisper.corpus import synthesize, synthesize_to_duration
+from asrsched.vllm_plugin.backend import VllmBackend
 
 # vLLM is imported lazily (by the engine / the server process): collecting this module stays cheap
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.skipif(
@@ -141,7 +141,7 @@ def test_transcribe_fields_and_agreement_with_faster_whisper(engine):
     """The vLLM path and the faster-whisper path agree on a clear clip."""
     import jiwer
 
-    from asrsched.backends import RESULT_KEYS, FasterWhisperBackend
+    from asrsched.whisper.backends import RESULT_KEYS, FasterWhisperBackend
 
     audio = synthesize(TEXT, "en", rate_wpm=RATE)
     res = engine.transcribe(audio, "en")
@@ -173,7 +173,7 @@ def test_vllm_tokens_equal_ctranslate2_on_the_same_features(engine):
     import ctranslate2
     from transformers import WhisperFeatureExtractor
 
-    from asrsched.models import load_whisper
+    from asrsched.whisper.weights import load_whisper
 
     audio = synthesize(TEXT, "en", rate_wpm=RATE)
     ids = engine.token_ids(audio, "en", max_tokens=120)
@@ -189,7 +189,7 @@ def test_vllm_tokens_equal_ctranslate2_on_the_same_features(engine):
 
 
 def test_profiler_factory_and_bad_input(engine):
-    from asrsched.backends import make_backend
+    from asrsched.profiling.backends import make_backend
 
     with pytest.raises(ValueError, match="beam_size must be 1"):
         make_backend("vllm", "base", beam_size=5)
@@ -212,7 +212,7 @@ def test_async_variant_is_chosen_and_orders_admissions(engine, clips):
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.request import RequestStatus
 
-    from asrsched.vllm_plugin import AsyncDurationAwareScheduler, DurationAwareScheduler
+    from asrsched.vllm_plugin.scheduler import AsyncDurationAwareScheduler, DurationAwareScheduler
 
     sync = engine.scheduler
     assert type(sync) is DurationAwareScheduler and not isinstance(sync, AsyncScheduler)

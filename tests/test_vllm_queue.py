@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asrsched.policies import policy_names
-from asrsched.service import ServiceModel, default_service_model
-from asrsched.vllm_plugin import ENV_VARS, PluginConfig, PolicyRequestQueue, SizeEstimator
+from asrsched.core.policies import policy_names
+from asrsched.core.service import ServiceModel, default_service_model
+from asrsched.vllm_plugin.scheduler import ENV_VARS, PluginConfig, PolicyRequestQueue, SizeEstimator
 
 
 class Clock:

@@ -1,7 +1,7 @@
 """The plug-in inside vLLM's real OpenAI-compatible server: streamed transcription and SJF admission over HTTP.
 
 One server per module (``python -m vllm.entrypoints.openai.api_server`` with
-``--scheduler-cls asrsched.vllm_plugin.DurationAwareScheduler``, Whisper base
+``--scheduler-cls asrsched.vllm_plugin.scheduler.DurationAwareScheduler``, Whisper base
 converted from the packaged weights, one sequence slot), real HTTP on loopback,
 real espeak-ng speech. The size estimate travels in the ``vllm_xargs`` form field.
 """
@@ -20,9 +20,9 @@ import httpx
 import pytest
 import soundfile as sf
 
-from asrsched.corpus import synthesize, synthesize_to_duration
-from asrsched.ct2_convert import convert
-from asrsched.vllm_backend import server_command
+from asrsched.whisper.corpus import synthesize, synthesize_to_duration
+from asrsched.whisper.convert import convert
+from asrsched.vllm_plugin.backend import server_command
 
 # vLLM is imported lazily (by the engine / the server process): collecting this module stays cheap
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.skipif(

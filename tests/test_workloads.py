@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from asrsched.sim import trace_chunks
-from asrsched.workloads import (
+from asrsched.sim.engine import trace_chunks
+from asrsched.core.workloads import (
     Drift,
     Mixture,
     Trace,

@@ -66,9 +66,9 @@ PROFILE_JSON = ""
 """),
 ("code", """
 from IPython.display import display
-from asrsched.plots import export_figure, export_session, export_table
-from asrsched.profile import run_profile
-from asrsched.profilefigs import fig_batch, fig_kappa, fig_rtf, fig_time_model, fig_vad, kappa_explorer
+from asrsched.figures.style import export_figure, export_session, export_table
+from asrsched.profiling.run import run_profile
+from asrsched.figures.profiling import fig_batch, fig_kappa, fig_rtf, fig_time_model, fig_vad, kappa_explorer
 
 NB = "01_profile_whisper"
 run = run_profile(model=MODEL, backend=BACKEND, languages=LANGUAGES, n_per_language=N_PER_LANGUAGE,

@@ -9,7 +9,7 @@ Reproduces the main table of the duration-aware scheduling study (paper 1): the 
 P50/P90 end-to-end latency (E2EL) and of time to first token (TTFT) against FCFS, for SJF and
 HRRN, over arrival rates 1–25 req/s, on the real LibriSpeech test-clean duration distribution and
 on the synthetic uniform 5–30 s split. The server is the event-driven continuous-batching simulator
-(`asrsched.sim`), calibrated by a service-model profile (`asrsched.service`).
+(`asrsched.sim.engine`), calibrated by a service-model profile (`asrsched.core.service`).
 """),
 ("md", """
 **Parameters** (override with papermill or `asrsched run 02 -p NAME VALUE`):
@@ -17,7 +17,7 @@ on the synthetic uniform 5–30 s split. The server is the event-driven continuo
 | name | meaning |
 |---|---|
 | `RATES` | arrival rates swept (req/s) |
-| `POLICIES` | policies from the registry (`asrsched.policies.policy_names()`) |
+| `POLICIES` | policies from the registry (`asrsched.core.policies.policy_names()`) |
 | `WORKLOADS` | duration sources: `librispeech`, `uniform`, `commonvoice_id`, `mix` |
 | `SEEDS` | one trace per seed; all policies replay the same trace |
 | `N_REQUESTS` | requests per run (like `vllm bench serve --num-prompts`) |
@@ -47,11 +47,11 @@ CACHE_DIR = "../runs/sweep-cache"
 ("code", """
 import pandas as pd
 from IPython.display import display
-from asrsched.metrics import relative_change, summarize
-from asrsched.plots import export_figure, export_session, export_table
-from asrsched.service import ServiceModel, default_service_model
-from asrsched.simfigs import fig_cdf, fig_occupancy, fig_relative_change, fig_throughput, fig_tradeoff
-from asrsched.sweep import headline, point_records, run_sweep
+from asrsched.core.metrics import relative_change, summarize
+from asrsched.figures.style import export_figure, export_session, export_table
+from asrsched.core.service import ServiceModel, default_service_model
+from asrsched.figures.sim import fig_cdf, fig_occupancy, fig_relative_change, fig_throughput, fig_tradeoff
+from asrsched.sim.sweep import headline, point_records, run_sweep
 
 NB = "02_policy_sweep"
 service = ServiceModel.from_json(PROFILE) if PROFILE else default_service_model()
@@ -118,7 +118,7 @@ print(f"throughput spread across policies: at most {spread.max():.1f} % (no thro
 Move the sliders: the panel re-runs the same `point_records` call the batch path uses.
 """),
 ("code", """
-from asrsched.widgets import policy_explorer
+from asrsched.figures.widgets import policy_explorer
 policy_explorer(rate=CDF_RATE, n_requests=min(N_REQUESTS, 1500), max_num_seqs=MAX_NUM_SEQS, service=service)
 """),
 ])

@@ -35,11 +35,11 @@ WINDOW_S = 20.0
 """),
 ("code", """
 import pandas as pd
-from asrsched.plots import export_figure, export_session, export_table
-from asrsched.service import ServiceModel, default_service_model
-from asrsched.simfigs import fig_drift
-from asrsched.sweep import drift_records, phase_table
-from asrsched.workloads import Drift, make_source
+from asrsched.figures.style import export_figure, export_session, export_table
+from asrsched.core.service import ServiceModel, default_service_model
+from asrsched.figures.sim import fig_drift
+from asrsched.sim.sweep import drift_records, phase_table
+from asrsched.core.workloads import Drift, make_source
 
 NB = "03_workload_drift"
 service = ServiceModel.from_json(PROFILE) if PROFILE else default_service_model()
@@ -79,7 +79,7 @@ print("\\nworst-phase P90 (s):\\n", worst.round(1).to_string())
 """),
 ("md", "## Explore\nMove the rate and the ramp length; the panel replays the drift with every policy."),
 ("code", """
-from asrsched.widgets import drift_explorer
+from asrsched.figures.widgets import drift_explorer
 drift_explorer(rate=RATE, ramp_s=RAMP_S, n_requests=min(N_REQUESTS, 2500), max_num_seqs=MAX_NUM_SEQS,
                service=service)
 """),

@@ -30,7 +30,7 @@ the probe and the runs — this machine is shared).
 
 | name | meaning |
 |---|---|
-| `POLICIES` | policies from the registry (`asrsched.policies.policy_names()`) |
+| `POLICIES` | policies from the registry (`asrsched.core.policies.policy_names()`) |
 | `LOADS` | offered load levels as fractions of the probed capacity (below 1, near 1, above 1) |
 | `RATES` | arrival rates in req/s; when not empty they replace `LOADS` (use this against a remote engine) |
 | `N_REQUESTS` | requests per run (each policy x load); the same trace for every policy at a load |
@@ -71,9 +71,9 @@ OUT_DIR = "../runs/serving-04"
 """),
 ("code", """
 from IPython.display import display
-from asrsched.plots import export_figure, export_session, export_table
-from asrsched.serving import run_experiment
-from asrsched.servingfigs import fig_calibration, fig_cdfs, fig_latency_vs_load, fig_prediction, headline_change
+from asrsched.figures.style import export_figure, export_session, export_table
+from asrsched.serving.experiment import run_experiment
+from asrsched.figures.serving import fig_calibration, fig_cdfs, fig_latency_vs_load, fig_prediction, headline_change
 
 NB = "04_real_serving"
 """),
@@ -179,7 +179,7 @@ Pick a load level, a latency and the simulator overlay (the same figure builder 
 measured records; nothing is re-run).
 """),
 ("code", """
-from asrsched.servingfigs import serving_explorer
+from asrsched.figures.serving import serving_explorer
 serving_explorer(exp.records, exp.sim)
 """),
 ])

@@ -74,13 +74,13 @@ import time
 import pandas as pd
 from IPython.display import Markdown, display
 
-from asrsched.abtest.figures import (fig_ablation, fig_coverage, fig_estimates, fig_overview, fig_scenario,
+from asrsched.figures.abtest import (fig_ablation, fig_coverage, fig_estimates, fig_overview, fig_scenario,
                                      fig_switchback)
 from asrsched.abtest.model import SystemConfig
 from asrsched.abtest.study import (SCENARIOS as SCENARIO_TEXT, StudyConfig, ablation_table, claims_markdown,
                                    claims_table, coverage_table, run_study, summarize, switchback_table)
-from asrsched.abtest.widgets import estimator_explorer
-from asrsched.plots import export_figure, export_session, export_table
+from asrsched.figures.abtest_widgets import estimator_explorer
+from asrsched.figures.style import export_figure, export_session, export_table
 
 NB = "05_ab_estimators"
 pd.set_option("display.precision", 4)

@@ -7,7 +7,7 @@ write_notebook("notebooks/06_ab_asr_policies.ipynb", [
 
 *If I roll out duration-aware routing or scheduling across my ASR fleet, what will the A/B test say, and which
 estimator should I trust?* This notebook joins the two source studies. The queueing system is a fleet of
-continuous-batching Whisper replicas (`asrsched.cluster`: each replica is the simulator of notebook 02, behind a
+continuous-batching Whisper replicas (`asrsched.sim.fleet`: each replica is the simulator of notebook 02, behind a
 router); the estimators are those of the queueing A/B study (notebook 05, `asrsched.abtest.estimators`): naive,
 group, switchback, qDQ, wDQ and mixed DQ. Every estimate is compared with the **ground truth**: separate full runs
 with each arm's policy everywhere, on the same traces.
@@ -47,14 +47,14 @@ does to mixed DQ.
 | `P` | treatment probability (per request, per replica split, per switchback block mix) |
 | `ROUTING` | `[control, treatment]` routers: `random`, `round_robin`, `jsq`, `least_work`, `pod<d>`, `pod<d>_work` |
 | `ROUTING_POLICY` | scheduling policy of every replica during the routing test |
-| `SCHEDULING` | `[control, treatment]` scheduling policies (registry of `asrsched.policies`) |
+| `SCHEDULING` | `[control, treatment]` scheduling policies (registry of `asrsched.core.policies`) |
 | `SCHEDULING_ROUTER` | router during the scheduling test |
 | `BLOCK_S`, `BURN_IN_S` | switchback block length and the burn-in dropped at the start of each block (s) |
 | `SB_BURN_INS` | burn-ins compared on the same switchback runs |
 | `L` | DQ horizon in requests; `None` = 30 × the total arrival rate (30 s of arrivals) |
 | `L_FACTORS` | horizons of the L ablation, as multiples of L |
 | `REPS`, `TRUTH_SEEDS` | experiments per design; traces of the ground truth |
-| `LARGE` | `True` runs the larger study (`asrsched.abasr.LARGE_STUDY`: 40 experiments, 20 truth traces, 60,000 requests per run) |
+| `LARGE` | `True` runs the larger study (`asrsched.abtest.asr_fleet.LARGE_STUDY`: 40 experiments, 20 truth traces, 60,000 requests per run) |
 | `SEED` | master seed (every run's seed derives from it) |
 | `N_JOBS`, `DASK_ADDRESS`, `CACHE_DIR` | parallelism (joblib workers or a Dask scheduler, `"local"` for a local cluster) and a resumable cache folder (`None`: no cache) |
 """),
@@ -86,9 +86,9 @@ CACHE_DIR = None
 import time
 import pandas as pd
 from IPython.display import Markdown, display
-from asrsched import abasr
-from asrsched.abasr import ASRStudyConfig, run_study
-from asrsched.plots import export_figure, export_session, export_table
+from asrsched.abtest import asr_fleet as abasr
+from asrsched.abtest.asr_fleet import ASRStudyConfig, run_study
+from asrsched.figures.style import export_figure, export_session, export_table
 
 NB = "06_ab_asr_policies"
 cfg = ASRStudyConfig(workloads=tuple(WORKLOADS), n_replicas=N_REPLICAS, load=LOAD, n_requests=N_REQUESTS,
@@ -138,7 +138,7 @@ best.round(3)
 ("md", """
 ## Tail metrics and Little's law
 For P90 the DQ family needs a per-request cost whose mean is the P90: its influence function (see
-`asrsched.abasr`). wDQ can use it; qDQ cannot — its cost is the number of requests in the fleet, and Little's law
+`asrsched.abtest.asr_fleet`). wDQ can use it; qDQ cannot — its cost is the number of requests in the fleet, and Little's law
 links that to the *mean* latency only. Mixed DQ for P90 therefore blends a P90 estimate with a mean estimate.
 `predicted_mixed_bias` is the part of its bias this explains: (1 − α) × (mean effect − P90 effect); `corr_wq` is
 the correlation of wDQ and qDQ across experiments and `sd_vs_wdq` each estimator's spread relative to wDQ.

@@ -5,11 +5,11 @@
 * :mod:`.estimators` -- naive, group, switchback, qDQ, wDQ, mixed DQ with batch-means
   CIs, on a simulator-independent :class:`Trajectory` (documented there).
 * :mod:`.study` -- scenarios, ground truth, replications fanned out with
-  :func:`asrsched.parallel.map_tasks`, bias/std/MSE tables and figures.
+  :func:`asrsched.sim.parallel.map_tasks`, bias/std/MSE tables and figures.
 * :mod:`.widgets` -- interactive panel (sliders for lam, d1, d2, p, L, N).
 """
 
-from .estimators import (  # noqa: F401
+from asrsched.abtest.estimators import (  # noqa: F401
     ESTIMATORS,
     Estimate,
     Trajectory,
@@ -22,4 +22,4 @@ from .estimators import (  # noqa: F401
     switchback,
     wdq,
 )
-from .model import SystemConfig, mean_field_response, mm1_response, parse_policy, simulate  # noqa: F401
+from asrsched.abtest.model import SystemConfig, mean_field_response, mm1_response, parse_policy, simulate  # noqa: F401

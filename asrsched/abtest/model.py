@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 from numba import njit
 
-from .estimators import Trajectory
+from asrsched.abtest.estimators import Trajectory
 
 __all__ = [
     "SystemConfig",

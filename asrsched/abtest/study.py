@@ -19,7 +19,7 @@ W(control)`` with a batch-means standard error, also in its queue-length form
 DQ's bias due to the curvature of W(p), and ``slope - E[DQ]`` the part due to truncation.
 
 Every task is a plain function of plain arguments, fanned out with
-:func:`asrsched.parallel.map_tasks` (joblib processes locally, or Dask), seeded from
+:func:`asrsched.sim.parallel.map_tasks` (joblib processes locally, or Dask), seeded from
 ``(seed, scenario, replication, experiment)``; with ``cache_dir`` each finished task is
 stored as JSON so an interrupted study resumes without recomputing.
 """
@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..parallel import map_tasks
-from .estimators import (
+from asrsched.sim.parallel import map_tasks
+from asrsched.abtest.estimators import (
     Trajectory,
     _batch_diffs,
     _diff_means,
@@ -48,8 +48,8 @@ from .estimators import (
     q_values,
     switchback,
 )
-from .estimators import group as group_estimator
-from .model import SystemConfig, simulate
+from asrsched.abtest.estimators import group as group_estimator
+from asrsched.abtest.model import SystemConfig, simulate
 
 __all__ = [
     "SCENARIOS",
@@ -200,7 +200,7 @@ def _dq_pair(tr: Trajectory, L: int, n_batches: int, alpha_batches: int) -> dict
     out = {}
     bw = _batch_diffs(Qw, z, n_batches)
     bq = _batch_diffs(Qq, z, n_batches)
-    from .estimators import _ci
+    from asrsched.abtest.estimators import _ci
 
     vw, vq = _diff_means(Qw, z), _diff_means(Qq, z)
     out["wdq"] = _ci("wdq", vw, bw)
@@ -328,7 +328,7 @@ def run_study(study: StudyConfig, *, n_jobs: int | None = None, address=None, ca
               progress: bool = True) -> StudyResult:
     """Run every scenario's replications and ground truth (validated first; nothing runs on bad input).
 
-    Tasks fan out with :func:`asrsched.parallel.map_tasks` (``n_jobs`` local processes or
+    Tasks fan out with :func:`asrsched.sim.parallel.map_tasks` (``n_jobs`` local processes or
     a Dask ``address``). With ``cache_dir`` each finished task is kept as JSON and reused.
     """
     study.validate()

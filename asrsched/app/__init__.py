@@ -1,0 +1,1 @@
+"""The application layer: command line, notebook runner, Voila dashboard, figure gallery."""

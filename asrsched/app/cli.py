@@ -1,0 +1,174 @@
+"""Command line: ``asrsched <command>``.
+
+* ``asrsched list`` — the notebooks and their parameters;
+* ``asrsched run [NB ...] [-p NAME VALUE] [--params FILE] [--timeout S]`` — execute one
+  notebook, several, or (no names) the whole series with papermill; executed copies
+  go to ``runs/<timestamp>/``, figures to ``figures/<notebook>/``;
+* ``asrsched simulate --workload W --rate R --policy P`` — one simulator run, printed
+  as ``vllm bench serve``-style metrics;
+* ``asrsched sweep --rates 1 5 10 --policies fcfs sjf hrrn`` — a cached, resumable sweep
+  (``--address`` sends it to a Dask cluster).
+
+Other parts add their own commands (``asrsched <cmd> --help``): profile, serve,
+loadgen (see README).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from collections.abc import Callable
+
+__all__ = ["main", "COMMANDS"]
+
+# name -> "module:function" taking argv (lazy, so a missing optional part fails only when used)
+COMMANDS: dict[str, str] = {}
+COMMANDS["serve"] = "asrsched.serving.server:main"
+COMMANDS["loadgen"] = "asrsched.serving.loadgen:main"
+COMMANDS["dashboard"] = "asrsched.app.dashboard:main"
+
+
+def _literal(v: str):
+    try:
+        return ast.literal_eval(v)
+    except (ValueError, SyntaxError):
+        return v
+
+
+def _cmd_list(args) -> int:
+    from asrsched.app.runner import notebook_parameters, notebooks
+
+    for nb in notebooks():
+        print(nb.stem)
+        for k, v in notebook_parameters(nb).items():
+            print(f"    {k} = {v}")
+    return 0
+
+
+def _cmd_run(args) -> int:
+    import time
+
+    from asrsched.app.runner import load_params, project_root, run_notebook, run_series
+
+    params = load_params(args.params)
+    cli_params = {k: _literal(v) for k, v in (args.param or [])}
+    if args.notebooks and len(args.notebooks) == 1:
+        from asrsched.app.runner import resolve
+
+        nb = resolve(args.notebooks[0])
+        p = {**params.get(nb.stem, {}), **cli_params}
+        run_dir = args.run_dir or str(project_root() / "runs" / time.strftime("%Y%m%d-%H%M%S"))
+        r = run_notebook(nb, p, run_dir=run_dir, figures_root=args.figures, timeout_s=args.timeout)
+        print(f"{r.notebook}: {r.status} in {r.seconds:.0f} s -> {r.output}")
+        from asrsched.app.gallery import write_gallery  # keep figures/README.md in step with the exports
+
+        write_gallery(args.figures or project_root() / "figures", run_dir=run_dir, root=project_root())
+        if r.error:
+            print(r.error, file=sys.stderr)
+        return 0 if r.status == "ok" else 1
+    if cli_params:
+        params.setdefault("*", {}).update(cli_params)
+    df = run_series(args.notebooks or None, params, run_dir=args.run_dir, figures_root=args.figures,
+                    timeout_s=args.timeout)
+    print(df[["notebook", "status", "seconds"]].to_string(index=False))
+    print(f"total {df.seconds.sum():.0f} s")
+    return 0 if (df.status == "ok").all() else 1
+
+
+def _cmd_simulate(args) -> int:
+    from asrsched.sim.sweep import run_point
+
+    r = run_point(workload=args.workload, rate=args.rate, policy=args.policy, seed=args.seed,
+                  n_requests=args.n_requests, max_num_seqs=args.max_num_seqs,
+                  service=json.loads(open(args.profile).read()) if args.profile else None, kappa=args.kappa)
+    width = max(map(len, r))
+    for k, v in r.items():
+        print(f"{k:<{width}}  {v:.3f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    return 0
+
+
+def _cmd_sweep(args) -> int:
+    from asrsched.core.metrics import relative_change
+    from asrsched.sim.sweep import run_sweep
+
+    df = run_sweep(args.rates, args.policies, args.workloads, args.seeds, n_requests=args.n_requests,
+                   max_num_seqs=args.max_num_seqs, service=args.profile, cache_dir=args.cache,
+                   n_jobs=args.n_jobs, address=args.address)
+    if args.out:
+        df.to_csv(args.out, index=False)
+    rc = relative_change(df)
+    cols = [c for c in rc if c.endswith("_change_pct")]
+    print(rc[["workload", "rate", "policy", *cols]].round(1).to_string(index=False))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="asrsched", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list", help="list notebooks and parameters").set_defaults(fn=_cmd_list)
+
+    r = sub.add_parser("run", help="execute notebooks with papermill")
+    r.add_argument("notebooks", nargs="*", help="names, stems or numbers (default: all)")
+    r.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"))
+    r.add_argument("--params", help="JSON parameter file {notebook: {NAME: value}}")
+    r.add_argument("--timeout", type=int, default=900, help="execution timeout per cell (s)")
+    r.add_argument("--run-dir", default=None)
+    r.add_argument("--figures", default=None, help="figures root (default ./figures)")
+    r.set_defaults(fn=_cmd_run)
+
+    s = sub.add_parser("simulate", help="one simulator run")
+    s.add_argument("--workload", default="librispeech")
+    s.add_argument("--rate", type=float, default=10.0)
+    s.add_argument("--policy", default="fcfs")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--n-requests", type=int, default=2000)
+    s.add_argument("--max-num-seqs", type=int, default=32)
+    s.add_argument("--kappa", type=float, default=None)
+    s.add_argument("--profile", default=None, help="service-model JSON")
+    s.set_defaults(fn=_cmd_simulate)
+
+    w = sub.add_parser("sweep", help="rates x policies x workloads x seeds")
+    w.add_argument("--rates", type=float, nargs="+", default=[1, 5, 10, 15, 20, 25])
+    w.add_argument("--policies", nargs="+", default=["fcfs", "sjf", "hrrn"])
+    w.add_argument("--workloads", nargs="+", default=["librispeech", "uniform"])
+    w.add_argument("--seeds", type=int, nargs="+", default=[0])
+    w.add_argument("--n-requests", type=int, default=2000)
+    w.add_argument("--max-num-seqs", type=int, default=32)
+    w.add_argument("--profile", default=None, help="service-model JSON")
+    w.add_argument("--cache", default="runs/sweep-cache")
+    w.add_argument("--n-jobs", type=int, default=None)
+    w.add_argument("--address", default=None, help="Dask scheduler address, or 'local'")
+    w.add_argument("--out", default=None, help="write the full table as CSV")
+    w.set_defaults(fn=_cmd_sweep)
+
+    for name, target in COMMANDS.items():
+        p = sub.add_parser(name, help=f"see asrsched {name} --help", add_help=False)
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+        p.set_defaults(fn=None, target=target)
+    return ap
+
+
+def _dispatch(target: str, argv: list[str]) -> int:
+    import importlib
+
+    mod, fn = target.split(":")
+    f: Callable[[list[str]], int] = getattr(importlib.import_module(mod), fn)
+    return int(f(argv) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in COMMANDS:
+        return _dispatch(COMMANDS[argv[0]], argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"asrsched: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

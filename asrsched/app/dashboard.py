@@ -1,0 +1,167 @@
+"""Dashboard mode: one notebook as a Voila app (outputs and controls only, no code).
+
+``asrsched dashboard 02 -p N_REQUESTS 400`` writes a parameterised copy of the notebook to
+``runs/dashboard/<notebook>.ipynb`` (the parameters go into a papermill-style
+``injected-parameters`` cell, checked against the notebook's ``parameters`` cell before anything
+starts), then serves it with ``voila`` on ``127.0.0.1`` with a random token and prints the URL.
+Every visit runs the notebook top to bottom in a fresh kernel, then the sliders and dropdowns
+work as in JupyterLab.
+
+* The kernel's working directory is the original ``notebooks/`` folder, so relative paths in the
+  parameters (caches, ``../runs/...``) mean what they mean in JupyterLab and in batch runs.
+* Figures the notebook exports go to ``runs/dashboard/figures/`` (``--figures`` to change), so
+  a dashboard session never overwrites the report gallery in ``figures/``.
+* Progress bars are plain text in a dashboard (a widget bar that closes itself would show as
+  "Error displaying widget" once Voila restores the page).
+* Tracebacks are shown in the page (``--hide-tracebacks`` to hide them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["prepare", "voila_command", "main"]
+
+# Runs in the dashboard's kernel before the notebook's own imports (hidden: Voila strips sources).
+# * the working directory is the notebook's own folder, as in JupyterLab and in batch runs;
+# * progress bars are text: Voila restores widget state after the notebook ran, and a widget bar
+#   that closed itself (tqdm's leave=False) would be drawn as "Error displaying widget".
+DASHBOARD_PRELUDE = """import os as _os
+_os.chdir({cwd!r})
+import tqdm.auto as _tqdm_auto, tqdm.std as _tqdm_std
+_tqdm_auto.tqdm, _tqdm_auto.trange = _tqdm_std.tqdm, _tqdm_std.trange
+"""
+
+
+def prepare(notebook: str, parameters: Mapping[str, Any] | None = None, *, out_dir: str | os.PathLike | None = None,
+            root: str | os.PathLike | None = None) -> Path:
+    """Write the parameterised copy of ``notebook`` that the dashboard serves; returns its path.
+
+    ``notebook`` is a path, file name, stem or number (``"02"``). Unknown parameter names raise
+    ``ValueError`` naming the allowed ones, before anything is written.
+    """
+    import nbformat
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    from asrsched.app.runner import notebook_parameters, project_root, resolve
+
+    root = Path(root or project_root())
+    nb_path = resolve(str(notebook), root).resolve()
+    params = dict(parameters or {})
+    known = notebook_parameters(nb_path)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(f"{nb_path.stem}: unknown parameter(s) {', '.join(unknown)}; allowed: {', '.join(known)}")
+    nb = parameterize_notebook(load_notebook_node(str(nb_path)), params)
+    for cell in nb.cells:
+        if "injected-parameters" in cell.metadata.get("tags", []):
+            cell.source = DASHBOARD_PRELUDE.format(cwd=str(nb_path.parent)) + cell.source
+            break
+    out_dir = Path(out_dir or root / "runs" / "dashboard")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / nb_path.name
+    nbformat.write(nb, out)
+    return out
+
+
+def voila_command(path: str | os.PathLike, *, ip: str = "127.0.0.1", port: int = 8866, token: str | None = None,
+                  open_browser: bool = True, show_tracebacks: bool = True, extra: list[str] | None = None) -> list[str]:
+    """The ``voila`` command line serving ``path`` (``token=None``: no token; loopback by default)."""
+    cmd = [sys.executable, "-m", "voila", str(path), f"--Voila.ip={ip}", f"--port={port}",
+           f"--VoilaConfiguration.show_tracebacks={show_tracebacks}", "--Voila.port_retries=0"]
+    cmd.append(f"--Voila.token={token or ''}")
+    if not open_browser:
+        cmd.append("--no-browser")
+    return cmd + list(extra or [])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="asrsched dashboard",
+        description="Serve one notebook as a Voila dashboard (outputs and controls, no code).",
+        epilog="Arguments after -- go to voila unchanged. Example: asrsched dashboard 03 -p N_REQUESTS 1500")
+    ap.add_argument("notebook", help="path, file name, stem or number (e.g. 02)")
+    ap.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                    help="a parameter (Python literal), repeatable")
+    ap.add_argument("--params", help="JSON parameter file {notebook: {NAME: value}} (as for asrsched run)")
+    ap.add_argument("--ip", default="127.0.0.1", help="address to listen on (default loopback only)")
+    ap.add_argument("--port", type=int, default=8866)
+    tok = ap.add_mutually_exclusive_group()
+    tok.add_argument("--token", default=None, help="access token (default: a random one, printed with the URL)")
+    tok.add_argument("--no-token", action="store_true", help="no token (anyone who can reach the port gets in)")
+    ap.add_argument("--no-browser", action="store_true", help="do not open a browser")
+    ap.add_argument("--figures", default=None, help="where exports go (default runs/dashboard/figures)")
+    ap.add_argument("--out-dir", default=None, help="where the parameterised copy goes (default runs/dashboard)")
+    ap.add_argument("--hide-tracebacks", action="store_true")
+    ap.add_argument("--dry-run", action="store_true", help="write the copy and print the command; start nothing")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``asrsched dashboard NB [-p NAME VALUE] [--params FILE] [--port P] [--token T|--no-token] ...``."""
+    from asrsched.app.cli import _literal
+    from asrsched.app.runner import load_params, notebook_parameters, project_root, resolve
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    root = project_root()
+    try:
+        nb = resolve(args.notebook, root)
+        file_params = load_params(args.params)
+        known = notebook_parameters(nb)
+        params = {k: v for k, v in file_params.get("*", {}).items() if k in known}  # "*" applies where it fits
+        params.update(file_params.get(nb.stem.split("_")[0], {}))
+        params.update(file_params.get(nb.stem, {}))
+        params.update({k: _literal(v) for k, v in (args.param or [])})
+        path = prepare(nb, params, out_dir=args.out_dir, root=root)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"asrsched dashboard: error: {e}", file=sys.stderr)
+        return 2
+    token = None if args.no_token else (args.token or secrets.token_urlsafe(16))
+    cmd = voila_command(path, ip=args.ip, port=args.port, token=token, open_browser=not args.no_browser,
+                        show_tracebacks=not args.hide_tracebacks, extra=extra)
+    figures = Path(args.figures or root / "runs" / "dashboard" / "figures").resolve()
+    host = "127.0.0.1" if args.ip in ("0.0.0.0", "") else args.ip
+    url = f"http://{host}:{args.port}/" + (f"?token={token}" if token else "")
+    print(f"[dashboard] {nb.stem} with {params or 'default parameters'}", flush=True)
+    print(f"[dashboard] notebook copy: {path}\n[dashboard] figures: {figures}", flush=True)
+    if args.dry_run:
+        print(" ".join(cmd))
+        return 0
+    print(f"[dashboard] open {url}  (Ctrl-C stops)", flush=True)
+    env = dict(os.environ, ASRSCHED_FIGURES=str(figures))
+    proc = subprocess.Popen(cmd, env=env)
+
+    def _forward(signum, _frame):
+        proc.send_signal(signum)
+
+    old = signal.signal(signal.SIGTERM, _forward)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        try:
+            return proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,216 @@
+"""Figures and the interactive panel of the Whisper profiling notebook (01).
+
+Every builder returns a plotly figure in the house style (:mod:`asrsched.figures.style`)
+with a title that states what the data shows and axis titles with units.
+Languages and estimators take their colours from :func:`asrsched.figures.style.policy_color`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from asrsched.figures.style import policy_color
+from asrsched.profiling.run import CLOCKS, TOKEN_COLUMNS, KappaFit, fit_kappa
+from asrsched.core.service import ServiceModel
+
+__all__ = ["fig_kappa", "fig_time_model", "fig_rtf", "fig_vad", "fig_batch", "kappa_explorer"]
+
+_TOKLABEL = {"decode_steps": "decoder steps", "tokens_generated": "generated tokens",
+             "tokens_kept": "transcript tokens", "tokens_text": "text tokens"}
+_DURLABEL = {"audio_s": "file duration", "speech_s": "true speech duration", "vad_silero_s": "silero VAD speech",
+             "vad_energy_s": "energy VAD speech"}
+
+
+def _lang_name(lang: str) -> str:
+    return {"en": "English", "es": "Spanish", "de": "German", "id": "Indonesian"}.get(lang, lang)
+
+
+def fig_kappa(rows: pd.DataFrame, kfit: KappaFit, *, held: pd.DataFrame | None = None) -> go.Figure:
+    """Tokens vs duration per language with the kappa line and its bootstrap CI; residuals below."""
+    tok, dur = kfit.tokens, kfit.duration
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.72, 0.28], vertical_spacing=0.06)
+    d = rows[rows["ok"].astype(bool)]
+    xmax = float(d[dur].max()) * 1.05 if len(d) else 1.0
+    xs = np.linspace(0, xmax, 50)
+    for r in kfit.table.itertuples():
+        c = policy_color(r.language)
+        g = d[d["language"] == r.language]
+        lab = f"{_lang_name(r.language)}: κ={r.kappa:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}] /s, R²={r.r2:.2f}"
+        fig.add_trace(go.Scatter(x=np.r_[xs, xs[::-1]], y=np.r_[r.ci_high * xs, r.ci_low * xs[::-1]], fill="toself",
+                                 fillcolor=c, opacity=0.15, line=dict(width=0), hoverinfo="skip", showlegend=False,
+                                 legendgroup=r.language), row=1, col=1)
+        fig.add_trace(go.Scatter(x=xs, y=r.kappa * xs, mode="lines", line=dict(color=c, width=2), name=lab,
+                                 legendgroup=r.language), row=1, col=1)
+        fig.add_trace(go.Scatter(x=g[dur], y=g[tok], mode="markers", marker=dict(color=c, size=8), showlegend=False,
+                                 legendgroup=r.language, text=g["utt_id"],
+                                 hovertemplate="%{text}<br>%{x:.2f} s, %{y} tokens"), row=1, col=1)
+        fig.add_trace(go.Scatter(x=g[dur], y=g[tok] - r.kappa * g[dur], mode="markers",
+                                 marker=dict(color=c, size=7), showlegend=False, legendgroup=r.language),
+                      row=2, col=1)
+        if held is not None and len(held):
+            h = held[(held["language"] == r.language) & held["ok"].astype(bool)]
+            fig.add_trace(go.Scatter(x=h[dur], y=h[tok], mode="markers", showlegend=False, legendgroup=r.language,
+                                     marker=dict(color="white", size=9, line=dict(color=c, width=2)),
+                                     hovertemplate="held back: %{x:.2f} s, %{y} tokens"), row=1, col=1)
+    fig.add_hline(y=0, line=dict(color="#888", dash="dot"), row=2, col=1)
+    ks = ", ".join(f"{r.language} {r.kappa:.1f}" for r in kfit.table.itertuples())
+    r2 = kfit.table["r2"].min() if len(kfit.table) else float("nan")
+    fig.update_layout(title=f"{_TOKLABEL.get(tok, tok).capitalize()} grow linearly with duration: κ = {ks} per s "
+                            f"(R² ≥ {r2:.2f})", legend=dict(x=0.01, y=0.99, xanchor="left"), height=620)
+    fig.update_xaxes(title_text=f"{_DURLABEL.get(dur, dur)} (s)", row=2, col=1)
+    fig.update_yaxes(title_text=f"{_TOKLABEL.get(tok, tok)} (count)", row=1, col=1)
+    fig.update_yaxes(title_text="residual (tokens)", row=2, col=1)
+    return fig
+
+
+def fig_time_model(rows: pd.DataFrame, model: ServiceModel, holdout: dict | None = None,
+                   held: pd.DataFrame | None = None) -> go.Figure:
+    """Left: total time vs decoder tokens with the fitted line (one window); right: predicted vs measured.
+
+    Times are on the model's clock (wall or process CPU time, ``model.fit["clock"]``).
+    """
+    tok = model.fit.get("tokens_column", "decode_steps")
+    clock = model.fit.get("clock", "wall")
+    T = CLOCKS[clock][0]
+    what = "CPU time" if clock == "cpu" else "total time"
+    d = rows[rows["ok"].astype(bool) & ~rows["silence"].astype(bool)]
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+                        subplot_titles=("time vs tokens (line: 1 window; squares: 2+)",
+                                        "predicted vs measured service time"))
+    for lang, g in d.groupby("language"):
+        c = policy_color(lang)
+        sym = np.where(g["windows_nominal"].to_numpy(float) > 1, "square-open", "circle")
+        fig.add_trace(go.Scatter(x=g[tok], y=g[T], mode="markers", marker=dict(color=c, size=8, symbol=sym),
+                                 name=_lang_name(lang), legendgroup=lang,
+                                 hovertemplate="%{x} steps, %{y:.2f} s"), row=1, col=1)
+        pred = model.service_time(g["audio_s"].to_numpy(float), lang, tokens=g[tok].to_numpy(float))
+        fig.add_trace(go.Scatter(x=g[T], y=pred, mode="markers", marker=dict(color=c, size=8, symbol=sym),
+                                 showlegend=False, legendgroup=lang), row=1, col=2)
+    xs = np.linspace(0, max(float(d[tok].max()) if len(d) else 1.0, 1.0) * 1.05, 20)
+    fig.add_trace(go.Scatter(x=xs, y=model.encode_s_per_window + model.decode_s_per_token * xs + model.overhead_s,
+                             mode="lines", line=dict(color="#000", dash="dash"),
+                             name=(f"{model.encode_s_per_window:.2f} s/window + "
+                                   f"{1000 * model.decode_s_per_token:.1f} ms/token + {model.overhead_s:.2f} s")),
+                  row=1, col=1)
+    hi = float(d[T].max()) * 1.1 if len(d) else 1.0
+    fig.add_trace(go.Scatter(x=[0, hi], y=[0, hi], mode="lines", line=dict(color="#888", dash="dot"),
+                             showlegend=False), row=1, col=2)
+    t = "Service time = windows × encode + tokens × step + overhead"
+    if holdout:
+        t = (f"Windows × encode + tokens × step: held-back mean {what} within "
+             f"{max(1, round(100 * abs(holdout['rel_error'])))} % (n={holdout['n']})")
+    fig.update_layout(title=t, height=560, legend=dict(orientation="h", x=0, y=-0.18, xanchor="left", yanchor="top"),
+                      margin=dict(b=120))
+    fig.update_xaxes(title_text=f"{_TOKLABEL.get(tok, tok)} (count)", row=1, col=1)
+    fig.update_yaxes(title_text=f"measured {what} (s)", row=1, col=1)
+    fig.update_xaxes(title_text=f"measured {what} (s)", row=1, col=2)
+    fig.update_yaxes(title_text="predicted from measured tokens (s)", row=1, col=2)
+    return fig
+
+
+def fig_rtf(rows: pd.DataFrame) -> go.Figure:
+    """Real-time factor vs audio duration: short clips pay the padded 30 s window."""
+    d = rows[rows["ok"].astype(bool)]
+    fig = go.Figure()
+    for (lang, sil), g in d.groupby(["language", "silence"]):
+        fig.add_trace(go.Scatter(x=g["audio_s"], y=g["rtf"], mode="markers", name=f"{_lang_name(lang)}"
+                                 + (" (with silence)" if sil else ""),
+                                 marker=dict(color=policy_color(lang), size=9, symbol="diamond-open" if sil else "circle")))
+    short = d[d["audio_s"] < 5]["rtf"].median()
+    long = d[d["audio_s"] >= 10]["rtf"].median()
+    t = "Real-time factor falls with duration: the fixed 30 s encoder window dominates short clips"
+    if np.isfinite(short) and np.isfinite(long):
+        t = f"RTF {short:.2f} below 5 s vs {long:.2f} above 10 s: the fixed 30 s encoder window dominates short clips"
+    fig.update_layout(title=t, xaxis_title="audio duration (s)", yaxis_title="real-time factor (processing s / audio s)",
+                      yaxis_type="log")
+    return fig
+
+
+def fig_vad(summary: pd.DataFrame, metric: str = "tokens_median_ae") -> go.Figure:
+    """Median absolute error of the token estimate by size estimator, clean clips vs clips with silence."""
+    fig = go.Figure()
+    if summary.empty:
+        return fig
+    for sil, g in summary.groupby("silence"):
+        fig.add_trace(go.Bar(x=g["estimator"], y=100 * g[metric], name="with inserted silence" if sil else "clean",
+                             marker_color="#D55E00" if sil else "#0072B2",
+                             text=[f"{100 * v:.0f} %" for v in g[metric]], textposition="outside",
+                             customdata=g[["cost_ms"]].to_numpy(),
+                             hovertemplate="%{x}: %{y:.1f} %<br>cost %{customdata[0]:.1f} ms/request"))
+    s = summary[summary["silence"].astype(bool)].set_index("estimator")
+    t = "Token estimate error by size estimator"
+    if {"file duration", "silero VAD"} <= set(s.index):
+        f, v = s.loc["file duration", metric], s.loc["silero VAD", metric]
+        cost = s.loc["silero VAD", "cost_fraction"]
+        t = (f"With silence, file duration is off by {100 * f:.0f} % and silero VAD by {100 * v:.0f} % "
+             f"(VAD costs {100 * cost:.1f} % of inference)")
+    fig.update_layout(title=t, barmode="group", xaxis_title="size estimate (duration used × κ)",
+                      yaxis_title="median |estimated / measured tokens − 1| (%)")
+    return fig
+
+
+def fig_batch(batch: pd.DataFrame, model: ServiceModel) -> go.Figure:
+    """Decode step time vs number of sequences decoded together, with the fitted slope."""
+    fig = go.Figure()
+    if batch is None or len(batch) == 0:
+        fig.update_layout(title="Batched decode not measured")
+        return fig
+    cpu = model.fit.get("clock") == "cpu" and "step_cpu_s" in batch
+    col = "step_cpu_s" if cpu else "step_s"
+    fig.add_trace(go.Scatter(x=batch["batch"], y=1000 * batch[col], mode="markers", name="measured",
+                             marker=dict(size=10, color="#0072B2")))
+    b = np.arange(1, int(batch["batch"].max()) + 1)
+    s1 = float(batch.loc[batch["batch"].idxmin(), col])
+    fig.add_trace(go.Scatter(x=b, y=1000 * s1 * (1 + model.decode_batch_slope * (b - 1)), mode="lines",
+                             name=f"1 + {model.decode_batch_slope:.2f}·(b−1)", line=dict(color="#000", dash="dash")))
+    fig.update_layout(title=(f"Each extra sequence adds {100 * model.decode_batch_slope:.0f} % to the decode step: "
+                             f"batching {int(b[-1])} is {b[-1] / (1 + model.decode_batch_slope * (b[-1] - 1)):.1f}× "
+                             "the token throughput"),
+                      xaxis_title="sequences decoded together (batch size)",
+                      yaxis_title="decode step CPU time (ms)" if cpu else "decode step time (ms)",
+                      xaxis=dict(dtick=1))
+    return fig
+
+
+def kappa_explorer(rows: pd.DataFrame, *, tokens: str = "decode_steps", duration: str = "audio_s",
+                   include_silence: bool = False, n_boot: int = 500, seed: int = 0):
+    """Dropdowns for the token definition and the duration used, a checkbox for the silence clips,
+    over :func:`fig_kappa` computed by the same :func:`~asrsched.profiling.run.fit_kappa` as the batch path.
+
+    Computes its first view when built, then only reacts to the user (never blocks papermill).
+    """
+    import ipywidgets as W
+
+    tok_w = W.Dropdown(options=[(_TOKLABEL[t], t) for t in TOKEN_COLUMNS], value=tokens, description="tokens")
+    durs = [c for c in _DURLABEL if c in rows and rows[c].notna().any()]
+    dur_w = W.Dropdown(options=[(_DURLABEL[c], c) for c in durs], value=duration, description="duration")
+    sil_w = W.Checkbox(value=include_silence, description="include clips with silence")
+    fig = go.FigureWidget()
+    msg = W.HTML()
+
+    def update(*_):
+        d = rows if sil_w.value else rows[~rows["silence"].astype(bool)]
+        try:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                kf = fit_kappa(d, tokens=tok_w.value, duration=dur_w.value, n_boot=n_boot, seed=seed)
+        except ValueError as e:
+            msg.value = f"<b>{e}</b>"
+            return
+        new = fig_kappa(d, kf)
+        with fig.batch_update():
+            fig.data = []
+            fig.layout = new.layout
+            for tr in new.data:
+                fig.add_trace(tr)
+        msg.value = "<br>".join(f"{k}: {v}" for k, v in kf.skipped.items())
+
+    for w in (tok_w, dur_w, sil_w):
+        w.observe(update, names="value")
+    update()
+    return W.VBox([W.HBox([tok_w, dur_w, sil_w]), fig, msg])

@@ -1,0 +1,1 @@
+"""vLLM integration: the duration-aware scheduler plug-in, an in-process backend, the GPU benchmark driver."""
