@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 MODULES = ["asrsched.core.policies", "asrsched.core.workloads", "asrsched.core.metrics", "asrsched.sim.sweep", "asrsched.core.service",
-           "asrsched.whisper.audio", "asrsched.profiling.run", "asrsched.sim.fleet"]
+           "asrsched.whisper.audio", "asrsched.profiling.measure", "asrsched.profiling.fit", "asrsched.profiling.run", "asrsched.sim.fleet"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -7,21 +7,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from asrsched.profiling.run import (
+from asrsched.core.service import ServiceModel
+from asrsched.profiling.fit import (
     fit_kappa,
     fit_profile,
     fit_service_model,
-    normalize_text,
-    packaged_profile,
     refit,
-    run_profile,
     silence_estimates,
     split_holdout,
     vad_summary,
     validate_holdout,
-    word_error_rate,
 )
-from asrsched.core.service import ServiceModel
+from asrsched.profiling.measure import normalize_text, word_error_rate
+from asrsched.profiling.run import packaged_profile, run_profile
 
 TRUE = dict(enc=0.47, step=0.011, over=0.05)
 

@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 import soundfile as sf
 
-from asrsched.profiling.backends import make_backend
-from asrsched.whisper.corpus import SilenceSpec, build_corpus
-from asrsched.profiling.run import COLUMNS, measure, run_profile, word_error_rate
 from asrsched.core.service import ServiceModel
+from asrsched.profiling.backends import make_backend
+from asrsched.profiling.measure import COLUMNS, measure, word_error_rate
+from asrsched.profiling.run import run_profile
+from asrsched.whisper.corpus import SilenceSpec, build_corpus
 from asrsched.whisper.vad import speech_duration
 
 pytestmark = pytest.mark.slow

@@ -24,8 +24,8 @@ def vllm_backend():
 
 
 def test_profiler_runs_on_vllm(vllm_backend, tmp_path):
-    from asrsched.profiling.run import run_profile
     from asrsched.core.service import ServiceModel
+    from asrsched.profiling.run import run_profile
 
     run = run_profile(model="tiny.en", backend=vllm_backend, languages=["en"], n_per_language=5,
                       n_silence_per_language=0, batch_sizes=(1, 2), holdout_frac=0.2, n_boot=200, max_s=12.0,

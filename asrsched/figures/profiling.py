@@ -13,7 +13,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from asrsched.figures.style import policy_color
-from asrsched.profiling.run import CLOCKS, TOKEN_COLUMNS, KappaFit, fit_kappa
+from asrsched.profiling.fit import KappaFit, fit_kappa
+from asrsched.profiling.measure import CLOCKS, TOKEN_COLUMNS
 from asrsched.core.service import ServiceModel
 
 __all__ = ["fig_kappa", "fig_time_model", "fig_rtf", "fig_vad", "fig_batch", "kappa_explorer"]
@@ -178,7 +179,7 @@ def fig_batch(batch: pd.DataFrame, model: ServiceModel) -> go.Figure:
 def kappa_explorer(rows: pd.DataFrame, *, tokens: str = "decode_steps", duration: str = "audio_s",
                    include_silence: bool = False, n_boot: int = 500, seed: int = 0):
     """Dropdowns for the token definition and the duration used, a checkbox for the silence clips,
-    over :func:`fig_kappa` computed by the same :func:`~asrsched.profiling.run.fit_kappa` as the batch path.
+    over :func:`fig_kappa` computed by the same :func:`~asrsched.profiling.fit.fit_kappa` as the batch path.
 
     Computes its first view when built, then only reacts to the user (never blocks papermill).
     """

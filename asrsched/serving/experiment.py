@@ -6,7 +6,7 @@ One experiment (:func:`run_experiment`), as notebook 04 runs it:
    requests of the workload one after another (closed loop); the server's own
    records (service time, encoder runs, decoder steps per request) fit a
    :class:`~asrsched.core.service.ServiceModel` (:func:`calibrate`: kappa by
-   :func:`asrsched.profiling.run.fit_kappa`, encoder and step time by non-negative least
+   :func:`asrsched.profiling.fit.fit_kappa`, encoder and step time by non-negative least
    squares), and capacity is ``slots / E[service]`` over the workload's durations.
 2. **Runs**: for each load level (a fraction of capacity, or given rates) one seeded
    trace; one server per policy (subprocess, :class:`ServerProcess`) with the
@@ -79,7 +79,7 @@ class ServerProcess:
     def __init__(self, policy: str = "fcfs", *, model: str = "tiny.en", workers: int = 1,
                  profile: str | os.PathLike | None = None, upstream: str | None = None, max_concurrency: int = 4,
                  args: Sequence[str] = (), start_timeout: float = 180.0, log: str | os.PathLike | None = None):
-        self.cmd = [sys.executable, "-m", "asrsched.serving.server", "--policy", policy, "--model", model, "--port", "0",
+        self.cmd = [sys.executable, "-m", "asrsched.serving.cli", "--policy", policy, "--model", model, "--port", "0",
                     "--workers", str(workers)]
         if profile:
             self.cmd += ["--profile", str(profile)]
@@ -163,7 +163,7 @@ def calibrate(records: pd.DataFrame, *, name: str = "calibrated on the server", 
 
     ``records`` needs ``duration, language, tokens`` (decoder steps) and ``admit, finish``
     (or ``service_s``); ``windows`` defaults to ``ceil(duration / 30)``. kappa per
-    language is :func:`asrsched.profiling.run.fit_kappa` (tokens per second of audio);
+    language is :func:`asrsched.profiling.fit.fit_kappa` (tokens per second of audio);
     ``encode_s_per_window`` and ``decode_s_per_token`` are the non-negative least
     squares fit of the service time (admission to completion, everything that holds
     the worker) on ``[windows, tokens]``. ``overhead_s`` is the median of
@@ -172,7 +172,7 @@ def calibrate(records: pd.DataFrame, *, name: str = "calibrated on the server", 
     """
     from scipy.optimize import nnls
 
-    from asrsched.profiling.run import fit_kappa
+    from asrsched.profiling.fit import fit_kappa
 
     need = {"duration", "language", "tokens"}
     miss = need - set(records)
