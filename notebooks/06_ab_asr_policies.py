@@ -1,0 +1,216 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · A/B-testing ASR routing and scheduling policies on a multi-replica cluster
+#
+# *If I roll out duration-aware routing or scheduling across my ASR fleet, what will the A/B test say, and which
+# estimator should I trust?* This notebook joins the two source studies. The queueing system is a fleet of
+# continuous-batching Whisper replicas (`asrsched.sim.fleet`: each replica is the simulator of notebook 02, behind a
+# router); the estimators are those of the queueing A/B study (notebook 05, `asrsched.abtest.estimators`): naive,
+# group, switchback, qDQ, wDQ and mixed DQ. Every estimate is compared with the **ground truth**: separate full runs
+# with each arm's policy everywhere, on the same traces.
+#
+# **Two tests.**
+# * *Routing* (control router → treatment router, every replica FCFS). Designs: **bernoulli** — each request is
+#   treated with probability p and routed by its arm's router over the whole fleet (both arms share the replicas);
+#   **group** — a random half of the replicas serves the treated requests, the other half the control requests;
+#   **switchback** — the whole fleet alternates between the routers in blocks of `BLOCK_S` seconds, the first
+#   `BURN_IN_S` seconds of each block are dropped.
+# * *Scheduling* (FCFS → HRRN on every replica, fixed router). Request-level randomisation is **ill-defined** here:
+#   a replica orders *one* waiting queue, and whether a "treated" request goes before a "control" one is neither
+#   policy's decision. The two designs that remain: **replica** — a random subset of `round(p·N)` replicas runs
+#   HRRN (a request's arm is its replica's arm); **switchback** — the whole fleet switches policy every block (the
+#   waiting queues are re-ordered at the boundary).
+#
+# The trade-off between the last two: replica-level randomisation never mixes policies in one queue and has no
+# carry-over in time, but it has only N units (few replicas → few independent draws, and a load-aware router lets
+# the arms interfere by sending more requests to the replicas that drain faster); switchback runs the whole fleet
+# under one policy at a time (no interference between arms at one instant) but requests that arrive near a block's
+# end are served under the next block's policy (carry-over), and the number of blocks is small.
+#
+# **Metrics:** E2EL and TTFT, each as the mean and the P90. Little's law (number in system = arrival rate × mean
+# latency) is what lets qDQ and mixed DQ use queue lengths; it holds for means only, and the P90 rows show what that
+# does to mixed DQ.
+
+# %% [markdown]
+# **Parameters** (override with papermill or `asrsched run 06 -p NAME VALUE`):
+#
+# | name | meaning |
+# |---|---|
+# | `WORKLOADS` | duration mixes: `librispeech` (real test-clean durations), `uniform` (5–30 s), `drift` (LibriSpeech → uniform during the run) |
+# | `N_REPLICAS` | fleet size N |
+# | `LOAD` | offered load, as a fraction of the fleet's capacity on the workload (drift: of its heavier phase) |
+# | `N_REQUESTS` | requests per run (every experiment and every ground-truth run) |
+# | `WARMUP_S` | seconds of traffic simulated but left out of every metric |
+# | `P` | treatment probability (per request, per replica split, per switchback block mix) |
+# | `ROUTING` | `[control, treatment]` routers: `random`, `round_robin`, `jsq`, `least_work`, `pod<d>`, `pod<d>_work` |
+# | `ROUTING_POLICY` | scheduling policy of every replica during the routing test |
+# | `SCHEDULING` | `[control, treatment]` scheduling policies (registry of `asrsched.core.policies`) |
+# | `SCHEDULING_ROUTER` | router during the scheduling test |
+# | `BLOCK_S`, `BURN_IN_S` | switchback block length and the burn-in dropped at the start of each block (s) |
+# | `SB_BURN_INS` | burn-ins compared on the same switchback runs |
+# | `L` | DQ horizon in requests; `None` = 30 × the total arrival rate (30 s of arrivals) |
+# | `L_FACTORS` | horizons of the L ablation, as multiples of L |
+# | `REPS`, `TRUTH_SEEDS` | experiments per design; traces of the ground truth |
+# | `LARGE` | `True` runs the larger study (`asrsched.abtest.asr_fleet.LARGE_STUDY`: 40 experiments, 20 truth traces, 60,000 requests per run) |
+# | `SEED` | master seed (every run's seed derives from it) |
+# | `N_JOBS`, `DASK_ADDRESS`, `CACHE_DIR` | parallelism (joblib workers or a Dask scheduler, `"local"` for a local cluster) and a resumable cache folder (`None`: no cache) |
+
+# %% tags=["parameters"]
+WORKLOADS = ["librispeech", "uniform", "drift"]
+N_REPLICAS = 4
+LOAD = 0.95
+N_REQUESTS = 20000
+WARMUP_S = 30.0
+P = 0.5
+ROUTING = ["random", "least_work"]
+ROUTING_POLICY = "fcfs"
+SCHEDULING = ["fcfs", "hrrn"]
+SCHEDULING_ROUTER = "random"
+BLOCK_S = 30.0
+BURN_IN_S = 5.0
+SB_BURN_INS = [0.0, 5.0, 10.0, 15.0]
+L = None
+L_FACTORS = [0.1, 0.3, 1.0, 3.0]
+REPS = 10
+TRUTH_SEEDS = 8
+LARGE = False
+SEED = 0
+N_JOBS = 2
+DASK_ADDRESS = None
+CACHE_DIR = None
+
+# %%
+import time
+
+import pandas as pd
+from IPython.display import Markdown, display
+
+from asrsched import abasr
+from asrsched.abtest.asr_fleet import ASRStudyConfig, run_study
+from asrsched.figures.style import export_figure, export_session, export_table
+
+NB = "06_ab_asr_policies"
+cfg = ASRStudyConfig(workloads=tuple(WORKLOADS), n_replicas=N_REPLICAS, load=LOAD, n_requests=N_REQUESTS,
+                     warmup_s=WARMUP_S, p=P, routing_control=ROUTING[0], routing_treatment=ROUTING[1],
+                     routing_policy=ROUTING_POLICY, scheduling_control=SCHEDULING[0],
+                     scheduling_treatment=SCHEDULING[1], scheduling_router=SCHEDULING_ROUTER, block_s=BLOCK_S,
+                     burn_in_s=BURN_IN_S, sb_burn_ins=tuple(SB_BURN_INS), L=L, L_factors=tuple(L_FACTORS),
+                     reps=REPS, truth_seeds=TRUTH_SEEDS, seed=SEED)
+if LARGE:
+    cfg = cfg.replace(**abasr.LARGE_STUDY)
+cfg.validate()
+pd.DataFrame({w: {"total rate (req/s)": cfg.total_rate(w), "L (requests)": cfg.L_for(cfg.total_rate(w)),
+                  "run length (s)": cfg.n_requests / cfg.total_rate(w)} for w in cfg.workloads}).round(1)
+
+# %%
+t0 = time.perf_counter()
+res = run_study(cfg, n_jobs=N_JOBS, address=DASK_ADDRESS, cache_dir=CACHE_DIR)
+summary = abasr.summary_table(res)
+print(f"{len(res.estimates)} estimates from {cfg.reps} experiments x {len(cfg.designs())} designs x "
+      f"{len(cfg.workloads)} workloads, plus {len(res.truth_runs)} ground-truth runs, in {time.perf_counter() - t0:.0f} s")
+
+# %% [markdown]
+# ## Ground truth
+# Separate full runs of each setting everywhere, on the same traces (common random numbers); the effect is
+# treatment minus control (negative = the treatment is faster), with its standard error over the truth traces.
+
+# %%
+truth = abasr.truth_table(res)
+truth.pivot_table(index=["factor", "workload"], columns=["metric", "stat"], values="gte_pct").round(1)
+
+# %% [markdown]
+# ## Bias, standard deviation and MSE per design and estimator
+# One row per workload × test × design × estimator × metric; `truth` is the ground-truth effect (s), `mean` the
+# average estimate over the experiments, `recovered_pct` the share of the true effect it recovers on average,
+# `coverage` the share of experiments whose 95 % batch-means interval holds the truth.
+
+# %%
+cols = ["workload", "factor", "design", "estimator", "metric", "stat", "truth", "mean", "bias", "sd", "rmse", "mse",
+        "recovered_pct", "coverage", "alpha"]
+with pd.option_context("display.max_rows", 200):
+    display(summary[cols].round(4))
+
+# %%
+best = abasr.best_table(summary)
+best.round(3)
+
+# %% [markdown]
+# ## Tail metrics and Little's law
+# For P90 the DQ family needs a per-request cost whose mean is the P90: its influence function (see
+# `asrsched.abtest.asr_fleet`). wDQ can use it; qDQ cannot — its cost is the number of requests in the fleet, and Little's law
+# links that to the *mean* latency only. Mixed DQ for P90 therefore blends a P90 estimate with a mean estimate.
+# `predicted_mixed_bias` is the part of its bias this explains: (1 − α) × (mean effect − P90 effect); `corr_wq` is
+# the correlation of wDQ and qDQ across experiments and `sd_vs_wdq` each estimator's spread relative to wDQ.
+
+# %%
+tail = abasr.tail_table(summary, res)
+tail.round(3)
+
+# %% [markdown]
+# ## DQ horizon and switchback burn-in
+
+# %%
+ablation = abasr.ablation_table(res)
+burn = abasr.burn_in_table(res)
+display(ablation[(ablation.metric == "e2el") & (ablation.stat == "mean")].round(3))
+display(burn[(burn.metric == "e2el") & (burn.stat == "mean")].round(3))
+
+# %%
+figs = {
+    "ground_truth_e2el": abasr.fig_truth(res, "e2el", "mean"),
+    "ground_truth_ttft": abasr.fig_truth(res, "ttft", "mean"),
+    "routing_mean_e2el": abasr.fig_estimates(res, "routing", "e2el", "mean", summary=summary),
+    "routing_p90_e2el": abasr.fig_estimates(res, "routing", "e2el", "p90", summary=summary),
+    "routing_mean_ttft": abasr.fig_estimates(res, "routing", "ttft", "mean", summary=summary),
+    "scheduling_mean_e2el": abasr.fig_estimates(res, "scheduling", "e2el", "mean", summary=summary),
+    "scheduling_mean_ttft": abasr.fig_estimates(res, "scheduling", "ttft", "mean", summary=summary),
+    "rmse_routing": abasr.fig_rmse(summary, "routing"),
+    "rmse_scheduling": abasr.fig_rmse(summary, "scheduling"),
+    "tail_mixed_dq": abasr.fig_tail(summary),
+    "dq_horizon_e2el": abasr.fig_ablation(ablation, "e2el", "mean"),
+}
+with export_session():
+    for name, fig in figs.items():
+        export_figure(fig, name, NB)
+export_table(summary, "estimator_summary", NB)
+export_table(best, "best_estimator", NB)
+export_table(truth, "ground_truth", NB)
+export_table(tail, "tail_little", NB)
+export_table(ablation, "dq_horizon", NB)
+export_table(burn, "switchback_burn_in", NB)
+export_table(res.little, "littles_law", NB)
+for name in ("ground_truth_e2el", "routing_mean_e2el", "rmse_routing", "rmse_scheduling", "tail_mixed_dq",
+             "dq_horizon_e2el"):
+    figs[name].show()
+
+# %% [markdown]
+# ## What the numbers say — recommendation for an operator
+# Generated from the tables above (rerun with other parameters and it changes with them). Little's law is checked on
+# every experiment (`littles_law.csv`): the largest relative gap is printed below.
+
+# %%
+print(f"Little's law, largest |lam*W/X - 1| over {len(res.little)} trajectories: {res.little.rel_gap.abs().max():.4f}")
+display(Markdown(abasr.recommendation(res, summary)))
+
+# %% [markdown]
+# ## Explore
+# Fleet size, load, p and the DQ horizon L: each change re-runs `run_study` (the batch path) on one workload with a
+# few experiments and shows every estimate against the truth. Bigger fleets need more requests per run (the panel
+# scales them), so they take longer.
+
+# %%
+abasr.ab_explorer(cfg, workload=cfg.workloads[0], reps=min(cfg.reps, 4), n_requests=min(cfg.n_requests, 8000))
