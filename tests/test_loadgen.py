@@ -13,11 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from asrsched.serving.loadgen import LOADGEN_COLUMNS, main, plan_requests, records_to_trace, replay, run_coro, run_load
 from asrsched.core.metrics import latency_cdf, summarize
-from asrsched.serving.server import ServerConfig, run_in_thread
-from asrsched.sim.engine import RECORD_COLUMNS
 from asrsched.core.workloads import Uniform, make_trace
+from asrsched.serving.app import run_in_thread
+from asrsched.serving.config import ServerConfig
+from asrsched.serving.loadgen import LOADGEN_COLUMNS, main, plan_requests, records_to_trace, replay, run_coro, run_load
+from asrsched.sim.engine import RECORD_COLUMNS
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from asrsched.serving.app import run_in_thread
+from asrsched.serving.cli import main
+from asrsched.serving.config import ServerConfig
+from asrsched.serving.engine import WhisperEngine
 from asrsched.whisper.corpus import build_corpus
-from asrsched.serving.server import ServerConfig, WhisperEngine, main, run_in_thread
 
 pytestmark = pytest.mark.slow
 

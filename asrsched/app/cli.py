@@ -1,40 +1,36 @@
 """Command line: ``asrsched <command>``.
 
 * ``asrsched list`` — the notebooks and their parameters;
-* ``asrsched run [NB ...] [-p NAME VALUE] [--params FILE] [--timeout S]`` — execute one
-  notebook, several, or (no names) the whole series with papermill; executed copies
-  go to ``runs/<timestamp>/``, figures to ``figures/<notebook>/``;
+* ``asrsched run [NB ...] [-p NAME VALUE] [--params FILE] [--timeout S] [--run-dir D] [--figures D]``
+  — execute one notebook, several, or (no names) the whole series with papermill; executed
+  copies go to ``./runs/<timestamp>/``, figures to ``./figures/<notebook>/`` (relative to the
+  current directory, or ``$ASRSCHED_ROOT``; the notebooks themselves ship in the package);
 * ``asrsched simulate --workload W --rate R --policy P`` — one simulator run, printed
   as ``vllm bench serve``-style metrics;
 * ``asrsched sweep --rates 1 5 10 --policies fcfs sjf hrrn`` — a cached, resumable sweep
   (``--address`` sends it to a Dask cluster).
 
 Other parts add their own commands (``asrsched <cmd> --help``): profile, serve,
-loadgen (see README).
+loadgen (see README). ``asrsched --version`` prints the version.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import sys
 from collections.abc import Callable
+
+from asrsched import __version__
+from asrsched.app.params import parse_value
 
 __all__ = ["main", "COMMANDS"]
 
 # name -> "module:function" taking argv (lazy, so a missing optional part fails only when used)
 COMMANDS: dict[str, str] = {}
-COMMANDS["serve"] = "asrsched.serving.server:main"
+COMMANDS["serve"] = "asrsched.serving.cli:main"
 COMMANDS["loadgen"] = "asrsched.serving.loadgen:main"
 COMMANDS["dashboard"] = "asrsched.app.dashboard:main"
-
-
-def _literal(v: str):
-    try:
-        return ast.literal_eval(v)
-    except (ValueError, SyntaxError):
-        return v
 
 
 def _cmd_list(args) -> int:
@@ -48,23 +44,21 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    import time
-
-    from asrsched.app.runner import load_params, project_root, run_notebook, run_series
+    from asrsched.app import paths
+    from asrsched.app.gallery import write_gallery
+    from asrsched.app.params import load_params
+    from asrsched.app.runner import resolve, run_notebook, run_series
 
     params = load_params(args.params)
-    cli_params = {k: _literal(v) for k, v in (args.param or [])}
+    cli_params = {k: parse_value(v) for k, v in (args.param or [])}
     if args.notebooks and len(args.notebooks) == 1:
-        from asrsched.app.runner import resolve
-
         nb = resolve(args.notebooks[0])
         p = {**params.get(nb.stem, {}), **cli_params}
-        run_dir = args.run_dir or str(project_root() / "runs" / time.strftime("%Y%m%d-%H%M%S"))
+        run_dir = args.run_dir or str(paths.new_run_dir())
         r = run_notebook(nb, p, run_dir=run_dir, figures_root=args.figures, timeout_s=args.timeout)
         print(f"{r.notebook}: {r.status} in {r.seconds:.0f} s -> {r.output}")
-        from asrsched.app.gallery import write_gallery  # keep figures/README.md in step with the exports
-
-        write_gallery(args.figures or project_root() / "figures", run_dir=run_dir, root=project_root())
+        # keep figures/README.md in step with the exports
+        write_gallery(args.figures or paths.figures_dir(), run_dir=run_dir)
         if r.error:
             print(r.error, file=sys.stderr)
         return 0 if r.status == "ok" else 1
@@ -106,6 +100,7 @@ def _cmd_sweep(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="asrsched", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--version", action="version", version=f"asrsched {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="list notebooks and parameters").set_defaults(fn=_cmd_list)
 
@@ -114,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"))
     r.add_argument("--params", help="JSON parameter file {notebook: {NAME: value}}")
     r.add_argument("--timeout", type=int, default=900, help="execution timeout per cell (s)")
-    r.add_argument("--run-dir", default=None)
+    r.add_argument("--run-dir", default=None,
+                   help="folder for the executed notebooks and summary.csv (default ./runs/<timestamp>)")
     r.add_argument("--figures", default=None, help="figures root (default ./figures)")
     r.set_defaults(fn=_cmd_run)
 

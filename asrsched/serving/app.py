@@ -1,0 +1,421 @@
+"""The HTTP application: an OpenAI-compatible transcription endpoint in front of the policy-ordered scheduler.
+
+``POST /v1/audio/transcriptions`` takes the OpenAI multipart form (``file``, ``model``,
+``language``, ``response_format`` = ``json`` | ``text`` | ``verbose_json``, ``stream``,
+``temperature`` and vLLM's ``vllm_xargs``, both accepted). With ``stream=true`` the
+answer is server-sent events shaped as vLLM's: ``transcription.chunk`` objects with
+``choices[0].delta.content``, a last chunk with ``finish_reason`` and ``usage``, then
+``data: [DONE]``.
+
+How a request travels:
+
+1. **Arrival** (event loop, no decode, no inference): the upload is checked (size,
+   model, language, format) and the audio duration read from the container header
+   (:func:`asrsched.whisper.audio.audio_info`); the size estimate is
+   ``ServiceModel.service_time(duration, language)``. A bad upload gets a 4xx JSON
+   error ``{"error": {"message", "type", "param", "code"}}`` at once.
+2. **Queue**: the request waits in the policy's queue (:func:`asrsched.core.policies.make_queue`:
+   FCFS, SJF, HRRN, ...) kept by :class:`asrsched.serving.scheduler.PolicyServer`. With
+   ``queue_limit`` set, a request that finds the queue full is refused with **503** and a
+   ``Retry-After`` header (seconds, from the estimated work ahead of it) — refused up
+   front, never dropped later.
+3. **Service**: when a worker is free the policy picks the next request. Locally a
+   worker runs faster-whisper on CPU (:class:`asrsched.serving.engine.WhisperEngine`:
+   greedy, no timestamps, no temperature fallback — the setting of vLLM's endpoint — with
+   the first token generated separately so that it streams as soon as it exists). In
+   *upstream* mode the worker slot forwards the request to another OpenAI-compatible
+   server (e.g. stock vLLM) instead, at most ``max_concurrency`` at a time, with the
+   duration in ``vllm_xargs`` for an engine that can use it.
+4. **Answer**: every accepted request completes, or ends with an explicit error:
+   ``504`` when it exceeds ``request_timeout_s`` (waiting or running), ``502`` when
+   the upstream fails. A client that disconnects frees its place: a queued request
+   is removed, a running one is cancelled at its next decode call (local) or its
+   upstream call is closed.
+
+``GET /health`` (200 when ready), ``GET /metrics`` (Prometheus text, see
+:mod:`asrsched.serving.prometheus`: queue depth, in-flight, queued work, outcomes,
+per-policy histograms of E2EL, TTFT, queue delay and service time, scheduling overhead),
+``GET /v1/models``, and ``GET /debug/requests`` (the server-side per-request records, in
+the simulator's columns: ``rid, arrival, duration, language, est_service, tokens, admit,
+first_token, finish`` plus outcome, timings and overhead; times in seconds since the
+server started).
+
+:func:`create_app` builds the Starlette application for a
+:class:`~asrsched.serving.config.ServerConfig`; :func:`run_in_thread` serves it with
+uvicorn from a background thread (tests, benchmarks, notebooks) and returns a
+:class:`ServerHandle`. The command line is :mod:`asrsched.serving.cli`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from asrsched.serving.config import ServerConfig
+from asrsched.serving.scheduler import PolicyServer, QueueFull, TranscriptionRequest
+from asrsched.whisper.audio import AudioError, audio_info
+
+__all__ = ["RESPONSE_FORMATS", "CHUNK_OBJECT", "create_app", "run_in_thread", "ServerHandle", "bind_socket"]
+
+RESPONSE_FORMATS = ("json", "text", "verbose_json")
+CHUNK_OBJECT = "transcription.chunk"
+
+
+# ----------------------------------------------------------------------------- HTTP app
+
+def _err(status: int, message: str, *, type_: str = "invalid_request_error", param: str | None = None,
+         code: str | None = None, headers: dict | None = None):
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"error": {"message": message, "type": type_, "param": param, "code": code or status}},
+                        status_code=status, headers=headers)
+
+
+def _sse(obj: Any) -> bytes:
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n".encode()
+
+
+async def _watch_disconnect(receive) -> None:
+    """Returns when the client has gone (an ``http.disconnect`` message)."""
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            return
+
+
+def _truthy(v: Any) -> bool | None:
+    s = str(v).strip().lower()
+    if s in ("true", "1", "yes", "on"):
+        return True
+    if s in ("false", "0", "no", "off", ""):
+        return False
+    return None
+
+
+def create_app(config: ServerConfig | None = None, **kw):
+    """The Starlette application for ``config`` (or keyword fields of :class:`ServerConfig`)."""
+    from starlette.applications import Starlette
+    from starlette.requests import ClientDisconnect
+    from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    config = (config or ServerConfig(**kw)).validate()
+    srv = PolicyServer(config)
+    max_bytes = int(config.max_upload_mb * 1024 * 1024)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await srv.start()
+        hook = app.state.on_ready
+        if hook is not None:
+            hook(srv)
+        try:
+            yield
+        finally:
+            await srv.stop()
+
+    async def health(request):
+        if not srv.ready:
+            return JSONResponse({"status": "loading"}, status_code=503)
+        return JSONResponse({"status": "ok", "policy": config.policy, "model": config.model,
+                             "mode": "upstream" if config.upstream else "local", "slots": config.slots,
+                             "queue_depth": len(srv.queue), "in_flight": len(srv.running)})
+
+    async def metrics(request):
+        return PlainTextResponse(srv.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def models(request):
+        return JSONResponse({"object": "list", "data": [
+            {"id": m, "object": "model", "owned_by": "asrsched"} for m in sorted(config.model_names)]})
+
+    async def debug_requests(request):
+        return JSONResponse([{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                              for k, v in r.items()} for r in srv.records])
+
+    async def transcriptions(request):
+        t_sched = time.perf_counter()
+        if not srv.ready:
+            return _err(503, "server is starting", type_="server_error", headers={"Retry-After": "1"})
+        cl = request.headers.get("content-length")
+        if cl and cl.isdigit() and int(cl) > max_bytes + 64 * 1024:
+            srv.outcomes["bad_request"] += 1
+            return _err(413, f"upload of {int(cl)} bytes exceeds the {config.max_upload_mb:g} MB limit",
+                        param="file", code="too_large")
+        try:
+            form = await request.form(max_files=1, max_fields=32, max_part_size=max_bytes + 1)
+        except ClientDisconnect:
+            return Response(status_code=499)
+        except Exception as e:  # malformed multipart, or a part over the limit
+            srv.outcomes["bad_request"] += 1
+            msg = str(getattr(e, "detail", "") or e)
+            if "exceed" in msg.lower() or "too large" in msg.lower():
+                return _err(413, f"upload exceeds the {config.max_upload_mb:g} MB limit ({msg})", param="file",
+                            code="too_large")
+            return _err(400, f"the body must be multipart/form-data with a 'file' part ({msg})", param="file")
+        try:
+            bad = await _parse(form)
+        finally:
+            await form.close()
+        if isinstance(bad, Response):
+            srv.outcomes["bad_request"] += 1
+            return bad
+        data, duration, fields = bad
+        req = srv.make_request(data, duration, sched_s=time.perf_counter() - t_sched, **fields)
+        try:
+            srv.submit(req)
+        except QueueFull as e:
+            return _err(503, f"queue full ({e.depth} requests waiting, limit {config.queue_limit}); "
+                             f"retry after {e.retry_after} s", type_="server_overloaded", code="queue_full",
+                        headers={"Retry-After": str(e.retry_after)})
+        deadline = time.monotonic() + config.request_timeout_s
+        watcher = asyncio.ensure_future(_watch_disconnect(request.receive))
+        try:
+            first = await _next_event(req, watcher, deadline)
+            if first is None:  # client gone
+                srv.cancel(req, "cancelled", "client disconnected", 499)
+                return Response(status_code=499)
+            if first[0] == "error":
+                return _error_response(first[1], config)
+            if req.stream:
+                watcher.cancel()
+                return StreamingResponse(_stream(req, first, deadline), media_type="text/event-stream",
+                                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            ev = first
+            while ev[0] == "delta":
+                ev = await _next_event(req, watcher, deadline)
+                if ev is None:
+                    srv.cancel(req, "cancelled", "client disconnected", 499)
+                    return Response(status_code=499)
+            if ev[0] == "error":
+                return _error_response(ev[1], config)
+            return _final_response(req)
+        finally:
+            if not watcher.done():
+                watcher.cancel()
+
+    async def _parse(form):
+        up = form.get("file")
+        if up is None or isinstance(up, str):
+            return _err(400, "missing 'file': send the audio as a multipart file part named 'file'", param="file",
+                        code="missing_file")
+        data = await up.read()
+        if len(data) > max_bytes:
+            return _err(413, f"upload of {len(data)} bytes exceeds the {config.max_upload_mb:g} MB limit",
+                        param="file", code="too_large")
+        model = str(form.get("model") or config.model)
+        if model not in config.model_names:
+            return _err(404, f"The model `{model}` does not exist; this server serves: "
+                             f"{', '.join(sorted(config.model_names))}", type_="NotFoundError", param="model",
+                        code="model_not_found")
+        fmt = str(form.get("response_format") or "json")
+        if fmt not in RESPONSE_FORMATS:
+            return _err(400, f"response_format must be one of {', '.join(RESPONSE_FORMATS)}; got {fmt!r}",
+                        param="response_format")
+        stream = _truthy(form.get("stream", "false"))
+        if stream is None:
+            return _err(400, f"stream must be true or false; got {form.get('stream')!r}", param="stream")
+        if stream and fmt == "verbose_json":
+            return _err(400, "stream=true supports response_format json or text, not verbose_json",
+                        param="response_format")
+        language = str(form.get("language") or "").strip().lower() or None
+        if srv.engine is not None:
+            if not srv.engine.multilingual and language not in (None, "en"):
+                return _err(400, f"model {config.model!r} is English-only; language must be 'en', got {language!r}",
+                            param="language")
+            if language is not None and language not in srv.engine.languages:
+                return _err(400, f"language {language!r} is not supported by {config.model!r} "
+                                 f"(ISO 639-1 codes such as en, es, de, id)", param="language")
+        xargs = form.get("vllm_xargs")
+        if xargs:
+            try:
+                if not isinstance(json.loads(str(xargs)), dict):
+                    raise ValueError
+            except ValueError:
+                return _err(400, f"vllm_xargs must be a JSON object, got {str(xargs)[:80]!r}", param="vllm_xargs")
+        temp = form.get("temperature")
+        if temp not in (None, ""):
+            try:
+                tv = float(str(temp))
+                if not (0.0 <= tv <= 2.0):
+                    raise ValueError
+            except ValueError:
+                return _err(400, f"temperature must be a number in [0, 2], got {temp!r}", param="temperature")
+        try:
+            info = audio_info(data)
+        except AudioError as e:
+            name = getattr(up, "filename", None) or "file"
+            return _err(400, f"{name}: {e.reason}: {e.detail}", param="file", code=e.reason)
+        if srv.engine is not None and info.channels > 8:
+            return _err(400, f"{info.channels} audio channels; at most 8 are mixed to mono", param="file",
+                        code="channels")
+        lang = language or (config.default_language if (srv.engine is None or not srv.engine.multilingual)
+                            else None)
+        return data, float(info.duration_s), dict(
+            language=lang, model=model, response_format=fmt, stream=bool(stream),
+            filename=getattr(up, "filename", None), content_type=getattr(up, "content_type", None))
+
+    async def _next_event(req: TranscriptionRequest, watcher: asyncio.Future, deadline: float):
+        """The request's next event; ``None`` if the client left; an error event on timeout."""
+        get = asyncio.ensure_future(req.events.get())
+        timeout = deadline - time.monotonic()
+        done, _ = await asyncio.wait({get, watcher}, timeout=max(timeout, 0),
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if get in done:
+            return get.result()
+        get.cancel()
+        if watcher in done:
+            return None
+        srv.cancel(req, "timeout", f"request timed out after {config.request_timeout_s:g} s "
+                                   f"({'running' if req.rid in srv.running else 'waiting in the queue'})", 504)
+        return await req.events.get()
+
+    def _error_response(err, config):
+        status, message, outcome, code = err
+        if outcome == "timeout":
+            return _err(504, message, type_="timeout", code="timeout")
+        if outcome == "bad_request":
+            return _err(status, message, param="file", code=code)
+        return _err(status, message, type_="server_error" if status >= 500 else "invalid_request_error",
+                    code=outcome)
+
+    def _extra(req: TranscriptionRequest) -> dict:
+        r = req.result or {}
+        return {"rid": req.rid, "policy": config.policy, "audio_s": req.job.duration,
+                "est_service_s": req.job.est_service, "queue_s": req.t_admit - req.t_arrival,
+                "service_s": req.t_finish - req.t_admit, "engine_s": r.get("total_s"),
+                "tokens": r.get("tokens", req.upstream_tokens),
+                "decode_steps": r.get("decode_steps"), "worker": req.worker}
+
+    def _final_response(req: TranscriptionRequest):
+        if req.response_format == "text":
+            return PlainTextResponse(req.text)
+        r = req.result or {}
+        if req.response_format == "verbose_json":
+            if "upstream" in r:
+                return JSONResponse({**r["upstream"], "asrsched": _extra(req)})
+            body = {"task": "transcribe", "language": r.get("language", req.language), "duration": req.job.duration,
+                    "text": req.text,
+                    "segments": [{"id": 0, "seek": 0, "start": 0.0, "end": req.job.duration, "text": req.text,
+                                  "tokens": [], "temperature": 0.0}],
+                    "usage": {"type": "duration", "seconds": int(math.ceil(req.job.duration))},
+                    "asrsched": _extra(req)}
+            return JSONResponse(body)
+        toks = r.get("tokens", req.upstream_tokens)
+        return JSONResponse({"text": req.text, "usage": {
+            "type": "tokens", "input_tokens": 0, "output_tokens": toks, "total_tokens": toks,
+            "seconds": req.job.duration}, "asrsched": _extra(req)})
+
+    async def _stream(req: TranscriptionRequest, first, deadline):
+        created = int(time.time())
+
+        def chunk(content: str | None, finish: str | None = None, usage: dict | None = None) -> bytes:
+            obj = {"id": req.id, "object": CHUNK_OBJECT, "created": created, "model": req.model,
+                   "choices": [{"delta": {"content": content} if content is not None else {},
+                                "finish_reason": finish, "stop_reason": None}]}
+            if usage is not None:
+                obj["usage"] = usage
+                obj["asrsched"] = _extra(req)
+            return _sse(obj)
+
+        ev = first
+        try:
+            while True:
+                if ev[0] == "delta":
+                    yield chunk(ev[1])
+                elif ev[0] == "done":
+                    toks = (req.result or {}).get("tokens", req.upstream_tokens) or 0
+                    yield chunk("", "stop", {"prompt_tokens": 0, "completion_tokens": toks, "total_tokens": toks})
+                    yield _sse("[DONE]")
+                    return
+                else:
+                    status, message, outcome, code = ev[1]
+                    yield _sse({"error": {"message": message, "type": outcome, "param": None, "code": status}})
+                    yield _sse("[DONE]")
+                    return
+                timeout = deadline - time.monotonic()
+                try:
+                    ev = await asyncio.wait_for(req.events.get(), max(timeout, 0))
+                except TimeoutError:
+                    srv.cancel(req, "timeout", f"request timed out after {config.request_timeout_s:g} s "
+                                               "(while streaming)", 504)
+                    ev = await req.events.get()
+        finally:  # the client went away mid-stream (or we are done): free the slot
+            if not req.finished:
+                srv.cancel(req, "cancelled", "client disconnected while streaming", 499)
+
+    app = Starlette(routes=[
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/debug/requests", debug_requests, methods=["GET"]),
+        Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
+    ], lifespan=lifespan)
+    app.state.server = srv
+    app.state.config = config
+    app.state.on_ready = None
+    return app
+
+
+# ----------------------------------------------------------------------------- running it
+
+@dataclass
+class ServerHandle:
+    """A server running in a background thread (see :func:`run_in_thread`)."""
+
+    url: str
+    app: Any
+    thread: threading.Thread
+    server: Any
+
+    @property
+    def policy_server(self) -> PolicyServer:
+        return self.app.state.server
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop serving and wait for the thread."""
+        self.server.should_exit = True
+        self.thread.join(timeout)
+
+    def __enter__(self) -> ServerHandle:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (IPv6 when ``host`` has a colon; 0 = any free port), ready for uvicorn."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_in_thread(config: ServerConfig | None = None, *, host: str = "127.0.0.1", port: int = 0,
+                  start_timeout: float = 120.0, **kw) -> ServerHandle:
+    """Start the server on ``host:port`` (0 = any free port) in a daemon thread; returns when ready."""
+    import uvicorn
+
+    app = create_app(config, **kw)
+    sock = bind_socket(host, port)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2))
+    th = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="asrsched-server")
+    th.start()
+    t_end = time.monotonic() + start_timeout
+    while not server.started:
+        if not th.is_alive():
+            raise RuntimeError("the server thread exited during start-up (see the log above)")
+        if time.monotonic() > t_end:
+            server.should_exit = True
+            raise TimeoutError(f"server not ready after {start_timeout} s")
+        time.sleep(0.02)
+    h, p = sock.getsockname()[:2]
+    return ServerHandle(f"http://{host}:{p}", app, th, server)
