@@ -48,8 +48,8 @@ from simpy_reference import simulate_simpy  # noqa: E402
 
 from asrsched.core.policies import Job, make_queue  # noqa: E402
 from asrsched.core.service import default_service_model  # noqa: E402
-from asrsched.sim.engine import OverloadWarning, SummarySink, simulate, trace_chunks  # noqa: E402
 from asrsched.core.workloads import make_trace  # noqa: E402
+from asrsched.sim.engine import OverloadWarning, SummarySink, simulate, trace_chunks  # noqa: E402
 
 POLICIES = ("fcfs", "sjf", "hrrn", "adaptive")
 DEPTHS = (10, 100, 1_000, 10_000)

@@ -7,15 +7,9 @@ import pandas as pd
 import pytest
 
 from asrsched.abtest import asr_fleet as A
-from asrsched.abtest.asr_fleet import (
-    ASRStudyConfig,
-    best_table,
-    p90_cost_trajectory,
-    quantile_estimate,
-    recommendation,
-    run_study,
-    summary_table,
-)
+from asrsched.abtest import asr_fleet_report as R
+from asrsched.abtest.asr_fleet import ASRStudyConfig, p90_cost_trajectory, quantile_estimate, run_study
+from asrsched.abtest.asr_fleet_report import best_table, recommendation, summary_table
 from asrsched.abtest.estimators import Trajectory, mixed_dq, qdq, wdq
 
 TINY = dict(workloads=("librispeech",), n_replicas=2, load=0.9, n_requests=2500, warmup_s=5.0, block_s=10.0,
@@ -97,12 +91,14 @@ def test_summary_matches_hand_computation_and_tables_are_consistent(tiny):
     text = recommendation(res, s)
     top = b[(b.factor == "routing") & (b.stat == "mean")].best.iloc[0].split("/")[1]
     assert "For an operator" in text and f"Lowest MSE: **{top}**" in text
-    ab = A.ablation_table(res)
+    ab = R.ablation_table(res)
     assert set(ab.L) == {75, 150} and set(ab.estimator) == {"qdq", "wdq", "mixed_dq"}
-    bi = A.burn_in_table(res)
+    bi = R.burn_in_table(res)
     assert set(bi.burn_in_s) == {0.0, 2.0}
-    figs = [A.fig_truth(res), A.fig_estimates(res, summary=s), A.fig_rmse(s), A.fig_rmse(s, "scheduling"),
-            A.fig_tail(s), A.fig_ablation(ab)]
+    from asrsched.figures import asr_fleet as F
+
+    figs = [F.fig_truth(res), F.fig_estimates(res, summary=s), F.fig_rmse(s), F.fig_rmse(s, "scheduling"),
+            F.fig_tail(s), F.fig_ablation(ab)]
     for f in figs:
         assert f.layout.title.text and len(f.data) > 0
 
@@ -123,7 +119,7 @@ def test_p90_influence_cost_tracks_quantile_differences():
 
 def test_mixed_dq_for_p90_mixes_a_mean_estimate_in():
     """qDQ ignores the per-request cost: for P90, mixed DQ = alpha*wDQ(P90 cost) + (1-alpha)*qDQ(mean)."""
-    from asrsched.sim.fleet import ABTest, cluster_trace, run_experiment
+    from asrsched.abtest.fleet_experiment import ABTest, cluster_trace, run_experiment
 
     tr, lam = cluster_trace("librispeech", n_replicas=2, load=0.9, n_requests=3000, seed=2)
     res = run_experiment(tr, ABTest(control="random", treatment="least_work"), n_replicas=2, seed=1, lam=lam)
@@ -164,6 +160,19 @@ def test_cache_resumes_without_rerunning(tmp_path, monkeypatch):
     b = run_study(cfg, n_jobs=1, progress=False, cache_dir=tmp_path)
     pd.testing.assert_frame_equal(a.estimates, b.estimates)
     pd.testing.assert_frame_equal(a.truth, b.truth)
+
+
+def test_explorer_shows_the_study_and_redraws_on_input():
+    from asrsched.figures.widgets import ab_explorer
+
+    box = ab_explorer(ASRStudyConfig(**TINY), reps=2, n_requests=2500)
+    f_w, m_w = box.children[1].children[1:]  # (L, test, metric)
+    msg, fig, table = box.children[2:]
+    assert msg.value == "" and len(fig.data) > 0 and "<table" in table.value
+    assert fig.layout.title.text.startswith("Routing A/B, mean E2EL")
+    f_w.value = "scheduling"
+    m_w.value = ("ttft", "p90")
+    assert fig.layout.title.text.startswith("Scheduling A/B, P90 TTFT") and "replica" in table.value
 
 
 @pytest.mark.slow

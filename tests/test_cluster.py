@@ -5,10 +5,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from asrsched.sim import fleet as C
+from asrsched.abtest import fleet_experiment as X
 from asrsched.abtest.estimators import littles_law
+from asrsched.abtest.fleet_experiment import ABTest, run_experiment
+from asrsched.core.service import default_service_model
+from asrsched.core.workloads import Trace, make_trace
+from asrsched.sim import fleet as C
+from asrsched.sim.engine import Engine, SimJob, simulate
 from asrsched.sim.fleet import (
-    ABTest,
     Router,
     cluster_trace,
     estimated_work,
@@ -17,11 +21,7 @@ from asrsched.sim.fleet import (
     replica_capacity,
     router_names,
     run_cluster,
-    run_experiment,
 )
-from asrsched.core.service import default_service_model
-from asrsched.sim.engine import Engine, SimJob, simulate
-from asrsched.core.workloads import make_trace
 
 SVC = default_service_model()
 
@@ -40,6 +40,18 @@ def test_one_replica_is_simulate_exactly(policy, router):
     got = run_cluster(tr, n_replicas=1, router=router, policy=policy, service=SVC).records
     pd.testing.assert_frame_equal(ref, got[ref.columns])
     assert (got.replica == 0).all() and (got.z == 0).all()
+
+
+@pytest.mark.parametrize("router,policy", [("least_work", "hrrn"), ("pod2", "fcfs")])
+def test_plain_fleet_is_the_control_arm_of_an_experiment(busy, router, policy):
+    """run_cluster (sim layer) and run_experiment's control design (A/B layer) are the same run."""
+    tr, lam = busy
+    a = run_cluster(tr, n_replicas=4, router=router, policy=policy, seed=9, warmup_s=10)
+    b = run_experiment(tr, ABTest(control=router, treatment="random", design="control", policy=policy),
+                       n_replicas=4, seed=9, warmup_s=10)
+    pd.testing.assert_frame_equal(a.records, b.records)
+    assert a.events == b.events and a.summary() == b.summary()
+    assert a.by_replica().equals(b.by_replica().drop(columns="arm"))
 
 
 def test_records_have_simulator_columns_and_summarize(busy):
@@ -137,7 +149,7 @@ def test_work_estimate_uses_size_estimate_not_true_tokens():
 
 def test_cached_work_equals_reference_during_a_run(busy, monkeypatch):
     tr, lam = busy
-    orig = C._View.work
+    orig = C.FleetView.work
     seen = []
 
     def checked(self, i):
@@ -145,7 +157,7 @@ def test_cached_work_equals_reference_during_a_run(busy, monkeypatch):
         seen.append((v, estimated_work(self.engines[i], self.now, self.est_tok)))
         return v
 
-    monkeypatch.setattr(C._View, "work", checked)
+    monkeypatch.setattr(C.FleetView, "work", checked)
     run_cluster(tr, n_replicas=4, router="least_work")
     a = np.array(seen)
     assert len(a) > 10_000 and np.allclose(a[:, 0], a[:, 1], rtol=1e-9, atol=1e-9) and (a[:, 1] > 0).mean() > 0.9
@@ -247,7 +259,7 @@ def test_capacity_and_trace_load():
     (dict(factor="tuning"), "factor"),
 ])
 def test_bad_design_fails_before_simulating(kw, match, monkeypatch):
-    monkeypatch.setattr(C, "_chunk_jobs", lambda *a, **k: pytest.fail("simulated before validating"))
+    monkeypatch.setattr(X, "Fleet", lambda *a, **k: pytest.fail("simulated before validating"))
     tr = make_trace("uniform", rate=5, n=50, seed=0)
     with pytest.raises(ValueError, match=match):
         run_experiment(tr, ABTest(**kw), n_replicas=4)
@@ -263,3 +275,11 @@ def test_group_designs_need_two_replicas():
         cluster_trace("librispeech", n_replicas=2, load=1.2, n_requests=100, seed=0)
     with pytest.raises(ValueError, match="warmup_s"):
         run_cluster(tr, n_replicas=2, warmup_s=-1)
+    with pytest.raises(ValueError, match="router: unknown router 'fastest'"):
+        run_cluster(tr, n_replicas=2, router="fastest")
+    with pytest.raises(ValueError, match="unknown policy 'fifo'"):
+        run_cluster(tr, n_replicas=2, policy="fifo")
+    with pytest.raises(ValueError, match="warmup_s"):
+        run_experiment(tr, ABTest(), n_replicas=2, warmup_s=-1)
+    with pytest.raises(ValueError, match="trace: need at least one request"):
+        run_cluster(Trace.from_frame(tr.to_frame().iloc[:0]), n_replicas=2)

@@ -31,8 +31,20 @@ from scipy import stats
 
 from asrsched.core.policies import policy_names
 from asrsched.core.service import ServiceModel
-from asrsched.sim.engine import CollectSink, OverloadWarning, ParquetSink, SummarySink, simulate, trace_chunks
 from asrsched.core.workloads import Trace, librispeech_table, make_trace
+from asrsched.sim.engine import (
+    CollectSink,
+    Engine,
+    OverloadWarning,
+    ParquetSink,
+    SimJob,
+    SummarySink,
+    chunk_jobs,
+    estimate_services,
+    estimated_work,
+    simulate,
+    trace_chunks,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from simpy_reference import simulate_simpy  # noqa: E402
@@ -468,3 +480,57 @@ def test_unknown_policy_fails_before_any_work():
 def test_collect_sink_empty_trace():
     res = simulate(iter([]), "fcfs", sink=CollectSink())
     assert res.n_arrivals == 0 and len(res.records) == 0
+
+
+# ----------------------------------------------------------------------------- the Engine's public API (the fleet's)
+
+def test_chunk_jobs_builds_the_jobs_simulate_submits():
+    tr = make_trace("mix", rate=5.0, n=40, seed=3)
+    jobs = list(chunk_jobs(tr, MG1, rid_base=100))
+    assert [j.rid for j in jobs] == list(range(100, 140))
+    assert [j.arrival for j in jobs] == tr.arrival.tolist() and [j.tokens for j in jobs] == tr.tokens.tolist()
+    assert [j.est_service for j in jobs] == estimate_services(MG1, tr.duration, tr.language).tolist()
+    assert [j.enc_s for j in jobs] == (MG1.windows(tr.duration) * MG1.encode_s_per_window).tolist()
+    half = tr.duration / 2  # est_duration changes the estimate only
+    vad = list(chunk_jobs(tr, MG1, half))
+    assert [j.est_service for j in vad] == estimate_services(MG1, half, tr.language).tolist()
+    assert [j.enc_s for j in vad] == [j.enc_s for j in jobs] and [j.rid for j in vad] == list(range(40))
+
+
+def test_outstanding_work_counts_estimates_only_and_matches_the_reference():
+    eng = Engine("fcfs", MG1, max_num_seqs=3)
+    # rid 0, 1 run (estimates 50 and 10 tokens; true 200 each); a slot stays free, so the clock stops at
+    # the first step boundary at or after the horizon
+    eng.submit(SimJob(0, 0.0, 1.0, 15.0, "en", 200, ENC))
+    eng.submit(SimJob(1, 0.0, 1.0, 3.0, "en", 200, ENC))
+    est = [50.0, 10.0, 30.0]
+    assert eng.outstanding_work(0.0, est) == eng.queued_est == 2.0  # nothing admitted yet
+    eng.run_until(0.5)
+    eng.submit(SimJob(2, 0.5, 3.0, 9.0, "en", 200, ENC))  # waits until the next decision point
+    st2 = MG1.step_s(2)
+    done = (0.5 - 2 * ENC) / st2  # decode steps done by 0.5 s
+    w = eng.outstanding_work(0.5, est)
+    assert w == pytest.approx(estimated_work(eng, 0.5, est), rel=1e-12)
+    assert w == pytest.approx(3.0 + (50 - done) * st2, abs=1.01 * st2)  # rid 1 ran past its estimate: zero left
+    big = [500.0, 500.0, 30.0]  # another estimate list is not served from the cache
+    assert eng.outstanding_work(0.5, big) == pytest.approx(estimated_work(eng, 0.5, big), rel=1e-12)
+    assert eng.outstanding_work(0.5, big) == pytest.approx(3.0 + (1000 - 2 * done) * st2, abs=2.01 * st2)
+    eng.run_until(float("inf"))  # drained
+    assert eng.outstanding_work(1e9, est) == estimated_work(eng, 1e9, est) == 0.0
+
+
+def test_set_policy_reorders_the_waiting_queue_only():
+    eng = Engine("fcfs", MG1, max_num_seqs=1)
+    sizes = [5.0, 9.0, 1.0, 4.0]
+    for i, s in enumerate(sizes):
+        eng.submit(SimJob(i, 0.0, s, s, "en", 10, ENC))
+    eng.run_until(1e-9)  # rid 0 admitted; 1, 2, 3 wait
+    q = eng.q
+    eng.set_policy("FCFS")
+    assert eng.q is q  # already that policy: nothing changes
+    eng.set_policy("sjf")
+    assert eng.q is not q and eng.q.name == "sjf" and sorted(j.rid for j in eng.q) == [1, 2, 3]
+    eng.run_until(float("inf"))
+    eng.flush()
+    r = eng.sink.result().sort_values("admit")
+    assert r.rid.tolist() == [0, 2, 3, 1]  # shortest first after the switch; rid 0 kept running

@@ -1,12 +1,20 @@
-"""Queueing A/B-test estimator study (paper 2): supermarket model, designs, estimators.
+"""The A/B-test study: designs, estimators, the supermarket study and the ASR-fleet study.
 
 * :mod:`.model` -- the numba supermarket model (Power-of-d routing, heterogeneous rates,
   exp/const/Pareto service, cyclic arrivals, stale dispatcher) and the three designs.
 * :mod:`.estimators` -- naive, group, switchback, qDQ, wDQ, mixed DQ with batch-means
   CIs, on a simulator-independent :class:`Trajectory` (documented there).
 * :mod:`.study` -- scenarios, ground truth, replications fanned out with
-  :func:`asrsched.sim.parallel.map_tasks`, bias/std/MSE tables and figures.
-* :mod:`.widgets` -- interactive panel (sliders for lam, d1, d2, p, L, N).
+  :func:`asrsched.sim.parallel.map_tasks`, bias/std/MSE tables (paper 2's study).
+* :mod:`.fleet_experiment` -- A/B experiments (routing or scheduling; Bernoulli, group,
+  replica, switchback designs) on the multi-replica fleet of :mod:`asrsched.sim.fleet`.
+* :mod:`.asr_fleet` -- the ASR-fleet study: configuration, the estimators on one run,
+  tasks and :func:`~asrsched.abtest.asr_fleet.run_study`; :mod:`.asr_fleet_report` -- its
+  tables and the operator's recommendation.
+
+Figures and interactive panels live in the figures layer (:mod:`asrsched.figures.abtest`,
+:mod:`asrsched.figures.asr_fleet`, :mod:`asrsched.figures.widgets`): this package needs
+numpy, pandas, scipy and numba only.
 """
 
 from asrsched.abtest.estimators import (  # noqa: F401

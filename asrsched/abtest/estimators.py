@@ -91,6 +91,9 @@ __all__ = [
     "pilot_alpha",
     "estimate_all",
     "littles_law",
+    "diff_means",
+    "batch_diffs",
+    "batch_ci",
     "ESTIMATORS",
 ]
 
@@ -263,7 +266,8 @@ def q_values(traj: Trajectory, L: int | None = None, cost: str = "w") -> np.ndar
     raise ValueError(f"cost: {cost!r} not in ('w', 'q')")
 
 
-def _diff_means(v: np.ndarray, z: np.ndarray) -> float:
+def diff_means(v: np.ndarray, z: np.ndarray) -> float:
+    """Mean of ``v`` over the treated (``z == 1``) minus the mean over the control; NaN if an arm is empty."""
     t = z == 1
     nt = int(t.sum())
     if nt == 0 or nt == t.size:
@@ -271,7 +275,7 @@ def _diff_means(v: np.ndarray, z: np.ndarray) -> float:
     return float(v[t].mean() - v[~t].mean())
 
 
-def _batch_diffs(v: np.ndarray, z: np.ndarray, n_batches: int) -> np.ndarray:
+def batch_diffs(v: np.ndarray, z: np.ndarray, n_batches: int) -> np.ndarray:
     """Treated-minus-control difference of means on each of ``n_batches`` contiguous batches."""
     if v.size < n_batches:
         raise ValueError(f"n_batches: {n_batches} batches need at least as many decisions, got {v.size}")
@@ -289,7 +293,12 @@ def _batch_diffs(v: np.ndarray, z: np.ndarray, n_batches: int) -> np.ndarray:
     return d
 
 
-def _ci(name: str, value: float, batches: np.ndarray, level: float = 0.95, alpha=None) -> Estimate:
+def batch_ci(name: str, value: float, batches: np.ndarray, level: float = 0.95, alpha=None) -> Estimate:
+    """An :class:`Estimate` of ``value`` with the batch-means CI from the per-batch estimates ``batches``.
+
+    ``value +/- t_{k-1, (1+level)/2} x sd(batches) / sqrt(k)`` over the ``k`` finite batch
+    estimates (NaN bounds when ``k < 2``); ``alpha`` is mixed DQ's weight, if any.
+    """
     b = batches[np.isfinite(batches)]
     k = b.size
     if k >= 2:
@@ -303,8 +312,8 @@ def _ci(name: str, value: float, batches: np.ndarray, level: float = 0.95, alpha
 def naive(traj: Trajectory, n_batches: int = 20, level: float = 0.95, name: str = "naive") -> Estimate:
     """Difference of mean response time, treated minus control jobs (job-level design)."""
     n_batches = _check_batches(n_batches)
-    v = _diff_means(traj.response, traj.z)
-    return _ci(name, v, _batch_diffs(traj.response, traj.z, n_batches), level)
+    v = diff_means(traj.response, traj.z)
+    return batch_ci(name, v, batch_diffs(traj.response, traj.z, n_batches), level)
 
 
 def group(traj: Trajectory, n_batches: int = 20, level: float = 0.95) -> Estimate:
@@ -324,7 +333,7 @@ def switchback(traj: Trajectory, burn_in: float = 0.0, n_batches: int = 20, leve
         raise ValueError(f"burn_in: must be in [0, block_len={traj.block_len}), got {burn_in!r}")
     keep = (traj.arrival - traj.block * traj.block_len) >= burn_in
     w, z, blk = traj.response[keep], traj.z[keep], traj.block[keep]
-    v = _diff_means(w, z)
+    v = diff_means(w, z)
     ub = np.unique(blk)
     nb = min(n_batches, ub.size // 2)
     if nb >= 1:
@@ -333,8 +342,8 @@ def switchback(traj: Trajectory, burn_in: float = 0.0, n_batches: int = 20, leve
         idx = np.append(starts[1:], blk.size)
     else:
         starts = idx = np.zeros(0, np.int64)
-    bats = np.array([_diff_means(w[a:b], z[a:b]) for a, b in zip(starts, idx)])
-    return _ci("switchback", v, bats, level)
+    bats = np.array([diff_means(w[a:b], z[a:b]) for a, b in zip(starts, idx)])
+    return batch_ci("switchback", v, bats, level)
 
 
 def dq(traj: Trajectory, L: int | None = None, cost: str = "w", n_batches: int = 20,
@@ -343,7 +352,7 @@ def dq(traj: Trajectory, L: int | None = None, cost: str = "w", n_batches: int =
     n_batches = _check_batches(n_batches)
     Q = q_values(traj, L, cost)
     z = traj.z[: Q.size]
-    return _ci(f"{cost}dq", _diff_means(Q, z), _batch_diffs(Q, z, n_batches), level)
+    return batch_ci(f"{cost}dq", diff_means(Q, z), batch_diffs(Q, z, n_batches), level)
 
 
 def wdq(traj: Trajectory, L: int | None = None, n_batches: int = 20, level: float = 0.95) -> Estimate:
@@ -385,7 +394,7 @@ def batch_alpha(Qw: np.ndarray, Qq: np.ndarray, z: np.ndarray, L: int, alpha_bat
     (never fewer than 3). No truth and no other run is used.
     """
     k = max(3, min(int(alpha_batches), Qw.size // (5 * int(L))))
-    return optimal_alpha(_batch_diffs(Qw, z, k), _batch_diffs(Qq, z, k))
+    return optimal_alpha(batch_diffs(Qw, z, k), batch_diffs(Qq, z, k))
 
 
 def mixed_dq(traj: Trajectory, L: int | None = None, alpha="batch", n_batches: int = 20,
@@ -396,8 +405,8 @@ def mixed_dq(traj: Trajectory, L: int | None = None, alpha="batch", n_batches: i
     Qw = q_values(traj, L, "w")
     Qq = q_values(traj, L, "q")
     z = traj.z[: Qw.size]
-    bw = _batch_diffs(Qw, z, n_batches)
-    bq = _batch_diffs(Qq, z, n_batches)
+    bw = batch_diffs(Qw, z, n_batches)
+    bq = batch_diffs(Qq, z, n_batches)
     if isinstance(alpha, str):
         if alpha != "batch":
             raise ValueError(f"alpha: use 'batch' or a number, got {alpha!r}")
@@ -406,8 +415,8 @@ def mixed_dq(traj: Trajectory, L: int | None = None, alpha="batch", n_batches: i
         a = float(alpha)
         if not np.isfinite(a):
             raise ValueError(f"alpha: must be finite, got {alpha!r}")
-    v = a * _diff_means(Qw, z) + (1 - a) * _diff_means(Qq, z)
-    return _ci("mixed_dq", v, a * bw + (1 - a) * bq, level, alpha=a)
+    v = a * diff_means(Qw, z) + (1 - a) * diff_means(Qq, z)
+    return batch_ci("mixed_dq", v, a * bw + (1 - a) * bq, level, alpha=a)
 
 
 def estimate_all(traj: Trajectory, L: int | None = None, n_batches: int = 20, burn_in: float = 0.0,

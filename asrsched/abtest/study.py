@@ -35,13 +35,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from asrsched.sim.parallel import map_tasks
 from asrsched.abtest.estimators import (
     Trajectory,
-    _batch_diffs,
-    _diff_means,
     batch_alpha,
+    batch_ci,
+    batch_diffs,
     default_L,
+    diff_means,
     littles_law,
     naive,
     optimal_alpha,
@@ -50,6 +50,7 @@ from asrsched.abtest.estimators import (
 )
 from asrsched.abtest.estimators import group as group_estimator
 from asrsched.abtest.model import SystemConfig, simulate
+from asrsched.sim.parallel import map_tasks
 
 __all__ = [
     "SCENARIOS",
@@ -66,6 +67,7 @@ __all__ = [
     "switchback_table",
     "ESTIMATOR_ORDER",
     "claims_markdown",
+    "json_default",
 ]
 
 #: scenario name -> one-line description (the system changes applied to the base config)
@@ -198,14 +200,12 @@ def _dq_pair(tr: Trajectory, L: int, n_batches: int, alpha_batches: int) -> dict
     z = tr.z[: Qw.size]
     a = batch_alpha(Qw, Qq, z, L, alpha_batches)
     out = {}
-    bw = _batch_diffs(Qw, z, n_batches)
-    bq = _batch_diffs(Qq, z, n_batches)
-    from asrsched.abtest.estimators import _ci
-
-    vw, vq = _diff_means(Qw, z), _diff_means(Qq, z)
-    out["wdq"] = _ci("wdq", vw, bw)
-    out["qdq"] = _ci("qdq", vq, bq)
-    out["mixed_dq"] = _ci("mixed_dq", a * vw + (1 - a) * vq, a * bw + (1 - a) * bq, alpha=a)
+    bw = batch_diffs(Qw, z, n_batches)
+    bq = batch_diffs(Qq, z, n_batches)
+    vw, vq = diff_means(Qw, z), diff_means(Qq, z)
+    out["wdq"] = batch_ci("wdq", vw, bw)
+    out["qdq"] = batch_ci("qdq", vq, bq)
+    out["mixed_dq"] = batch_ci("mixed_dq", a * vw + (1 - a) * vq, a * bw + (1 - a) * bq, alpha=a)
     return out
 
 
@@ -356,7 +356,7 @@ def run_study(study: StudyConfig, *, n_jobs: int | None = None, address=None, ca
                 todo.append(t)
         for t, r in map_tasks(fn, todo, n_jobs=n_jobs, address=address, progress=progress, desc=desc):
             if cache:
-                (cache / f"{fn.__name__}-{key(t)}.json").write_text(json.dumps(r, default=_json_default))
+                (cache / f"{fn.__name__}-{key(t)}.json").write_text(json.dumps(r, default=json_default))
             results.append(r)
         return results
 
@@ -374,7 +374,8 @@ def run_study(study: StudyConfig, *, n_jobs: int | None = None, address=None, ca
                        time.perf_counter() - t0, cpu)
 
 
-def _json_default(o):
+def json_default(o):
+    """``json.dumps(..., default=json_default)``: numpy scalars and arrays as plain JSON values."""
     if isinstance(o, (np.floating, np.integer)):
         return o.item()
     if isinstance(o, np.bool_):

@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from asrsched.figures.style import policy_color
 from asrsched.abtest.study import ESTIMATOR_ORDER, StudyResult
+from asrsched.figures.style import policy_color
 
 __all__ = ["fig_overview", "fig_scenario", "fig_estimates", "fig_ablation", "fig_coverage", "fig_switchback",
-           "LABELS"]
+           "LABELS", "estimator_color", "ordered_estimators"]
 
 LABELS = {
     "naive": "naive",
@@ -28,11 +28,13 @@ LABELS = {
 }
 
 
-def _color(name: str) -> str:
+def estimator_color(name: str) -> str:
+    """The house colour of an estimator (the oracle mixed DQ gets its own dark shade)."""
     return "#8c2d04" if name == "mixed_dq_oracle" else policy_color(name)
 
 
-def _ordered(names) -> list:
+def ordered_estimators(names) -> list:
+    """Distinct estimator names in the study's display order (:data:`asrsched.abtest.study.ESTIMATOR_ORDER`)."""
     names = list(dict.fromkeys(names))
     return sorted(names, key=lambda n: ESTIMATOR_ORDER.index(n) if n in ESTIMATOR_ORDER else 99)
 
@@ -42,10 +44,10 @@ def fig_overview(summary: pd.DataFrame, include_oracle: bool = False) -> go.Figu
     s = summary if include_oracle else summary[summary.estimator != "mixed_dq_oracle"]
     scen = list(dict.fromkeys(s.scenario.astype(str)))
     fig = go.Figure()
-    for name in _ordered(s.estimator):
+    for name in ordered_estimators(s.estimator):
         g = s[s.estimator == name].set_index(s[s.estimator == name].scenario.astype(str))
         fig.add_bar(x=scen, y=[g.loc[x, "rmse"] if x in g.index else None for x in scen], name=LABELS.get(name, name),
-                    marker_color=_color(name))
+                    marker_color=estimator_color(name))
     wins = s.loc[s.groupby("scenario", observed=True)["mse"].idxmin()].estimator.value_counts()
     won = ", ".join(f"{LABELS.get(k, k)} in {v}/{len(scen)}" for k, v in wins.items())
     fig.update_layout(barmode="group", title=f"Lowest RMSE: {won} scenarios",
@@ -57,11 +59,11 @@ def fig_overview(summary: pd.DataFrame, include_oracle: bool = False) -> go.Figu
 def fig_scenario(summary: pd.DataFrame, scenario: str) -> go.Figure:
     """|bias|, standard deviation and RMSE per estimator for one scenario (log scale)."""
     s = summary[(summary.scenario.astype(str) == scenario)].set_index("estimator")
-    names = _ordered(s.index)
+    names = ordered_estimators(s.index)
     fig = go.Figure()
     for col, label, pat in (("bias", "|bias|", ""), ("sd", "standard deviation", "/"), ("rmse", "RMSE", "x")):
         fig.add_bar(x=[LABELS.get(n, n) for n in names], y=[abs(s.loc[n, col]) for n in names], name=label,
-                    marker_color=[_color(n) for n in names], marker_pattern_shape=pat,
+                    marker_color=[estimator_color(n) for n in names], marker_pattern_shape=pat,
                     marker_line_color="#222", marker_line_width=0.6)
     cand = [n for n in names if n != "mixed_dq_oracle"]
     best = min(cand, key=lambda n: s.loc[n, "mse"])
@@ -80,9 +82,9 @@ def fig_estimates(res: StudyResult, scenario: str) -> go.Figure:
     e = e[(e.scenario.astype(str) == scenario) & e.headline.astype(bool)]
     t = res.truth.set_index("scenario").loc[scenario]
     fig = go.Figure()
-    for name in _ordered(e.estimator):
+    for name in ordered_estimators(e.estimator):
         v = e[e.estimator == name]["estimate"]
-        fig.add_box(y=v, name=LABELS.get(name, name), marker_color=_color(name), boxpoints="all", jitter=0.4,
+        fig.add_box(y=v, name=LABELS.get(name, name), marker_color=estimator_color(name), boxpoints="all", jitter=0.4,
                     pointpos=0, line_width=1.5)
     fig.add_hline(y=t["gte"], line_color=policy_color("truth"), line_width=2.5,
                   annotation_text=f"truth GTE {t['gte']:.3g}", annotation_position="top left")
@@ -104,9 +106,9 @@ def fig_ablation(abl: pd.DataFrame, scenario: str, L_default: int) -> go.Figure:
     for name in ("qdq", "wdq", "mixed_dq"):
         g = a[a.estimator == name].sort_values("L")
         fig.add_scatter(x=g.L, y=g.bias.abs(), name=f"{LABELS[name]} |bias|", mode="lines+markers",
-                        line=dict(color=_color(name), width=2.5))
+                        line=dict(color=estimator_color(name), width=2.5))
         fig.add_scatter(x=g.L, y=g.sd, name=f"{LABELS[name]} sd", mode="lines+markers",
-                        line=dict(color=_color(name), width=2, dash="dot"), marker_symbol="diamond")
+                        line=dict(color=estimator_color(name), width=2, dash="dot"), marker_symbol="diamond")
     lo = np.nanmin([a.bias.abs().min(), a.sd.min()]) if len(a) else 0.01
     hi = np.nanmax([a.bias.abs().max(), a.sd.max()]) if len(a) else 1.0
     fig.add_scatter(x=[L_default, L_default], y=[lo, hi], mode="lines", name=f"default L = {L_default}",
@@ -124,13 +126,13 @@ def fig_coverage(cov: pd.DataFrame) -> go.Figure:
     """Coverage of the nominal 95 % batch-means CIs of the truth, per estimator and scenario."""
     fig = go.Figure()
     scen = list(dict.fromkeys(cov.scenario.astype(str)))
-    for name in _ordered(cov.estimator):
+    for name in ordered_estimators(cov.estimator):
         g = cov[cov.estimator == name].set_index(cov[cov.estimator == name].scenario.astype(str))
         fig.add_bar(x=scen, y=[g.loc[x, "coverage"] if x in g.index else None for x in scen],
-                    name=LABELS.get(name, name), marker_color=_color(name))
+                    name=LABELS.get(name, name), marker_color=estimator_color(name))
     fig.add_hline(y=0.95, line_dash="dash", line_color="#444", annotation_text="nominal 95 %")
     med = cov.groupby("estimator").coverage.median()
-    med = med.reindex(_ordered(med.index))
+    med = med.reindex(ordered_estimators(med.index))
     fig.update_layout(barmode="group", yaxis_range=[0, 1.05], xaxis_title="scenario",
                       yaxis_title="fraction of CIs containing the truth", legend_title="estimator",
                       title="95 % CIs: coverage of the truth follows the bias<br><sup>median over scenarios: "

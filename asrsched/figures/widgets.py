@@ -1,25 +1,41 @@
-"""Interactive panels (ipywidgets + plotly FigureWidget) for the simulator notebooks.
+"""Every interactive panel (ipywidgets + plotly FigureWidget) of the notebooks, in one place.
 
-Each panel calls the same functions the batch path calls (:func:`asrsched.sim.sweep.point_records`),
-so what a slider shows is what papermill computes. Panels compute their first view
-once when built and then only react to the user; under papermill nothing waits for
-input. Every control has a ``description`` (the browser tests find them by it).
+* :func:`policy_explorer`, :func:`drift_explorer` -- the single-server simulator (notebooks 02, 03);
+* :func:`estimator_explorer` (with :func:`small_study`) -- the A/B estimator study on the
+  supermarket model (notebook 05);
+* :func:`ab_explorer` -- the A/B study of routing and scheduling on the ASR fleet (notebook 06).
+
+Each panel calls the same functions the batch path calls (:func:`asrsched.sim.sweep.point_records`,
+:func:`asrsched.abtest.study.run_study`, :func:`asrsched.abtest.asr_fleet.run_study`), so what a
+slider shows is what papermill computes. Panels compute their first view once when built and
+then only react to the user; under papermill nothing waits for input. Every control has a
+``description`` (the browser tests find them by it).
 """
 
 from __future__ import annotations
 
+import math
+
 import ipywidgets as W
 import plotly.graph_objects as go
 
-from asrsched.core.metrics import latency_cdf, summarize
-from asrsched.figures.style import policy_color
+from asrsched.abtest.asr_fleet import ASRStudyConfig
+from asrsched.abtest.asr_fleet import run_study as run_fleet_study
+from asrsched.abtest.asr_fleet_report import summary_table
+from asrsched.abtest.model import SystemConfig
+from asrsched.abtest.study import StudyConfig, run_study, summarize
+from asrsched.core.metrics import latency_cdf
+from asrsched.core.metrics import summarize as summarize_records
 from asrsched.core.policies import policy_names
-from asrsched.sim.sweep import point_records
 from asrsched.core.workloads import workload_names
+from asrsched.figures.abtest import LABELS, estimator_color, ordered_estimators
+from asrsched.figures.asr_fleet import fig_estimates
+from asrsched.figures.style import policy_color
+from asrsched.sim.sweep import point_records
 
 _STYLE = {"description_width": "initial"}  # full labels, not "max_num…"
 
-__all__ = ["policy_explorer", "drift_explorer"]
+__all__ = ["policy_explorer", "drift_explorer", "estimator_explorer", "small_study", "ab_explorer"]
 
 
 def _table_html(rows: dict[str, dict]) -> str:
@@ -48,7 +64,7 @@ def policy_explorer(rate: float = 15.0, policy: str = "sjf", kappa: float = 3.3,
     def update(*_):
         res = point_records(wl_w.value, rate_w.value, ["fcfs", pol_w.value], seed=seed, n_requests=n_requests,
                             max_num_seqs=seqs_w.value, service=service, kappa=kappa_w.value)
-        summ = {p: summarize(r.records) for p, r in res.items()}
+        summ = {p: summarize_records(r.records) for p, r in res.items()}
         with fig.batch_update():
             fig.data = []
             for p, r in res.items():
@@ -96,3 +112,133 @@ def drift_explorer(rate: float = 9.0, ramp_s: float = 60.0, n_requests: int = 25
     ramp_w.observe(update, names="value")
     update()
     return W.VBox([W.HBox([rate_w, ramp_w]), fig])
+
+
+# ----------------------------------------------------------------------------- A/B estimator study (notebook 05)
+
+def small_study(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.5, L: int = 0, n_servers: int = 20,
+                reps: int = 6, n_jobs: int = 100_000, scenario: str = "homogeneous", seed: int = 0):
+    """A one-scenario study sized for interaction (seconds). ``L=0`` means the default 30*N*lam.
+
+    Returns ``(StudyResult, summary DataFrame)``; raises ``ValueError`` on bad input.
+    """
+    Lx = None if not L else int(L)
+    Lv = Lx or max(1, round(30 * n_servers * lam))
+    base = SystemConfig(n_servers=int(n_servers), lam=float(lam), control=int(d1), treatment=int(d2), p=float(p),
+                        n_jobs=max(int(n_jobs), 100 * Lv), warmup_jobs=10_000)
+    sc = StudyConfig(base=base, scenarios=(scenario,), reps=int(reps), L=Lx, L_factors=(1.0,), alpha_batches=50,
+                     truth_jobs=max(400_000, 4 * base.n_jobs), truth_seeds=1, slope_h=None, seed=seed)
+    res = run_study(sc, n_jobs=1, progress=False)
+    return res, summarize(res)
+
+
+def estimator_explorer(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.5, L: int = 0, n_servers: int = 20,
+                       reps: int = 6, n_jobs: int = 100_000, seed: int = 0) -> W.VBox:
+    """Sliders (lam, d1, d2, p, L, N) over every estimator's replications vs the truth."""
+    lam_w = W.FloatSlider(value=lam, min=0.3, max=0.95, step=0.05, description="lam (per server)",
+                          continuous_update=False)
+    d1_w = W.IntSlider(value=d1, min=1, max=10, description="d1 (control)", continuous_update=False)
+    d2_w = W.IntSlider(value=d2, min=1, max=10, description="d2 (treatment)", continuous_update=False)
+    p_w = W.FloatSlider(value=p, min=0.1, max=0.9, step=0.05, description="p (treated)", continuous_update=False)
+    L_w = W.IntSlider(value=L, min=0, max=4000, step=20, description="L (0 = 30·N·lam)", continuous_update=False)
+    n_w = W.IntSlider(value=n_servers, min=2, max=50, description="N (servers)", continuous_update=False)
+    for w in (lam_w, d1_w, d2_w, p_w, L_w, n_w):
+        w.style.description_width = "120px"
+    fig = go.FigureWidget()
+    fig.update_layout(height=460, xaxis_title="estimator", yaxis_title="estimated effect on mean response time",
+                      showlegend=False)
+    table = W.HTML()
+
+    def update(*_):
+        try:
+            res, s = small_study(lam_w.value, d1_w.value, d2_w.value, p_w.value, L_w.value, n_w.value, reps, n_jobs,
+                                 seed=seed)
+        except ValueError as err:
+            table.value = f"<b style='color:#b00'>{err}</b>"
+            return
+        e = res.estimates[res.estimates.headline.astype(bool)]
+        gte = float(res.truth.gte.iloc[0])
+        with fig.batch_update():
+            fig.data = []
+            for name in ordered_estimators(e.estimator):
+                fig.add_box(y=e[e.estimator == name].estimate, name=LABELS.get(name, name),
+                            marker_color=estimator_color(name), boxpoints="all", pointpos=0)
+            fig.layout.shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=gte, y1=gte,
+                                      line=dict(color=policy_color("truth"), width=2.5))]
+            s2 = s[s.estimator != "mixed_dq_oracle"]
+            best = s2.loc[s2.mse.idxmin(), "estimator"]
+            nv = s2.set_index("estimator").loc["naive"]
+            fig.layout.title = (f"Truth {gte:.3g}: naive {nv['mean']:.3g}, lowest RMSE {LABELS.get(best, best)} "
+                                f"(N={n_w.value}, lam={lam_w.value:g}, d {d1_w.value}->{d2_w.value}, p={p_w.value:g})")
+        cols = ["estimator", "mean", "bias", "sd", "rmse", "coverage"]
+        table.value = s2[cols].round(4).to_html(index=False, classes="asrsched-table")
+
+    for w in (lam_w, d1_w, d2_w, p_w, L_w, n_w):
+        w.observe(update, names="value")
+    update()
+    controls = W.VBox([W.HBox([lam_w, n_w]), W.HBox([d1_w, d2_w]), W.HBox([p_w, L_w])])
+    return W.VBox([controls, fig, table])
+
+
+# ----------------------------------------------------------------------------- A/B study on the ASR fleet (notebook 06)
+
+def ab_explorer(cfg: ASRStudyConfig | None = None, *, workload: str = "librispeech", reps: int = 4,
+                n_requests: int = 8000, n_jobs: int = 1):
+    """Sliders for fleet size, load, p and L over a small study of the routing and scheduling tests.
+
+    Each change re-runs :func:`asrsched.abtest.asr_fleet.run_study` (the batch path) on one workload with ``reps``
+    replications and shows every estimate against the truth. The first view is computed once
+    when the panel is built; nothing waits for input (safe under papermill).
+    """
+    base = (cfg or ASRStudyConfig()).replace(workloads=(workload,), reps=reps, truth_seeds=reps,
+                                             n_requests=n_requests, L_factors=(1.0,))
+    n_w = W.IntSlider(value=base.n_replicas, min=2, max=12, step=1, description="replicas", continuous_update=False)
+    load_w = W.FloatSlider(value=base.load, min=0.5, max=0.98, step=0.01, description="load", continuous_update=False)
+    p_w = W.FloatSlider(value=base.p, min=0.1, max=0.9, step=0.05, description="p", continuous_update=False)
+    L_w = W.IntSlider(value=0, min=0, max=5000, step=50, description="L (0 = 30 s)", continuous_update=False)
+    f_w = W.Dropdown(options=["routing", "scheduling"], value="routing", description="test")
+    m_w = W.Dropdown(options=[("mean E2EL", ("e2el", "mean")), ("P90 E2EL", ("e2el", "p90")),
+                              ("mean TTFT", ("ttft", "mean")), ("P90 TTFT", ("ttft", "p90"))],
+                     value=("e2el", "mean"), description="metric")
+    fig = go.FigureWidget()
+    fig.update_layout(height=460, yaxis_title="estimated effect (s)")
+    table = W.HTML()
+    msg = W.HTML()
+    state = {}
+
+    def compute(*_):
+        try:
+            c = base.replace(n_replicas=int(n_w.value), load=float(load_w.value), p=float(p_w.value),
+                             L=int(L_w.value) if L_w.value > 0 else None)
+            lam = c.total_rate(workload)  # enough requests for 5 switchback blocks and a 2 L horizon
+            span = c.warmup_s + max(5 * c.block_s, 2 * c.L_for(lam) / lam + 2 * c.n_batches / lam)
+            c = c.replace(n_requests=max(int(n_requests), int(math.ceil(lam * span))))
+            msg.value = f"<i>simulating {c.reps} experiments x {len(c.designs())} designs of {c.n_requests} requests</i>"
+            state["res"] = run_fleet_study(c, n_jobs=n_jobs, progress=False)
+            state["sum"] = summary_table(state["res"])
+            msg.value = ""
+        except ValueError as e:
+            msg.value = f"<b style='color:#D55E00'>{e}</b>"
+            return
+        draw()
+
+    def draw(*_):
+        if "res" not in state:
+            return
+        metric, stat = m_w.value
+        f = fig_estimates(state["res"], f_w.value, metric, stat, summary=state["sum"])
+        with fig.batch_update():
+            fig.data = []
+            fig.add_traces(list(f.data))
+            fig.layout = f.layout  # the whole layout: the figure has subplots (axes, domains, annotations)
+            fig.layout.height = 460
+        s = state["sum"]
+        s = s[(s.factor == f_w.value) & (s.metric == metric) & (s.stat == stat)]
+        table.value = s[["design", "estimator", "truth", "mean", "bias", "sd", "rmse"]].round(4).to_html(index=False)
+
+    for w in (n_w, load_w, p_w, L_w):
+        w.observe(compute, names="value")
+    for w in (f_w, m_w):
+        w.observe(draw, names="value")
+    compute()
+    return W.VBox([W.HBox([n_w, load_w, p_w]), W.HBox([L_w, f_w, m_w]), msg, fig, table])

@@ -37,10 +37,12 @@ For very long runs pass a trace *iterator* (:func:`trace_chunks`) and a bounded
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 import math
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,8 @@ __all__ = [
     "estimate_services",
     "OverloadWarning",
     "Engine",
+    "chunk_jobs",
+    "estimated_work",
 ]
 
 RECORD_COLUMNS = ["rid", "arrival", "duration", "language", "est_service", "tokens", "admit", "first_token",
@@ -271,9 +275,21 @@ class Engine:
 
     Drive it with :meth:`submit` (a job that has arrived) and :meth:`run_until` (process
     every decision point before a time). :func:`simulate` drives one engine from a
-    trace; a multi-replica cluster drives several, routing each arrival with the state
-    the replicas show at that instant (:meth:`n_waiting`, :meth:`n_in_system`,
-    :meth:`queued_work`).
+    trace (jobs built by :func:`chunk_jobs`); a multi-replica fleet
+    (:mod:`asrsched.sim.fleet`) drives several, routing each arrival with the state the
+    replicas show at that instant.
+
+    Public API for a driver (everything else is internal state):
+
+    * :meth:`submit`, :meth:`run_until`, :meth:`flush`; ``sink`` (finished records),
+      ``events`` and ``completed`` (counters);
+    * ``t`` (read only): the time of the engine's next decision point. ``run_until(h)``
+      does nothing when ``t >= h``, so a driver may skip the call;
+    * what a router sees at time ``at`` (after ``run_until(at)``): :meth:`n_waiting`,
+      :meth:`n_in_system` and :meth:`outstanding_work` (estimated outstanding work,
+      from the size estimates only; :func:`estimated_work` is its reference loop);
+    * :meth:`set_policy`: re-order the waiting queue under another policy (a
+      switchback experiment switches every replica's policy at block boundaries).
 
     A *decision point* is a step boundary at which the engine admits waiting jobs
     (each admission runs the job's encoder, stalling the batch) and then jumps over
@@ -303,6 +319,7 @@ class Engine:
         self.events = 0
         self.queued_est = 0.0  # sum of est_service over waiting jobs
         self._just_finished = 0  # completions at self.t (still in system before that instant)
+        self._work_cache: Any = None  # (running-set key, est_tokens, sorted estimate ends, suffix sums)
         self.on_decision: Any = None  # optional callback(engine) at each decision point, after admissions
 
     # -- state seen by a router at time ``at`` (after run_until(at)) --
@@ -315,9 +332,57 @@ class Engine:
         return len(self.q) + len(self.running) + extra
 
     def queued_work(self) -> float:
-        """Estimated work (s) of the waiting jobs plus the running jobs' estimated remaining decode time."""
+        """Estimated work (s) of the waiting jobs plus the running jobs' remaining decode time.
+
+        The running part uses the *true* token counts (an oracle view, for diagnostics); what a
+        router may see is :meth:`outstanding_work`.
+        """
         st = self.steps[max(len(self.running), 1)]
         return self.queued_est + sum((f - self.G) * st for f, _, _ in self.running)
+
+    def outstanding_work(self, at: float, est_tokens: Sequence[float]) -> float:
+        """Estimated outstanding work (s) at time ``at``, from the size estimates only.
+
+        The waiting jobs' estimated service times plus, for each running job, its
+        estimated remaining tokens ``max(est_tokens[rid] - generated so far, 0)`` times
+        the current decode step time; ``est_tokens[rid]`` is job ``rid``'s size estimate
+        (kappa x duration, in tokens). Call after ``run_until(at)``: if the clock already
+        jumped past ``at`` (to the next completion), the decode steps between ``at`` and
+        that point count as not yet done.
+
+        Equal (to rounding) to :func:`estimated_work` (the reference loop); this version
+        keeps the running jobs' sorted estimate ends and their suffix sums, rebuilt only
+        when the running set changes, so a query costs O(log b).
+        """
+        running = self.running
+        if not running:
+            return self.queued_est
+        key = (self.completed + len(self.out), len(running))
+        c = self._work_cache
+        if c is None or c[0] != key or c[1] is not est_tokens:
+            ex = sorted([f - job.tokens + est_tokens[rid] for f, rid, job in running])
+            suffix = list(itertools.accumulate(reversed(ex)))[::-1] + [0.0]
+            c = self._work_cache = (key, est_tokens, ex, suffix)
+        _, _, ex, suffix = c
+        st = self.steps[len(running)]
+        G = self.G
+        if self.t > at:
+            G -= int((self.t - at) / st)
+        k = bisect.bisect_right(ex, G)
+        return self.queued_est + (suffix[k] - (len(ex) - k) * G) * st
+
+    def set_policy(self, policy: str, policy_params: dict | None = None) -> None:
+        """Order the waiting jobs under ``policy`` from the next decision point on.
+
+        Running jobs continue. Nothing changes when the queue already runs ``policy``
+        (same name); otherwise a fresh queue is built and every waiting job re-pushed.
+        """
+        if getattr(self.q, "name", None) == str(policy).lower():
+            return
+        q = make_queue(policy, **(policy_params or {}))
+        for job in self.q:
+            q.push(job)
+        self.q = q
 
     def submit(self, job: SimJob) -> None:
         """A job that arrived at ``job.arrival`` (call :meth:`run_until` with that time first)."""
@@ -378,16 +443,42 @@ class Engine:
                 self.flush()
 
     def flush(self) -> None:
+        """Hand the finished records kept so far to the sink."""
         if self.out:
             self.sink.write(self.out)
             self.completed += len(self.out)
             self.out = []
 
 
+def estimated_work(engine: Engine, at: float, est_tokens: Sequence[float]) -> float:
+    """Estimated outstanding work (s) of ``engine`` at time ``at``: the reference loop.
+
+    Same definition as :meth:`Engine.outstanding_work` (which routers use), written as a
+    plain loop over the running jobs: a job that ran past its estimate counts as zero.
+    """
+    running = engine.running
+    work = engine.queued_est
+    if running:
+        st = engine.steps[len(running)]
+        G = engine.G
+        if engine.t > at:
+            G -= int((engine.t - at) / st)
+        for f, rid, job in running:
+            left = est_tokens[rid] - (job.tokens - (f - G))
+            if left > 0:
+                work += left * st
+    return work
+
+
 # ----------------------------------------------------------------------------- simulate
 
-def _chunk_jobs(trace: Trace, service: ServiceModel, est_duration: np.ndarray | None, rid_base: int):
-    """SimJobs of one trace chunk, in arrival order."""
+def chunk_jobs(trace: Trace, service: ServiceModel, est_duration: np.ndarray | None = None,
+               rid_base: int = 0) -> Iterator[SimJob]:
+    """The :class:`SimJob` of each request of ``trace``, in arrival order, for :meth:`Engine.submit`.
+
+    ``rid`` is ``rid_base + i``; ``est_service`` comes from ``est_duration`` when given (e.g. a
+    VAD's speech duration), else from the file duration; the encoder time from the file duration.
+    """
     d_est = trace.duration if est_duration is None else np.asarray(est_duration, float)
     est = estimate_services(service, d_est, trace.language).tolist()
     enc = (np.asarray(service.windows(trace.duration)) * float(service.encode_s_per_window)).tolist()
@@ -475,7 +566,7 @@ def simulate(
         if len(tr):
             span[0] = min(span[0], float(tr.arrival[0]))
             span[1] = max(span[1], float(tr.arrival[-1]))
-        for job in _chunk_jobs(tr, service, est_duration, n_arrivals):
+        for job in chunk_jobs(tr, service, est_duration, n_arrivals):
             eng.run_until(job.arrival)
             eng.submit(job)
             cur["submitted"] += 1

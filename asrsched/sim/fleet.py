@@ -1,13 +1,18 @@
-"""A multi-replica ASR cluster: N continuous-batching servers behind a router, and A/B designs on it.
+"""A multi-replica ASR fleet: N continuous-batching servers behind a router.
 
 Each replica is one :class:`asrsched.sim.engine.Engine` (the foundation simulator, unchanged) with
 its own scheduling policy. A router sends every arriving request to one replica, looking
 only at what a real load balancer can see at that instant: the number of requests each
 replica holds, and the *estimated* outstanding work derived from the size estimate
-``kappa x duration`` (never the true token counts).
+``kappa x duration`` (never the true token counts). The fleet uses the engines only
+through their public API (:meth:`~asrsched.sim.engine.Engine.submit`,
+:meth:`~asrsched.sim.engine.Engine.run_until`,
+:meth:`~asrsched.sim.engine.Engine.n_in_system`,
+:meth:`~asrsched.sim.engine.Engine.outstanding_work`,
+:meth:`~asrsched.sim.engine.Engine.set_policy`, :func:`~asrsched.sim.engine.chunk_jobs`).
 
-Driver protocol (the same as :func:`asrsched.sim.engine.simulate`, for many engines): for each
-arrival in time order, every replica processes its decision points before the arrival
+Driver protocol (the same as :func:`asrsched.sim.engine.simulate`, for many engines; :class:`Fleet`):
+for each arrival in time order, every replica processes its decision points before the arrival
 (``run_until``), the router reads their state and picks one, the request is submitted
 there; at the end every replica drains (``run_until(inf)``). With one replica this is
 exactly :func:`~asrsched.sim.engine.simulate` (tests check the records are identical).
@@ -24,6 +29,9 @@ Routers (registry: :func:`register_router`, :func:`make_router`, :func:`router_n
                  (:func:`estimated_work`), ties uniformly at random.
 ``pod<d>_work``  duration-aware Power-of-d: sample ``d`` replicas, join the least estimated work.
 
+A router's :meth:`Router.route` gets a :class:`FleetView` (``view.n(i)``: requests in
+replica ``i``; ``view.work(i)``: its estimated outstanding work) and the candidate replicas.
+
 Estimated outstanding work of a replica at time ``t`` (:func:`estimated_work`): the sum of
 the waiting requests' estimated service times (``est_service``: encoder windows + kappa x
 duration x batch-1 decode step + overhead) plus, for each running request, its estimated
@@ -31,78 +39,39 @@ remaining tokens ``max(kappa x duration - generated so far, 0)`` times the curre
 step time. Only the estimate enters: a request that runs longer than estimated counts as
 zero remaining work.
 
-A/B designs (:class:`ABTest`; ``factor`` says what is tested)
--------------------------------------------------------------
-Routing tests (``factor="routing"``: ``control``/``treatment`` are routers; every replica
-runs the scheduling policy ``policy``):
+A plain fleet (:func:`run_cluster`: one router, one policy everywhere) returns a
+:class:`FleetResult`. A/B experiments on the fleet (designs, arms, the estimators'
+trajectories) are the A/B layer's: :mod:`asrsched.abtest.fleet_experiment`.
 
-``bernoulli``   request-level randomisation: request j is treated with probability ``p``
-                independently (``z_j ~ Bernoulli(p)``) and routed by the treatment router,
-                otherwise by the control router; both arms share all replicas (so each
-                arm's routing changes the queues the other arm sees: interference).
-``group``       replica split: a uniformly random set of ``round(p N)`` replicas forms the
-                treatment group (re-drawn per experiment), the rest the control group;
-                request j is treated with probability ``p`` and routed by its arm's router
-                *only among its group's replicas*. No interference, but each arm runs on a
-                fleet of ``~pN`` replicas instead of N (finite-size bias).
-``switchback``  time is cut into blocks ``[b B, (b+1) B)`` of ``block_s`` seconds; block b is
-                treated (``alternate=True``: blocks alternate, the first block's arm is a
-                fair coin; ``False``: each block independently with probability ``p``); every
-                request arriving in a treated block is routed by the treatment router.
-
-Scheduling tests (``factor="scheduling"``: ``control``/``treatment`` are scheduling
-policies, e.g. FCFS vs HRRN; every request is routed by ``router``). Request-level
-randomisation is not defined here: a replica orders *one* waiting queue, and the order
-between a "treated" and a "control" request is neither policy's decision. So:
-
-``replica``     replica-level (cluster) randomisation: a uniformly random set of
-                ``round(p N)`` replicas (re-drawn per experiment) runs the treatment policy,
-                the rest the control policy; requests are routed by ``router`` over all
-                replicas and a request's arm is the arm of the replica that served it. With
-                a load-aware router the arms interfere through the router (a replica that
-                drains faster looks shorter and receives more requests).
-``switchback``  all replicas run the block's policy: at each block boundary every replica's
-                waiting queue is re-ordered under the new policy (requests already running
-                continue; the new order applies from the replica's first decision point at
-                or after the boundary). A request's arm is the arm of the block it arrives
-                in; it may be served partly under the next block's policy (carry-over,
-                which the estimator's burn-in reduces). After the last arrival the fleet
-                drains under the last block's policy.
-
-``control`` / ``treatment`` (either factor): the whole fleet under one arm -- the separate
-full runs that define the ground truth.
-
-Seeds: one ``seed`` drives the design's randomisation and each router's own random
-stream (:class:`numpy.random.SeedSequence` children), so a run is reproducible from
-``(trace, test, seed)``.
+Seeds: ``seed`` drives the router's own random stream (the second of three
+:class:`numpy.random.SeedSequence` children, as for the control arm of an experiment), so a
+run is reproducible from ``(trace, router, policy, seed)``.
 
 Records: the simulator's per-request columns (``rid, arrival, duration, language,
 est_service, tokens, admit, first_token, finish`` and derived ``queue_delay, ttft, e2el``,
-so :func:`asrsched.core.metrics.summarize` works) plus ``replica``, ``z`` (1 = treatment arm)
-and ``block`` (switchback block index, -1 otherwise). :meth:`ClusterResult.trajectory`
-turns them into the estimators' :class:`~asrsched.abtest.estimators.Trajectory`.
+so :func:`asrsched.core.metrics.summarize` works) plus ``replica``; :func:`run_cluster` also
+writes ``z = 0`` and ``block = -1``, so a plain fleet's records have the columns of an
+experiment's (every request in the control arm, no switchback block).
 """
 
 from __future__ import annotations
 
-import bisect
-import itertools
+import json
 import math
 import re
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from asrsched.abtest.estimators import Trajectory
-from asrsched.core.policies import make_queue, validate_policies
+from asrsched.core.policies import validate_policies
 from asrsched.core.service import ServiceModel, default_service_model
-from asrsched.sim.engine import Engine, _chunk_jobs, simulate
 from asrsched.core.workloads import Drift, Trace, make_source, make_trace
+from asrsched.sim.engine import Engine, SimJob, chunk_jobs, estimated_work, simulate
 
 __all__ = [
     "Router",
@@ -110,85 +79,39 @@ __all__ = [
     "router_names",
     "make_router",
     "validate_router",
+    "validate_run",
     "estimated_work",
-    "ABTest",
-    "ClusterResult",
+    "FleetView",
+    "Fleet",
+    "FleetResult",
     "run_cluster",
-    "run_experiment",
     "replica_capacity",
     "cluster_trace",
-    "FACTORS",
-    "DESIGNS",
 ]
-
-FACTORS = ("routing", "scheduling")
-DESIGNS = {"routing": ("bernoulli", "group", "switchback", "control", "treatment"),
-           "scheduling": ("replica", "switchback", "control", "treatment")}
 
 
 # ----------------------------------------------------------------------------- router state
 
-class _View:
+class FleetView:
     """What a router sees at time ``now``: per-replica request counts and estimated work.
 
-    The work estimate keeps, per replica, the sorted decode steps ``E_j`` at which each
-    running request's *estimate* runs out (``admission step + kappa x duration``); it is
-    rebuilt only when the replica's running set changed (a completion or an admission), so
-    a query costs O(log b) instead of a scan of the batch.
+    ``n(i)`` is :meth:`Engine.n_in_system <asrsched.sim.engine.Engine.n_in_system>` and
+    ``work(i)`` :meth:`Engine.outstanding_work <asrsched.sim.engine.Engine.outstanding_work>`
+    (O(log b) per query; equal to the reference :func:`estimated_work`) of replica ``i``.
     """
 
-    __slots__ = ("engines", "est_tok", "now", "_cache")
+    __slots__ = ("engines", "est_tok", "now")
 
-    def __init__(self, engines: list[Engine], est_tok: np.ndarray) -> None:
+    def __init__(self, engines: list[Engine], est_tok) -> None:
         self.engines = engines
         self.est_tok = est_tok  # estimated tokens per rid (kappa x duration)
         self.now = 0.0
-        self._cache: list[Any] = [None] * len(engines)
 
     def n(self, i: int) -> int:
         return self.engines[i].n_in_system(self.now)
 
     def work(self, i: int) -> float:
-        e = self.engines[i]
-        running = e.running
-        if not running:
-            return e.queued_est
-        key = (e.completed + len(e.out), len(running))
-        c = self._cache[i]
-        if c is None or c[0] != key:
-            est = self.est_tok
-            ex = sorted([f - job.tokens + est[rid] for f, rid, job in running])
-            suffix = list(itertools.accumulate(reversed(ex)))[::-1] + [0.0]
-            c = self._cache[i] = (key, ex, suffix)
-        _, ex, suffix = c
-        st = e.steps[len(running)]
-        G = e.G
-        if e.t > self.now:
-            G -= int((e.t - self.now) / st)
-        k = bisect.bisect_right(ex, G)
-        return e.queued_est + (suffix[k] - (len(ex) - k) * G) * st
-
-
-def estimated_work(engine: Engine, at: float, est_tokens) -> float:
-    """Estimated outstanding work (s) of one replica at time ``at`` (see module docstring).
-
-    ``est_tokens[rid]`` is the size estimate (tokens) of request ``rid``. Call after
-    ``engine.run_until(at)``: if the engine's clock already jumped past ``at`` (it jumps to
-    its next completion), the decode steps between ``at`` and that point are added back.
-    This is the reference implementation; routers use an equivalent cached version.
-    """
-    running = engine.running
-    work = engine.queued_est
-    if running:
-        st = engine.steps[len(running)]
-        G = engine.G
-        if engine.t > at:
-            G -= int((engine.t - at) / st)
-        for f, rid, job in running:
-            left = est_tokens[rid] - (job.tokens - (f - G))
-            if left > 0:
-                work += left * st
-    return work
+        return self.engines[i].outstanding_work(self.now, self.est_tok)
 
 
 # ----------------------------------------------------------------------------- routers
@@ -232,7 +155,7 @@ class Router:
         ties = [c for c, v in zip(cands, vals) if v == m]
         return ties[0] if len(ties) == 1 else ties[self._pick(len(ties))]
 
-    def route(self, view: _View, cands: list[int]) -> int:  # pragma: no cover - interface
+    def route(self, view: FleetView, cands: list[int]) -> int:  # pragma: no cover - interface
         raise NotImplementedError
 
 
@@ -363,103 +286,92 @@ def make_router(name: str, rng: np.random.Generator | None = None, **params) -> 
     return ROUTERS[key](rng, **kw)
 
 
-# ----------------------------------------------------------------------------- designs
+# ----------------------------------------------------------------------------- the fleet
 
-@dataclass(frozen=True)
-class ABTest:
-    """One A/B experiment on the cluster (exact definitions in the module docstring).
+def _est_tokens(service: ServiceModel, trace: Trace) -> np.ndarray:
+    """Size estimate (tokens, kappa x duration) of every request of ``trace``."""
+    out = np.empty(len(trace))
+    lang = np.asarray(trace.language, dtype=object)
+    for lg in pd.unique(lang):
+        m = lang == lg
+        out[m] = service.est_tokens(trace.duration[m], str(lg))
+    return out
 
-    ``factor="routing"``: ``control``/``treatment`` are routers, ``policy`` is the scheduling
-    policy of every replica. ``factor="scheduling"``: ``control``/``treatment`` are
-    scheduling policies, ``router`` routes every request. ``design`` is one of
-    :data:`DESIGNS` ``[factor]``; ``p`` the treatment probability (per request, per
-    replica split, or per switchback block when ``alternate=False``); ``block_s`` the
-    switchback block length (s).
+
+class Fleet:
+    """The replicas of one run on ``trace``: one :class:`~asrsched.sim.engine.Engine` per entry of ``policies``.
+
+    Drive it in arrival order: for each job of :meth:`jobs`, :meth:`dispatch` it (every
+    replica catches up to its arrival, the router picks among ``cands``, the job is
+    submitted there); :meth:`switch_policy` changes every replica's policy at a time;
+    :meth:`drain` finishes the run and returns the records. ``policy_params`` go to every
+    replica's waiting queue.
     """
 
-    factor: str = "routing"
-    control: str = "pod2"
-    treatment: str = "least_work"
-    design: str = "bernoulli"
-    p: float = 0.5
-    block_s: float = 30.0
-    alternate: bool = True
-    policy: str = "fcfs"
-    router: str = "pod2"
+    def __init__(self, trace: Trace, policies: list[str], service: ServiceModel | None = None, *,
+                 max_num_seqs: int = 32, policy_params: dict | None = None) -> None:
+        self.trace = trace
+        self.service = service or default_service_model()
+        self.engines = [Engine(pol, self.service, max_num_seqs=max_num_seqs, policy_params=policy_params)
+                        for pol in policies]
+        self.view = FleetView(self.engines, _est_tokens(self.service, trace).tolist())
+        self.replica = np.zeros(len(trace), np.int64)  # replica of each rid, set by dispatch
 
-    def validate(self, n_replicas: int) -> ABTest:
-        """Check every field against ``n_replicas`` (clear error naming the parameter)."""
-        if self.factor not in FACTORS:
-            raise ValueError(f"factor: {self.factor!r} not in {FACTORS}")
-        if self.design not in DESIGNS[self.factor]:
-            hint = ""
-            if self.factor == "scheduling" and self.design in ("bernoulli", "group"):
-                hint = (" (request-level randomisation of a per-replica scheduling policy is ill-defined: one "
-                        "waiting queue orders both arms' requests; use 'replica' or 'switchback')")
-            raise ValueError(f"design: {self.design!r} not allowed for a {self.factor} test; allowed: "
-                             f"{', '.join(DESIGNS[self.factor])}{hint}")
-        if not isinstance(n_replicas, (int, np.integer)) or isinstance(n_replicas, bool) or n_replicas < 1:
-            raise ValueError(f"n_replicas: need an integer >= 1, got {n_replicas!r}")
-        if not (isinstance(self.p, (int, float)) and 0 < self.p < 1):
-            raise ValueError(f"p: treatment probability must be in (0, 1), got {self.p!r}")
-        if not (isinstance(self.block_s, (int, float)) and math.isfinite(self.block_s) and self.block_s > 0):
-            raise ValueError(f"block_s: switchback block length must be > 0 seconds, got {self.block_s!r}")
-        if self.factor == "routing":
-            validate_router(self.control, n_replicas, "control")
-            validate_router(self.treatment, n_replicas, "treatment")
-            validate_policies([self.policy])
-        else:
-            for name, v in (("control", self.control), ("treatment", self.treatment)):
-                try:
-                    validate_policies([v])
-                except ValueError as e:
-                    raise ValueError(f"{name}: {e}") from None
-            validate_router(self.router, n_replicas, "router")
-        if self.design in ("group", "replica"):
-            m = int(round(self.p * n_replicas))
-            if not 1 <= m <= n_replicas - 1:
-                raise ValueError(f"n_replicas: the {self.design} design splits replicas round(p*N) = {m} vs "
-                                 f"{n_replicas - m}; need at least one replica per arm (N >= 2 and p not extreme)")
-        return self
+    def __len__(self) -> int:
+        return len(self.engines)
 
-    def replace(self, **kw) -> ABTest:
-        """A copy with fields changed."""
-        return replace(self, **kw)
+    def jobs(self) -> Iterator[SimJob]:
+        """The trace's jobs in arrival order (``rid`` = row of the trace)."""
+        return chunk_jobs(self.trace, self.service)
 
-    def arm(self, which: str) -> ABTest:
-        """The ground-truth run of one arm (``"control"`` or ``"treatment"``) everywhere."""
-        if which not in ("control", "treatment"):
-            raise ValueError(f"which: {which!r} not in ('control', 'treatment')")
-        return replace(self, design=which)
+    def dispatch(self, job: SimJob, router: Router, cands: list[int]) -> int:
+        """Catch every replica up to ``job.arrival``, route the job among ``cands``, submit it; the replica."""
+        a = job.arrival
+        engines = self.engines
+        for e in engines:
+            if e.t < a:
+                e.run_until(a)
+        self.view.now = a
+        i = router.route(self.view, cands)
+        engines[i].submit(job)
+        self.replica[job.rid] = i
+        return i
 
-    def setting(self, which: str) -> tuple[str, str]:
-        """``(router, policy)`` that the whole fleet runs under arm ``which``."""
-        name = self.control if which == "control" else self.treatment
-        return (name, self.policy) if self.factor == "routing" else (self.router, name)
+    def switch_policy(self, at: float, policy: str, policy_params: dict | None = None) -> None:
+        """Every replica processes its decisions before ``at``, then re-orders its waiting queue under ``policy``."""
+        for e in self.engines:
+            if e.t < at:
+                e.run_until(at)
+            e.set_policy(policy, policy_params)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def drain(self) -> pd.DataFrame:
+        """Run every replica to completion; the records of all requests by ``rid``, with their ``replica``."""
+        for e in self.engines:
+            e.run_until(math.inf)
+            e.flush()
+        parts = [e.sink.result() for e in self.engines]
+        rec = pd.concat(parts, ignore_index=True).sort_values("rid", kind="stable").reset_index(drop=True)
+        rec["replica"] = self.replica[rec["rid"].to_numpy(np.int64)]
+        return rec
 
+    @property
+    def events(self) -> int:
+        """Decision points processed, summed over the replicas."""
+        return sum(e.events for e in self.engines)
 
-# ----------------------------------------------------------------------------- result
 
 @dataclass
-class ClusterResult:
-    """Output of :func:`run_experiment`: per-request records and the design's realisation.
+class FleetResult:
+    """Output of :func:`run_cluster`: per-request records of a fleet run.
 
-    ``replica_arm[i]`` is 1 if replica ``i`` belonged to the treatment (group/replica
-    designs, or its policy under ``treatment``); ``block_arms[b]`` the arm of switchback
-    block ``b``. ``lam`` is the nominal total arrival rate (req/s); requests arriving before
-    ``warmup_s`` are simulated but left out of :meth:`summary` and :meth:`trajectory`.
+    ``lam`` is the nominal total arrival rate (req/s); requests arriving before ``warmup_s``
+    are simulated but left out of :attr:`measured` and :meth:`summary`.
     """
 
     records: pd.DataFrame
-    test: ABTest
     n_replicas: int
     lam: float
     warmup_s: float
-    replica_arm: np.ndarray
-    block_arms: np.ndarray | None
     seconds: float
     events: int
     params: dict = field(default_factory=dict)
@@ -476,202 +388,54 @@ class ClusterResult:
 
         return summarize(self.measured, **kw)
 
-    def by_arm(self) -> pd.DataFrame:
-        """Requests, share and mean/P90 E2EL and TTFT per arm (measured requests)."""
-        m = self.measured
-        g = m.groupby("z")
-        out = pd.DataFrame({"requests": g.size(), "mean_e2el_s": g.e2el.mean(), "p90_e2el_s": g.e2el.quantile(0.9),
-                            "mean_ttft_s": g.ttft.mean(), "p90_ttft_s": g.ttft.quantile(0.9)})
-        out["share"] = out["requests"] / out["requests"].sum()
-        return out
-
     def by_replica(self) -> pd.DataFrame:
-        """Requests and mean E2EL per replica, with the replica's arm (measured requests)."""
-        m = self.measured
-        g = m.groupby("replica")
-        out = pd.DataFrame({"requests": g.size(), "mean_e2el_s": g.e2el.mean()})
-        out["arm"] = self.replica_arm[out.index.to_numpy()]
-        return out
-
-    def trajectory(self, metric: str = "e2el") -> Trajectory:
-        """The estimators' :class:`Trajectory` for ``metric`` (``"e2el"`` or ``"ttft"``).
-
-        ``response`` is the metric per measured request; ``n_before`` counts requests in the
-        *whole cluster* not yet done with that metric (E2EL: not finished; TTFT: no first
-        token yet), including warm-up requests still inside, so Little's law links the two
-        exactly (``area`` over ``[warmup_s, last arrival]``). ``design`` is ``"group"`` for the
-        group and replica designs (difference of means is the group estimator).
-        """
-        if metric not in ("e2el", "ttft"):
-            raise ValueError(f"metric: {metric!r} not in ('e2el', 'ttft')")
-        r = self.records
-        arr = r["arrival"].to_numpy(float)
-        fin = r["finish" if metric == "e2el" else "first_token"].to_numpy(float)
-        design = {"replica": "group"}.get(self.test.design, self.test.design)
-        sb = self.test.design == "switchback"
-        kw: dict[str, Any] = dict(server=r["replica"].to_numpy(np.int64))
-        if sb:
-            kw.update(block=r["block"].to_numpy(np.int64))
-        full = Trajectory.from_records(arr, fin, r["z"].to_numpy(np.int8), lam=self.lam, t_start=self.warmup_s,
-                                       t_end=float(arr.max()), **kw)
-        keep = full.arrival >= self.warmup_s
-        if keep.sum() < 2:
-            raise ValueError(f"warmup_s: {self.warmup_s} s leaves fewer than 2 measured requests")
-        return Trajectory(
-            arrival=full.arrival[keep], z=full.z[keep], response=full.response[keep],
-            n_before=full.n_before[keep], lam=self.lam, area=full.area, t_start=full.t_start, t_end=full.t_end,
-            block=full.block[keep] if sb else None, block_len=float(self.test.block_s) if sb else None,
-            server=full.server[keep], design=design, p=float(self.test.p),
-            meta=dict(metric=metric, factor=self.test.factor, design=self.test.design))
+        """Requests and mean E2EL per replica (measured requests)."""
+        g = self.measured.groupby("replica")
+        return pd.DataFrame({"requests": g.size(), "mean_e2el_s": g.e2el.mean()})
 
 
-# ----------------------------------------------------------------------------- driver
-
-def _est_tokens(service: ServiceModel, trace: Trace) -> np.ndarray:
-    out = np.empty(len(trace))
-    lang = np.asarray(trace.language, dtype=object)
-    for lg in pd.unique(lang):
-        m = lang == lg
-        out[m] = service.est_tokens(trace.duration[m], str(lg))
-    return out
-
-
-def run_experiment(trace: Trace, test: ABTest, *, n_replicas: int = 4, service: ServiceModel | None = None,
-                   max_num_seqs: int = 32, seed: int = 0, warmup_s: float = 0.0, lam: float | None = None,
-                   policy_params: dict | None = None) -> ClusterResult:
-    """Run one A/B experiment (or a ground-truth arm) of ``test`` on ``trace`` (see module docstring).
-
-    ``lam`` is the nominal total arrival rate (default: the trace's empirical rate);
-    ``policy_params`` go to every replica's waiting queue.
-    """
-    test.validate(n_replicas)
+def validate_run(trace: Trace, n_replicas, warmup_s) -> None:
+    """``ValueError`` naming the parameter unless ``n_replicas >= 1``, ``warmup_s >= 0`` and ``trace`` is not empty."""
+    if not isinstance(n_replicas, (int, np.integer)) or isinstance(n_replicas, bool) or n_replicas < 1:
+        raise ValueError(f"n_replicas: need an integer >= 1, got {n_replicas!r}")
     if not (isinstance(warmup_s, (int, float)) and warmup_s >= 0):
         raise ValueError(f"warmup_s: need a number >= 0 seconds, got {warmup_s!r}")
     if not len(trace):
         raise ValueError("trace: need at least one request")
-    service = service or default_service_model()
-    t0 = time.perf_counter()
-    N = int(n_replicas)
-    ss = np.random.SeedSequence(int(seed))
-    s_design, s_rc, s_rt = ss.spawn(3)
-    rng = np.random.default_rng(s_design)
-    design = test.design
-
-    # replica arms and policies
-    replica_arm = np.zeros(N, np.int8)
-    if design in ("group", "replica"):
-        m = int(round(test.p * N))
-        replica_arm[rng.permutation(N)[:m]] = 1
-    elif design == "treatment":
-        replica_arm[:] = 1
-    if test.factor == "scheduling":
-        pols = [test.treatment if a else test.control for a in replica_arm]
-        routers = {0: make_router(test.router, np.random.default_rng(s_rc))}
-        routers[1] = routers[0]
-    else:
-        pols = [test.policy] * N
-        routers = {0: make_router(test.control, np.random.default_rng(s_rc)),
-                   1: make_router(test.treatment, np.random.default_rng(s_rt))}
-    engines = [Engine(pol, service, max_num_seqs=max_num_seqs, policy_params=policy_params) for pol in pols]
-    allr = list(range(N))
-    cands = {0: [i for i in allr if replica_arm[i] == 0] if design == "group" else allr,
-             1: [i for i in allr if replica_arm[i] == 1] if design == "group" else allr}
-
-    n = len(trace)
-    z = np.zeros(n, np.int8)
-    rep = np.zeros(n, np.int64)
-    block = np.full(n, -1, np.int64)
-    block_arms = None
-    B = float(test.block_s)
-    if design == "switchback":
-        nb = int(math.floor(float(trace.arrival[-1]) / B)) + 1
-        if test.alternate:
-            block_arms = ((np.arange(nb) + int(rng.integers(2))) % 2).astype(np.int8)
-        else:
-            block_arms = (rng.random(nb) < test.p).astype(np.int8)
-    elif design == "bernoulli":
-        z[:] = rng.random(n) < test.p
-    elif design == "group":
-        z[:] = rng.random(n) < test.p
-    elif design == "treatment":
-        z[:] = 1
-
-    view = _View(engines, _est_tokens(service, trace).tolist())
-    cur_block = -1
-    sched_sb = design == "switchback" and test.factor == "scheduling"
-    fixed_arm = 1 if design == "treatment" else 0
-    for job in _chunk_jobs(trace, service, None, 0):
-        a = job.arrival
-        if design == "switchback":
-            b = int(a // B)
-            if b != cur_block:
-                if sched_sb:
-                    for k in range(cur_block + 1, b + 1):  # every boundary crossed, in order
-                        _switch_policies(engines, k * B, test.treatment if block_arms[k] else test.control,
-                                         policy_params)
-                cur_block = b
-            arm = int(block_arms[b])
-            block[job.rid] = b
-        elif design in ("bernoulli", "group"):
-            arm = int(z[job.rid])
-        else:
-            arm = fixed_arm
-        for e in engines:
-            if e.t < a:
-                e.run_until(a)
-        view.now = a
-        i = routers[arm].route(view, cands[arm])
-        engines[i].submit(job)
-        rep[job.rid] = i
-        if design == "switchback":
-            z[job.rid] = arm
-        elif design == "replica":
-            z[job.rid] = replica_arm[i]
-    for e in engines:
-        e.run_until(math.inf)
-        e.flush()
-    parts = [e.sink.result() for e in engines]
-    rec = pd.concat(parts, ignore_index=True).sort_values("rid", kind="stable").reset_index(drop=True)
-    rid = rec["rid"].to_numpy(np.int64)
-    rec["replica"] = rep[rid]
-    rec["z"] = z[rid]
-    rec["block"] = block[rid]
-    if lam is None:
-        lam = float(trace.rate) if len(trace) > 1 else 1.0
-    params = dict(test.to_dict(), n_replicas=N, max_num_seqs=int(max_num_seqs), service=service.name, seed=int(seed),
-                  **{f"trace_{k}": v for k, v in trace.meta.items()})
-    return ClusterResult(rec, test, N, float(lam), float(warmup_s), replica_arm, block_arms,
-                         time.perf_counter() - t0, sum(e.events for e in engines), params)
-
-
-def _switch_policies(engines: list[Engine], at: float, policy: str, policy_params: dict | None) -> None:
-    """Every replica processes its decisions before ``at``, then re-orders its waiting queue under ``policy``."""
-    for e in engines:
-        if e.t < at:
-            e.run_until(at)
-        if getattr(e.q, "name", None) == str(policy).lower():
-            continue
-        q = make_queue(policy, **(policy_params or {}))
-        for job in e.q:
-            q.push(job)
-        e.q = q
 
 
 def run_cluster(trace: Trace, *, n_replicas: int = 4, router: str = "random", policy: str = "fcfs",
                 service: ServiceModel | None = None, max_num_seqs: int = 32, seed: int = 0,
-                warmup_s: float = 0.0, policy_params: dict | None = None) -> ClusterResult:
-    """A plain fleet (no experiment): every request routed by ``router``, every replica running ``policy``."""
-    test = ABTest(factor="routing", control=router, treatment=router, design="control", policy=policy)
-    return run_experiment(trace, test, n_replicas=n_replicas, service=service, max_num_seqs=max_num_seqs, seed=seed,
-                          warmup_s=warmup_s, policy_params=policy_params)
+                warmup_s: float = 0.0, policy_params: dict | None = None) -> FleetResult:
+    """A plain fleet (no experiment): every request routed by ``router``, every replica running ``policy``.
+
+    The same run as the ``control`` arm of an A/B experiment with that router and policy
+    (:func:`asrsched.abtest.fleet_experiment.run_experiment`): same seeds, identical records.
+    """
+    validate_run(trace, n_replicas, warmup_s)
+    validate_router(router, n_replicas, "router")
+    validate_policies([policy])
+    t0 = time.perf_counter()
+    N = int(n_replicas)
+    _, s_router, _ = np.random.SeedSequence(int(seed)).spawn(3)  # the design's streams: (design, control, treatment)
+    r = make_router(router, np.random.default_rng(s_router))
+    fleet = Fleet(trace, [policy] * N, service, max_num_seqs=max_num_seqs, policy_params=policy_params)
+    allr = list(range(N))
+    for job in fleet.jobs():
+        fleet.dispatch(job, r, allr)
+    rec = fleet.drain()
+    rec["z"] = np.zeros(len(rec), np.int8)
+    rec["block"] = np.full(len(rec), -1, np.int64)
+    lam = float(trace.rate) if len(trace) > 1 else 1.0
+    params = dict(router=str(router), policy=str(policy), n_replicas=N, max_num_seqs=int(max_num_seqs),
+                  service=fleet.service.name, seed=int(seed), **{f"trace_{k}": v for k, v in trace.meta.items()})
+    return FleetResult(rec, N, lam, float(warmup_s), time.perf_counter() - t0, fleet.events, params)
 
 
 # ----------------------------------------------------------------------------- load helpers
 
 @lru_cache(maxsize=64)
 def _capacity(workload: str, max_num_seqs: int, service_json: str, n: int = 3000) -> float:
-    import json
-
     service = ServiceModel.from_dict(json.loads(service_json))
     src = "uniform" if workload == "drift" else workload
     tr = make_trace(src, rate=1e6, n=n, seed=12345, kappa=dict(service.kappa))
@@ -688,8 +452,6 @@ def replica_capacity(workload: str = "librispeech", *, service: ServiceModel | N
     """
     if workload not in ("librispeech", "uniform", "commonvoice_id", "mix", "drift"):
         raise ValueError(f"workload: {workload!r} not in librispeech, uniform, commonvoice_id, mix, drift")
-    import json
-
     service = service or default_service_model()
     return _capacity(workload, int(max_num_seqs), json.dumps(service.to_dict(), sort_keys=True, default=float))
 

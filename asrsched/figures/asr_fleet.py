@@ -1,0 +1,197 @@
+"""Figures of the ASR-fleet A/B study (:mod:`asrsched.abtest.asr_fleet`; house style, titles that state the finding).
+
+Builders take an :class:`~asrsched.abtest.asr_fleet.ASRStudyResult` or the tables of
+:mod:`asrsched.abtest.asr_fleet_report` and return a ``go.Figure``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from asrsched.abtest.asr_fleet import METRIC_LABELS, STATS, ASRStudyResult, metric_label
+from asrsched.abtest.asr_fleet_report import summary_table, tail_table
+from asrsched.figures.style import policy_color
+
+__all__ = ["fig_truth", "fig_estimates", "fig_rmse", "fig_tail", "fig_ablation"]
+
+
+def _wl_subplots(workloads, **kw):
+    return make_subplots(rows=1, cols=len(workloads), subplot_titles=list(workloads), **kw)
+
+
+def fig_truth(res: ASRStudyResult, metric: str = "e2el", stat: str = "mean") -> go.Figure:
+    """Ground truth: each setting's metric per workload (control vs treatment of both tests)."""
+    t = res.truth[(res.truth.metric == metric) & (res.truth.stat == stat)]
+    fig = go.Figure()
+    seen = set()
+    names, vals = [], []
+    for r in t.itertuples():
+        for arm in ("control", "treatment"):
+            setting = getattr(r, arm)
+            key = (r.workload, setting)
+            if key in seen:
+                continue
+            seen.add(key)
+            names.append((r.workload, setting))
+            vals.append(getattr(r, f"value_{arm}"))
+    df = pd.DataFrame(names, columns=["workload", "setting"]).assign(value=vals)
+    for setting, g in df.groupby("setting", sort=False):
+        router, policy = setting.split("|")
+        fig.add_trace(go.Bar(x=g.workload, y=g.value, name=f"router {router}, {policy.upper()}",
+                             marker_color=policy_color(router if router != "random" or policy == "fcfs" else policy),
+                             marker_pattern_shape="" if policy == "fcfs" else "/"))
+    rt = t[t.factor == "routing"]
+    st = t[t.factor == "scheduling"]
+    parts = []
+    if len(rt):
+        parts.append(f"{rt.treatment.iloc[0].split('|')[0]} routing {rt.gte_pct.mean():+.0f} %")
+    if len(st):
+        parts.append(f"{st.treatment.iloc[0].split('|')[1].upper()} {st.gte_pct.mean():+.0f} %")
+    fig.update_layout(barmode="group", title=f"Ground truth, {metric_label(metric, stat)}: " + ", ".join(parts)
+                      + " (mean over workloads)", yaxis_title=f"{metric_label(metric, stat)} (s)", xaxis_title="workload",
+                      height=460)
+    return fig
+
+
+_DQ = ("qdq", "wdq", "mixed_dq")
+_SHORT = {"naive": "naive", "group": "group", "switchback": "switchback", "qdq": "qDQ", "wdq": "wDQ",
+          "mixed_dq": "mixed DQ"}
+
+
+def fig_estimates(res: ASRStudyResult, factor: str = "routing", metric: str = "e2el", stat: str = "mean",
+                  summary: pd.DataFrame | None = None) -> go.Figure:
+    """Every experiment's estimate per design/estimator (one column per workload), truth as a dashed line.
+
+    The DQ family gets its own row (its spread is often 10-100x the others'), so the
+    design-based estimators stay readable.
+    """
+    s = summary if summary is not None else summary_table(res)
+    e = res.estimates
+    e = e[(e.factor == factor) & (e.metric == metric) & (e.stat == stat) & e["headline"].astype(bool)]
+    wls = [w for w in res.config.workloads if w in set(e.workload)]
+    has_dq = e.estimator.isin(_DQ).any()
+    rows = 2 if has_dq and (~e.estimator.isin(_DQ)).any() else 1
+    fig = make_subplots(rows=rows, cols=len(wls), shared_yaxes=True, vertical_spacing=0.12,
+                        subplot_titles=list(wls) + ([""] * len(wls) if rows == 2 else []))
+    shown = set()
+    for j, w in enumerate(wls, start=1):
+        ew = e[e.workload == w]
+        tr = res.truth[(res.truth.workload == w) & (res.truth.factor == factor) & (res.truth.metric == metric)
+                       & (res.truth.stat == stat)]
+        cats: dict[int, list] = {1: [], 2: []}
+        for (d, name), g in ew.groupby(["design", "estimator"], sort=False):
+            row = 2 if rows == 2 and name in _DQ else 1
+            lab = "replica" if d == "replica" else _SHORT.get(name, name)
+            cats[row].append(lab)
+            fig.add_trace(go.Box(x=[lab] * len(g), y=g.estimate, name=f"{_SHORT.get(name, name)} ({d})",
+                                 legendgroup=name, showlegend=name not in shown, boxpoints="all", jitter=0.4,
+                                 pointpos=0, marker=dict(color=policy_color(name), size=5),
+                                 line=dict(color=policy_color(name))), row=row, col=j)
+            shown.add(name)
+        for row in range(1, rows + 1):
+            if len(tr) and cats[row]:
+                fig.add_trace(go.Scatter(x=cats[row], y=[float(tr.gte.iloc[0])] * len(cats[row]), mode="lines",
+                                         name="truth (GTE)", legendgroup="truth", showlegend="truth" not in shown,
+                                         line=dict(color=policy_color("truth"), width=3, dash="dash")),
+                              row=row, col=j)
+                shown.add("truth")
+            fig.add_hline(y=0, line=dict(color="#888", dash="dot", width=1), row=row, col=j)
+    lab = f"effect on {metric_label(metric, stat)} (s)"
+    fig.update_yaxes(title_text=lab, row=1, col=1)
+    if rows == 2:
+        fig.update_yaxes(title_text="DQ family: " + lab, row=2, col=1)
+    ss = s[(s.factor == factor) & (s.metric == metric) & (s.stat == stat)]
+    title = f"{factor.capitalize()} A/B, {metric_label(metric, stat)}"
+    if len(ss):
+        best = ss.loc[ss.groupby("workload", sort=False)["mse"].idxmin()]
+        top = best.estimator.value_counts()
+        name = "replica design" if top.index[0] == "group" and factor == "scheduling" else _SHORT[top.index[0]]
+        title += f": {name} has the lowest MSE on {top.iloc[0]} of {len(best)} workloads"
+        nv = ss[ss.estimator == "naive"]
+        if len(nv) and stat == "mean":
+            title += f"; naive recovers {nv.recovered_pct.mean():.0f} % of the effect"
+    fig.update_layout(title=title, height=560 if rows == 1 else 760, showlegend=True)
+    return fig
+
+
+def fig_rmse(summary: pd.DataFrame, factor: str = "routing") -> go.Figure:
+    """RMSE relative to |truth| per design/estimator, grouped by metric, one panel per workload."""
+    s = summary[summary.factor == factor].copy()
+    s["cell"] = s.metric.map(METRIC_LABELS) + " " + s.stat
+    wls = list(dict.fromkeys(s.workload))
+    fig = _wl_subplots(wls, shared_yaxes=True)
+    for j, w in enumerate(wls, start=1):
+        sw = s[s.workload == w]
+        for (d, name), g in sw.groupby(["design", "estimator"], sort=False):
+            fig.add_trace(go.Bar(x=g.cell, y=g.rmse_pct, name=f"{name} ({d})", legendgroup=f"{name}{d}",
+                                 showlegend=j == 1, marker_color=policy_color(name),
+                                 marker_pattern_shape="/" if d in ("group", "replica") else ""), row=1, col=j)
+    fig.update_yaxes(type="log", tickvals=[1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000])
+    fig.update_yaxes(title_text="RMSE (% of |true effect|)", row=1, col=1)
+    best = s.loc[s.groupby(["workload", "cell"], sort=False)["mse"].idxmin()]
+    top = best.estimator.value_counts()
+    fig.update_layout(barmode="group", height=520,
+                      title=f"{factor.capitalize()} A/B: {top.index[0]} has the lowest error in {top.iloc[0]} of "
+                            f"{len(best)} workload × metric cells")
+    return fig
+
+
+def fig_tail(summary: pd.DataFrame) -> go.Figure:
+    """Share of the true effect that wDQ, qDQ and mixed DQ recover, for means vs P90 (Bernoulli routing test).
+
+    Bars: mean estimate / truth (1 = unbiased); error bars: the standard error of that mean over the
+    experiments (sd / sqrt(reps)), relative to the truth. The axis is clipped to [-3, 3].
+    """
+    t = tail_table(summary)
+    t = t[t.estimator.isin(["qdq", "wdq", "mixed_dq"])].copy()
+    t["cell"] = t.workload + "<br>" + t.metric.map(METRIC_LABELS)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["mean (Little's law holds)", "P90 (no Little's law)"],
+                        shared_yaxes=True)
+    for j, st in enumerate(STATS, start=1):
+        ts = t[t.stat == st]
+        for name, g in ts.groupby("estimator", sort=False):
+            den = g.truth.abs().replace(0, np.nan)
+            rec = g["mean"] / g.truth
+            fig.add_trace(go.Bar(x=g.cell, y=rec.clip(-3, 3), name=_SHORT[name], legendgroup=name, showlegend=j == 1,
+                                 marker_color=policy_color(name),
+                                 error_y=dict(type="data", array=(g.sd / den / np.sqrt(_reps(summary))).clip(upper=3),
+                                              visible=True,
+                                              thickness=1.2, width=3)), row=1, col=j)
+        fig.add_hline(y=1, line=dict(color=policy_color("truth"), dash="dash", width=2), row=1, col=j)
+        fig.add_hline(y=0, line=dict(color="#888", dash="dot"), row=1, col=j)
+    fig.update_yaxes(range=[-3.2, 3.2], title_text="mean estimate / true effect (1 = unbiased)", row=1, col=1)
+    mp = t[(t.stat == "p90") & (t.estimator == "mixed_dq")]
+    wp = t[(t.stat == "p90") & (t.estimator == "wdq")]
+    title = "Mixed DQ on P90"
+    if len(mp) and len(wp):
+        title += (f": {np.median(wp.sd.to_numpy() / mp.sd.to_numpy()):.0f}x less spread than wDQ but recovers "
+                  f"{100 * np.median(mp['mean'] / mp.truth):.0f} % of the effect (median); CI coverage "
+                  f"{100 * mp.coverage.mean():.0f} %")
+    fig.update_layout(barmode="group", title=title, height=520)
+    return fig
+
+
+def _reps(summary: pd.DataFrame) -> int:
+    return int(summary["reps"].max()) if len(summary) else 0
+
+
+def fig_ablation(ab: pd.DataFrame, metric: str = "e2el", stat: str = "mean") -> go.Figure:
+    """RMSE of qDQ, wDQ and mixed DQ against the horizon L (one panel per workload)."""
+    a = ab[(ab.metric == metric) & (ab.stat == stat)]
+    wls = list(dict.fromkeys(a.workload))
+    fig = _wl_subplots(wls, shared_yaxes=True)
+    for j, w in enumerate(wls, start=1):
+        for name, g in a[a.workload == w].groupby("estimator", sort=False):
+            fig.add_trace(go.Scatter(x=g.L_factor, y=g.rmse, mode="lines+markers", name=_SHORT[name], legendgroup=name,
+                                     showlegend=j == 1, line=dict(color=policy_color(name), width=2.5)), row=1, col=j)
+        fig.update_xaxes(title_text="L / default L", type="log", row=1, col=j)
+    fig.update_yaxes(type="log", tickvals=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100])
+    fig.update_yaxes(title_text=f"RMSE of the {metric_label(metric, stat)} effect (s)", row=1, col=1)
+    best = a.loc[a.groupby(["workload", "estimator"], sort=False)["rmse"].idxmin()]
+    title = f"DQ horizon, {metric_label(metric, stat)}: best L / default " + ", ".join(
+        f"{w} {g.loc[g.rmse.idxmin(), 'L_factor']:g}" for w, g in best.groupby("workload", sort=False))
+    fig.update_layout(title=title, height=480)
+    return fig
