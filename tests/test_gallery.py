@@ -9,8 +9,8 @@ import plotly.graph_objects as go
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from asrsched.figures import style as plots
 from asrsched.app.gallery import figure_layout, record_runs, render_gallery, scan_figures, write_gallery
+from asrsched.figures import style as plots
 from asrsched.figures.style import export_figure, export_session, export_table, policy_color
 
 needs_chromium = pytest.mark.skipif(plots._chromium() is None, reason="Debian chromium not installed")
@@ -94,6 +94,17 @@ def test_gallery_lists_figures_captions_sizes_parameters_and_stale_files(tmp_pat
         "[`notebooks/03_drift.ipynb`](../notebooks/03_drift.ipynb) (not in this checkout).").replace(
         "[`notebooks/05_nohtml.ipynb`](../notebooks/05_nohtml.ipynb).",
         "[`notebooks/05_nohtml.ipynb`](../notebooks/05_nohtml.ipynb) (not in this checkout).")
+
+
+def test_write_gallery_defaults_to_the_current_directory(tmp_path, monkeypatch):
+    """No arguments: ``./figures/README.md``; the notebooks it links to are the packaged ones."""
+    monkeypatch.delenv("ASRSCHED_ROOT", raising=False)
+    monkeypatch.delenv("ASRSCHED_FIGURES", raising=False)
+    monkeypatch.chdir(tmp_path)
+    export_table(__import__("pandas").DataFrame({"a": [1]}), "t", "03_workload_drift", root=tmp_path / "figures")
+    out = write_gallery()
+    assert out == tmp_path / "figures" / "README.md"
+    assert "[`notebooks/03_workload_drift.ipynb`](../notebooks/03_workload_drift.ipynb)." in out.read_text()
 
 
 @pytest.mark.slow

@@ -3,13 +3,17 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 import pandas as pd
 import pytest
 
+import asrsched
+from asrsched.app import paths
 from asrsched.app.cli import main
-from asrsched.app.runner import notebook_parameters, notebooks, run_notebook, run_series
+from asrsched.app.params import params_for, parse_value
+from asrsched.app.runner import notebook_parameters, notebooks, resolve, run_notebook, run_series
 
 
 def test_every_notebook_follows_the_conventions():
@@ -85,3 +89,59 @@ def test_params_file(tmp_path):
     p.write_text("[1, 2]")
     with pytest.raises(ValueError, match="must map notebook names"):
         load_params(p)
+
+
+def test_notebooks_come_from_the_package(monkeypatch):
+    """``asrsched.notebooks`` (package data); in this editable checkout that is the top-level notebooks/."""
+    monkeypatch.delenv(paths.ROOT_ENV, raising=False)
+    d = paths.notebooks_dir()
+    assert d.resolve() == (Path(asrsched.__file__).resolve().parents[1] / "notebooks")
+    assert notebooks() and all(nb.parent == d for nb in notebooks())
+    assert resolve("03").name == "03_workload_drift.ipynb"
+
+
+def test_results_go_under_the_current_directory_or_asrsched_root(tmp_path, monkeypatch):
+    monkeypatch.delenv(paths.ROOT_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert paths.runs_dir() == tmp_path / "runs" and paths.figures_dir() == tmp_path / "figures"
+    assert paths.new_run_dir().parent == tmp_path / "runs"
+    nb = resolve("03")
+    # notebooks outside <base>/notebooks (installed, or a checkout run from elsewhere): the kernel runs in the run folder
+    assert paths.kernel_dir(nb, fallback=tmp_path / "runs" / "x") == (tmp_path / "runs" / "x").resolve()
+    # run from the checkout root (bash scripts/main.sh): the notebooks' own folder, as always
+    repo = nb.resolve().parents[1]
+    monkeypatch.chdir(repo)
+    assert paths.kernel_dir(nb, fallback=tmp_path) == nb.resolve().parent
+    assert paths.figures_dir() == repo / "figures"
+    # $ASRSCHED_ROOT: a project folder with its own notebooks/, runs/ and figures/
+    monkeypatch.setenv(paths.ROOT_ENV, str(tmp_path))
+    assert paths.notebooks_dir() == tmp_path / "notebooks" and paths.runs_dir() == tmp_path / "runs"
+    with pytest.raises(ValueError, match="unknown notebook '03'; available: $"):
+        resolve("03")
+
+
+def test_parameter_values_and_merging():
+    assert parse_value("[6, 19]") == [6, 19] and parse_value("0.5") == 0.5 and parse_value("sjf") == "sjf"
+    assert parse_value(3) == 3 and parse_value("None") is None
+    params = {"*": {"SEED": 1, "NOPE": 2}, "02": {"RATES": [1]}, "02_policy_sweep": {"RATES": [2]}}
+    assert params_for("02_policy_sweep", params, {"SEED": "0", "RATES": "[]"}) == {"SEED": 1, "RATES": [2]}
+
+
+def test_cli_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"asrsched {asrsched.__version__}"
+
+
+def test_cli_run_writes_under_the_current_directory(tmp_path, monkeypatch):
+    """``asrsched run 03`` from an empty folder: the executed copy in ./runs/<timestamp>/, figures in ./figures/."""
+    monkeypatch.delenv(paths.ROOT_ENV, raising=False)
+    monkeypatch.delenv(paths.FIGURES_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "03", "-p", "N_REQUESTS", "900", "-p", "PHASES", "[[0, 'librispeech'], [40, 'uniform']]",
+                 "-p", "RAMP_S", "20.0"]) == 0
+    (run,) = (tmp_path / "runs").iterdir()
+    assert (run / "03_workload_drift.ipynb").exists()
+    assert (tmp_path / "figures" / "03_workload_drift" / "phase_latency.csv").exists()
+    assert "03_workload_drift" in (tmp_path / "figures" / "README.md").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figures", "runs"]

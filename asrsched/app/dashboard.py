@@ -7,9 +7,12 @@ starts), then serves it with ``voila`` on ``127.0.0.1`` with a random token and 
 Every visit runs the notebook top to bottom in a fresh kernel, then the sliders and dropdowns
 work as in JupyterLab.
 
-* The kernel's working directory is the original ``notebooks/`` folder, so relative paths in the
-  parameters (caches, ``../runs/...``) mean what they mean in JupyterLab and in batch runs.
-* Figures the notebook exports go to ``runs/dashboard/figures/`` (``--figures`` to change), so
+* The kernel's working directory is the one a batch run would use (:func:`asrsched.app.paths.kernel_dir`):
+  the original ``notebooks/`` folder in a checkout run from its root, so relative paths in the
+  parameters (caches, ``../runs/...``) mean what they mean in JupyterLab and in batch runs; the
+  copy's folder otherwise (notebooks from an installed package).
+* The copy and the exports go under the current directory (or ``$ASRSCHED_ROOT``):
+  ``runs/dashboard/`` and ``runs/dashboard/figures/`` (``--out-dir``, ``--figures`` to change), so
   a dashboard session never overwrites the report gallery in ``figures/``.
 * Progress bars are plain text in a dashboard (a widget bar that closes itself would show as
   "Error displaying widget" once Voila restores the page).
@@ -27,6 +30,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from asrsched.app import paths
+from asrsched.app.params import load_params, notebook_parameters, params_for, parse_value
+from asrsched.app.runner import resolve
 
 __all__ = ["prepare", "voila_command", "main"]
 
@@ -52,21 +59,19 @@ def prepare(notebook: str, parameters: Mapping[str, Any] | None = None, *, out_d
     from papermill.iorw import load_notebook_node
     from papermill.parameterize import parameterize_notebook
 
-    from asrsched.app.runner import notebook_parameters, project_root, resolve
-
-    root = Path(root or project_root())
     nb_path = resolve(str(notebook), root).resolve()
     params = dict(parameters or {})
     known = notebook_parameters(nb_path)
     unknown = sorted(set(params) - set(known))
     if unknown:
         raise ValueError(f"{nb_path.stem}: unknown parameter(s) {', '.join(unknown)}; allowed: {', '.join(known)}")
+    out_dir = Path(out_dir or paths.runs_dir(root) / "dashboard")
+    cwd = paths.kernel_dir(nb_path, fallback=out_dir, root=root)
     nb = parameterize_notebook(load_notebook_node(str(nb_path)), params)
     for cell in nb.cells:
         if "injected-parameters" in cell.metadata.get("tags", []):
-            cell.source = DASHBOARD_PRELUDE.format(cwd=str(nb_path.parent)) + cell.source
+            cell.source = DASHBOARD_PRELUDE.format(cwd=str(cwd)) + cell.source
             break
-    out_dir = Path(out_dir or root / "runs" / "dashboard")
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / nb_path.name
     nbformat.write(nb, out)
@@ -108,9 +113,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """``asrsched dashboard NB [-p NAME VALUE] [--params FILE] [--port P] [--token T|--no-token] ...``."""
-    from asrsched.app.cli import _literal
-    from asrsched.app.runner import load_params, notebook_parameters, project_root, resolve
-
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
     if "--" in argv:
@@ -118,23 +120,19 @@ def main(argv: list[str] | None = None) -> int:
         argv, extra = argv[:i], argv[i + 1:]
     ap = build_parser()
     args = ap.parse_args(argv)
-    root = project_root()
     try:
-        nb = resolve(args.notebook, root)
-        file_params = load_params(args.params)
-        known = notebook_parameters(nb)
-        params = {k: v for k, v in file_params.get("*", {}).items() if k in known}  # "*" applies where it fits
-        params.update(file_params.get(nb.stem.split("_")[0], {}))
-        params.update(file_params.get(nb.stem, {}))
-        params.update({k: _literal(v) for k, v in (args.param or [])})
-        path = prepare(nb, params, out_dir=args.out_dir, root=root)
+        nb = resolve(args.notebook)
+        # "*" applies where the notebook has the parameter; -p wins over the file
+        params = params_for(nb.stem, load_params(args.params), notebook_parameters(nb))
+        params.update({k: parse_value(v) for k, v in (args.param or [])})
+        path = prepare(nb, params, out_dir=args.out_dir)
     except (ValueError, FileNotFoundError) as e:
         print(f"asrsched dashboard: error: {e}", file=sys.stderr)
         return 2
     token = None if args.no_token else (args.token or secrets.token_urlsafe(16))
     cmd = voila_command(path, ip=args.ip, port=args.port, token=token, open_browser=not args.no_browser,
                         show_tracebacks=not args.hide_tracebacks, extra=extra)
-    figures = Path(args.figures or root / "runs" / "dashboard" / "figures").resolve()
+    figures = Path(args.figures or paths.runs_dir() / "dashboard" / "figures").resolve()
     host = "127.0.0.1" if args.ip in ("0.0.0.0", "") else args.ip
     url = f"http://{host}:{args.port}/" + (f"?token={token}" if token else "")
     print(f"[dashboard] {nb.stem} with {params or 'default parameters'}", flush=True)
@@ -143,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         print(" ".join(cmd))
         return 0
     print(f"[dashboard] open {url}  (Ctrl-C stops)", flush=True)
-    env = dict(os.environ, ASRSCHED_FIGURES=str(figures))
+    env = dict(os.environ, **{paths.FIGURES_ENV: str(figures)})
     proc = subprocess.Popen(cmd, env=env)
 
     def _forward(signum, _frame):

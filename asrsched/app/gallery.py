@@ -28,6 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from asrsched.app import paths
+from asrsched.app.params import parse_value
 from asrsched.figures.style import PNG_SCALE, PRINT_HEIGHT, PRINT_WIDTH
 
 __all__ = ["figure_layout", "FigureInfo", "scan_figures", "record_runs", "write_gallery", "render_gallery", "main"]
@@ -202,7 +204,7 @@ def record_runs(run_dir: str | os.PathLike, figures_root: str | os.PathLike) -> 
             defaults = {k: v["default"] for k, v in pm.inspect_notebook(str(nb_path)).items()}
         except Exception as e:  # an unreadable parameters cell must not hide the run
             defaults, note = {}, f"defaults not readable ({type(e).__name__}: {e}); only injected values listed"
-        params = {**{k: _literal(v) for k, v in defaults.items()}, **injected}
+        params = {**{k: parse_value(v) for k, v in defaults.items()}, **injected}
         rec = {
             "notebook": nb_path.stem,
             "parameters": params,
@@ -219,17 +221,6 @@ def record_runs(run_dir: str | os.PathLike, figures_root: str | os.PathLike) -> 
         (d / RUN_RECORD).write_text(json.dumps(rec, indent=1, default=str) + "\n")
         written.append(d / RUN_RECORD)
     return written
-
-
-def _literal(v: Any) -> Any:
-    import ast
-
-    if isinstance(v, str):
-        try:
-            return ast.literal_eval(v)
-        except (ValueError, SyntaxError):
-            return v
-    return v
 
 
 def _fmt_value(v: Any) -> str:
@@ -334,17 +325,19 @@ def write_gallery(figures_root: str | os.PathLike | None = None, *, run_dir: str
                   root: str | os.PathLike | None = None) -> Path:
     """Record the runs in ``run_dir`` (if given) and write ``<figures_root>/README.md``.
 
-    ``figures_root`` defaults to ``$ASRSCHED_FIGURES`` or ``<root>/figures``; ``root`` to the project
-    root. Returns the README path.
+    ``figures_root`` defaults to ``$ASRSCHED_FIGURES`` or ``<base>/figures``; the notebooks the
+    gallery links to are looked up in :func:`asrsched.app.paths.notebooks_dir` (``root``: a project
+    folder with ``notebooks/``, see :mod:`asrsched.app.paths`). Returns the README path.
     """
-    from asrsched.app.runner import project_root
-
-    root = Path(root or project_root())
-    figures_root = Path(figures_root or os.environ.get("ASRSCHED_FIGURES") or root / "figures")
+    figures_root = Path(figures_root or os.environ.get(paths.FIGURES_ENV) or paths.figures_dir(root))
     figures_root.mkdir(parents=True, exist_ok=True)
     if run_dir is not None and Path(run_dir).is_dir():
         record_runs(run_dir, figures_root)
-    text = render_gallery(figures_root, notebooks_dir=root / "notebooks")
+    try:
+        nb_dir = paths.notebooks_dir(root)
+    except FileNotFoundError:
+        nb_dir = None
+    text = render_gallery(figures_root, notebooks_dir=nb_dir)
     out = figures_root / "README.md"
     out.write_text(text, encoding="utf-8")
     return out

@@ -1,0 +1,62 @@
+"""Notebook parameters: the ``parameters`` cell, parameter files and ``-p NAME VALUE`` values.
+
+A parameter file is JSON, ``{"02_policy_sweep": {"N_REQUESTS": 500}, "02": {...}, "*": {"SEED": 1}}``:
+keys are notebook stems, number prefixes or ``"*"`` (every notebook that has the parameter).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["parse_value", "load_params", "notebook_parameters", "params_for"]
+
+
+def parse_value(value: Any) -> Any:
+    """A parameter value from text: a Python literal (``"[6, 19]"`` → list, ``"0.5"`` → float) or else
+    the string itself. Non-strings are returned unchanged."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return value
+
+
+def load_params(path: str | os.PathLike | None) -> dict[str, dict]:
+    """Read a JSON parameter file (``{notebook_stem_or_*: {NAME: value}}``)."""
+    if not path:
+        return {}
+    try:
+        d = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"parameter file not found: {path}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"parameter file {path} is not valid JSON: {e}") from None
+    if not isinstance(d, dict) or not all(isinstance(v, dict) for v in d.values()):
+        raise ValueError(f"parameter file {path} must map notebook names to {{NAME: value}} objects")
+    return d
+
+
+def notebook_parameters(nb: str | os.PathLike) -> dict[str, Any]:
+    """Names and default values (source text) of a notebook's ``parameters`` cell."""
+    import papermill as pm
+
+    return {k: v["default"] for k, v in pm.inspect_notebook(str(nb)).items()}
+
+
+def params_for(stem: str, params: Mapping[str, Mapping[str, Any]], known: Mapping[str, Any] | None = None
+               ) -> dict[str, Any]:
+    """The values of ``params`` (a parameter file's content) for notebook ``stem``.
+
+    ``"*"`` applies where the notebook has the parameter (``known``: its parameter names), then the
+    number prefix (``"02"``), then the full stem; later ones win.
+    """
+    p = {k: v for k, v in params.get("*", {}).items() if known is None or k in known}
+    p.update(params.get(stem.split("_")[0], {}))
+    p.update(params.get(stem, {}))
+    return p
