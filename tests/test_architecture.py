@@ -1,0 +1,120 @@
+"""The package's shape holds: layers point one way, no module reaches into another's private names,
+the tree is what pyproject ships, and the code (notebook sources included) is lint-clean.
+
+The layer contract itself lives in pyproject.toml ([tool.importlinter]); `lint-imports` checks it here so
+a wrong-way import fails CI. The other checks are plain AST scans that could fail on a one-line change.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "asrsched"
+BIN = Path(sys.executable).parent
+
+
+def _tool(name: str) -> str:
+    exe = BIN / name
+    if exe.exists():
+        return str(exe)
+    found = shutil.which(name)
+    if not found:
+        pytest.fail(f"{name} is not installed: pip install -e '.[dev]'")
+    return found
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package by dotted name."""
+    out = {}
+    for p in sorted(PKG.rglob("*.py")):
+        rel = p.relative_to(ROOT).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        out[".".join(parts)] = p
+    return out
+
+
+def _is_package(dotted: str, mods: dict[str, Path]) -> bool:
+    return dotted in mods and mods[dotted].name == "__init__.py"
+
+
+def private_imports(path: Path, module: str, mods: dict[str, Path]) -> list[str]:
+    """``from X import _name`` where ``X`` is another module of the package (not a parent package).
+
+    Names with a leading underscore are a module's own business; another module that needs one needs a
+    public name instead. Dunder names (``__version__``) are public.
+    """
+    tree = ast.parse(path.read_text(), filename=str(path))
+    pkg_parts = module.split(".") if _is_package(module, mods) else module.split(".")[:-1]
+    bad = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = pkg_parts[: len(pkg_parts) - (node.level - 1)]
+            src = ".".join(base + ([node.module] if node.module else []))
+        else:
+            src = node.module or ""
+        if not src.startswith("asrsched") or src == module:
+            continue
+        for alias in node.names:
+            if alias.name.startswith("_") and not alias.name.startswith("__"):
+                where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                bad.append(f"{where}:{node.lineno}: from {src} import {alias.name}")
+    return bad
+
+
+def test_layers_and_no_cycles_hold():
+    """import-linter: the layer order, no cycles between sibling modules, no heavy deps in the base install."""
+    res = subprocess.run([_tool("lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
+    assert "broken" in res.stdout and " 0 broken" in res.stdout, res.stdout[-3000:]
+
+
+def test_no_module_imports_another_modules_private_names():
+    mods = _modules()
+    bad = [b for name, p in mods.items() for b in private_imports(p, name, mods)]
+    assert not bad, "\n".join(bad)
+
+
+def test_private_import_check_can_fail(tmp_path):
+    """The scan above sees both absolute and relative private imports (and leaves dunders alone)."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("from asrsched.sim.engine import _secret\nfrom .kernels import _fast\n"
+                     "from asrsched import __version__\nfrom asrsched.sim.engine import simulate\n")
+    found = private_imports(probe, "asrsched.sim.probe", _modules())
+    assert [f.split(": ", 1)[1] for f in found] == ["from asrsched.sim.engine import _secret",
+                                                    "from asrsched.sim.kernels import _fast"]
+
+
+def test_top_level_holds_subpackages_and_few_modules():
+    modules = sorted(p.name for p in PKG.glob("*.py"))
+    assert modules == ["__init__.py"] or len(modules) <= 3, modules
+    subpackages = {p.parent.name for p in PKG.glob("*/__init__.py")}
+    assert {"core", "sim", "abtest", "whisper", "profiling", "vllm_plugin", "serving", "figures", "app"} <= subpackages
+
+
+def test_pyproject_ships_every_subpackage():
+    """The explicit package list in pyproject.toml names every folder with an __init__.py (a wheel would
+    silently drop one that is missing), plus the data and notebooks package-data packages."""
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(conf["packages"])
+    on_disk = {name for name, p in _modules().items() if p.name == "__init__.py"}
+    assert on_disk - listed == set(), f"add to [tool.setuptools] packages: {sorted(on_disk - listed)}"
+    assert {"asrsched.data", "asrsched.notebooks"} <= listed
+    assert conf["package-dir"]["asrsched.notebooks"] == "notebooks"
+
+
+def test_ruff_is_clean_including_notebook_sources():
+    res = subprocess.run([_tool("ruff"), "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout[-6000:]
+    assert list((ROOT / "notebooks").glob("*.py")), "notebook sources (jupytext py:percent) are missing"
