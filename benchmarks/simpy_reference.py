@@ -30,8 +30,8 @@ import simpy
 
 from asrsched.core.policies import Job, make_queue
 from asrsched.core.service import ServiceModel, default_service_model
-from asrsched.sim.engine import RECORD_COLUMNS, add_derived, estimate_services
 from asrsched.core.workloads import Trace
+from asrsched.sim.engine import RECORD_COLUMNS, add_derived, estimate_services
 
 __all__ = ["simulate_simpy"]
 

@@ -76,8 +76,9 @@ PROFILE_JSON = ""
 import pandas as pd
 from IPython.display import display
 
-from asrsched.figures.profiling import fig_batch, fig_kappa, fig_rtf, fig_time_model, fig_vad, kappa_explorer
+from asrsched.figures.profiling import fig_batch, fig_kappa, fig_rtf, fig_time_model, fig_vad
 from asrsched.figures.style import export_figure, export_session, export_table
+from asrsched.figures.widgets import kappa_explorer
 from asrsched.profiling.run import run_profile
 
 NB = "01_profile_whisper"

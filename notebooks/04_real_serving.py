@@ -188,6 +188,6 @@ print(f"service time of the requests: {sv.quantile(0.1):.2f}-{sv.quantile(0.9):.
 # measured records; nothing is re-run).
 
 # %%
-from asrsched.figures.serving import serving_explorer
+from asrsched.figures.widgets import serving_explorer
 
 serving_explorer(exp.records, exp.sim)

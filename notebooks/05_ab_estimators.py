@@ -100,8 +100,8 @@ from asrsched.figures.abtest import (
     fig_scenario,
     fig_switchback,
 )
-from asrsched.figures.abtest_widgets import estimator_explorer
 from asrsched.figures.style import export_figure, export_session, export_table
+from asrsched.figures.widgets import estimator_explorer
 
 NB = "05_ab_estimators"
 pd.set_option("display.precision", 4)

@@ -99,9 +99,11 @@ import time
 import pandas as pd
 from IPython.display import Markdown, display
 
-from asrsched import abasr
-from asrsched.abtest.asr_fleet import ASRStudyConfig, run_study
+from asrsched.abtest import asr_fleet_report as report
+from asrsched.abtest.asr_fleet import LARGE_STUDY, ASRStudyConfig, run_study
+from asrsched.figures import asr_fleet as figs
 from asrsched.figures.style import export_figure, export_session, export_table
+from asrsched.figures.widgets import ab_explorer
 
 NB = "06_ab_asr_policies"
 cfg = ASRStudyConfig(workloads=tuple(WORKLOADS), n_replicas=N_REPLICAS, load=LOAD, n_requests=N_REQUESTS,
@@ -111,7 +113,7 @@ cfg = ASRStudyConfig(workloads=tuple(WORKLOADS), n_replicas=N_REPLICAS, load=LOA
                      burn_in_s=BURN_IN_S, sb_burn_ins=tuple(SB_BURN_INS), L=L, L_factors=tuple(L_FACTORS),
                      reps=REPS, truth_seeds=TRUTH_SEEDS, seed=SEED)
 if LARGE:
-    cfg = cfg.replace(**abasr.LARGE_STUDY)
+    cfg = cfg.replace(**LARGE_STUDY)
 cfg.validate()
 pd.DataFrame({w: {"total rate (req/s)": cfg.total_rate(w), "L (requests)": cfg.L_for(cfg.total_rate(w)),
                   "run length (s)": cfg.n_requests / cfg.total_rate(w)} for w in cfg.workloads}).round(1)
@@ -119,7 +121,7 @@ pd.DataFrame({w: {"total rate (req/s)": cfg.total_rate(w), "L (requests)": cfg.L
 # %%
 t0 = time.perf_counter()
 res = run_study(cfg, n_jobs=N_JOBS, address=DASK_ADDRESS, cache_dir=CACHE_DIR)
-summary = abasr.summary_table(res)
+summary = report.summary_table(res)
 print(f"{len(res.estimates)} estimates from {cfg.reps} experiments x {len(cfg.designs())} designs x "
       f"{len(cfg.workloads)} workloads, plus {len(res.truth_runs)} ground-truth runs, in {time.perf_counter() - t0:.0f} s")
 
@@ -129,7 +131,7 @@ print(f"{len(res.estimates)} estimates from {cfg.reps} experiments x {len(cfg.de
 # treatment minus control (negative = the treatment is faster), with its standard error over the truth traces.
 
 # %%
-truth = abasr.truth_table(res)
+truth = report.truth_table(res)
 truth.pivot_table(index=["factor", "workload"], columns=["metric", "stat"], values="gte_pct").round(1)
 
 # %% [markdown]
@@ -145,7 +147,7 @@ with pd.option_context("display.max_rows", 200):
     display(summary[cols].round(4))
 
 # %%
-best = abasr.best_table(summary)
+best = report.best_table(summary)
 best.round(3)
 
 # %% [markdown]
@@ -157,31 +159,31 @@ best.round(3)
 # the correlation of wDQ and qDQ across experiments and `sd_vs_wdq` each estimator's spread relative to wDQ.
 
 # %%
-tail = abasr.tail_table(summary, res)
+tail = report.tail_table(summary, res)
 tail.round(3)
 
 # %% [markdown]
 # ## DQ horizon and switchback burn-in
 
 # %%
-ablation = abasr.ablation_table(res)
-burn = abasr.burn_in_table(res)
+ablation = report.ablation_table(res)
+burn = report.burn_in_table(res)
 display(ablation[(ablation.metric == "e2el") & (ablation.stat == "mean")].round(3))
 display(burn[(burn.metric == "e2el") & (burn.stat == "mean")].round(3))
 
 # %%
 figs = {
-    "ground_truth_e2el": abasr.fig_truth(res, "e2el", "mean"),
-    "ground_truth_ttft": abasr.fig_truth(res, "ttft", "mean"),
-    "routing_mean_e2el": abasr.fig_estimates(res, "routing", "e2el", "mean", summary=summary),
-    "routing_p90_e2el": abasr.fig_estimates(res, "routing", "e2el", "p90", summary=summary),
-    "routing_mean_ttft": abasr.fig_estimates(res, "routing", "ttft", "mean", summary=summary),
-    "scheduling_mean_e2el": abasr.fig_estimates(res, "scheduling", "e2el", "mean", summary=summary),
-    "scheduling_mean_ttft": abasr.fig_estimates(res, "scheduling", "ttft", "mean", summary=summary),
-    "rmse_routing": abasr.fig_rmse(summary, "routing"),
-    "rmse_scheduling": abasr.fig_rmse(summary, "scheduling"),
-    "tail_mixed_dq": abasr.fig_tail(summary),
-    "dq_horizon_e2el": abasr.fig_ablation(ablation, "e2el", "mean"),
+    "ground_truth_e2el": figs.fig_truth(res, "e2el", "mean"),
+    "ground_truth_ttft": figs.fig_truth(res, "ttft", "mean"),
+    "routing_mean_e2el": figs.fig_estimates(res, "routing", "e2el", "mean", summary=summary),
+    "routing_p90_e2el": figs.fig_estimates(res, "routing", "e2el", "p90", summary=summary),
+    "routing_mean_ttft": figs.fig_estimates(res, "routing", "ttft", "mean", summary=summary),
+    "scheduling_mean_e2el": figs.fig_estimates(res, "scheduling", "e2el", "mean", summary=summary),
+    "scheduling_mean_ttft": figs.fig_estimates(res, "scheduling", "ttft", "mean", summary=summary),
+    "rmse_routing": figs.fig_rmse(summary, "routing"),
+    "rmse_scheduling": figs.fig_rmse(summary, "scheduling"),
+    "tail_mixed_dq": figs.fig_tail(summary),
+    "dq_horizon_e2el": figs.fig_ablation(ablation, "e2el", "mean"),
 }
 with export_session():
     for name, fig in figs.items():
@@ -204,7 +206,7 @@ for name in ("ground_truth_e2el", "routing_mean_e2el", "rmse_routing", "rmse_sch
 
 # %%
 print(f"Little's law, largest |lam*W/X - 1| over {len(res.little)} trajectories: {res.little.rel_gap.abs().max():.4f}")
-display(Markdown(abasr.recommendation(res, summary)))
+display(Markdown(report.recommendation(res, summary)))
 
 # %% [markdown]
 # ## Explore
@@ -213,4 +215,4 @@ display(Markdown(abasr.recommendation(res, summary)))
 # scales them), so they take longer.
 
 # %%
-abasr.ab_explorer(cfg, workload=cfg.workloads[0], reps=min(cfg.reps, 4), n_requests=min(cfg.n_requests, 8000))
+ab_explorer(cfg, workload=cfg.workloads[0], reps=min(cfg.reps, 4), n_requests=min(cfg.n_requests, 8000))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from asrsched.sim.parallel import map_tasks
 from asrsched.core.workloads import make_trace
+from asrsched.sim.parallel import map_tasks
 
 TASKS = [dict(workload=w, rate=r, n=200, seed=s) for w in ("librispeech", "uniform") for r in (2.0, 9.0)
          for s in (0, 1)]

@@ -8,8 +8,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from asrsched.figures import style as plots
 from asrsched.app.gallery import figure_layout
+from asrsched.figures import style as plots
 from asrsched.figures.style import (
     ESTIMATOR_COLORS,
     PNG_SCALE,
@@ -70,8 +70,8 @@ def test_every_policy_and_estimator_has_one_fixed_distinct_colour():
 def test_batch_figures_and_interactive_panel_use_the_same_policy_colours():
     """The simulator figure builders (batch path) and the explorer widget (browser) colour by policy."""
     from asrsched.figures.sim import fig_cdf, fig_occupancy
-    from asrsched.sim.sweep import point_records
     from asrsched.figures.widgets import policy_explorer
+    from asrsched.sim.sweep import point_records
 
     res = point_records("librispeech", 12, ["fcfs", "sjf", "hrrn", "adaptive"], n_requests=150)
     figs = [fig_cdf({p: r.records for p, r in res.items()}), fig_occupancy({p: r.timeline for p, r in res.items()})]

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from asrsched.core.service import ServiceModel, default_service_model
-from asrsched.sim.engine import simulate
 from asrsched.core.workloads import make_trace
+from asrsched.sim.engine import simulate
 
 COLS = ["admit", "first_token", "finish"]
 

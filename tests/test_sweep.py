@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from asrsched.core.metrics import relative_change
-from asrsched.sim.sweep import drift_records, headline, phase_table, run_sweep
 from asrsched.core.workloads import Drift, make_source
+from asrsched.sim.sweep import drift_records, headline, phase_table, run_sweep
 
 GRID = dict(rates=[6.0, 19.0], policies=["fcfs", "sjf", "hrrn"], workloads=["librispeech"], seeds=[0],
             n_requests=400)

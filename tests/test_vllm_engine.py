@@ -16,8 +16,8 @@ import time
 import numpy as np
 import pytest
 
-from asrsched.whisper.corpus import synthesize, synthesize_to_duration
 from asrsched.vllm_plugin.backend import VllmBackend
+from asrsched.whisper.corpus import synthesize, synthesize_to_duration
 
 # vLLM is imported lazily (by the engine / the server process): collecting this module stays cheap
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.skipif(

@@ -20,9 +20,9 @@ import httpx
 import pytest
 import soundfile as sf
 
-from asrsched.whisper.corpus import synthesize, synthesize_to_duration
-from asrsched.whisper.convert import convert
 from asrsched.vllm_plugin.backend import server_command
+from asrsched.whisper.convert import convert
+from asrsched.whisper.corpus import synthesize, synthesize_to_duration
 
 # vLLM is imported lazily (by the engine / the server process): collecting this module stays cheap
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.skipif(

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from asrsched.sim.engine import trace_chunks
 from asrsched.core.workloads import (
     Drift,
     Mixture,
@@ -28,6 +27,7 @@ from asrsched.core.workloads import (
     true_tokens,
     workload_names,
 )
+from asrsched.sim.engine import trace_chunks
 
 # ----------------------------------------------------------------------------- duration sources
 

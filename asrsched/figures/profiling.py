@@ -12,16 +12,16 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from asrsched.figures.style import policy_color
-from asrsched.profiling.fit import KappaFit, fit_kappa
-from asrsched.profiling.measure import CLOCKS, TOKEN_COLUMNS
 from asrsched.core.service import ServiceModel
+from asrsched.figures.style import policy_color
+from asrsched.profiling.fit import KappaFit
+from asrsched.profiling.measure import CLOCKS
 
-__all__ = ["fig_kappa", "fig_time_model", "fig_rtf", "fig_vad", "fig_batch", "kappa_explorer"]
+__all__ = ["TOKEN_LABELS", "DURATION_LABELS", "fig_kappa", "fig_time_model", "fig_rtf", "fig_vad", "fig_batch"]
 
-_TOKLABEL = {"decode_steps": "decoder steps", "tokens_generated": "generated tokens",
+TOKEN_LABELS = {"decode_steps": "decoder steps", "tokens_generated": "generated tokens",
              "tokens_kept": "transcript tokens", "tokens_text": "text tokens"}
-_DURLABEL = {"audio_s": "file duration", "speech_s": "true speech duration", "vad_silero_s": "silero VAD speech",
+DURATION_LABELS = {"audio_s": "file duration", "speech_s": "true speech duration", "vad_silero_s": "silero VAD speech",
              "vad_energy_s": "energy VAD speech"}
 
 
@@ -59,10 +59,10 @@ def fig_kappa(rows: pd.DataFrame, kfit: KappaFit, *, held: pd.DataFrame | None =
     fig.add_hline(y=0, line=dict(color="#888", dash="dot"), row=2, col=1)
     ks = ", ".join(f"{r.language} {r.kappa:.1f}" for r in kfit.table.itertuples())
     r2 = kfit.table["r2"].min() if len(kfit.table) else float("nan")
-    fig.update_layout(title=f"{_TOKLABEL.get(tok, tok).capitalize()} grow linearly with duration: κ = {ks} per s "
+    fig.update_layout(title=f"{TOKEN_LABELS.get(tok, tok).capitalize()} grow linearly with duration: κ = {ks} per s "
                             f"(R² ≥ {r2:.2f})", legend=dict(x=0.01, y=0.99, xanchor="left"), height=620)
-    fig.update_xaxes(title_text=f"{_DURLABEL.get(dur, dur)} (s)", row=2, col=1)
-    fig.update_yaxes(title_text=f"{_TOKLABEL.get(tok, tok)} (count)", row=1, col=1)
+    fig.update_xaxes(title_text=f"{DURATION_LABELS.get(dur, dur)} (s)", row=2, col=1)
+    fig.update_yaxes(title_text=f"{TOKEN_LABELS.get(tok, tok)} (count)", row=1, col=1)
     fig.update_yaxes(title_text="residual (tokens)", row=2, col=1)
     return fig
 
@@ -105,7 +105,7 @@ def fig_time_model(rows: pd.DataFrame, model: ServiceModel, holdout: dict | None
              f"{max(1, round(100 * abs(holdout['rel_error'])))} % (n={holdout['n']})")
     fig.update_layout(title=t, height=560, legend=dict(orientation="h", x=0, y=-0.18, xanchor="left", yanchor="top"),
                       margin=dict(b=120))
-    fig.update_xaxes(title_text=f"{_TOKLABEL.get(tok, tok)} (count)", row=1, col=1)
+    fig.update_xaxes(title_text=f"{TOKEN_LABELS.get(tok, tok)} (count)", row=1, col=1)
     fig.update_yaxes(title_text=f"measured {what} (s)", row=1, col=1)
     fig.update_xaxes(title_text=f"measured {what} (s)", row=1, col=2)
     fig.update_yaxes(title_text="predicted from measured tokens (s)", row=1, col=2)
@@ -174,44 +174,3 @@ def fig_batch(batch: pd.DataFrame, model: ServiceModel) -> go.Figure:
                       yaxis_title="decode step CPU time (ms)" if cpu else "decode step time (ms)",
                       xaxis=dict(dtick=1))
     return fig
-
-
-def kappa_explorer(rows: pd.DataFrame, *, tokens: str = "decode_steps", duration: str = "audio_s",
-                   include_silence: bool = False, n_boot: int = 500, seed: int = 0):
-    """Dropdowns for the token definition and the duration used, a checkbox for the silence clips,
-    over :func:`fig_kappa` computed by the same :func:`~asrsched.profiling.fit.fit_kappa` as the batch path.
-
-    Computes its first view when built, then only reacts to the user (never blocks papermill).
-    """
-    import ipywidgets as W
-
-    tok_w = W.Dropdown(options=[(_TOKLABEL[t], t) for t in TOKEN_COLUMNS], value=tokens, description="tokens")
-    durs = [c for c in _DURLABEL if c in rows and rows[c].notna().any()]
-    dur_w = W.Dropdown(options=[(_DURLABEL[c], c) for c in durs], value=duration, description="duration")
-    sil_w = W.Checkbox(value=include_silence, description="include clips with silence")
-    fig = go.FigureWidget()
-    msg = W.HTML()
-
-    def update(*_):
-        d = rows if sil_w.value else rows[~rows["silence"].astype(bool)]
-        try:
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                kf = fit_kappa(d, tokens=tok_w.value, duration=dur_w.value, n_boot=n_boot, seed=seed)
-        except ValueError as e:
-            msg.value = f"<b>{e}</b>"
-            return
-        new = fig_kappa(d, kf)
-        with fig.batch_update():
-            fig.data = []
-            fig.layout = new.layout
-            for tr in new.data:
-                fig.add_trace(tr)
-        msg.value = "<br>".join(f"{k}: {v}" for k, v in kf.skipped.items())
-
-    for w in (tok_w, dur_w, sil_w):
-        w.observe(update, names="value")
-    update()
-    return W.VBox([W.HBox([tok_w, dur_w, sil_w]), fig, msg])

@@ -13,10 +13,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from asrsched.core.metrics import latency_cdf
-from asrsched.figures.style import policy_color
 from asrsched.core.service import ServiceModel
+from asrsched.figures.style import policy_color
 
-__all__ = ["fig_cdfs", "fig_latency_vs_load", "fig_prediction", "fig_calibration", "serving_explorer",
+__all__ = ["load_levels", "fig_cdfs", "fig_latency_vs_load", "fig_prediction", "fig_calibration",
            "headline_change"]
 
 _NAMES = {"e2el": "E2EL", "ttft": "TTFT", "queue_delay": "queue delay"}
@@ -25,7 +25,7 @@ _MODE = {"sim": "predicted (probe-calibrated)", "profile": "predicted (packaged 
 _SHORT = {"sim": "simulated", "profile": "simulated from the profile", "replay": "replayed"}
 
 
-def _levels(records: pd.DataFrame) -> list:
+def load_levels(records: pd.DataFrame) -> list:
     return list(records.sort_values("load")["level"].drop_duplicates())
 
 
@@ -42,7 +42,7 @@ def fig_cdfs(records: pd.DataFrame, sim: pd.DataFrame | None = None, metric: str
     """Latency CDFs, one panel per load level, real (solid) and simulated (dashed) per policy."""
     if metric not in _NAMES:
         raise ValueError(f"metric must be one of {', '.join(_NAMES)}; got {metric!r}")
-    levels = levels or _levels(records)
+    levels = levels or load_levels(records)
     fig = make_subplots(rows=1, cols=len(levels), shared_yaxes=True,
                         subplot_titles=[f"{lv} ({records.loc[records.level == lv, 'rate'].iloc[0]:.2f} req/s)"
                                         for lv in levels])
@@ -159,41 +159,3 @@ def fig_calibration(probe_server: pd.DataFrame, service: ServiceModel) -> go.Fig
                             f"(fit error {100 * mape:.0f} %)",
                       xaxis_title="audio duration (s)", yaxis_title="service time (s)", height=440)
     return fig
-
-
-def serving_explorer(records: pd.DataFrame, sim: pd.DataFrame | None = None):
-    """Pick a load level, a latency and a simulation mode; redraws :func:`fig_cdfs` for that choice.
-
-    Shows what the batch path measured (no new runs): under papermill it builds one
-    view and waits for nothing.
-    """
-    import ipywidgets as W
-
-    levels = _levels(records)
-    lvl_w = W.Dropdown(options=levels, value=levels[-1], description="load level")
-    met_w = W.Dropdown(options=[("E2EL", "e2el"), ("TTFT", "ttft"), ("queue delay", "queue_delay")], value="e2el",
-                       description="latency")
-    have = list(pd.unique(sim["mode"])) if sim is not None and "mode" in sim else (["sim"] if sim is not None else [])
-    modes = [("none", "none")] + [({"sim": "prediction", "profile": "profile", "replay": "replay"}.get(m, m), m)
-                                  for m in have]
-    mode_w = W.Dropdown(options=modes, value=modes[1][1] if len(modes) > 1 else "none", description="simulator")
-    fig = go.FigureWidget()
-    fig.update_layout(height=440)
-
-    def update(*_):
-        metric = met_w.value
-        src = records if metric in records else records.assign(**{metric: np.nan})
-        f = fig_cdfs(src, None if mode_w.value == "none" else sim, metric=metric,
-                     mode=mode_w.value if mode_w.value != "none" else "sim", levels=[lvl_w.value])
-        with fig.batch_update():
-            fig.data = []
-            for tr in f.data:
-                fig.add_trace(tr)
-            fig.layout.title = f.layout.title.text
-            fig.layout.xaxis.title = f.layout.xaxis.title.text
-            fig.layout.yaxis.title = "fraction of requests"
-
-    for w in (lvl_w, met_w, mode_w):
-        w.observe(update, names="value")
-    update()
-    return W.VBox([W.HBox([lvl_w, met_w, mode_w]), fig])

@@ -3,6 +3,8 @@
 * :func:`policy_explorer`, :func:`drift_explorer` -- the single-server simulator (notebooks 02, 03);
 * :func:`estimator_explorer` (with :func:`small_study`) -- the A/B estimator study on the
   supermarket model (notebook 05);
+* :func:`kappa_explorer` -- kappa per language from a Whisper profile (notebook 01);
+* :func:`serving_explorer` -- latency CDFs of a real serving experiment against the simulator (notebook 04);
 * :func:`ab_explorer` -- the A/B study of routing and scheduling on the ASR fleet (notebook 06).
 
 Each panel calls the same functions the batch path calls (:func:`asrsched.sim.sweep.point_records`,
@@ -17,6 +19,8 @@ from __future__ import annotations
 import math
 
 import ipywidgets as W
+import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 
 from asrsched.abtest.asr_fleet import ASRStudyConfig
@@ -30,12 +34,17 @@ from asrsched.core.policies import policy_names
 from asrsched.core.workloads import workload_names
 from asrsched.figures.abtest import LABELS, estimator_color, ordered_estimators
 from asrsched.figures.asr_fleet import fig_estimates
+from asrsched.figures.profiling import DURATION_LABELS, TOKEN_LABELS, fig_kappa
+from asrsched.figures.serving import fig_cdfs, load_levels
 from asrsched.figures.style import policy_color
+from asrsched.profiling.fit import fit_kappa
+from asrsched.profiling.measure import TOKEN_COLUMNS
 from asrsched.sim.sweep import point_records
 
 _STYLE = {"description_width": "initial"}  # full labels, not "max_num…"
 
-__all__ = ["policy_explorer", "drift_explorer", "estimator_explorer", "small_study", "ab_explorer"]
+__all__ = ["policy_explorer", "drift_explorer", "kappa_explorer", "serving_explorer", "estimator_explorer", "small_study",
+           "ab_explorer"]
 
 
 def _table_html(rows: dict[str, dict]) -> str:
@@ -242,3 +251,78 @@ def ab_explorer(cfg: ASRStudyConfig | None = None, *, workload: str = "librispee
         w.observe(draw, names="value")
     compute()
     return W.VBox([W.HBox([n_w, load_w, p_w]), W.HBox([L_w, f_w, m_w]), msg, fig, table])
+
+
+def kappa_explorer(rows: pd.DataFrame, *, tokens: str = "decode_steps", duration: str = "audio_s",
+                   include_silence: bool = False, n_boot: int = 500, seed: int = 0):
+    """Dropdowns for the token definition and the duration used, a checkbox for the silence clips,
+    over :func:`fig_kappa` computed by the same :func:`~asrsched.profiling.fit.fit_kappa` as the batch path.
+
+    Computes its first view when built, then only reacts to the user (never blocks papermill).
+    """
+    tok_w = W.Dropdown(options=[(TOKEN_LABELS[t], t) for t in TOKEN_COLUMNS], value=tokens, description="tokens")
+    durs = [c for c in DURATION_LABELS if c in rows and rows[c].notna().any()]
+    dur_w = W.Dropdown(options=[(DURATION_LABELS[c], c) for c in durs], value=duration, description="duration")
+    sil_w = W.Checkbox(value=include_silence, description="include clips with silence")
+    fig = go.FigureWidget()
+    msg = W.HTML()
+
+    def update(*_):
+        d = rows if sil_w.value else rows[~rows["silence"].astype(bool)]
+        try:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                kf = fit_kappa(d, tokens=tok_w.value, duration=dur_w.value, n_boot=n_boot, seed=seed)
+        except ValueError as e:
+            msg.value = f"<b>{e}</b>"
+            return
+        new = fig_kappa(d, kf)
+        with fig.batch_update():
+            fig.data = []
+            fig.layout = new.layout
+            for tr in new.data:
+                fig.add_trace(tr)
+        msg.value = "<br>".join(f"{k}: {v}" for k, v in kf.skipped.items())
+
+    for w in (tok_w, dur_w, sil_w):
+        w.observe(update, names="value")
+    update()
+    return W.VBox([W.HBox([tok_w, dur_w, sil_w]), fig, msg])
+
+
+def serving_explorer(records: pd.DataFrame, sim: pd.DataFrame | None = None):
+    """Pick a load level, a latency and a simulation mode; redraws :func:`fig_cdfs` for that choice.
+
+    Shows what the batch path measured (no new runs): under papermill it builds one
+    view and waits for nothing.
+    """
+    levels = load_levels(records)
+    lvl_w = W.Dropdown(options=levels, value=levels[-1], description="load level")
+    met_w = W.Dropdown(options=[("E2EL", "e2el"), ("TTFT", "ttft"), ("queue delay", "queue_delay")], value="e2el",
+                       description="latency")
+    have = list(pd.unique(sim["mode"])) if sim is not None and "mode" in sim else (["sim"] if sim is not None else [])
+    modes = [("none", "none")] + [({"sim": "prediction", "profile": "profile", "replay": "replay"}.get(m, m), m)
+                                  for m in have]
+    mode_w = W.Dropdown(options=modes, value=modes[1][1] if len(modes) > 1 else "none", description="simulator")
+    fig = go.FigureWidget()
+    fig.update_layout(height=440)
+
+    def update(*_):
+        metric = met_w.value
+        src = records if metric in records else records.assign(**{metric: np.nan})
+        f = fig_cdfs(src, None if mode_w.value == "none" else sim, metric=metric,
+                     mode=mode_w.value if mode_w.value != "none" else "sim", levels=[lvl_w.value])
+        with fig.batch_update():
+            fig.data = []
+            for tr in f.data:
+                fig.add_trace(tr)
+            fig.layout.title = f.layout.title.text
+            fig.layout.xaxis.title = f.layout.xaxis.title.text
+            fig.layout.yaxis.title = "fraction of requests"
+
+    for w in (lvl_w, met_w, mode_w):
+        w.observe(update, names="value")
+    update()
+    return W.VBox([W.HBox([lvl_w, met_w, mode_w]), fig])

@@ -47,11 +47,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from asrsched.serving.loadgen import plan_requests, run_coro, run_load
 from asrsched.core.metrics import summarize
 from asrsched.core.policies import validate_policies
 from asrsched.core.service import ServiceModel
 from asrsched.core.workloads import make_trace
+from asrsched.serving.loadgen import plan_requests, run_coro, run_load
 
 __all__ = [
     "ServerProcess",

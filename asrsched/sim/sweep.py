@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from asrsched.sim.parallel import map_tasks
 from asrsched.core.policies import validate_policies
 from asrsched.core.service import ServiceModel, check_kappa, default_service_model
-from asrsched.sim.engine import OverloadWarning, simulate
 from asrsched.core.workloads import check_rate, make_source, make_trace
+from asrsched.sim.engine import OverloadWarning, simulate
+from asrsched.sim.parallel import map_tasks
 
 __all__ = ["run_sweep", "run_point", "point_records", "SIM_VERSION", "check_sweep_params"]
 
