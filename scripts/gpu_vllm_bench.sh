@@ -30,7 +30,7 @@ MAX_NUM_SEQS=${MAX_NUM_SEQS:-32}
 OUT=${OUT:-runs/gpu_vllm}
 VENV=${VENV:-.venv-gpu}
 PYTHON=${PYTHON:-python3.11}
-VLLM_SPEC=${VLLM_SPEC:-vllm}
+VLLM_SPEC=${VLLM_SPEC:-"vllm>=0.32,<0.33"}  # the plug-in subclasses vLLM internals: tested against 0.32
 if [[ "${QUICK:-0}" == "1" ]]; then RATES=${QUICK_RATES:-1,10}; N=${QUICK_N:-40}; fi
 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader \

@@ -5,8 +5,9 @@ import importlib
 
 import pytest
 
-MODULES = ["asrsched.core.policies", "asrsched.core.workloads", "asrsched.core.metrics", "asrsched.sim.sweep", "asrsched.core.service",
-           "asrsched.whisper.audio", "asrsched.profiling.measure", "asrsched.profiling.fit", "asrsched.profiling.run", "asrsched.sim.fleet"]
+MODULES = ["asrsched.core.policies", "asrsched.core.workloads", "asrsched.core.metrics", "asrsched.core.service",
+           "asrsched.sim.sweep", "asrsched.sim.fleet", "asrsched.abtest.fleet_experiment", "asrsched.whisper.audio",
+           "asrsched.profiling.measure", "asrsched.profiling.fit", "asrsched.profiling.run"]
 
 
 @pytest.mark.parametrize("name", MODULES)
