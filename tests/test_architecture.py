@@ -8,6 +8,7 @@ a wrong-way import fails CI. The other checks are plain AST scans that could fai
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -77,6 +78,20 @@ def test_layers_and_no_cycles_hold():
                          timeout=300)
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
     assert "broken" in res.stdout and " 0 broken" in res.stdout, res.stdout[-3000:]
+
+
+def test_layer_contract_catches_a_wrong_way_import(tmp_path):
+    """The same contract on a copy of the package in which the core imports the simulator: it breaks."""
+    shutil.copytree(PKG, tmp_path / "asrsched", ignore=shutil.ignore_patterns("__pycache__", "data"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    svc = tmp_path / "asrsched" / "core" / "service.py"
+    svc.write_text(svc.read_text() + "\nfrom asrsched.sim.engine import simulate  # noqa: E402,F401\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    res = subprocess.run([_tool("lint-imports"), "--no-cache"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert res.returncode != 0
+    assert "asrsched.core is not allowed to import asrsched.sim" in res.stdout, res.stdout[-3000:]
+    assert "asrsched.core.service -> asrsched.sim.engine" in res.stdout
 
 
 def test_no_module_imports_another_modules_private_names():
