@@ -481,8 +481,12 @@ def run_study(cfg: ASRStudyConfig, *, n_jobs: int | None = None, address=None, c
     est = pd.DataFrame([row for r in results["rep"] for row in r["rows"]])
     little = pd.DataFrame([row for r in results["rep"] for row in r["little"]])
     order = {w: i for i, w in enumerate(cfg.workloads)}
-    est = est.sort_values(["workload", "factor", "design", "rep", "metric"], key=lambda s: s.map(order)
-                          if s.name == "workload" else s, kind="stable").reset_index(drop=True)
+
+    def in_order(df: pd.DataFrame) -> pd.DataFrame:  # tasks finish in any order; tables come out in one
+        return df.sort_values(["workload", "factor", "design", "rep", "metric"], key=lambda s: s.map(order)
+                              if s.name == "workload" else s, kind="stable").reset_index(drop=True)
+
+    est, little = in_order(est), in_order(little)
     return ASRStudyResult(cfg, est, truth_runs, _truth_table(truth_runs, cfg), little, time.perf_counter() - t0)
 
 
