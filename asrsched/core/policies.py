@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from asrsched.core.kinetic import kt_new, kt_query, kt_rebuild, kt_set
+
 __all__ = [
     "Job",
     "WaitingQueue",
@@ -165,13 +167,17 @@ class KeyQueue(WaitingQueue):
 
 
 @njit(cache=True, nogil=True)
-def _hrrn_argbest(arr: np.ndarray, inv: np.ndarray, n: int, now: float) -> int:
-    """Slot of the largest ``(now - arr) * inv`` among the first ``n``; exact ties to the earliest arrival."""
-    best, br, ba = 0, (now - arr[0]) * inv[0], arr[0]
+def _hrrn_argbest(arr: np.ndarray, inv: np.ndarray, seq: np.ndarray, n: int, now: float) -> int:
+    """Slot of the largest ``(now - arr) * inv`` among the first ``n``.
+
+    Exact ties go to the earliest arrival, then to the earliest push (smallest
+    ``seq``), so with equal sizes HRRN is FCFS in submission order.
+    """
+    best, br, ba, bs = 0, (now - arr[0]) * inv[0], arr[0], seq[0]
     for i in range(1, n):
         r = (now - arr[i]) * inv[i]
-        if r > br or (r == br and arr[i] < ba):
-            best, br, ba = i, r, arr[i]
+        if r > br or (r == br and (arr[i] < ba or (arr[i] == ba and seq[i] < bs))):
+            best, br, ba, bs = i, r, arr[i], seq[i]
     return best
 
 
@@ -181,8 +187,13 @@ class HRRNQueue(WaitingQueue):
     ``W = now - arrival`` grows while a job waits, so the order changes with the
     clock. The queue keeps arrivals and sizes in contiguous numpy arrays
     (swap-remove, amortised O(1) push) and ranks lazily with one compiled (numba)
-    pass per decision; ties go to the earliest arrival. ``peek(now)`` caches
-    its answer so that ``pop(now)`` returns exactly the peeked job.
+    pass per decision; from :attr:`TREE_ON` waiting jobs on, a kinetic tournament
+    (:mod:`asrsched.core.kinetic`) answers in O(log n) amortised per change instead,
+    with the same order. Ties go to the earliest arrival, then to the earliest push
+    (a push counter travels with each slot, since swap-remove reorders slots), so
+    with equal sizes HRRN reduces to FCFS in submission order. ``peek(now)`` caches
+    its answer so that ``pop(now)`` returns exactly the peeked job. ``iter(q)``
+    yields the waiting jobs in push order.
     """
 
     name = "hrrn"
@@ -191,20 +202,48 @@ class HRRNQueue(WaitingQueue):
         self.min_service = float(min_service)
         self._arr = np.empty(64)
         self._inv = np.empty(64)  # 1 / S
+        self._seq = np.empty(64, np.int64)  # push order, the last tie-break
+        self._count = 0
         self._jobs: list[Job] = []
         self._pos: dict[int, int] = {}
         self._peeked: tuple[float, int] | None = None
+        self._tree: tuple | None = None  # (cap, win, cert, last, buf) of asrsched.core.kinetic
+
+    #: depth at which the kinetic tree takes over from the scan, and below which it is dropped
+    TREE_ON, TREE_OFF = 256, 128
+
+    def _build_tree(self, now: float) -> None:
+        """(Re)build the kinetic tournament over the current slots, valid at ``now``."""
+        n = len(self._jobs)
+        cap = 1 << max(1, (2 * n - 1).bit_length())
+        win, cert, buf = kt_new(cap)
+        win[cap:cap + n] = np.arange(n)
+        last = np.array([now])
+        kt_rebuild(now, cap, win, cert, self._arr, self._inv, self._seq, last)
+        self._tree = (cap, win, cert, last, buf)
+
+    def _tree_set(self, slot: int, occupied: bool) -> None:
+        cap, win, cert, last, buf = self._tree
+        kt_set(slot, occupied, cap, win, cert, self._arr, self._inv, self._seq, last, buf)
 
     def push(self, job: Job) -> None:
         n = len(self._jobs)
         if n == self._arr.shape[0]:
             self._arr = np.resize(self._arr, 2 * n)
             self._inv = np.resize(self._inv, 2 * n)
+            self._seq = np.resize(self._seq, 2 * n)
         self._arr[n] = job.arrival
         self._inv[n] = 1.0 / max(job.est_service, self.min_service)
+        self._seq[n] = self._count
+        self._count += 1
         self._jobs.append(job)
         self._pos[id(job)] = n
         self._peeked = None
+        if self._tree is not None:
+            if n + 1 > self._tree[0]:
+                self._build_tree(float(self._tree[3][0]))
+            else:
+                self._tree_set(n, True)
 
     def ratios(self, now: float) -> np.ndarray:
         """Response ratios ``1 + W/S`` of the waiting jobs (in internal order)."""
@@ -217,7 +256,13 @@ class HRRNQueue(WaitingQueue):
             raise self._empty()
         if self._peeked is not None and self._peeked[0] == now:
             return self._peeked[1]
-        best = _hrrn_argbest(self._arr, self._inv, n, now)
+        if self._tree is None and n >= self.TREE_ON:
+            self._build_tree(now)
+        if self._tree is not None:
+            cap, win, cert, last, buf = self._tree
+            best = int(kt_query(now, cap, win, cert, self._arr, self._inv, self._seq, last, buf))
+        else:
+            best = _hrrn_argbest(self._arr, self._inv, self._seq, n, now)
         self._peeked = (now, best)
         return best
 
@@ -233,10 +278,18 @@ class HRRNQueue(WaitingQueue):
             jobs[i] = moved
             self._arr[i] = self._arr[last]
             self._inv[i] = self._inv[last]
+            self._seq[i] = self._seq[last]
             self._pos[id(moved)] = i
         jobs.pop()
         del self._pos[id(job)]
         self._peeked = None
+        if self._tree is not None:
+            if last < self.TREE_OFF:
+                self._tree = None
+            else:
+                if i != last:
+                    self._tree_set(i, True)
+                self._tree_set(last, False)
         return job
 
     def pop(self, now: float) -> Job:
@@ -253,7 +306,8 @@ class HRRNQueue(WaitingQueue):
         return len(self._jobs)
 
     def __iter__(self) -> Iterator[Job]:
-        return iter(list(self._jobs))
+        jobs = self._jobs
+        return iter([jobs[i] for i in np.argsort(self._seq[:len(jobs)], kind="stable")])
 
 
 class RandomQueue(WaitingQueue):
