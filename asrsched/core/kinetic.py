@@ -54,7 +54,7 @@ def _beats(i: int, j: int, now: float, arr: np.ndarray, inv: np.ndarray, seq: np
 def _overtake(w: int, lo: int, now: float, arr: np.ndarray, inv: np.ndarray) -> float:
     """A time no later than the first moment after ``now`` at which ``lo`` could rank before ``w``.
 
-    ``w`` ranks before ``l`` at ``now``. Only a steeper line (smaller size) can catch
+    ``w`` ranks before ``lo`` at ``now``. Only a steeper line (smaller size) can catch
     up; the crossing ``t*`` solves ``(t - a_w) inv_w = (t - a_l) inv_l``, written
     around ``a_l`` so that large clock values (Unix time) do not cancel. The answer
     is pulled earlier by a bound on the rounding error of both ratios near ``t*``.

@@ -1,0 +1,64 @@
+"""Provenance of a benchmark result: which code, which machine, how busy, which command.
+
+Every results file in ``benchmarks/results/`` carries one of these, so a number can be
+traced to the commit that produced it and read with the machine's load in mind::
+
+    from provenance import provenance
+    record = {"benchmark": "bench_x", "provenance": provenance(["asrsched/core"]), "rows": rows}
+
+``clean`` is ``True`` only when the measured paths had no uncommitted change when the
+run started: a result from a dirty tree is labelled as such, never passed off as the
+commit's.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):  # pragma: no cover - no git
+        return ""
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (or the platform's processor string)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return platform.processor() or "unknown"
+
+
+def provenance(paths: Sequence[str] = ("asrsched", "benchmarks")) -> dict:
+    """Commit, clean-tree flag for ``paths``, UTC date, CPU, cores, load average, Python, command."""
+    dirty = _git("status", "--porcelain", "--", *paths)
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # pragma: no cover
+        load = []
+    return {
+        "commit": _git("rev-parse", "HEAD"),
+        "clean": not dirty,
+        "dirty_paths": sorted({ln[3:] for ln in dirty.splitlines()})[:20],
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "loadavg_1_5_15": load,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]),
+    }
