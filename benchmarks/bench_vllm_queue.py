@@ -9,7 +9,8 @@ What one admission costs in vLLM's admission loop: ``peek_request()`` then
 ``pop_request()`` (the loop peeks, allocates, pops). Measured with the queue held at
 depths 10 / 100 / 1,000 / 10,000 (a fresh request is added, untimed, after each
 pop), in chunks of 100 admissions interleaved across the queues (median chunk
-reported, so bursts of load from other processes hit every queue alike), one clock reading per admission (``begin_step``, the worst case of one
+reported, so bursts of load from other processes hit every queue alike; CPU time of this
+process, not wall time, so other processes on a shared machine do not count), one clock reading per admission (``begin_step``, the worst case of one
 admission per scheduling step, so HRRN re-ranks at every decision). ``add_request``
 is timed separately.
 
@@ -94,7 +95,7 @@ class Runner:
         self.ours = isinstance(self.q, PolicyRequestQueue)
 
     def chunk(self, n: int) -> tuple[float, float]:
-        q, pc, ours = self.q, time.perf_counter, self.ours
+        q, pc, ours = self.q, time.process_time, self.ours  # CPU time: other processes on a shared machine do not count
         t_dec = t_add = 0.0
         for _ in range(n):
             t = pc()
