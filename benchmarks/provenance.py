@@ -25,9 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _git(*args: str) -> str:
+def _git(*args: str, strip: bool = True) -> str:
     try:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout
+        return out.strip() if strip else out
     except (OSError, subprocess.SubprocessError):  # pragma: no cover - no git
         return ""
 
@@ -45,7 +46,7 @@ def cpu_model() -> str:
 
 def provenance(paths: Sequence[str] = ("asrsched", "benchmarks")) -> dict:
     """Commit, clean-tree flag for ``paths``, UTC date, CPU, cores, load average, Python, command."""
-    dirty = _git("status", "--porcelain", "--", *paths)
+    dirty = _git("status", "--porcelain", "--", *paths, strip=False).rstrip("\n")  # "XY path": keep column 0
     try:
         load = [round(x, 2) for x in os.getloadavg()]
     except OSError:  # pragma: no cover

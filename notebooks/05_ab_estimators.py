@@ -22,7 +22,7 @@
 #
 # **System** (`asrsched.abtest.model`): `N` FCFS servers, Poisson arrivals at total rate `N·λ`, each job routed on
 # arrival by Power-of-d (sample `d` servers, join the shortest; `d = 1` random, `d = N` JSQ). The A/B test compares
-# control Power-of-`d1` with treatment Power-of-`d2`. The estimand is the **global treatment effect** (GTE) on mean
+# a control Power-of-d with a treatment Power-of-d (parameters `D1`, `D2`). The estimand is the **global treatment effect** (GTE) on mean
 # response time, `W(treatment everywhere) − W(control everywhere)`, from long separate runs (with a CI).
 #
 # **Designs.** *Bernoulli*: each job gets the treatment policy with probability `p`; both arms share every server
@@ -35,8 +35,10 @@
 # **Estimators** (`asrsched.abtest.estimators`, on a plain per-job trajectory): naive (difference of arm means),
 # group, switchback, qDQ and wDQ (sum of the next `L` jobs' queue-length / response-time costs after each decision,
 # difference of arm means; default `L = 30·N·λ`), and mixed DQ `α·wDQ + (1−α)·qDQ` with the minimum-variance `α`
-# **estimated inside the experiment** from the covariance of wDQ and qDQ over 100 contiguous batches (no truth, no
-# other runs). Each estimator gets a 95 % batch-means confidence interval from its single experiment; its coverage
+# **estimated inside the experiment** from the covariance of wDQ and qDQ over contiguous batches (no truth, no
+# other runs). qDQ's cost is the number in system seen at each arrival divided by `λ`; the scenario search below
+# also tries its time-integral over the horizon ("qDQ (time-integral)"). The horizon sums come from prefix sums,
+# so every `L` costs one O(n) pass. Each estimator gets a 95 % batch-means confidence interval from its single experiment; its coverage
 # is measured over the replications. "mixed DQ (oracle α)" uses α from the covariance across replications — not
 # available in practice, shown as the ceiling of the variance reduction.
 #
@@ -45,13 +47,15 @@
 # comparison (blocks 50/200/800, burn-in 0 or 25 %); and a small effect (Power-of-2 vs Power-of-3).
 
 # %% [markdown]
-# **Parameters.** `QUICK`: `True` runs `REPS` replications per scenario and `TRUTH_JOBS_QUICK`-job truth runs (about
-# 3 minutes on 2 cores); `False` runs the full study, `REPS_FULL` replications and `TRUTH_JOBS_FULL`-job truth runs
-# (about 5–8 minutes on 2 cores). `N_SERVERS`, `LAM` (arrival rate per server, service rate 1), `D1` / `D2` (control /
-# treatment Power-of-d; 1 = random), `P` (treatment probability), `N_JOBS` (jobs per experiment after warm-up),
+# **Parameters.** `QUICK`: `True` runs `REPS` replications per scenario and `TRUTH_JOBS_QUICK`-job truth runs;
+# `False` runs the full study, `REPS_FULL` replications and `TRUTH_JOBS_FULL`-job truth runs (its measured time is in
+# the committed full run's `run.json`, shown at the end). `N_SERVERS`, `LAM` (arrival rate per server λ, service
+# rate 1), `D1` / `D2` (the `d` of the control / treatment Power-of-d; 1 = random), `P` (treatment probability),
+# `N_JOBS` (jobs per experiment after warm-up), `WP_JOBS` (jobs per point of the W(p) curves),
 # `L` (DQ horizon in jobs; 0 = `30·N·λ`), `BLOCK_LEN` / `BURN_IN` (switchback, time units), `SCENARIOS` (subset of
 # the names above), `SEED`, `WORKERS` (parallel processes; 0 = all cores), `DASK_ADDRESS` (`None`, `"local"` or a
-# scheduler address to fan the replications out on Dask).
+# scheduler address to fan the replications out on Dask), `FULL_RUN_DIR` (the committed full run read at the end,
+# relative to the project folder).
 
 # %% tags=["parameters"]
 QUICK = True
@@ -73,6 +77,8 @@ SCENARIOS = ["homogeneous", "heterogeneous", "nonstationary", "delayed", "consta
 SEED = 0
 WORKERS = 0
 DASK_ADDRESS = None
+WP_JOBS = 400_000
+FULL_RUN_DIR = "figures/05_ab_estimators/full"
 
 # %%
 import time
@@ -81,25 +87,34 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from asrsched.abtest.model import SystemConfig
-from asrsched.abtest.study import SCENARIOS as SCENARIO_TEXT
 from asrsched.abtest.study import (
+    COST_LABELS,
+    ESTIMATOR_LABELS,
     StudyConfig,
     ablation_table,
     claims_markdown,
     claims_table,
     coverage_table,
+    load_full_run,
     run_study,
+    run_wp_curve,
     summarize,
     switchback_table,
+    wp_table,
 )
+from asrsched.abtest.study import SCENARIOS as SCENARIO_TEXT
 from asrsched.figures.abtest import (
     fig_ablation,
     fig_coverage,
     fig_estimates,
     fig_overview,
     fig_scenario,
+    fig_search,
     fig_switchback,
+    fig_wp,
+    policy_name,
 )
+from asrsched.figures.outputs import project_root
 from asrsched.figures.style import export_figure, export_session, export_table
 from asrsched.figures.widgets import estimator_explorer
 
@@ -140,21 +155,37 @@ print("max |Little's-law gap| over all experiment runs:", f"{res.little.rel_gap.
 
 # %%
 summary = summarize(res)
-claims = claims_table(summary)
-cols = ["scenario", "estimator", "truth", "mean", "bias", "sd", "rmse", "mse", "sd_vs_naive", "coverage",
-        "coverage_of_mean", "se_ratio", "alpha_mean"]
+claims = claims_table(summary, res)
+cols = ["scenario", "estimator", "truth", "mean", "bias", "bias_ci_lo", "bias_ci_hi", "sd", "rmse", "rmse_ci_lo",
+        "rmse_ci_hi", "sd_vs_naive", "coverage", "coverage_of_mean", "se_ratio", "alpha_mean", "reps"]
 for s, g in summary.groupby("scenario", sort=False, observed=True):
-    display(Markdown(f"**{s}** — {SCENARIO_TEXT[s]}"))
-    display(g[cols[1:]].set_index("estimator"))
+    display(Markdown(f"**{s}** — {SCENARIO_TEXT[s]} ({int(g.reps.min())} replications; CIs are 95 %)"))
+    display(g[cols[1:]].assign(estimator=g.estimator.map(ESTIMATOR_LABELS)).set_index("estimator"))
+
+# %% [markdown]
+# ## Why DQ is biased: W(p), the chord and the tangent
+#
+# `W(p)` is the mean response time of the mixed system when a fraction `p` of the jobs gets the treatment policy.
+# The GTE is the chord `W(1) − W(0)`; DQ with Bernoulli(`p`) assignment estimates the tangent slope `dW/dp` at the
+# experiment's `p`. Where `W(p)` is curved the two differ, and DQ stays biased however long the experiment runs.
+# Each point below is one run of `WP_JOBS` jobs (95 % CI bars); the tangent's slope is measured from runs at
+# `p ± 0.05` (the truth table's `slope`).
+
+# %%
+curve = run_wp_curve(study, jobs_per_point=WP_JOBS, n_jobs=WORKERS or None, address=DASK_ADDRESS)
+wp = wp_table(curve, res.truth, summary, study.base.p)
+display(wp.set_index("scenario"))
+fig_wp(curve, wp).show()
 
 # %% [markdown]
 # ## Do the study's claims hold here?
 #
-# Computed from the table above (so it reflects whatever parameters this run used):
+# Computed from the tables above (so it reflects whatever parameters this run used). Each claim gets a verdict per
+# scenario: `holds` (its 95 % CI lies inside the claimed range), `fails` (outside) or `inconclusive` (straddles it).
 
 # %%
 display(claims.set_index("scenario"))
-display(Markdown(claims_markdown(claims, summary, res.truth)))
+display(Markdown(claims_markdown(claims, summary, res.truth, wp)))
 
 # %% [markdown]
 # ## L ablation, switchback designs, CI coverage
@@ -170,12 +201,12 @@ display(Markdown("**Switchback designs**"))
 display(sbt)
 
 # %% [markdown]
-# ## Figures (exported to `figures/05_ab_estimators/`)
+# ## Figures (exported with this run's outputs)
 
 # %%
-figs = {"overview": fig_overview(summary), "coverage": fig_coverage(cov)}
+figs = {"overview": fig_overview(summary, claims), "coverage": fig_coverage(cov), "wp_curves": fig_wp(curve, wp)}
 for s in SCENARIOS:
-    figs[f"errors_{s}"] = fig_scenario(summary, s)
+    figs[f"errors_{s}"] = fig_scenario(summary, s, claims)
 for s in [x for x in ("homogeneous", "small_effect") if x in SCENARIOS]:
     figs[f"estimates_{s}"] = fig_estimates(res, s)
 for s in [x for x in ("homogeneous", "constant") if x in SCENARIOS]:
@@ -191,6 +222,8 @@ with export_session():
     export_table(abl, "ablation", NB)
     export_table(sbt, "switchback", NB)
     export_table(cov, "coverage", NB)
+    export_table(curve, "wp_curve", NB)
+    export_table(wp, "wp", NB)
     export_table(pd.DataFrame([{"study_seconds": STUDY_SECONDS, "cpu_seconds": res.cpu_seconds,
                                 "reps": study.reps, "quick": QUICK,
                                 "n_jobs": N_JOBS, "scenarios": len(SCENARIOS)}]), "run", NB)
@@ -205,41 +238,67 @@ if "homogeneous" in SCENARIOS:
 # %% [markdown]
 # ## Explore
 #
-# Sliders for `λ`, `d1`, `d2`, `p`, `L` and `N` rerun a small one-scenario study (6 replications of 100k jobs,
-# same code path as above) and redraw every estimator's replications against the truth (green line).
+# Sliders for `λ`, the control's and the treatment's Power-of-d, `p`, `L` and `N` rerun a small one-scenario study
+# (same code path as above; the title states its number of replications) and redraw every estimator's replications
+# against the truth (green line).
 
 # %%
 estimator_explorer(lam=LAM, d1=D1, d2=D2, p=P, n_servers=N_SERVERS, seed=SEED)
 
 # %% [markdown]
-# ## Reading (full study, default parameters)
+# ## Reading: the committed full study
 #
-# Numbers from the full study (`QUICK = False`: 100 replications per scenario, 4M-job truth runs; N = 20, λ = 0.8,
-# random vs Power-of-2, p = 0.5, 500k jobs per experiment, L = 480). The cell "Do the study's claims hold here?"
-# recomputes the verdicts for the current run.
+# The full study (100 replications per scenario and the scenario search) is too long for a default run. Its results
+# are committed under `FULL_RUN_DIR` with a `run.json` (commit, date, CPU model, load average, parameters and the
+# exact command that regenerates them: `python -m asrsched.abtest.study --full --out figures/05_ab_estimators/full`).
+# Everything below is read from those files; no number in this section is typed in.
+
+# %%
+root = project_root()
+full_dir = (root / FULL_RUN_DIR) if root is not None else None
+try:
+    fr = load_full_run(full_dir) if full_dir is not None else None
+except FileNotFoundError as err:
+    fr = None
+    print(err)
+if fr is None:
+    display(Markdown(f"No committed full run found at `{FULL_RUN_DIR}` (outside a checkout); see the command above."))
+else:
+    r, prm = fr.run, fr.run["parameters"]["study"]
+    tm = r["timings"]
+    display(Markdown(
+        f"Shown: `{FULL_RUN_DIR}/` — commit `{(r['commit'] or '?')[:10]}`"
+        f"{'' if r.get('clean_tree') else ' (uncommitted changes in asrsched/)'}, {r['date_utc']}, {r['cpu_model']} "
+        f"({r['cpu_count']} cores), load average at start {r['load_average_start_1_5_15']}; command `{r['command']}`. "
+        f"{prm['reps']} replications per scenario, {prm['base']['n_jobs']:,} jobs per experiment, truth runs of "
+        f"{prm['truth_jobs']:,} jobs × {prm['truth_seeds']}; N = {prm['base']['n_servers']}, "
+        f"λ = {prm['base']['lam']:g}, p = {prm['base']['p']:g}. The study took {tm['study_seconds']:.0f} s wall "
+        f"({tm['study_cpu_seconds']:.0f} CPU-seconds over all tasks) on that machine."))
+    display(Markdown((fr.folder / "claims.md").read_text()))
+    fig_overview(fr.summary, fr.claims).show()
+    fig_wp(fr.wp_curve, fr.wp, prm["base"]["p"]).show()
+
+# %% [markdown]
+# ### Where does mixed DQ gain most? (the scenario search)
 #
-# * **Naive is biased low — holds (8/8 scenarios).** The arms share the queues, so Power-of-2 also shortens the
-#   queues that random-routed jobs see: naive reports 21–33 % of the true effect (e.g. −0.94 vs −2.98 homogeneous),
-#   and 71 % in the small-effect scenario (Power-of-2 vs 3).
-# * **DQ's sd is 50–500× naive — mostly holds (6/8):** 57–216× in six scenarios, 37–45× with heterogeneous rates,
-#   9–10× with Pareto service (where the naive estimator is itself noisy).
-# * **Mixed DQ has 2–5× lower sd than DQ — does not hold (0/8):** 0.99–1.6× at the default L, and α from the
-#   replications' covariance (oracle) does no better, so the in-experiment α is not to blame. wDQ and qDQ/λ are
-#   0.95–0.99 correlated across replications (0.74 with Pareto service) *and* about equally noisy; a control-variate mix only pays when they load the common
-#   (slow, congestion-level) noise differently, which happens most with constant service (1.6×) and at long
-#   horizons (1.8–2.6× at L = 1920 with constant service). Mixed DQ does have the lowest MSE *within* the DQ family
-#   in 7/8 scenarios, and (homogeneous) the lowest bias at L = 240–480.
-# * **Mixed DQ lowest MSE everywhere — does not hold (0/8):** group has the lowest MSE in 5 scenarios, switchback
-#   in 3. Two reasons, both visible above. (1) DQ estimates the slope dW/dp of the mixed system at p (policy
-#   gradient), which equals the GTE only if W(p) is linear; random → Power-of-2 makes W(p) strongly convex
-#   (homogeneous: GTE −2.97, dW/dp −2.08, wDQ −1.96), so DQ keeps a large bias however long the run. In the
-#   small-effect scenario W(p) is nearly linear and DQ is nearly unbiased (GTE −0.36, wDQ −0.31, mixed −0.32), but
-#   its sd (0.33) still dwarfs switchback's error (RMSE 0.022). (2) In this model the interference-free designs are
-#   cheap: Power-of-d on two 10-server halves behaves almost like on 20 servers (small finite-size bias), and with
-#   blocks of 200 time units plus a 50-unit burn-in the carry-over is small. Short blocks do show the carry-over bias
-#   the study warns of (blocks of 50: bias 0.87, 0 % coverage; blocks of 800 with burn-in: bias 0.00). Switchback
-#   and group fail where relaxation is slow: heterogeneous rates (switchback bias 0.59) and cyclic arrivals.
-# * **Confidence intervals (beyond the study).** Batch-means SEs are calibrated: median SE / empirical sd 0.94–1.06
-#   and 94–97 % coverage of each estimator's own mean, except with Pareto service (infinite variance of W:
-#   SE/sd 0.58–0.87). Coverage of the *truth* therefore follows the bias: naive 0 %, DQ family about 60 % (95–97 %
-#   in the small-effect scenario), group 88 %, switchback 82 % (median over scenarios).
+# The study reports mixed DQ 2–5× lower sd than qDQ / wDQ. The search runs replications of the Bernoulli experiment
+# over per-server load λ, policy pair, horizon `L` and the cost definition of the queue-length side (queue length
+# at arrivals vs its time-integral over the horizon) and reports the gain `min(sd wDQ, sd qDQ) / sd(mixed DQ)` with
+# a 95 % bootstrap CI.
+
+# %%
+if fr is not None:
+    sr = fr.search
+    top = sr.iloc[0]
+    n_claim = int((sr.gain_ci_lo >= 2).sum())
+    n_above1 = int((sr.gain_ci_lo > 1).sum())
+    display(Markdown(
+        f"{len(sr)} cells, {int(sr.reps.min())} replications each. Largest gain: **{top.gain:.2f}×** "
+        f"(95 % CI {top.gain_ci_lo:.2f}–{top.gain_ci_hi:.2f}) at λ = {top.lam:g}, {policy_name(top.control)} → "
+        f"{policy_name(top.treatment)}, "
+        f"L = {int(top.L)} ({top.L_factor:g} × 30·N·λ), {COST_LABELS[top.cost]}; there wDQ and qDQ correlate "
+        f"{top['corr']:.3f} across replications, which caps any fixed-α mix at {top.gain_bound:.2f}×. "
+        f"Cells whose CI lies at or above 2×: {n_claim} of {len(sr)}; cells whose CI lies above 1× (any gain): "
+        f"{n_above1}."))
+    display(sr.head(10))
+    fig_search(sr).show()

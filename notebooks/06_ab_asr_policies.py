@@ -64,8 +64,8 @@
 # | `SB_BURN_INS` | burn-ins compared on the same switchback runs |
 # | `L` | DQ horizon in requests; `None` = 30 × the total arrival rate (30 s of arrivals) |
 # | `L_FACTORS` | horizons of the L ablation, as multiples of L |
-# | `REPS`, `TRUTH_SEEDS` | experiments per design; traces of the ground truth |
-# | `LARGE` | `True` runs the larger study (`asrsched.abtest.asr_fleet.LARGE_STUDY`: 40 experiments, 20 truth traces, 60,000 requests per run) |
+# | `REPS`, `TRUTH_SEEDS` | experiments per design (bias, sd and RMSE and their 95 % CIs are over these); traces of the ground truth |
+# | `LARGE` | `True` runs the larger study (`asrsched.abtest.asr_fleet.LARGE_STUDY`: more experiments, truth traces and requests per run; printed when used) |
 # | `SEED` | master seed (every run's seed derives from it) |
 # | `N_JOBS`, `DASK_ADDRESS`, `CACHE_DIR` | parallelism (joblib workers or a Dask scheduler, `"local"` for a local cluster) and a resumable cache folder (`None`: no cache) |
 
@@ -85,8 +85,8 @@ BURN_IN_S = 5.0
 SB_BURN_INS = [0.0, 5.0, 10.0, 15.0]
 L = None
 L_FACTORS = [0.1, 0.3, 1.0, 3.0]
-REPS = 10
-TRUTH_SEEDS = 8
+REPS = 100
+TRUTH_SEEDS = 20
 LARGE = False
 SEED = 0
 N_JOBS = 2
@@ -102,6 +102,7 @@ from IPython.display import Markdown, display
 from asrsched.abtest import asr_fleet_report as report
 from asrsched.abtest.asr_fleet import LARGE_STUDY, ASRStudyConfig, run_study
 from asrsched.figures import asr_fleet as figs
+from asrsched.figures.outputs import runs_path
 from asrsched.figures.style import export_figure, export_session, export_table
 from asrsched.figures.widgets import ab_explorer
 
@@ -114,13 +115,14 @@ cfg = ASRStudyConfig(workloads=tuple(WORKLOADS), n_replicas=N_REPLICAS, load=LOA
                      reps=REPS, truth_seeds=TRUTH_SEEDS, seed=SEED)
 if LARGE:
     cfg = cfg.replace(**LARGE_STUDY)
+    print(f"LARGE study: {LARGE_STUDY}")
 cfg.validate()
 pd.DataFrame({w: {"total rate (req/s)": cfg.total_rate(w), "L (requests)": cfg.L_for(cfg.total_rate(w)),
                   "run length (s)": cfg.n_requests / cfg.total_rate(w)} for w in cfg.workloads}).round(1)
 
 # %%
 t0 = time.perf_counter()
-res = run_study(cfg, n_jobs=N_JOBS, address=DASK_ADDRESS, cache_dir=CACHE_DIR)
+res = run_study(cfg, n_jobs=N_JOBS, address=DASK_ADDRESS, cache_dir=runs_path(CACHE_DIR))
 summary = report.summary_table(res)
 print(f"{len(res.estimates)} estimates from {cfg.reps} experiments x {len(cfg.designs())} designs x "
       f"{len(cfg.workloads)} workloads, plus {len(res.truth_runs)} ground-truth runs, in {time.perf_counter() - t0:.0f} s")
@@ -137,12 +139,17 @@ truth.pivot_table(index=["factor", "workload"], columns=["metric", "stat"], valu
 # %% [markdown]
 # ## Bias, standard deviation and MSE per design and estimator
 # One row per workload × test × design × estimator × metric; `truth` is the ground-truth effect (s), `mean` the
-# average estimate over the experiments, `recovered_pct` the share of the true effect it recovers on average,
-# `coverage` the share of experiments whose 95 % batch-means interval holds the truth.
+# average estimate over the experiments, `recovered_pct` the share of the true effect it recovers on average
+# (negative: the average estimate has the wrong sign), `coverage` the share of experiments whose 95 % batch-means
+# interval holds the truth. Every bias, sd and RMSE comes with its 95 % CI (`*_ci_lo`, `*_ci_hi`): a t interval for
+# the bias (with the truth's own standard error added), a bootstrap over the experiments for sd and RMSE. The
+# second table names a lowest-MSE estimator per cell only where its RMSE CI clears every other's (`resolved`);
+# otherwise it lists the estimators it is tied with.
 
 # %%
-cols = ["workload", "factor", "design", "estimator", "metric", "stat", "truth", "mean", "bias", "sd", "rmse", "mse",
-        "recovered_pct", "coverage", "alpha"]
+cols = ["workload", "factor", "design", "estimator", "metric", "stat", "reps", "truth", "mean", "bias", "bias_ci_lo",
+        "bias_ci_hi", "sd", "sd_ci_lo", "sd_ci_hi", "rmse", "rmse_ci_lo", "rmse_ci_hi", "recovered_pct", "coverage",
+        "alpha"]
 with pd.option_context("display.max_rows", 200):
     display(summary[cols].round(4))
 
@@ -215,4 +222,4 @@ display(Markdown(report.recommendation(res, summary)))
 # scales them), so they take longer.
 
 # %%
-ab_explorer(cfg, workload=cfg.workloads[0], reps=min(cfg.reps, 4), n_requests=min(cfg.n_requests, 8000))
+ab_explorer(cfg, workload=cfg.workloads[0], reps=min(cfg.reps, 8), n_requests=min(cfg.n_requests, 8000))

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The main job: set up what is missing, then execute the whole notebook series headlessly
-# (papermill, default parameters). Figures and tables land in figures/, executed notebooks in runs/.
-# Extra arguments go to `asrsched run` (e.g. a notebook name, or -p NAME VALUE).
+# (papermill, default parameters). Figures and tables land in the report gallery figures/ (--gallery),
+# executed notebooks in runs/. Extra arguments go to `asrsched run` (e.g. a notebook name, or -p NAME VALUE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 start=$(date +%s)
-.venv/bin/asrsched run "$@"
+.venv/bin/asrsched run --gallery "$@"
 echo "[main] finished in $(( $(date +%s) - start )) s; figures in $(pwd)/figures"

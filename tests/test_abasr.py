@@ -89,8 +89,23 @@ def test_summary_matches_hand_computation_and_tables_are_consistent(tiny):
         cell = s[(s.workload == r.workload) & (s.factor == r.factor) & (s.metric == r.metric) & (s.stat == r.stat)]
         assert r.best_rmse == pytest.approx(cell.rmse.min())
     text = recommendation(res, s)
-    top = b[(b.factor == "routing") & (b.stat == "mean")].best.iloc[0].split("/")[1]
-    assert "For an operator" in text and f"Lowest MSE: **{top}**" in text
+    assert "For an operator" in text
+    for r in b.itertuples():  # a winner is named exactly where its RMSE CI clears every other's
+        cell = s[(s.workload == r.workload) & (s.factor == r.factor) & (s.metric == r.metric) & (s.stat == r.stat)]
+        others = cell[cell.rmse > cell.rmse.min()]
+        assert r.resolved == bool((others.rmse_ci_lo > r.best_rmse_ci_hi).all())
+        assert r.winner == (r.best if r.resolved else "tie")
+    if (~b.resolved).any():
+        assert "Statistical tie (overlapping RMSE CIs)" in text
+    # 95 % CIs: t interval for the bias (truth SE in quadrature), bootstrap for sd and RMSE
+    from scipy import stats
+
+    n = len(v)
+    half = stats.t.ppf(0.975, n - 1) * math.sqrt(row.sd ** 2 / n + row.truth_se ** 2)
+    assert row.bias_ci_hi - row.bias == pytest.approx(half) and row.bias - row.bias_ci_lo == pytest.approx(half)
+    assert (s.sd_ci_lo <= s.sd_ci_hi).all() and (s.rmse_ci_lo < s.rmse_ci_hi).all()
+    assert (s.rmse_ci_lo <= s.rmse * 1.0001).mean() > 0.9 and (s.rmse <= s.rmse_ci_hi).all()
+    pd.testing.assert_frame_equal(s, summary_table(res))  # the bootstrap is seeded from the cell: reproducible
     ab = R.ablation_table(res)
     assert set(ab.L) == {75, 150} and set(ab.estimator) == {"qdq", "wdq", "mixed_dq"}
     bi = R.burn_in_table(res)
@@ -155,7 +170,7 @@ def test_cache_resumes_without_rerunning(tmp_path, monkeypatch):
     cfg = ASRStudyConfig(**dict(TINY, scheduling_designs=("replica",), routing_designs=("bernoulli",)))
     a = run_study(cfg, n_jobs=1, progress=False, cache_dir=tmp_path)
     n_files = len(list(tmp_path.glob("*.json")))
-    assert n_files == 3 * 2 + 3 * 2  # 3 reps x 2 designs + 3 settings x 2 truth traces (random|fcfs is shared)
+    assert n_files == 3 + 2  # one task per trace: 3 replications (both designs) + 2 truth traces (3 settings)
     monkeypatch.setattr(A, "_dispatch", lambda **k: pytest.fail("recomputed a cached task"))
     b = run_study(cfg, n_jobs=1, progress=False, cache_dir=tmp_path)
     pd.testing.assert_frame_equal(a.estimates, b.estimates)
@@ -167,8 +182,10 @@ def test_explorer_shows_the_study_and_redraws_on_input():
 
     box = ab_explorer(ASRStudyConfig(**TINY), reps=2, n_requests=2500)
     f_w, m_w = box.children[1].children[1:]  # (L, test, metric)
-    msg, fig, table = box.children[2:]
+    msg, fig, table = box.children[2:5]
     assert msg.value == "" and len(fig.data) > 0 and "<table" in table.value
+    # two rows of panels (design-based estimators, DQ family) keep the height they need for their axis titles
+    assert fig.layout.yaxis2 is not None and fig.layout.height >= 700
     assert fig.layout.title.text.startswith("Routing A/B, mean E2EL")
     f_w.value = "scheduling"
     m_w.value = ("ttft", "p90")
@@ -198,3 +215,44 @@ def test_notebook_headless(tmp_path):
     text = "".join(str(o.get("data", {}).get("text/markdown", "")) + "".join(o.get("text", ""))
                    for c in nb.cells for o in c.get("outputs", []))
     assert "For an operator" in text
+
+
+def test_fast_quantile_is_numpys():
+    rng = np.random.default_rng(3)
+    for _ in range(3000):
+        x = rng.lognormal(0, 1, int(rng.integers(1, 500)))
+        for q in (0.1, 0.5, 0.9, 0.99):
+            assert A._quantile(x, q) == float(np.quantile(x, q))
+
+
+def test_no_winner_in_a_tie_and_the_naive_sign_is_worded(tiny):
+    """Overlapping RMSE CIs name no winner; a naive estimate whose CI is on the other side is 'the wrong sign'."""
+    res = tiny
+    s = summary_table(res).copy()
+    s["rmse_ci_lo"], s["rmse_ci_hi"] = 0.0, 1e9  # every estimator's RMSE CI overlaps every other's
+    b = best_table(s)
+    assert (b.winner == "tie").all() and not b.resolved.any()
+    text = recommendation(res, s)
+    assert "Lowest MSE, clear of the others" not in text and "Statistical tie" in text
+    assert "no design/estimator is clearly best" in text
+    from asrsched.figures import asr_fleet as F
+
+    title = F.fig_estimates(res, summary=s).layout.title.text.replace("<br>", " ")  # titles wrap at spaces
+    assert "no estimator clearly best" in title and "lowest MSE" not in title
+    # the naive row with its whole CI on the other side of zero from a resolved truth
+    nv = (s.estimator == "naive") & (s.factor == "routing") & (s.metric == "e2el") & (s.stat == "mean")
+    t = float(s.loc[nv, "truth"].iloc[0])
+    s.loc[nv, ["truth_se", "mean", "mean_ci_lo", "mean_ci_hi"]] = [abs(t) / 100, -t, -1.1 * t, -0.9 * t]
+    s.loc[nv, "recovered_pct"] = -100.0
+    if t > 0:
+        s.loc[nv, ["mean_ci_lo", "mean_ci_hi"]] = [-1.1 * t, -0.9 * t]
+    else:
+        s.loc[nv, ["mean_ci_lo", "mean_ci_hi"]] = [-0.9 * t, -1.1 * t]
+    assert R.sign_verdict(s[nv].iloc[0]) == "wrong sign"
+    assert "the wrong sign (-100 %" in recommendation(res, s)
+    s.loc[nv, "recovered_pct"] = -0.4  # a small share is printed with its digits, never as "-0 %"
+    assert "the wrong sign (-0.4 %" in recommendation(res, s)
+    title = F.fig_estimates(res, summary=s).layout.title.text.replace("<br>", " ")
+    assert "naive has the wrong sign on 1 of 1 workloads" in title
+    s.loc[nv, ["mean_ci_lo", "mean_ci_hi"]] = [-abs(t), abs(t)]
+    assert R.sign_verdict(s[nv].iloc[0]) == "sign not resolved"

@@ -170,3 +170,41 @@ def test_naive_shrinks_the_effect_and_dq_removes_much_of_that_bias():
     assert abs(wdq - truth) < 0.7 * abs(naive - truth)
     # DQ pays with variance: far noisier than naive
     assert res["wdq"].std() > 10 * res["naive"].std()
+
+
+def test_time_integral_cost_matches_the_integral_of_the_number_in_system():
+    # three jobs: X(t) = 1 on [0,1), 2 on [1,1.5), 1 on [1.5,2), 2 on [2,2.5), 1 on [2.5,3)
+    tr = Trajectory.from_records(arrival=[0.0, 1.0, 2.0], finish=[3.0, 1.5, 2.5], z=[0, 1, 0])
+    assert np.allclose(tr.area_at, [0.0, 1.0, 1.0 + 1.0 + 0.5])
+    assert np.allclose(q_values(tr, 1, "qt"), [1.0, 1.5])  # integral over [t_k, t_{k+1}]
+    # on a simulated run: the kernel's area_at differences equal a recount from the records
+    sim = simulate(SystemConfig(n_servers=6, lam=0.8, n_jobs=20_000, warmup_jobs=0), 2)
+    rec = Trajectory.from_records(sim.arrival, sim.arrival + sim.response, sim.z)
+    assert np.allclose(np.diff(sim.area_at), np.diff(rec.area_at), rtol=0, atol=1e-6)
+    assert sim.area_at[-1] - sim.area_at[0] == pytest.approx(sim.area, rel=1e-12)
+    with pytest.raises(ValueError, match="area_at"):
+        q_values(_toy(), 5, "qt")
+    with pytest.raises(ValueError, match="cost"):
+        q_values(_toy(), 5, "x")
+
+
+@pytest.mark.parametrize("L", [3, 40, 400])
+def test_compiled_dq_family_equals_the_numpy_reference(L):
+    tr = simulate(SystemConfig(n_servers=8, lam=0.8, n_jobs=40_000, amp=0.3, period=80.0), 4)
+    fam = E.dq_family(tr, L, n_batches=7, alpha_batches=30, costs=("w", "q", "qt"))
+    ref = {"wdq": E.wdq(tr, L, 7), "qdq": E.qdq(tr, L, 7), "mixed_dq": E.mixed_dq(tr, L, n_batches=7, alpha_batches=30)}
+    for k, r in ref.items():
+        f = fam[k]
+        assert f.value == pytest.approx(r.value, rel=1e-9, abs=1e-12), k
+        assert np.allclose(f.batches, r.batches, rtol=1e-9, atol=1e-12, equal_nan=True), k
+        assert (f.lo, f.hi) == pytest.approx((r.lo, r.hi), rel=1e-9, abs=1e-12), k
+    assert fam["mixed_dq"].alpha == pytest.approx(ref["mixed_dq"].alpha, rel=1e-9)
+    qt = q_values(tr, L, "qt")
+    z = tr.z[: qt.size]
+    assert fam["qtdq"].value == pytest.approx(qt[z == 1].mean() - qt[z == 0].mean(), rel=1e-9)
+    a = fam["mixed_dq_qt"].alpha
+    assert fam["mixed_dq_qt"].value == pytest.approx(a * fam["wdq"].value + (1 - a) * fam["qtdq"].value)
+    sweep = E.dq_sweep(tr, [L, 2 * L], n_batches=7, alpha_batches=30)
+    assert sweep[L]["wdq"].value == fam["wdq"].value and set(sweep) == {L, 2 * L}
+    with pytest.raises(ValueError, match="costs"):
+        E.dq_family(tr, L, costs=("q",))

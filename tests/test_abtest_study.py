@@ -37,10 +37,17 @@ def test_study_tables(tiny_result):
     res = tiny_result
     summ = S.summarize(res)
     assert set(summ.scenario) == {"homogeneous", "switchback"}
-    assert set(summ.estimator) == set(S.ESTIMATOR_ORDER)
-    for _, g in summ.groupby("scenario", observed=True):
+    assert set(summ.estimator) == set(S.ESTIMATOR_ORDER) - {"qtdq", "mixed_dq_qt"}  # "qt" cost not asked for
+    head = res.estimates[res.estimates.headline.astype(bool)]
+    for s, g in summ.groupby("scenario", observed=True):
         g = g.set_index("estimator")
-        assert g.loc["naive", "sd_vs_naive"] == pytest.approx(1.0)
+        # sd and sd ratio recomputed from the raw replications (not the naive sd divided by itself)
+        raw = head[head.scenario == s].groupby("estimator", observed=True)["estimate"].std(ddof=1)
+        for name, sd in raw.items():
+            assert g.loc[name, "sd"] == pytest.approx(sd, rel=1e-9)
+            assert g.loc[name, "sd_vs_naive"] == pytest.approx(sd / raw["naive"], rel=1e-9)
+        # the trade-off the study names: the DQ family is unbiased but far noisier than the naive estimate
+        assert (g.loc[["wdq", "qdq", "mixed_dq"], "sd_vs_naive"] > 5).all()
         assert np.allclose(g.mse, g.bias**2 + g.sd**2 * (g.reps - 1) / g.reps)
         assert g.coverage.dropna().between(0, 1).all()
     truth = res.truth.set_index("scenario")
@@ -56,6 +63,18 @@ def test_study_tables(tiny_result):
     assert claims.naive_biased_low.all()  # random vs Power-of-2: the naive estimate is shrunk toward zero
     text = S.claims_markdown(claims, summ, res.truth)
     assert "Naive biased low" in text and "2/2" in text
+    # with the replications: CIs and verdicts; the point value lies inside its CI
+    cl = S.claims_table(summ, res, n_boot=300)
+    assert (cl.naive_share_ci_lo <= cl.naive_share).all() and (cl.naive_share <= cl.naive_share_ci_hi).all()
+    assert (cl.mixed_sd_reduction_ci_lo <= cl.mixed_sd_reduction_ci_hi).all()
+    assert cl.verdict_naive_low.eq("holds").all()
+    assert set(cl.verdict_mixed_2_5x) <= {"holds", "fails", "inconclusive"}
+    assert (cl.gain_bound >= cl.oracle_sd_reduction * 0.999).all()  # no fixed alpha beats the covariance bound
+    text = S.claims_markdown(cl, summ, res.truth)
+    assert "holds in: homogeneous, switchback" in text and "3 replications" in text
+    # RMSE CIs bracket the RMSE; bias CIs bracket the bias
+    assert (summ.rmse_ci_lo <= summ.rmse).all() and (summ.rmse <= summ.rmse_ci_hi).all()
+    assert (summ.bias_ci_lo < summ.bias).all() and (summ.bias < summ.bias_ci_hi).all()
 
 
 def test_study_is_reproducible_and_resumes_from_cache(tmp_path, tiny_result):
@@ -96,13 +115,15 @@ def test_explorer_reacts_to_sliders_and_reports_bad_input():
     box = estimator_explorer(lam=0.7, n_servers=6, reps=3, n_jobs=30_000)
     fig, table = box.children[1], box.children[2]
     sliders = {w.description: w for row in box.children[0].children for w in row.children}
-    assert {"lam (per server)", "d1 (control)", "d2 (treatment)", "p (treated)", "L (0 = 30·N·lam)",
+    assert {"λ (per server)", "control: Power-of-d, d", "treatment: Power-of-d, d", "p (treated)", "L (0 = 30·N·λ)",
             "N (servers)"} <= set(sliders)
     before = fig.layout.title.text
-    assert "Truth" in before and "<table" in table.value
-    sliders["d2 (treatment)"].value = 3
-    assert fig.layout.title.text != before and "d 1->3" in fig.layout.title.text
-    sliders["d2 (treatment)"].value = 7  # d > N = 6
+    assert "Truth" in before and "<table" in table.value and "3 replications" in before
+    assert "lam" not in before and "RMSE 95 % CI" in table.value and "qDQ" in table.value
+    assert "qdq" not in table.value and "mixed_dq" not in table.value  # one spelling: the display names
+    sliders["treatment: Power-of-d, d"].value = 3
+    assert fig.layout.title.text != before and "random → Power-of-3" in fig.layout.title.text
+    sliders["treatment: Power-of-d, d"].value = 7  # d > N = 6
     assert "treatment" in table.value and "color:#b00" in table.value
 
 
@@ -130,3 +151,73 @@ def test_notebook_05_runs_under_papermill(tmp_path):
         assert (out / f"{name}.html").exists() and (out / f"{name}.png").stat().st_size > 10_000
     run = pd.read_csv(out / "run.csv")
     assert run.reps.iloc[0] == 3 and run.study_seconds.iloc[0] > 0
+
+
+def test_lowest_mse_names_a_winner_only_outside_a_tie():
+    rng = np.random.default_rng(0)
+    clear = pd.DataFrame({"naive": 5 + rng.normal(0, 0.1, 50), "wdq": rng.normal(0, 0.1, 50)})
+    win, share = S.lowest_mse(clear, 0.0, n_boot=400)
+    assert win == ["wdq"] and share["wdq"] > 0.95
+    tie = pd.DataFrame({"naive": rng.normal(0, 1.0, 20), "wdq": rng.normal(0, 1.0, 20)})
+    win, share = S.lowest_mse(tie, 0.0, n_boot=400)
+    assert sorted(win) == ["naive", "wdq"]  # neither wins in 95 % of resamples: both named
+
+
+def test_search_table_gain_and_bound():
+    rng = np.random.default_rng(1)
+    rows = []
+    for r in range(60):  # wDQ and qDQ with correlation ~0: a mix halves the variance (gain ~ sqrt 2)
+        w, q = rng.normal(0, 1), rng.normal(0, 1)
+        for name, v, a in (("wdq", w, None), ("qdq", q, None), ("mixed_dq", 0.5 * w + 0.5 * q, 0.5)):
+            rows.append(dict(lam=0.8, control="random", treatment="pod2", rep=r, L=100, L_factor=1.0, estimator=name,
+                             estimate=v, alpha=a))
+    t = S.search_table(pd.DataFrame(rows), n_boot=500)
+    assert len(t) == 1 and t.cost.iloc[0] == "q"
+    g = t.iloc[0]
+    assert 1.1 < g.gain < 1.8 and g.gain_ci_lo < g.gain < g.gain_ci_hi
+    assert g.gain_bound == pytest.approx(g.gain, rel=0.1)  # alpha = 1/2 is the optimal weight here
+
+
+def test_scenario_search_and_wp_curve_run_small(tmp_path):
+    sc = _tiny(scenarios=("homogeneous",))
+    raw = S.scenario_search(sc, lams=(0.7,), pairs=(("random", "pod2"),), L_factors=(1.0,), reps=4, n_jobs=1,
+                            progress=False)
+    assert set(raw.estimator) == {"wdq", "qdq", "qtdq", "mixed_dq", "mixed_dq_qt"} and raw.rep.nunique() == 4
+    assert int(raw.L.iloc[0]) == round(30 * 6 * 0.7)
+    with pytest.raises(ValueError, match="costs"):
+        S.scenario_search(sc, costs=("w",), reps=4)
+    curve = S.run_wp_curve(sc, ps=(0.0, 0.5, 1.0), jobs_per_point=20_000, n_jobs=1, progress=False)
+    assert list(curve.p) == [0.0, 0.5, 1.0]
+    truth = pd.DataFrame([{"scenario": "homogeneous", "gte": -1.0, "gte_se": 0.01, "slope": -0.7, "slope_se": 0.02}])
+    wp = S.wp_table(curve, truth)
+    c = curve.set_index("p").mean_w
+    assert wp.chord.iloc[0] == pytest.approx(c[1.0] - c[0.0])
+    assert wp.curvature_share.iloc[0] == pytest.approx(1 - (-0.7) / wp.chord.iloc[0])
+
+
+def test_full_run_is_written_with_provenance_and_read_back(tmp_path):
+    sc = _tiny(scenarios=("homogeneous",), reps=3, truth_jobs=60_000, L_factors=(1.0,))
+    out = S.write_full_run(tmp_path / "full", sc, wp_jobs=20_000, wp_seeds=1, search_reps=3, search_jobs=30_000,
+                           n_jobs=1, progress=False, command="python -m asrsched.abtest.study --test")
+    run = json.loads((out / "run.json").read_text())
+    for k in ("commit", "date_utc", "cpu_model", "load_average_start_1_5_15", "parameters", "command", "timings"):
+        assert k in run, k
+    assert run["command"].endswith("--test") and run["parameters"]["study"]["reps"] == 3
+    fr = S.load_full_run(out)
+    pd.testing.assert_frame_equal(S.summarize(fr.res)[["estimator", "mean", "sd"]],
+                                  fr.summary[["estimator", "mean", "sd"]], check_dtype=False)
+    assert "Naive biased low" in (out / "claims.md").read_text()
+    with pytest.raises(FileNotFoundError, match="missing"):
+        S.load_full_run(tmp_path)
+
+
+@pytest.mark.parametrize("scenario", ["homogeneous", "delayed"])
+def test_fast_replication_equals_the_reference_path(scenario):
+    # compiled kernel + O(n) DQ sweep vs the reference kernel + numpy DQ per L: same seeds, same estimates
+    sd = _tiny(scenarios=(scenario,)).to_dict()
+    a = pd.DataFrame(S.run_replication(scenario, 1, sd)["rows"])
+    b = pd.DataFrame(S.run_replication(scenario, 1, sd, reference=True)["rows"])
+    assert list(a.estimator) == list(b.estimator) and np.array_equal(a.L.fillna(-1), b.L.fillna(-1))
+    assert np.allclose(a.estimate, b.estimate, rtol=1e-9, atol=1e-12)
+    assert np.allclose(a.ci_lo, b.ci_lo, rtol=1e-9, atol=1e-12, equal_nan=True)
+    assert np.allclose(a.alpha.astype(float), b.alpha.astype(float), rtol=1e-9, equal_nan=True)

@@ -11,7 +11,12 @@ For every ``notebooks/NN_*.ipynb`` (new notebooks are picked up automatically):
   idle; no output may be an error (or a traceback on stderr);
 * one interactive control is moved the way a user would (a slider by keyboard, or a dropdown
   choice), and the plotly figure beside it must change in the DOM (title or traces);
-* the same through the dashboard command (``asrsched dashboard NB --params ...``, Voila).
+* Run All leaves no new file beside the notebook and writes a ``run.json`` under ``runs/<notebook>/``
+  (JupyterLab's kernel runs in the notebook's folder; ``$ASRSCHED_ROOT`` is the temporary root);
+* the notebook is saved and the page reloaded: no output may read "Error displaying widget"
+  (finished progress bars turn into text, so nothing refers to a closed widget model);
+* the same through the dashboard command (``asrsched dashboard NB --params ...``, Voila), where
+  the page must also show no stderr box (progress and warnings are plain lines).
 
 Screenshots before and after each interaction, the whole page at the end, and a JSON summary go
 to ``runs/browser-artifacts/`` (``$ASRSCHED_BROWSER_ARTIFACTS``). Look at them.
@@ -264,6 +269,30 @@ def interact_and_check(page, area, stem: str, kind: str, busy) -> dict:
             "title_changed": before["title"] != after["title"], "update_s": round(seconds, 1)}
 
 
+def beside_notebooks(nb_dir: Path) -> set[str]:
+    """Every file under the notebooks folder, but JupyterLab's own checkpoints."""
+    return {str(p.relative_to(nb_dir)) for p in nb_dir.rglob("*")
+            if p.is_file() and ".ipynb_checkpoints" not in p.parts}
+
+
+def reload_saved(page, stem: str) -> None:
+    """Save the notebook (Ctrl+S), reload the page, wait until its outputs are drawn again."""
+    page.locator(f"{PANEL} .jp-Notebook").first.click()
+    page.keyboard.press("Control+s")
+    page.wait_for_timeout(3000)
+    page.reload()
+    page.wait_for_selector(f"{PANEL} .jp-Cell", timeout=90_000)
+    page.locator("#jp-main-statusbar").get_by_text(re.compile(r"\| Idle$")).wait_for(timeout=120_000)
+    page.wait_for_timeout(5000)  # widget views restore asynchronously
+    page.screenshot(path=str(ARTIFACTS / f"lab-{stem}-reloaded.png"), full_page=True)
+
+
+def progress_lines(scope) -> list[str]:
+    """The finished progress lines (``✓ …``) shown as plain output text."""
+    texts = scope.locator(".jp-OutputArea-output pre").all_text_contents()
+    return [t.strip()[:160] for t in texts if t.strip().startswith(("✓", "✗"))]
+
+
 def record(kind: str, stem: str, summary: dict) -> None:
     path = ARTIFACTS / "summary.json"
     data = json.loads(path.read_text()) if path.exists() else {}
@@ -318,7 +347,9 @@ def lab(tmp_path_factory):
     port = free_port()
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(cfg), JUPYTERLAB_SETTINGS_DIR=str(cfg / "lab" / "user-settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(cfg / "lab" / "workspaces"), JUPYTER_RUNTIME_DIR=str(cfg / "runtime"),
-               ASRSCHED_FIGURES=str(root / "figures"), PYTHONUNBUFFERED="1")
+               ASRSCHED_ROOT=str(root), PYTHONUNBUFFERED="1")
+    for k in ("ASRSCHED_FIGURES", "ASRSCHED_RUNS", "ASRSCHED_PROGRESS"):  # as a user starts it: nothing set
+        env.pop(k, None)
     log = root / "jupyterlab.log"
     with open(log, "w") as fh:
         proc = subprocess.Popen(
@@ -337,12 +368,15 @@ def lab(tmp_path_factory):
 
 
 # ------------------------------------------------------------------------------------------- tests
+@pytest.mark.allow_skip(reason="a notebook without an interactive control has nothing to drive")
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
 def test_notebook_in_jupyterlab(nb, lab, browser):
     needs_params(nb)
     if not has_interactive_code(nb):
         pytest.skip(f"{nb.stem} has no interactive control (no ipywidgets/explorer call)")
     page = new_page(browser)
+    nb_dir = lab["root"] / "notebooks"
+    files_before = beside_notebooks(nb_dir)
     t0 = time.monotonic()
     try:
         open_and_run_all(page, lab_url(lab, nb.name))
@@ -376,8 +410,28 @@ def test_notebook_in_jupyterlab(nb, lab, browser):
         summary = interact_and_check(page, area, nb.stem, "lab", busy)
         assert not output_errors(page), f"{nb.stem}: error after moving the control: {output_errors(page)}"
         assert not page.problems, f"{nb.stem}: JavaScript errors in the page: {page.problems}"
+        # outputs: nothing new beside the notebook, a run folder with run.json under runs/
+        new = beside_notebooks(nb_dir) - files_before
+        assert not new, f"{nb.stem}: Run All wrote beside the notebook: {sorted(new)}"
+        records = sorted((lab["root"] / "runs" / nb.stem).glob("*/run.json"))
+        assert records, f"{nb.stem}: no runs/{nb.stem}/<run>/run.json after Run All"
+        rec = json.loads(records[-1].read_text())
+        assert all(rec["parameters"].get(k) == v for k, v in PARAMS[nb.stem].items()), rec["parameters"]
+        line = page.locator(f"{PANEL} .jp-CodeCell").filter(has=page.get_by_text(re.compile(r"^✓ exported to")))
+        if line.count():  # what an export cell shows when it is done
+            line.first.scroll_into_view_if_needed()
+            line.first.screenshot(path=str(ARTIFACTS / f"lab-{nb.stem}-export-line.png"))
+        # save, reload: finished progress bars are text, no view of a closed widget model
+        reload_saved(page, nb.stem)
+        broken = page.locator(f"{PANEL} .jp-CodeCell").filter(has=page.get_by_text("Error displaying widget"))
+        where = [(c.locator(".jp-InputArea-editor").first.text_content() or "")[:120] for c in broken.all()]
+        if where:
+            broken.first.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / f"lab-{nb.stem}-reloaded-broken.png"))
+        assert not where, f"{nb.stem}: after a reload, outputs of these cells read 'Error displaying widget': {where}"
         summary.update(run_all_s=round(run_s, 1), total_s=round(time.monotonic() - t0, 1),
-                       params=PARAMS[nb.stem])
+                       params=PARAMS[nb.stem], run_folder=str(records[-1].parent.relative_to(lab["root"])),
+                       progress_lines=progress_lines(page))
         record("lab", nb.stem, summary)
     finally:
         page.close()
@@ -385,8 +439,12 @@ def test_notebook_in_jupyterlab(nb, lab, browser):
 
 
 VOILA = NOTEBOOKS
+# simulation-only notebooks: their dashboards must show no stderr box at all (01 and 04 run real
+# Whisper and servers, whose own logs may go to stderr)
+NO_STDERR = {"02_policy_sweep", "03_workload_drift", "05_ab_estimators", "06_ab_asr_policies"}
 
 
+@pytest.mark.allow_skip(reason="a notebook without an interactive control has nothing to drive")
 @pytest.mark.parametrize("nb", VOILA, ids=[nb.stem for nb in VOILA])
 def test_dashboard_in_voila(nb, browser, tmp_path):
     needs_params(nb)
@@ -428,13 +486,17 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
         assert not errors, f"{nb.stem}: error output in the dashboard:\n" + "\n---\n".join(errors)
         broken = page.get_by_text("Error displaying widget").count()
         assert not broken, f"{nb.stem}: {broken} widget(s) in the dashboard read 'Error displaying widget'"
+        # progress and warnings are plain lines: no stderr box (the red block) anywhere on the page
+        boxes = [t.strip()[:300] for t in page.locator(STDERR_SEL).all_text_contents() if t.strip()]
+        assert not boxes or nb.stem not in NO_STDERR, f"{nb.stem}: the dashboard shows {len(boxes)} stderr box(es): {boxes}"
         areas = page.locator(".jp-OutputArea").filter(has=page.locator(FIG_SEL)).filter(has=page.locator(CONTROL_SEL))
         assert areas.count() >= 1, f"{nb.stem}: the dashboard shows no control next to a figure after {run_s:.0f} s"
         # Voila has no kernel-status API: the figure's change (then a pause to settle) marks the update
         summary = interact_and_check(page, areas.last, nb.stem, "voila", lambda: False)
         assert not output_errors(page), f"{nb.stem}: error after moving the control: {output_errors(page)}"
         assert not page.problems, f"{nb.stem}: JavaScript errors in the dashboard: {page.problems}"
-        summary.update(run_all_s=round(run_s, 1), total_s=round(time.monotonic() - t0, 1))
+        summary.update(run_all_s=round(run_s, 1), total_s=round(time.monotonic() - t0, 1),
+                       progress_lines=progress_lines(page))
         record("voila", nb.stem, summary)
     finally:
         page.close()

@@ -23,8 +23,11 @@ def test_prepare_injects_parameters_and_keeps_the_notebook_folder_as_cwd(tmp_pat
     injected = code[1].source
     assert f"_os.chdir({str(notebooks_dir().resolve())!r})" in injected  # the tests run from the checkout root
     assert "N_REQUESTS = 1200" in injected and 'PHASES = [[0, "librispeech"], [60, "uniform"]]' in injected
+    assert '_os.environ["ASRSCHED_PROGRESS"] = "text"' in injected  # progress as plain lines, no stderr box
+    assert "_warnings.showwarning" in injected  # warnings as one stdout line
+    params_only = "\n".join(line for line in injected.splitlines() if not line.startswith(("_", "import")))
     ns = {}
-    exec(code[0].source + "\n" + injected.replace("_os.chdir", "print"), ns)  # later assignments win
+    exec(code[0].source + "\n" + params_only, ns)  # later assignments win
     assert ns["N_REQUESTS"] == 1200 and ns["RATE"] == 10.0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -33,28 +34,36 @@ def _ratio(job: Job, now: float) -> float:
     return 1.0 + (now - job.arrival) / max(job.est_service, 1e-6)
 
 
+def _first_min(members: list[Job], key) -> Job:
+    """The first job in push order with the smallest ``key`` (``members`` is kept in push order)."""
+    best = min(key(m) for m in members)
+    return next(m for m in members if key(m) == best)
+
+
 def _check_choice(policy: str, q, job: Job, members: list[Job], now: float, mode: str | None) -> None:
-    """``job`` (just popped at ``now`` from ``members``) is what ``policy`` must choose."""
+    """``job`` (just popped at ``now`` from ``members``, listed in push order) is what ``policy`` must choose.
+
+    Every deterministic policy breaks exact ties by arrival, then by push order (a re-push is a new push).
+    """
     assert any(job is m for m in members), "popped a job that was not waiting"
     if policy == "adaptive":
         policy = mode
     if policy == "fcfs":
-        assert job.arrival == min(m.arrival for m in members)
+        assert job is _first_min(members, lambda m: m.arrival), "FCFS: not the earliest arrival, first pushed"
     elif policy == "sjf":
         best = min((m.est_service, m.arrival) for m in members)
         assert (job.est_service, job.arrival) == best, "SJF admitted a job while a strictly shorter one waits"
+        assert job is _first_min(members, lambda m: (m.est_service, m.arrival)), "SJF tie not in push order"
     elif policy == "ljf":
-        best = min((-m.est_service, m.arrival) for m in members)
-        assert (-job.est_service, job.arrival) == best
+        assert job is _first_min(members, lambda m: (-m.est_service, m.arrival))
     elif policy == "hrrn":
         ratios = [_ratio(m, now) for m in members]
         top = max(ratios)
         r = _ratio(job, now)
         assert r >= top - 1e-9 * max(1.0, abs(top)), f"HRRN admitted ratio {r}, best waiting ratio {top}"
-        # unambiguous ties (same ratio up to rounding) go to the earliest arrival
-        tied = [m for m, x in zip(members, ratios) if x >= top - 1e-9 * max(1.0, abs(top))]
-        if len(tied) > 1 and all(abs(x - top) == 0 for x in (_ratio(m, now) for m in tied)):
-            assert job.arrival == min(m.arrival for m in tied)
+        # exact ties of the queue's own float expression: earliest arrival, then first pushed
+        qkey = lambda m: (-((now - m.arrival) * (1.0 / max(m.est_service, 1e-6))), m.arrival)  # noqa: E731
+        assert job is _first_min(members, qkey), "HRRN tie not broken by arrival, then push order"
 
 
 def _adaptive_mode(q: AdaptiveQueue, members: list[Job], now: float) -> str:
@@ -210,6 +219,76 @@ def test_hrrn_ties_go_to_earliest_arrival_in_both_paths():
             q.push(j)
         first = q.pop(10.0)
         assert first.arrival == min(j.arrival for j in jobs)
+
+
+def test_hrrn_with_equal_sizes_is_fcfs_four_jobs_at_zero():
+    """The issue's case: four jobs at t = 0 with equal sizes leave in submission order (was [0, 3, 2, 1])."""
+    for policy, kw in [("fcfs", {}), ("sjf", {}), ("hrrn", {}), ("adaptive", dict(low_depth=0, ratio_cap=1.0))]:
+        q = make_queue(policy, **kw)
+        for i in range(4):
+            q.push(Job(i, 0.0, 2.5))
+        assert [j.rid for j in q] == [0, 1, 2, 3]  # iteration in push order (the plug-in's order() relies on it)
+        assert [q.pop(0.0).rid for _ in range(4)] == [0, 1, 2, 3], policy
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    gaps=st.lists(st.sampled_from([0.0, 0.0, 0.0, 0.5, 1.0, 7.0]), min_size=1, max_size=60),
+    size=st.sampled_from([1e-9, 0.1, 1.0, 3.7, 40.0]),
+    script=st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0.0, 0.25, 2.0])), min_size=1, max_size=80),
+)
+def test_hrrn_with_equal_sizes_equals_fcfs(gaps, size, script):
+    """Equal estimates: HRRN and FCFS give the same admissions under any interleaving of pushes and pops.
+
+    Jobs are pushed in arrival order (ties: simultaneous arrivals), popped in bursts while the clock
+    advances; the adaptive policy in its HRRN limit must agree too.
+    """
+    arrivals = [float(x) for x in np.cumsum(gaps)]
+    queues = {p: make_queue(p, **kw) for p, kw in
+              [("fcfs", {}), ("hrrn", {}), ("adaptive", dict(low_depth=0, ratio_cap=1.0))]}
+    orders: dict[str, list[int]] = {p: [] for p in queues}
+    nxt, now = 0, 0.0
+    for pops, dt in script + [(10**6, 0.0)]:
+        now = max(now + dt, arrivals[min(nxt, len(arrivals) - 1)])
+        while nxt < len(arrivals) and arrivals[nxt] <= now:
+            for q in queues.values():
+                q.push(Job(nxt, arrivals[nxt], size))
+            nxt += 1
+        for _ in range(pops):
+            if not queues["fcfs"]:
+                break
+            for p, q in queues.items():
+                orders[p].append(q.pop(now).rid)
+    assert orders["fcfs"] == sorted(orders["fcfs"])  # FCFS itself: submission order
+    assert orders["hrrn"] == orders["fcfs"]
+    assert orders["adaptive"] == orders["fcfs"]
+
+
+def test_plugin_queue_hrrn_with_equal_sizes_is_fcfs():
+    """The vLLM plug-in's waiting queue: equal-size requests at the same instant leave in submission order."""
+    from types import SimpleNamespace
+
+    from asrsched.vllm_plugin.scheduler import PolicyRequestQueue
+
+    def req(rid, arrival):
+        sp = SimpleNamespace(extra_args={"audio_duration_s": 12.0}, max_tokens=200)
+        return SimpleNamespace(request_id=rid, arrival_time=arrival, sampling_params=sp,
+                               status=SimpleNamespace(name="WAITING"))
+
+    for policy in ("fcfs", "hrrn"):
+        clock = SimpleNamespace(t=1000.0)
+        q = PolicyRequestQueue(policy, clock=lambda c=clock: c.t)
+        reqs = [req(f"r{i}", 1000.0) for i in range(4)] + [req(f"r{i}", 1000.5) for i in range(4, 7)]
+        for r in reqs:
+            q.add_request(r)
+        clock.t = 1003.0
+        expect = [r.request_id for r in reqs]
+        assert [r.request_id for r in q.order()] == expect, policy
+        out = []
+        while q:
+            assert q.peek_request() is q.peek_request()
+            out.append(q.pop_request().request_id)
+        assert out == expect, policy
 
 
 def test_sjf_ties_are_fcfs_and_remove_works():

@@ -134,14 +134,36 @@ def test_cli_version(capsys):
 
 
 def test_cli_run_writes_under_the_current_directory(tmp_path, monkeypatch):
-    """``asrsched run 03`` from an empty folder: the executed copy in ./runs/<timestamp>/, figures in ./figures/."""
+    """``asrsched run 03 -p ...`` from an empty folder: everything in ./runs/<timestamp>/ (executed copy,
+    figures, tables, run.json); the report gallery ./figures/ is not touched. ``--gallery`` writes it."""
     monkeypatch.delenv(paths.ROOT_ENV, raising=False)
     monkeypatch.delenv(paths.FIGURES_ENV, raising=False)
+    monkeypatch.delenv(paths.RUNS_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
-    assert main(["run", "03", "-p", "N_REQUESTS", "900", "-p", "PHASES", "[[0, 'librispeech'], [40, 'uniform']]",
-                 "-p", "RAMP_S", "20.0"]) == 0
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "README.md").write_text("the gallery, as committed\n")
+    small = ["-p", "N_REQUESTS", "900", "-p", "PHASES", "[[0, 'librispeech'], [40, 'uniform']]", "-p", "RAMP_S", "20.0"]
+    assert main(["run", "03", *small, "-p", "RATE", "8"]) == 0
     (run,) = (tmp_path / "runs").iterdir()
     assert (run / "03_workload_drift.ipynb").exists()
+    out = run / "figures" / "03_workload_drift"
+    assert (out / "phase_latency.csv").exists() and (out / "drift_abrupt.png").exists()
+    rec = json.loads((out / "run.json").read_text())
+    assert rec["parameters"]["RATE"] == 8 and rec["parameters"]["N_REQUESTS"] == 900 and "RATE" in rec["injected"]
+    assert "03_workload_drift" in (run / "figures" / "README.md").read_text()
+    assert (tmp_path / "figures" / "README.md").read_text() == "the gallery, as committed\n"
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["README.md"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figures", "runs"]
+
+    assert main(["run", "03", *small, "--gallery", "--run-dir", str(tmp_path / "runs" / "g")]) == 0
     assert (tmp_path / "figures" / "03_workload_drift" / "phase_latency.csv").exists()
     assert "03_workload_drift" in (tmp_path / "figures" / "README.md").read_text()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["figures", "runs"]
+    assert not (tmp_path / "runs" / "g" / "figures").exists()
+
+
+def test_run_help_documents_parameter_values(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = capsys.readouterr().out
+    assert "Python literal" in text and '-p RATES "[5, 15, 25]"' in text and "--gallery" in text
+    assert "runs/<timestamp>/figures/<notebook>/" in text

@@ -436,3 +436,49 @@ def test_cli_rejects_bad_arguments_before_loading_anything(argv, needle, capsys)
     assert main([*argv, "--port", "0"]) == 2
     assert needle in capsys.readouterr().err
     assert time.monotonic() - t < 5
+
+
+# ----------------------------------------------------------------------------- OpenAI fields, other endpoints
+
+def test_openai_fields_are_used_or_refused_by_name_and_errors_are_json(sjf_server, clips):
+    url, clip = sjf_server.url, clips["medium"]
+    # timestamp_granularities: segment timestamps with verbose_json (as the openai client sends the list)
+    v = post(url, clip, response_format="verbose_json", **{"timestamp_granularities[]": "segment"})
+    assert v.status_code == 200, v.text
+    seg = v.json()["segments"]
+    assert len(seg) == 1 and seg[0]["start"] == 0.0 and seg[0]["end"] == pytest.approx(clip["audio_s"], abs=0.01)
+    assert seg[0]["text"] == v.json()["text"] and seg[0]["tokens"]
+    refused = [  # (fields, param, the value the message must name)
+        ({"response_format": "verbose_json", "timestamp_granularities[]": "word"}, "timestamp_granularities", "'word'"),
+        ({"timestamp_granularities[]": "segment"}, "timestamp_granularities", "verbose_json"),
+        ({"response_format": "verbose_json", "timestamp_granularities": "syllable"}, "timestamp_granularities",
+         "'syllable'"),
+        ({"include[]": "logprobs"}, "include", "'logprobs'"),
+    ]
+    for fields, param, needle in refused:
+        r = post(url, clip, **fields)
+        assert r.status_code == 400, (fields, r.text)
+        err = r.json()["error"]
+        assert err["param"] == param and needle in err["message"], (fields, err)
+    # prompt is Whisper's initial prompt, not ignored: the same audio with a different prompt decodes differently
+    # (here: a prompt in a wholly different register changes at least the casing/punctuation or words)
+    plain = post(url, clip).json()["text"]
+    prompted = post(url, clip, prompt="SHOUTING IN CAPITALS WITHOUT PUNCTUATION LIKE THIS").json()["text"]
+    assert prompted != plain, "the prompt had no effect"
+    # the BytesIO object never leaks into a message
+    r = post(url, {"bytes": b"hello, this is not audio"})
+    assert r.status_code == 400 and "<_io" not in r.json()["error"]["message"], r.text
+    # translations: OpenAI-style JSON, naming why (tiny.en is English-only)
+    t = httpx.post(url + "/v1/audio/translations", files={"file": ("a.wav", clip["bytes"], "audio/wav")},
+                   data={"model": "tiny.en"}, timeout=60)
+    assert t.status_code == 400 and t.json()["error"]["code"] == "unsupported_task"
+    assert "English-only" in t.json()["error"]["message"] and "base" in t.json()["error"]["message"]
+    for method, path, status in (("GET", "/v1/nope", 404), ("GET", EP, 405), ("POST", "/v1/chat/completions", 404)):
+        r = httpx.request(method, url + path, timeout=10)
+        assert r.status_code == status and r.headers["content-type"].startswith("application/json"), r.text
+        assert r.json()["error"]["code"] in ("not_found", "method_not_allowed")
+    # idle: queued work is exactly zero, never -0.000000
+    assert wait_until(lambda: gauge(url, "asrsched_queue_depth") == 0)
+    line = next(ln for ln in httpx.get(url + "/metrics").text.splitlines()
+                if ln.startswith("asrsched_queued_work_seconds{"))
+    assert line.endswith(" 0.000000"), line

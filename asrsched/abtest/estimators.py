@@ -27,6 +27,9 @@ Optional:
                without PASTA). Missing: ``lam`` is used for every job.
 ``area``, ``t_start``, ``t_end``  integral of X(t) over [t_start, t_end] (for the
                Little's-law check :func:`littles_law`).
+``area_at``    float array, ``A(t_j) = integral of X(t) dt`` from any fixed origin up to
+               each arrival (only differences are used); needed by the time-integral
+               queue-length cost ``cost="qt"`` of :func:`q_values`.
 ``block``, ``block_len``  switchback block index of each job and the block length;
                the block of job j starts at ``block[j] * block_len``.
 ``design``, ``p``  the experiment design ("bernoulli", "group", "switchback", ...) and
@@ -46,6 +49,8 @@ Estimators (all return an :class:`Estimate` with a batch-means CI)
                 decisions - mean over control decisions (Farias et al. 2022).
 ``qdq``         the same with queue-length cost scaled by the arrival rate:
                 ``Q_q(k) = sum_{j=k+1}^{k+L} X(t_j-) / lam_j`` (the state after decision k).
+``qtdq``        (``cost="qt"``) the same with the time-integral of the number in system over
+                the horizon, ``integral_{t_k}^{t_{k+L}} X(t) dt`` (needs ``area_at``).
 ``mixed_dq``    ``alpha * wDQ + (1 - alpha) * qDQ`` (Jia, Johari, Si, Zheng) with
                 ``alpha = (V_q - C_wq) / (V_w + V_q - 2 C_wq)``, the minimum-variance
                 weight, where V and C are the variances/covariance of the two DQ
@@ -54,6 +59,11 @@ Estimators (all return an :class:`Estimate` with a batch-means CI)
                 qDQ are computed per batch, and their sample (co)variances give alpha
                 (``alpha="batch"``, the default). ``alpha=<float>`` fixes it (e.g. from
                 pilot runs, :func:`pilot_alpha`).
+
+:func:`dq_family` computes wDQ, the queue-length DQs and their mixes in one compiled pass per
+cost over prefix sums (O(n) for any ``L``), and :func:`dq_sweep` does so for many ``L`` at once;
+:func:`wdq`, :func:`qdq` and :func:`mixed_dq` are the same estimators written with full arrays of
+Q values (tests check the two agree to 1e-9).
 
 Horizon ``L`` counts decisions (jobs); the default ``L = 30 * N * lam_per_server`` is
 ``30 * lam`` here (``lam`` = total rate), i.e. 30 mean service times of future jobs.
@@ -69,6 +79,7 @@ measures its coverage over replications.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 from numba import njit
@@ -85,6 +96,8 @@ __all__ = [
     "wdq",
     "qdq",
     "dq",
+    "dq_family",
+    "dq_sweep",
     "mixed_dq",
     "optimal_alpha",
     "batch_alpha",
@@ -95,6 +108,7 @@ __all__ = [
     "batch_diffs",
     "batch_ci",
     "ESTIMATORS",
+    "COSTS",
 ]
 
 ESTIMATORS = ("naive", "group", "switchback", "qdq", "wdq", "mixed_dq")
@@ -121,6 +135,7 @@ class Trajectory:
     lam: float
     lam_at: np.ndarray | None = None
     area: float | None = None
+    area_at: np.ndarray | None = None
     t_start: float | None = None
     t_end: float | None = None
     block: np.ndarray | None = None
@@ -152,6 +167,10 @@ class Trajectory:
             self.lam_at = np.asarray(self.lam_at, dtype=np.float64)
             if self.lam_at.shape != (n,) or np.any(self.lam_at <= 0):
                 raise ValueError("lam_at: need one positive arrival rate per job")
+        if self.area_at is not None:
+            self.area_at = np.asarray(self.area_at, dtype=np.float64)
+            if self.area_at.shape != (n,):
+                raise ValueError(f"area_at: need one entry per job ({n}), got shape {self.area_at.shape}")
         if not (np.isfinite(self.lam) and self.lam > 0):
             raise ValueError(f"lam: need a positive total arrival rate, got {self.lam!r}")
         if not _valid_z_sorted(self.z, self.arrival):
@@ -175,6 +194,7 @@ class Trajectory:
         """Build a trajectory from per-job arrival and finish times (any system).
 
         ``n_before[j]`` = jobs that arrived before ``j`` and finish after ``arrival[j]``;
+        ``area_at[j]`` = integral of their number in system from ``arrival[0]`` to ``arrival[j]``;
         ``area`` = exact integral of the number in system over ``[t_start, t_end]``
         (defaults: first and last arrival); ``lam`` defaults to ``n / (t_end - t_start)``.
         Rows are sorted by arrival first (``kw`` arrays of length n are sorted alongside).
@@ -198,11 +218,17 @@ class Trajectory:
         # jobs before j that finished by arrival[j] (all finishes <= arrival[j] belong to earlier jobs
         # except zero-length jobs at the same instant, which the 'right' search would also count)
         n_before = ranks_arr - np.minimum(departed, ranks_arr)
+        # area_at[j] = sum over earlier jobs i of min(finish_i, t_j) - arrival_i (times from arrival[0])
+        a0 = arrival - arrival[0]
+        fsum = np.concatenate(([0.0], np.cumsum(fin_sorted - arrival[0])))
+        asum = np.concatenate(([0.0], np.cumsum(a0)))[:-1]
+        area_at = fsum[np.minimum(departed, ranks_arr)] + a0 * n_before - asum
         t0 = float(arrival[0]) if t_start is None else float(t_start)
         t1 = float(arrival[-1]) if t_end is None else float(t_end)
         area = float(np.sum(np.clip(np.minimum(finish, t1) - np.maximum(arrival, t0), 0, None)))
         if lam is None:
             lam = n / (t1 - t0)
+        kw.setdefault("area_at", area_at)
         return cls(arrival=arrival, z=z, response=finish - arrival, n_before=n_before, lam=float(lam),
                    area=area, t_start=t0, t_end=t1, **kw)
 
@@ -248,49 +274,96 @@ def _check_batches(n_batches) -> int:
     return int(n_batches)
 
 
-def q_values(traj: Trajectory, L: int | None = None, cost: str = "w") -> np.ndarray:
-    """Truncated Q estimates for the first ``n - L`` decisions.
+COSTS = ("w", "q", "qt")
 
-    ``cost="w"``: ``sum_{j=k}^{k+L-1} W_j``; ``cost="q"``: ``sum_{j=k+1}^{k+L} X(t_j-)/lam_j``.
+
+def _prefix(traj: Trajectory, cost: str) -> tuple[np.ndarray, int]:
+    """Prefix sums ``C`` and offset ``o`` with ``Q(k) = C[k + o + L] - C[k + o]`` (O(n) for every L)."""
+    if cost == "w":
+        return np.concatenate(([0.0], np.cumsum(traj.response))), 0
+    if cost == "q":
+        lam = traj.lam_at if traj.lam_at is not None else traj.lam
+        return np.concatenate(([0.0], np.cumsum(traj.n_before / lam))), 1
+    if cost == "qt":
+        if traj.area_at is None:
+            raise ValueError("cost: 'qt' (time-integral of the number in system) needs a trajectory with area_at")
+        return traj.area_at, 0
+    raise ValueError(f"cost: {cost!r} not in {COSTS}")
+
+
+def q_values(traj: Trajectory, L: int | None = None, cost: str = "w") -> np.ndarray:
+    """Truncated Q estimates for the first ``n - L`` decisions (from prefix sums: O(n) for any L).
+
+    ``cost="w"``: ``sum_{j=k}^{k+L-1} W_j``; ``cost="q"``: ``sum_{j=k+1}^{k+L} X(t_j-)/lam_j``
+    (queue length sampled at arrivals); ``cost="qt"``: ``integral of X(t) dt`` from ``t_k`` to
+    ``t_{k+L}`` (queue length integrated over the horizon; by Little's law all three have
+    the same mean, ``L * mean W``).
     """
     L = _check_L(traj, L)
     n = len(traj)
-    if cost == "w":
-        c = np.concatenate(([0.0], np.cumsum(traj.response)))
-        return c[L : n] - c[0 : n - L]
-    if cost == "q":
-        lam = traj.lam_at if traj.lam_at is not None else traj.lam
-        x = traj.n_before / lam
-        c = np.concatenate(([0.0], np.cumsum(x)))
-        return c[L + 1 : n + 1] - c[1 : n - L + 1]
-    raise ValueError(f"cost: {cost!r} not in ('w', 'q')")
+    c, o = _prefix(traj, cost)
+    return c[o + L : o + n] - c[o : o + n - L]
+
+
+@njit(cache=True)
+def _masked_sums(v, z, seg):
+    """Per segment ``[seg[i], seg[i+1])``: sum of ``v``, sum of ``v`` over ``z == 1`` and the count of ``z == 1``."""
+    ns = seg.size - 1
+    s = np.zeros(ns)
+    s1 = np.zeros(ns)
+    n1 = np.zeros(ns, np.int64)
+    for i in range(ns):
+        a = 0.0
+        a1 = 0.0
+        c1 = 0
+        for k in range(seg[i], seg[i + 1]):
+            x = v[k]
+            a += x
+            if z[k] == 1:
+                a1 += x
+                c1 += 1
+        s[i] = a
+        s1[i] = a1
+        n1[i] = c1
+    return s, s1, n1
+
+
+def _as_z(z) -> np.ndarray:
+    z = np.asarray(z)
+    return z if z.dtype == np.int8 else (z == 1).astype(np.int8)
 
 
 def diff_means(v: np.ndarray, z: np.ndarray) -> float:
-    """Mean of ``v`` over the treated (``z == 1``) minus the mean over the control; NaN if an arm is empty."""
-    t = z == 1
-    nt = int(t.sum())
-    if nt == 0 or nt == t.size:
+    """Mean of ``v`` over the treated (``z == 1``) minus the mean over the control; NaN if an arm is empty.
+
+    One compiled pass (no boolean-mask copies); equal to ``v[z == 1].mean() - v[z == 0].mean()`` up to
+    floating-point rounding.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    s, s1, n1 = _masked_sums(v, _as_z(z), np.array([0, v.size], np.int64))
+    nt = int(n1[0])
+    if nt == 0 or nt == v.size:
         return float("nan")
-    return float(v[t].mean() - v[~t].mean())
+    return float(s1[0] / nt - (s[0] - s1[0]) / (v.size - nt))
 
 
 def batch_diffs(v: np.ndarray, z: np.ndarray, n_batches: int) -> np.ndarray:
-    """Treated-minus-control difference of means on each of ``n_batches`` contiguous batches."""
+    """Treated-minus-control difference of means on each of ``n_batches`` contiguous batches (NaN if an arm is empty)."""
+    v = np.asarray(v, dtype=np.float64)
     if v.size < n_batches:
         raise ValueError(f"n_batches: {n_batches} batches need at least as many decisions, got {v.size}")
     edges = np.linspace(0, v.size, n_batches + 1).astype(np.int64)
-    st = edges[:-1]
-    t = z == 1
-    s1 = np.add.reduceat(np.where(t, v, 0.0), st)
-    n1 = np.add.reduceat(t.astype(np.int64), st)
-    s = np.add.reduceat(v, st)
-    n = np.diff(edges)
-    n0 = n - n1
+    s, s1, n1 = _masked_sums(v, _as_z(z), edges)
+    n0 = np.diff(edges) - n1
     with np.errstate(divide="ignore", invalid="ignore"):
         d = s1 / n1 - (s - s1) / n0
     d[(n1 == 0) | (n0 == 0)] = np.nan
     return d
+
+
+@lru_cache(maxsize=256)
+def _t_quantile(q: float, df: int) -> float:
+    return float(stats.t.ppf(q, df))
 
 
 def batch_ci(name: str, value: float, batches: np.ndarray, level: float = 0.95, alpha=None) -> Estimate:
@@ -303,7 +376,7 @@ def batch_ci(name: str, value: float, batches: np.ndarray, level: float = 0.95, 
     k = b.size
     if k >= 2:
         se = float(b.std(ddof=1) / np.sqrt(k))
-        h = float(stats.t.ppf(0.5 + level / 2, k - 1)) * se
+        h = _t_quantile(0.5 + level / 2, k - 1) * se
     else:
         se = h = float("nan")
     return Estimate(name, float(value), se, float(value - h), float(value + h), k, alpha, batches)
@@ -342,7 +415,14 @@ def switchback(traj: Trajectory, burn_in: float = 0.0, n_batches: int = 20, leve
         idx = np.append(starts[1:], blk.size)
     else:
         starts = idx = np.zeros(0, np.int64)
-    bats = np.array([diff_means(w[a:b], z[a:b]) for a, b in zip(starts, idx)])
+    if starts.size:
+        bs, bs1, bn1 = _masked_sums(w, _as_z(z), np.append(starts, idx[-1]).astype(np.int64))
+        bn0 = (idx - starts) - bn1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bats = bs1 / bn1 - (bs - bs1) / bn0
+        bats[(bn1 == 0) | (bn0 == 0)] = np.nan
+    else:
+        bats = np.zeros(0)
     return batch_ci("switchback", v, bats, level)
 
 
@@ -363,6 +443,101 @@ def wdq(traj: Trajectory, L: int | None = None, n_batches: int = 20, level: floa
 def qdq(traj: Trajectory, L: int | None = None, n_batches: int = 20, level: float = 0.95) -> Estimate:
     """DQ with queue-length cost scaled by the arrival rate (see module docstring)."""
     return dq(traj, L, "q", n_batches, level)
+
+
+@njit(cache=True)
+def _segment_sums(C, off, L, z, seg):
+    """Horizon sums ``Q(k) = C[k+off+L] - C[k+off]`` added up over each segment ``[seg[i], seg[i+1])``
+    of decisions: total, treated total and treated count (one branch-free pass, O(n) for any L)."""
+    ns = seg.size - 1
+    s = np.zeros(ns)
+    s1 = np.zeros(ns)
+    n1 = np.zeros(ns, np.int64)
+    for i in range(ns):
+        a = 0.0
+        a1 = 0.0
+        c1 = 0
+        for k in range(seg[i], seg[i + 1]):
+            q = C[k + off + L] - C[k + off]
+            zk = z[k]
+            a += q
+            a1 += q * zk
+            c1 += zk
+        s[i] = a
+        s1[i] = a1
+        n1[i] = c1
+    return s, s1, n1
+
+
+def _edges(m: int, k: int) -> np.ndarray:
+    return np.linspace(0, m, k + 1).astype(np.int64)
+
+
+def _diffs_from_sums(s1, s, n1, n):
+    n0 = n - n1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = s1 / n1 - (s - s1) / n0
+    d = np.where((n1 == 0) | (n0 == 0), np.nan, d)
+    S1, S, N1, N = s1.sum(), s.sum(), n1.sum(), n.sum()
+    tot = float("nan") if N1 == 0 or N1 == N else float(S1 / N1 - (S - S1) / (N - N1))
+    return tot, d
+
+
+def dq_family(traj: Trajectory, L: int | None = None, n_batches: int = 20, alpha_batches: int = 100,
+              costs: tuple = ("w", "q"), level: float = 0.95, alpha="batch", _prefixes: dict | None = None
+              ) -> dict[str, Estimate]:
+    """DQ with every cost in ``costs``, and mixed DQ of wDQ with each queue-length DQ, in one O(n) pass per cost.
+
+    Returns ``{"wdq", "qdq", "mixed_dq"}`` for the default costs; with ``"qt"`` also
+    ``"qtdq"`` (time-integral queue-length cost) and ``"mixed_dq_qt"`` (wDQ mixed with it).
+    The same numbers as :func:`wdq`, :func:`qdq` and :func:`mixed_dq` (which build the full
+    arrays of Q values with numpy; tests compare the two paths to 1e-9 relative), but the
+    horizon sums of each cost come from one compiled pass over its prefix sums
+    (:func:`dq_sweep` reuses the prefix sums for many L).
+    """
+    n_batches = _check_batches(n_batches)
+    L = _check_L(traj, L)
+    if "w" not in costs:
+        raise ValueError(f"costs: need 'w' (mixed DQ mixes wDQ with the queue-length DQs), got {costs!r}")
+    m = len(traj) - L
+    if m < n_batches:
+        raise ValueError(f"n_batches: {n_batches} batches need at least as many decisions, got {m}")
+    ka = max(3, min(int(alpha_batches), m // (5 * L)))
+    ea, eb = _edges(m, n_batches), _edges(m, ka)
+    seg = np.union1d(ea, eb)  # both batchings are unions of these segments
+    ia, ib = np.searchsorted(seg, ea[:-1]), np.searchsorted(seg, eb[:-1])
+    na, nb = np.diff(ea), np.diff(eb)
+    pre = _prefixes if _prefixes is not None else {}
+    val, bat, abat = {}, {}, {}
+    for c in costs:
+        if c not in pre:
+            pre[c] = _prefix(traj, c)
+        C, o = pre[c]
+        s, s1, n1 = _segment_sums(C, o, L, traj.z, seg)
+        val[c], bat[c] = _diffs_from_sums(np.add.reduceat(s1, ia), np.add.reduceat(s, ia), np.add.reduceat(n1, ia), na)
+        abat[c] = _diffs_from_sums(np.add.reduceat(s1, ib), np.add.reduceat(s, ib), np.add.reduceat(n1, ib), nb)[1]
+    out = {f"{c}dq": batch_ci(f"{c}dq", val[c], bat[c], level) for c in costs}
+    for c in costs:
+        if c == "w":
+            continue
+        if isinstance(alpha, str):
+            if alpha != "batch":
+                raise ValueError(f"alpha: use 'batch' or a number, got {alpha!r}")
+            a = optimal_alpha(abat["w"], abat[c])
+        else:
+            a = float(alpha)
+            if not np.isfinite(a):
+                raise ValueError(f"alpha: must be finite, got {alpha!r}")
+        name = "mixed_dq" if c == "q" else f"mixed_dq_{c}"
+        out[name] = batch_ci(name, a * val["w"] + (1 - a) * val[c], a * bat["w"] + (1 - a) * bat[c], level, alpha=a)
+    return out
+
+
+def dq_sweep(traj: Trajectory, Ls, n_batches: int = 20, alpha_batches: int = 100, costs: tuple = ("w", "q"),
+             level: float = 0.95) -> dict[int, dict[str, Estimate]]:
+    """:func:`dq_family` at every horizon in ``Ls`` (prefix sums computed once): ``{L: {name: Estimate}}``."""
+    pre: dict = {}
+    return {int(L): dq_family(traj, int(L), n_batches, alpha_batches, costs, level, _prefixes=pre) for L in Ls}
 
 
 def optimal_alpha(w: np.ndarray, q: np.ndarray) -> float:

@@ -75,9 +75,9 @@ import pandas as pd
 
 from asrsched.abtest.estimators import Trajectory
 from asrsched.core.policies import validate_policies
-from asrsched.core.service import ServiceModel
+from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Trace
-from asrsched.sim.fleet import Fleet, FleetResult, cluster_trace, make_router, validate_router, validate_run
+from asrsched.sim.fleet import FleetResult, cluster_trace, run_fleet, validate_router, validate_run
 
 __all__ = [
     "ABTest",
@@ -238,15 +238,19 @@ class ExperimentResult(FleetResult):
 
 def run_experiment(trace: Trace, test: ABTest, *, n_replicas: int = 4, service: ServiceModel | None = None,
                    max_num_seqs: int = 32, seed: int = 0, warmup_s: float = 0.0, lam: float | None = None,
-                   policy_params: dict | None = None) -> ExperimentResult:
+                   policy_params: dict | None = None, engine: str = "auto") -> ExperimentResult:
     """Run one A/B experiment (or a ground-truth arm) of ``test`` on ``trace`` (see module docstring).
 
     ``lam`` is the nominal total arrival rate (default: the trace's empirical rate);
-    ``policy_params`` go to every replica's waiting queue.
+    ``policy_params`` go to every replica's waiting queue. ``engine`` (``"auto"``, ``"python"``,
+    ``"numba"``): which fleet runs it (:func:`asrsched.sim.fleet.run_fleet`; identical records).
+    The design is realised here (arms of requests, replicas and blocks, the policy switches);
+    the fleet only executes it.
     """
     test.validate(n_replicas)
     validate_run(trace, n_replicas, warmup_s)
     t0 = time.perf_counter()
+    service = service or default_service_model()
     N = int(n_replicas)
     ss = np.random.SeedSequence(int(seed))
     s_design, s_rc, s_rt = ss.spawn(3)
@@ -260,68 +264,59 @@ def run_experiment(trace: Trace, test: ABTest, *, n_replicas: int = 4, service: 
         replica_arm[rng.permutation(N)[:m]] = 1
     elif design == "treatment":
         replica_arm[:] = 1
+    allr = list(range(N))
     if test.factor == "scheduling":
         pols = [test.treatment if a else test.control for a in replica_arm]
-        routers = {0: make_router(test.router, np.random.default_rng(s_rc))}
-        routers[1] = routers[0]
+        routers = [(test.router, s_rc)]  # one router routes both arms
+        cands = [allr]
     else:
         pols = [test.policy] * N
-        routers = {0: make_router(test.control, np.random.default_rng(s_rc)),
-                   1: make_router(test.treatment, np.random.default_rng(s_rt))}
-    fleet = Fleet(trace, pols, service, max_num_seqs=max_num_seqs, policy_params=policy_params)
-    allr = list(range(N))
-    cands = {0: [i for i in allr if replica_arm[i] == 0] if design == "group" else allr,
-             1: [i for i in allr if replica_arm[i] == 1] if design == "group" else allr}
+        routers = [(test.control, s_rc), (test.treatment, s_rt)]
+        cands = [[i for i in allr if replica_arm[i] == 0] if design == "group" else allr,
+                 [i for i in allr if replica_arm[i] == 1] if design == "group" else allr]
 
     n = len(trace)
     z = np.zeros(n, np.int8)
     block = np.full(n, -1, np.int64)
     block_arms = None
+    switches: list[tuple[int, float, str]] = []
     B = float(test.block_s)
     if design == "switchback":
+        blocks = np.floor_divide(np.asarray(trace.arrival, float), B).astype(np.int64)  # Python's a // B
         nb = int(math.floor(float(trace.arrival[-1]) / B)) + 1
         if test.alternate:
             block_arms = ((np.arange(nb) + int(rng.integers(2))) % 2).astype(np.int8)
         else:
             block_arms = (rng.random(nb) < test.p).astype(np.int8)
-    elif design == "bernoulli":
-        z[:] = rng.random(n) < test.p
-    elif design == "group":
+        block[:] = blocks
+        z[:] = block_arms[block]
+        if test.factor == "scheduling":  # every boundary crossed before an arrival, in order
+            cur = -1
+            for j in np.flatnonzero(np.diff(blocks, prepend=-1)).tolist():  # first arrival of each new block
+                b = int(blocks[j])
+                for k in range(cur + 1, b + 1):
+                    switches.append((j, k * B, test.treatment if block_arms[k] else test.control))
+                cur = max(cur, b)
+    elif design in ("bernoulli", "group"):
         z[:] = rng.random(n) < test.p
     elif design == "treatment":
         z[:] = 1
+    route_arm = z.astype(np.int64) if test.factor == "routing" else np.zeros(n, np.int64)
 
-    cur_block = -1
-    sched_sb = design == "switchback" and test.factor == "scheduling"
-    fixed_arm = 1 if design == "treatment" else 0
-    for job in fleet.jobs():
-        a = job.arrival
-        if design == "switchback":
-            b = int(a // B)
-            if b != cur_block:
-                if sched_sb:
-                    for k in range(cur_block + 1, b + 1):  # every boundary crossed, in order
-                        fleet.switch_policy(k * B, test.treatment if block_arms[k] else test.control, policy_params)
-                cur_block = b
-            arm = int(block_arms[b])
-            block[job.rid] = b
-        elif design in ("bernoulli", "group"):
-            arm = int(z[job.rid])
-        else:
-            arm = fixed_arm
-        i = fleet.dispatch(job, routers[arm], cands[arm])
-        if design == "switchback":
-            z[job.rid] = arm
-        elif design == "replica":
-            z[job.rid] = replica_arm[i]
-    rec = fleet.drain()
+    rec, events, used = run_fleet(trace, pols, routers, route_arm=route_arm, cands=cands, switches=switches,
+                                  service=service, max_num_seqs=max_num_seqs, policy_params=policy_params,
+                                  engine=engine)
     rid = rec["rid"].to_numpy(np.int64)
-    rec["z"] = z[rid]
+    if design == "replica":
+        z = replica_arm[rec["replica"].to_numpy(np.int64)].astype(np.int8)
+        rec["z"] = z
+    else:
+        rec["z"] = z[rid]
     rec["block"] = block[rid]
     if lam is None:
-        lam = float(trace.rate) if len(trace) > 1 else 1.0
-    params = dict(test.to_dict(), n_replicas=N, max_num_seqs=int(max_num_seqs), service=fleet.service.name,
-                  seed=int(seed), **{f"trace_{k}": v for k, v in trace.meta.items()})
+        lam = float(trace.rate) if len(trace) > 1 and trace.arrival[-1] > trace.arrival[0] else 1.0
+    params = dict(test.to_dict(), n_replicas=N, max_num_seqs=int(max_num_seqs), service=service.name,
+                  seed=int(seed), engine=used, **{f"trace_{k}": v for k, v in trace.meta.items()})
     return ExperimentResult(records=rec, n_replicas=N, lam=float(lam), warmup_s=float(warmup_s),
-                            seconds=time.perf_counter() - t0, events=fleet.events, params=params, test=test,
+                            seconds=time.perf_counter() - t0, events=events, params=params, test=test,
                             replica_arm=replica_arm, block_arms=block_arms)

@@ -39,8 +39,15 @@ event calendar; a heap of each busy server's next departure counts departures in
 order, so the number in system seen by each arrival is exact.
 
 Output: :class:`~asrsched.abtest.estimators.Trajectory` with per-job arrays
-(arrival, z, response, n_before, lam_at, server, q_seen, block) and the exact area
-under the number-in-system curve, the documented input of every estimator.
+(arrival, z, response, n_before, lam_at, server, q_seen, block, area_at) and the exact area
+under the number-in-system curve, the documented input of every estimator. ``area_at[j]`` is
+the exact integral of the number in system up to arrival ``j`` (departures between arrivals
+are subtracted at their own times), for the time-integral queue-length cost.
+
+Two kernels give identical records (tests compare them field by field): ``_simulate``, the
+reference (per-server linked lists over the job arrays; it also serves the stale dispatcher),
+and ``_simulate_fast`` for ``delay == 0`` (per-server ring buffers of departure times, and the
+per-job outputs the caller does not need are not written).
 """
 
 from __future__ import annotations
@@ -283,43 +290,43 @@ def _check_pod_stability(name: str, d: int, rates: np.ndarray, total: float) -> 
             )
 
 
-def simulate(cfg: SystemConfig, seed: int = 0, *, _scan_max: int = 64) -> Trajectory:
+def simulate(cfg: SystemConfig, seed: int = 0, *, details: bool = True, area_at: bool = True, _scan_max: int = 64,
+             _kernel: str = "auto") -> Trajectory:
     """Simulate one experiment; returns its :class:`Trajectory` (validated before any work).
 
     ``seed`` fixes everything (arrivals, services, sampling, assignments): the same
-    config and seed give bit-identical trajectories. (``_scan_max``: up to this many
-    servers departures are found by scanning every server, above it by a heap; both give
-    identical results; tests use it.)
+    config and seed give bit-identical trajectories. Two kernels give identical outputs
+    (tests compare them field by field): the reference ``_simulate`` (linked lists over
+    the job arrays; it also serves a stale dispatcher, ``delay > 0``) and, for
+    ``delay == 0``, the faster ``_simulate_fast`` (per-server ring buffers).
+    ``details=False`` skips the per-job ``server`` and ``q_seen`` arrays and ``area_at=False``
+    the per-job ``area_at`` (they are then ``None``): less memory traffic, same everything else.
+    (``_scan_max``: up to this many servers departures are found by scanning every
+    server, above it by a heap; ``_kernel``: ``"auto"`` or ``"reference"``; tests use both.)
     """
     cfg.validate()
+    if _kernel not in ("auto", "reference"):
+        raise ValueError(f"_kernel: {_kernel!r} not in ('auto', 'reference')")
     d0, d1 = cfg.d_pair()
     rates = cfg.rate_array
     code = _DESIGN_CODE[cfg.design]
     group = cfg.group_mask().astype(np.int8) if cfg.design == "group" else np.zeros(cfg.n_servers, np.int8)
-    out = _simulate(
-        int(cfg.n_jobs),
-        int(cfg.warmup_jobs),
-        rates,
-        float(cfg.total_rate),
-        float(cfg.amp),
-        float(cfg.period),
-        SERVICE_KINDS.index(cfg.service),
-        float(cfg.pareto_shape),
-        int(d0),
-        int(d1),
-        int(code),
-        float(cfg.p),
-        group,
-        float(cfg.block_len),
-        bool(cfg.alternate),
-        float(cfg.delay),
-        np.random.default_rng(int(seed)),
-        int(_scan_max),
-    )
-    arr, dep, z, nb, lam_at, srv, qseen, block, area, t0, t1 = out
+    args = (int(cfg.n_jobs), int(cfg.warmup_jobs), rates, float(cfg.total_rate), float(cfg.amp), float(cfg.period),
+            SERVICE_KINDS.index(cfg.service), float(cfg.pareto_shape), int(d0), int(d1), int(code), float(cfg.p),
+            group, float(cfg.block_len), bool(cfg.alternate))
+    rng = np.random.default_rng(int(seed))
+    keep = (1 if details else 0) | (2 if area_at else 0)
+    if cfg.delay == 0 and _kernel == "auto":
+        out = _simulate_fast(*args, rng, int(_scan_max), keep)
+    else:
+        out = _simulate(*args, float(cfg.delay), rng, int(_scan_max), keep)
+    arr, dep, z, nb, lam_at, srv, qseen, block, area, t0, t1, a_at = out
     w = int(cfg.warmup_jobs)
-    arr, z, nb, srv, qseen = arr[w:], z[w:], nb[w:], srv[w:], qseen[w:]
-    resp = dep[w:] - arr
+    arr, z, nb = arr[w:], z[w:], nb[w:]
+    srv, qseen = (srv[w:], qseen[w:]) if details else (None, None)
+    a_at = a_at[w:] if area_at else None
+    resp = dep[w:]
+    resp -= arr  # in place: departure - arrival
     lam_at = lam_at[w:] if cfg.amp > 0 else None
     block = block[w:] if cfg.design == "switchback" else None
     meta = dict(cfg.to_dict(), seed=int(seed), d_control=d0, d_treatment=d1)
@@ -332,6 +339,7 @@ def simulate(cfg: SystemConfig, seed: int = 0, *, _scan_max: int = 64) -> Trajec
         lam=float(cfg.total_rate),
         lam_at=lam_at,
         area=float(area),
+        area_at=a_at,
         t_start=float(t0),
         t_end=float(t1),
         block=block,
@@ -349,15 +357,17 @@ def simulate(cfg: SystemConfig, seed: int = 0, *, _scan_max: int = 64) -> Trajec
 
 @njit(cache=True)
 def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0, d1, design, p,
-              group, block_len, alternate, delay, rng, scan_max):
+              group, block_len, alternate, delay, rng, scan_max, keep):
     N = rates.shape[0]
     total = n_warm + n_jobs
     arr = np.empty(total)
     dep = np.empty(total)
     nxt = np.full(total, -1, np.int64)
     z = np.zeros(total, np.int8)
-    srv = np.empty(total, np.int32)
-    qseen = np.empty(total, np.int32)
+    keep_srv = (keep & 1) != 0  # per-job server and queue seen (bit 1), area at each arrival (bit 2)
+    keep_area = (keep & 2) != 0
+    srv = np.empty(total if keep_srv else 1, np.int32)
+    qseen = np.empty(total if keep_srv else 1, np.int32)
     lam_at = np.empty(total if amp > 0.0 else 1)
     block = np.zeros(total if design == 2 else 1, np.int64)
 
@@ -404,8 +414,12 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
     t = 0.0
     cur_block = -1
     block_z = 0
+    area_at = np.empty(total if keep_area else 1)  # integral of the number in system from 0 to each arrival
+    acc = 0.0
+    acc0 = 0.0
 
     for j in range(total):
+        t_prev = t
         # ---- next arrival (thinning for the cyclic rate)
         if amp == 0.0:
             t += rng.standard_exponential() * inv_lam_max
@@ -417,12 +431,14 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
                     break
             lam_at[j] = lt
         arr[j] = t
+        acc += (j - tot_dep) * (t - t_prev)  # then minus (t - d) for each departure d in (t_prev, t]
 
         # ---- departures up to t
         if scan:
             # few servers: scan every server's next departure (cheap, branch-predictable)
             for s in range(N):
                 while nextdep[s] <= t:
+                    acc -= t - nextdep[s]
                     c = first[s] if cur_d[s] == -1 else nxt[cur_d[s]]
                     cur_d[s] = c
                     n_cur_d[s] += 1
@@ -433,6 +449,7 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
             # many servers: pop servers whose next departure is due from a binary min-heap
             while hsize > 0 and hkey[0] <= t:
                 s = hsrv[0]
+                acc -= t - hkey[0]
                 c = first[s] if cur_d[s] == -1 else nxt[cur_d[s]]
                 cur_d[s] = c
                 n_cur_d[s] += 1
@@ -460,6 +477,10 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
                     hkey[i] = key
                     hsrv[i] = s
         nb[j] = j - tot_dep
+        if keep_area:
+            area_at[j] = acc
+        if j == n_warm:
+            acc0 = acc
 
         # ---- assignment
         if design <= 1:
@@ -519,7 +540,8 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
                 bestq = q
                 best = s
         s = best
-        qseen[j] = n_routed[s] - n_cur_d[s]
+        if keep_srv:
+            qseen[j] = n_routed[s] - n_cur_d[s]
 
         # ---- service and departure (FCFS: known now)
         if svc_kind == 0:
@@ -532,7 +554,8 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
         dj = start + x / rates[s]
         dep[j] = dj
         lastdep[s] = dj
-        srv[j] = s
+        if keep_srv:
+            srv[j] = s
         if tail[s] != -1:
             nxt[tail[s]] = j
         else:
@@ -557,11 +580,232 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
 
     # exact area under the number-in-system curve over [t0, t_end] (t0: first recorded arrival)
     t0 = arr[n_warm]
-    area = 0.0
-    for j in range(total):
-        lo = arr[j] if arr[j] > t0 else t0
-        hi = dep[j] if dep[j] < t else t
-        if hi > lo:
-            area += hi - lo
+    area = acc - acc0
 
-    return arr, dep, z, nb, lam_at, srv, qseen, block, area, t0, t
+    return arr, dep, z, nb, lam_at, srv, qseen, block, area, t0, t, area_at
+
+
+@njit(cache=True)
+def _grow_ring(ring, head, cnt):
+    """Double the per-server ring buffers of departure times, each server's jobs in order from slot 0."""
+    N, cap = ring.shape
+    new = np.empty((N, 2 * cap))
+    for s in range(N):
+        h = head[s]
+        for i in range(cnt[s]):
+            new[s, i] = ring[s, (h + i) & (cap - 1)]
+        head[s] = 0
+    return new
+
+
+@njit(cache=True)
+def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0, d1, design, p,
+                   group, block_len, alternate, rng, scan_max, keep):
+    """:func:`_simulate` for an up-to-date dispatcher (``delay == 0``), bit-identical outputs.
+
+    Same random draws in the same order, same decisions; instead of linked lists over the
+    job arrays, each server keeps the departure times of its jobs in a small ring buffer
+    (cache-resident), which is what makes it faster.
+    """
+    N = rates.shape[0]
+    total = n_warm + n_jobs
+    arr = np.empty(total)
+    dep = np.empty(total)
+    z = np.zeros(total, np.int8)
+    keep_srv = (keep & 1) != 0  # per-job server and queue seen (bit 1), area at each arrival (bit 2)
+    keep_area = (keep & 2) != 0
+    srv = np.empty(total if keep_srv else 1, np.int32)
+    qseen = np.empty(total if keep_srv else 1, np.int32)
+    nb = np.empty(total, np.int32)
+    area_at = np.empty(total if keep_area else 1)
+    lam_at = np.empty(total if amp > 0.0 else 1)
+    block = np.zeros(total if design == 2 else 1, np.int64)
+
+    cap = 64
+    ring = np.empty((N, cap))
+    head = np.zeros(N, np.int64)
+    cnt = np.zeros(N, np.int64)  # jobs at server s (in service or waiting)
+    lastdep = np.zeros(N)
+    nextdep = np.full(N, np.inf)
+    hkey = np.empty(N)
+    hsrv = np.empty(N, np.int64)
+    hsize = 0
+    tot_dep = 0
+    scan = N <= scan_max
+
+    pool0 = np.empty(N, np.int64)
+    pool1 = np.empty(N, np.int64)
+    m0 = 0
+    m1 = 0
+    for s in range(N):
+        if design != 1 or group[s] == 0:
+            pool0[m0] = s
+            m0 += 1
+        if design != 1 or group[s] == 1:
+            pool1[m1] = s
+            m1 += 1
+
+    inv_lam_max = 1.0 / (lam_total * (1.0 + amp))
+    lam_max = lam_total * (1.0 + amp)
+    two_pi = 2.0 * np.pi
+    xm = (shape - 1.0) / shape if svc_kind == 2 else 1.0
+    t = 0.0
+    cur_block = -1
+    block_z = 0
+    acc = 0.0
+    acc0 = 0.0
+
+    for j in range(total):
+        t_prev = t
+        if amp == 0.0:
+            t += rng.standard_exponential() * inv_lam_max
+        else:
+            while True:
+                t += rng.standard_exponential() * inv_lam_max
+                lt = lam_total * (1.0 + amp * np.sin(two_pi * t / period))
+                if rng.random() * lam_max <= lt:
+                    break
+            lam_at[j] = lt
+        arr[j] = t
+        acc += (j - tot_dep) * (t - t_prev)
+
+        # ---- departures up to t
+        if scan:
+            for s in range(N):
+                nd = nextdep[s]
+                if nd <= t:
+                    h = head[s]
+                    c = cnt[s]
+                    msk = ring.shape[1] - 1
+                    while True:
+                        acc -= t - nd
+                        tot_dep += 1
+                        c -= 1
+                        h = (h + 1) & msk
+                        if c == 0:
+                            nd = np.inf
+                            break
+                        nd = ring[s, h]
+                        if nd > t:
+                            break
+                    head[s] = h
+                    cnt[s] = c
+                    nextdep[s] = nd
+        else:
+            msk = ring.shape[1] - 1
+            while hsize > 0 and hkey[0] <= t:
+                s = hsrv[0]
+                acc -= t - hkey[0]
+                tot_dep += 1
+                cnt[s] -= 1
+                head[s] = (head[s] + 1) & msk
+                if cnt[s] > 0:
+                    key = ring[s, head[s]]
+                else:
+                    hsize -= 1
+                    key = hkey[hsize]
+                    s = hsrv[hsize]
+                i = 0
+                while True:
+                    ch = 2 * i + 1
+                    if ch >= hsize:
+                        break
+                    if ch + 1 < hsize and hkey[ch + 1] < hkey[ch]:
+                        ch += 1
+                    if key <= hkey[ch]:
+                        break
+                    hkey[i] = hkey[ch]
+                    hsrv[i] = hsrv[ch]
+                    i = ch
+                if hsize > 0:
+                    hkey[i] = key
+                    hsrv[i] = s
+        nb[j] = j - tot_dep
+        if keep_area:
+            area_at[j] = acc
+        if j == n_warm:
+            acc0 = acc
+
+        # ---- assignment
+        if design <= 1:
+            zj = 1 if rng.random() < p else 0
+        elif design == 2:
+            k = int(np.floor(t / block_len))
+            if k != cur_block:
+                cur_block = k
+                if alternate:
+                    block_z = k % 2
+                else:
+                    block_z = 1 if rng.random() < p else 0
+            zj = block_z
+            block[j] = k
+        elif design == 3:
+            zj = 0
+        else:
+            zj = 1
+        z[j] = zj
+        if zj == 1:
+            d = d1
+            pool = pool1
+            m = m1
+        else:
+            d = d0
+            pool = pool0
+            m = m0
+
+        # ---- sample d distinct servers, join the shortest
+        best = -1
+        bestq = 1 << 60
+        for i in range(d):
+            r = i + int(rng.random() * (m - i))
+            if r >= m:
+                r = m - 1
+            s = pool[r]
+            if d > 1:
+                pool[r] = pool[i]
+                pool[i] = s
+            q = cnt[s]
+            if q < bestq:
+                bestq = q
+                best = s
+        s = best
+        if keep_srv:
+            qseen[j] = cnt[s]
+
+        # ---- service and departure
+        if svc_kind == 0:
+            x = rng.standard_exponential()
+        elif svc_kind == 1:
+            x = 1.0
+        else:
+            x = xm * (1.0 - rng.random()) ** (-1.0 / shape)
+        start = t if lastdep[s] < t else lastdep[s]
+        dj = start + x / rates[s]
+        dep[j] = dj
+        lastdep[s] = dj
+        if keep_srv:
+            srv[j] = s
+        if cnt[s] == ring.shape[1]:
+            ring = _grow_ring(ring, head, cnt)
+        ring[s, (head[s] + cnt[s]) & (ring.shape[1] - 1)] = dj
+        if cnt[s] == 0:
+            if scan:
+                nextdep[s] = dj
+            else:
+                i = hsize
+                hsize += 1
+                while i > 0:
+                    par = (i - 1) >> 1
+                    if hkey[par] <= dj:
+                        break
+                    hkey[i] = hkey[par]
+                    hsrv[i] = hsrv[par]
+                    i = par
+                hkey[i] = dj
+                hsrv[i] = s
+        cnt[s] += 1
+
+    t0 = arr[n_warm]
+    area = acc - acc0
+
+    return arr, dep, z, nb, lam_at, srv, qseen, block, area, t0, t, area_at

@@ -1,10 +1,14 @@
 """Command line: ``asrsched <command>``.
 
 * ``asrsched list`` — the notebooks and their parameters;
-* ``asrsched run [NB ...] [-p NAME VALUE] [--params FILE] [--timeout S] [--run-dir D] [--figures D]``
-  — execute one notebook, several, or (no names) the whole series with papermill; executed
-  copies go to ``./runs/<timestamp>/``, figures to ``./figures/<notebook>/`` (relative to the
-  current directory, or ``$ASRSCHED_ROOT``; the notebooks themselves ship in the package);
+* ``asrsched run [NB ...] [-p NAME VALUE] [--params FILE] [--gallery] [--formats F ...] [--timeout S]
+  [--run-dir D] [--figures D]`` — execute one notebook, several, or (no names) the whole series
+  with papermill; executed copies, figures and tables go to ``runs/<timestamp>/``; ``--gallery``
+  writes the figures into the report gallery ``figures/<notebook>/`` and rewrites
+  ``figures/README.md`` (what ``bash scripts/main.sh`` does). Folders are under the project
+  (``$ASRSCHED_ROOT``, the checkout at or above the current directory, or the current directory);
+* ``asrsched export FIG.html ... --formats pdf png`` — write exported figures again in other formats;
+* ``asrsched check-figures DIR|SVG ...`` — fail when exported text runs off the canvas or overlaps;
 * ``asrsched simulate --workload W --rate R --policy P`` — one simulator run, printed
   as ``vllm bench serve``-style metrics;
 * ``asrsched sweep --rates 1 5 10 --policies fcfs sjf hrrn`` — a cached, resumable sweep
@@ -20,6 +24,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from asrsched import __version__
 from asrsched.app.params import parse_value
@@ -46,29 +51,47 @@ def _cmd_list(args) -> int:
 def _cmd_run(args) -> int:
     from asrsched.app import paths
     from asrsched.app.gallery import write_gallery
-    from asrsched.app.params import load_params
-    from asrsched.app.runner import resolve, run_notebook, run_series
+    from asrsched.app.params import load_params, params_for
+    from asrsched.app.runner import figures_root_for, notebook_parameters, resolve, run_notebook, run_series
 
     params = load_params(args.params)
     cli_params = {k: parse_value(v) for k, v in (args.param or [])}
     if args.notebooks and len(args.notebooks) == 1:
         nb = resolve(args.notebooks[0])
-        p = {**params.get(nb.stem, {}), **cli_params}
-        run_dir = args.run_dir or str(paths.new_run_dir())
-        r = run_notebook(nb, p, run_dir=run_dir, figures_root=args.figures, timeout_s=args.timeout)
+        p = {**params_for(nb.stem, params, notebook_parameters(nb)), **cli_params}
+        run_dir = Path(args.run_dir or paths.new_run_dir())
+        figs = figures_root_for(run_dir, figures_root=args.figures, gallery=args.gallery)
+        r = run_notebook(nb, p, run_dir=run_dir, figures_root=figs, timeout_s=args.timeout, formats=args.formats)
         print(f"{r.notebook}: {r.status} in {r.seconds:.0f} s -> {r.output}")
-        # keep figures/README.md in step with the exports
-        write_gallery(args.figures or paths.figures_dir(), run_dir=run_dir)
+        index = write_gallery(figs, run_dir=run_dir)  # the index of the folder the exports went to
+        print(f"figures and tables: {figs / r.notebook} (index {index})")
         if r.error:
             print(r.error, file=sys.stderr)
         return 0 if r.status == "ok" else 1
     if cli_params:
         params.setdefault("*", {}).update(cli_params)
-    df = run_series(args.notebooks or None, params, run_dir=args.run_dir, figures_root=args.figures,
-                    timeout_s=args.timeout)
+    run_dir = Path(args.run_dir or paths.new_run_dir())
+    df = run_series(args.notebooks or None, params, run_dir=run_dir, figures_root=args.figures,
+                    timeout_s=args.timeout, gallery=args.gallery, formats=args.formats)
     print(df[["notebook", "status", "seconds"]].to_string(index=False))
-    print(f"total {df.seconds.sum():.0f} s")
+    print(f"total {df.seconds.sum():.0f} s; figures and tables in "
+          f"{figures_root_for(run_dir, figures_root=args.figures, gallery=args.gallery)}")
     return 0 if (df.status == "ok").all() else 1
+
+
+def _cmd_export(args) -> int:
+    from asrsched.figures.style import reexport
+
+    for f in args.figures:
+        written = reexport(f, tuple(args.formats), out_dir=args.out_dir)
+        print(", ".join(str(p) for p in written.values()))
+    return 0
+
+
+def _cmd_check_figures(args) -> int:
+    from asrsched.figures.layout import main as layout_main
+
+    return layout_main(["check", *args.paths])
 
 
 def _cmd_simulate(args) -> int:
@@ -104,15 +127,56 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="list notebooks and parameters").set_defaults(fn=_cmd_list)
 
-    r = sub.add_parser("run", help="execute notebooks with papermill")
-    r.add_argument("notebooks", nargs="*", help="names, stems or numbers (default: all)")
-    r.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"))
-    r.add_argument("--params", help="JSON parameter file {notebook: {NAME: value}}")
+    r = sub.add_parser(
+        "run", help="execute notebooks with papermill", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Execute notebooks headlessly (papermill) with parameters.\n\n"
+        "Where things go (under the project: $ASRSCHED_ROOT, the checkout at or above the current\n"
+        "directory, else the current directory):\n"
+        "  runs/<timestamp>/                    executed notebooks, summary.csv\n"
+        "  runs/<timestamp>/figures/<notebook>/ figures (html, png, svg), tables (csv), run.json\n"
+        "  figures/<notebook>/                  the report gallery: only with --gallery (scripts/main.sh)",
+        epilog="Parameter values (-p NAME VALUE) are Python literals; quote them for the shell:\n"
+        "  asrsched run 03 -p RATE 8                       a number\n"
+        "  asrsched run 02 -p RATES \"[5, 15, 25]\" -p N_REQUESTS 500\n"
+        "  asrsched run 03 -p PHASES \"[[0, 'librispeech'], [60, 'uniform']]\"\n"
+        "  asrsched run 01 -p MODEL tiny.en              a bare word stays a string (or -p MODEL \"'tiny.en'\")\n"
+        "  asrsched run 02 -p KAPPA None -p CACHE_DIR None   None, True, False as in Python\n"
+        "  asrsched run --params tests/browser_params.json     a JSON file {notebook: {NAME: value}}\n"
+        "  asrsched run --gallery                          every notebook, default parameters, into figures/\n"
+        "  asrsched run 02 --formats html png svg pdf      also write PDFs\n"
+        "`asrsched list` shows every notebook's parameters and defaults.")
+    r.add_argument("notebooks", nargs="*", help="names, stems or numbers, e.g. 02 or 02_policy_sweep (default: all)")
+    r.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="set a parameter; VALUE is a Python literal (number, string, list, None, True); "
+                        "repeatable; wins over --params")
+    r.add_argument("--params", help="JSON parameter file {notebook stem, number or '*': {NAME: value}}")
+    r.add_argument("--gallery", action="store_true",
+                   help="write figures into the report gallery figures/<notebook>/ and rewrite figures/README.md "
+                        "(the main job, bash scripts/main.sh, does this); default: into the run folder")
+    r.add_argument("--formats", nargs="+", default=None, metavar="FMT",
+                   help="formats of every exported figure: html png svg pdf (default: html png svg)")
     r.add_argument("--timeout", type=int, default=900, help="execution timeout per cell (s)")
     r.add_argument("--run-dir", default=None,
-                   help="folder for the executed notebooks and summary.csv (default ./runs/<timestamp>)")
-    r.add_argument("--figures", default=None, help="figures root (default ./figures)")
+                   help="folder for the executed notebooks and summary.csv (default runs/<timestamp>)")
+    r.add_argument("--figures", default=None,
+                   help="figures root to write into instead (default runs/<timestamp>/figures, or figures/ "
+                        "with --gallery)")
     r.set_defaults(fn=_cmd_run)
+
+    e = sub.add_parser("export", help="write exported figures (.html) again as pdf/png/svg",
+                       description="Write figures that a notebook exported (their .html) again in other formats, "
+                                   "house size and layout. Example: asrsched export "
+                                   "runs/02_policy_sweep/<run>/throughput.html --formats pdf")
+    e.add_argument("figures", nargs="+", help="exported .html files (or their stem with the folder)")
+    e.add_argument("--formats", nargs="+", default=["pdf"], metavar="FMT", help="html png svg pdf (default pdf)")
+    e.add_argument("--out-dir", default=None, help="folder to write into (default: beside the .html)")
+    e.set_defaults(fn=_cmd_export)
+
+    c = sub.add_parser("check-figures", help="fail when exported figures have clipped or overlapping text",
+                       description="Render exported SVGs in Chromium and report text that runs off the canvas or "
+                                   "overlaps other text (exit 1). Example: asrsched check-figures figures/")
+    c.add_argument("paths", nargs="+", help="SVG files or folders (searched recursively)")
+    c.set_defaults(fn=_cmd_check_figures)
 
     s = sub.add_parser("simulate", help="one simulator run")
     s.add_argument("--workload", default="librispeech")
@@ -161,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"asrsched: error: {e}", file=sys.stderr)
         return 2
 

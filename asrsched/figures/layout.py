@@ -1,0 +1,589 @@
+"""One layout pass for every figure: text that fits, and a check that it does.
+
+:func:`apply_layout` is what :func:`asrsched.figures.style.export_figure` (and the explorers, on every
+redraw) run on a figure before it is drawn at a known size:
+
+* **titles wrap** inside the figure (:func:`fit_title`), and the top margin grows with them;
+* **axis titles get their own space**: a title longer than its axis is wrapped onto two or more
+  lines, and plotly's ``automargin`` (house template) reserves the room;
+* **subplots don't collide**: columns of a subplot grid are moved apart when a y axis inside the
+  grid carries tick labels or a title (the 06 figures drew them over the panel to the left), rows
+  when an x axis title or a subplot title sits between them;
+* **category ticks wrap** instead of rotating into the next panel;
+* **log axes** get 1-2-5 ticks written as full numbers (0.5, 1, 2, 5, 10, 20, …) instead of
+  plotly's "5 1 2 5 10 2", where 0.5 and 5 look alike.
+
+Widths are estimated from the house font (DejaVu Sans: a mean glyph of about 0.55 em); the check
+below measures the real drawing.
+
+:func:`check_svgs` renders exported SVGs in Chromium (Playwright, Debian's ``/usr/bin/chromium``)
+and reports text that runs off the canvas or overlaps other text, from the browser's own text
+boxes. Command line (exit status 1 on any problem)::
+
+    python -m asrsched.figures.layout check figures/          # the gallery, or any folder of exports
+    python -m asrsched.figures.layout check runs/02_policy_sweep/<run>/cdf_e2el_uniform_rate21.svg
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+import textwrap
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+
+__all__ = ["CHAR_EM", "text_width", "fit_title", "wrap_text", "log_ticks", "apply_log_ticks", "space_subplots",
+           "wrap_category_ticks", "fit_axis_titles", "apply_layout", "live_layout", "TABLE_CSS", "check_svgs", "main"]
+
+CHAR_EM = 0.55  # mean glyph width of DejaVu Sans in em, with a little slack (measured ≈ 0.49–0.53 on titles)
+_TITLE_CHAR_EM = 0.52  # the same for titles (bold-free, mostly lower case)
+BASE_FONT, TITLE_FONT = 15, 18
+_DEFAULT_MARGIN = dict(l=70, r=30, t=70, b=60)
+
+# Widget tables (ipywidgets HTML) clip their text by default; these rules make wide tables scroll
+# and let headers wrap. Shown once per explorer (asrsched.figures.style.export_view_button).
+TABLE_CSS = ("<style>.widget-html-content{white-space:normal;overflow:visible}"
+             ".widget-html-content table{display:block;max-width:100%;overflow-x:auto;border-collapse:collapse}"
+             ".widget-html-content th,.widget-html-content td{padding:2px 8px;white-space:nowrap}"
+             ".widget-html-content th{white-space:normal;vertical-align:bottom}</style>")
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"<[^>]+>", "", str(text))
+
+
+def text_width(text: str, size: float = BASE_FONT, em: float = CHAR_EM) -> float:
+    """Estimated width in px of the longest line of ``text`` (``<br>`` breaks lines, tags ignored)."""
+    lines = re.split(r"<br\s*/?>", str(text))
+    return max(len(_plain(s)) for s in lines) * em * size if lines else 0.0
+
+
+def wrap_text(text: str, max_chars: int) -> list[str]:
+    """``text`` in as few lines of at most ``max_chars`` as possible, balanced (no one-word orphan)."""
+    max_chars = max(8, int(max_chars))
+    if len(text) <= max_chars:
+        return [text]
+    n = len(textwrap.wrap(text, max_chars, break_long_words=False, break_on_hyphens=False))
+    lines = textwrap.wrap(text, max_chars, break_long_words=False, break_on_hyphens=False)
+    for chars in range(-(-len(text) // n), max_chars + 1):
+        trial = textwrap.wrap(text, chars, break_long_words=False, break_on_hyphens=False)
+        if len(trial) <= n:
+            lines = trial
+            break
+    return lines
+
+
+def _margin(fig: go.Figure, side: str) -> float:
+    m = fig.layout.margin
+    v = getattr(m, side) if m is not None else None
+    return float(v) if v is not None else float(_DEFAULT_MARGIN[side])
+
+
+_TAGGED = re.compile(r"<(sup|sub|i|b|em|span)(\s[^>]*)?>(.*)</\1>", re.S)
+
+
+def _wrap_segment(seg: str, size: float, width: int) -> list[tuple[str, float]]:
+    """One ``<br>``-separated piece of a title as wrapped lines ``(html, font px)``.
+
+    Plain text wraps; a piece wrapped whole in one tag (``<sup>…</sup>``) wraps inside it; other
+    markup is left as it is.
+    """
+    m = _TAGGED.fullmatch(seg.strip())
+    if m:
+        tag, attrs, inner = m.group(1), m.group(2) or "", m.group(3)
+        if "<" in inner:
+            return [(seg, size)]
+        fs = size * (0.7 if tag in ("sup", "sub") else 1.0)
+        opening, closing = f"<{tag}{attrs}>", f"</{tag}>"
+    elif "<" in seg:
+        return [(seg, size)]
+    else:
+        inner, fs, opening, closing = seg, size, "", ""
+    max_chars = max(20, int(width * 0.95 / (_TITLE_CHAR_EM * fs)))
+    return [(opening + line + closing, fs) for line in wrap_text(inner.strip(), max_chars)]
+
+
+def fit_title(fig: go.Figure, width: int = 900, top: float | None = None) -> go.Figure:
+    """Wrap a title too long for ``width`` px onto several lines (in place) and make room for it.
+
+    Titles state findings and get long; plotly never wraps them, so at print width they would run
+    off the page. Each ``<br>`` piece wraps on its own (a ``<sup>…</sup>`` subtitle inside its
+    tag); the title is then anchored to the top of the figure and the top margin grows with it,
+    clear of subplot titles. ``top``: the top margin for a one-line title (default: the figure's
+    own, else the house 70 px). A title that fits on one line is left alone.
+    """
+    title = fig.layout.title
+    text = title.text if title is not None else None
+    if not text:
+        return fig
+    size = (title.font.size if title.font and title.font.size else None) or TITLE_FONT
+    segs = re.split(r"<br\s*/?>", text)
+    lines = [ln for seg in segs for ln in _wrap_segment(seg, size, width)]
+    if len(lines) == 1:
+        return fig
+    meta = dict(fig.layout.meta) if isinstance(fig.layout.meta, dict) else {}
+    if top is None:  # the margin before any earlier pass grew it (a re-export is laid out again)
+        top = meta.get("asrsched_top")
+    if top is None:
+        top = fig.layout.margin.t if fig.layout.margin and fig.layout.margin.t is not None else _DEFAULT_MARGIN["t"]
+    if isinstance(fig.layout.meta, dict) or fig.layout.meta is None:
+        fig.layout.meta = {**meta, "asrsched_top": top}
+    block = 14 + sum(fs * 1.3 for _, fs in lines)
+    sub_titles = any(a.yref == "paper" and a.y is not None and float(a.y) >= 0.99 for a in fig.layout.annotations)
+    need = max(top + (len(lines) - 1) * size * 1.3, block + (BASE_FONT * 1.6 if sub_titles else 0) + 10)
+    # anchor the block to the top of the figure, so extra lines grow downwards into the added margin
+    # instead of onto subplot titles
+    fig.update_layout(title=dict(text="<br>".join(h for h, _ in lines), yref="container", y=1, yanchor="top",
+                                 pad=dict(t=14)), margin_t=need)
+    return fig
+
+
+# ------------------------------------------------------------------------------------------ axes
+def _axes(fig: go.Figure, letter: str) -> list[tuple[str, object]]:
+    """``[("xaxis", obj), ("xaxis2", obj), ...]`` for the axes the figure's traces use or it defines."""
+    names = {f"{letter}axis"}
+    for tr in fig.data:
+        ref = getattr(tr, f"{letter}axis", None)
+        if ref:
+            names.add(f"{letter}axis{ref[1:]}")
+    names |= {k for k in fig.layout.to_plotly_json() if re.fullmatch(rf"{letter}axis\d*", k)}
+    return sorted(((n, fig.layout[n]) for n in names), key=lambda kv: int(kv[0][5:] or 1))
+
+
+def _traces_on(fig: go.Figure, axis_name: str) -> list:
+    """The traces drawn against layout axis ``axis_name`` (``"xaxis"``, ``"yaxis2"``, ...)."""
+    letter = axis_name[0]
+    ref = letter + axis_name[5:]
+    return [tr for tr in fig.data if (getattr(tr, f"{letter}axis", None) or letter) == ref]
+
+
+def _fmt_tick(v: float) -> str:
+    if v == 0:
+        return "0"
+    if 1e-4 <= abs(v) < 1e7:
+        s = f"{v:.6f}".rstrip("0").rstrip(".") if abs(v) < 1 else f"{v:.0f}" if v == int(v) else f"{v:g}"
+        return s
+    return f"{v:.0e}".replace("e+0", "e").replace("e-0", "e-")
+
+
+def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """Tick values and labels for a log axis over ``[lo, hi]`` (data units, both > 0).
+
+    1-2-5 per decade up to three decades, 1-3 up to six, powers of ten beyond; labels are full
+    numbers: ``0.5, 1, 2, 5, 10``.
+    """
+    if not (lo > 0 and hi > 0) or not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError(f"log axis range must be positive and finite, got [{lo}, {hi}]")
+    lo, hi = min(lo, hi), max(lo, hi)
+    decades = math.log10(hi) - math.log10(lo)
+    mant = (1, 2, 5) if decades <= 3.2 else (1, 3) if decades <= 6 else (1,)
+    vals = []
+    for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
+        for m in mant:
+            v = m * 10.0 ** e
+            if lo * 0.999 <= v <= hi * 1.001:
+                vals.append(float(f"{v:.12g}"))
+    if len(vals) < 2:  # less than one step inside: add the neighbours around the data
+        e = math.floor(math.log10(lo))
+        vals = sorted({float(f"{m * 10.0 ** k:.12g}") for k in (e, e + 1) for m in (1, 2, 5)
+                       if lo / 3 <= m * 10.0 ** k <= hi * 3})
+    return vals, [_fmt_tick(v) for v in vals]
+
+
+def _positive(values) -> np.ndarray:
+    if values is None:
+        return np.array([])
+    try:
+        a = np.asarray(values, dtype=float).ravel()
+    except (TypeError, ValueError):
+        return np.array([])
+    return a[np.isfinite(a) & (a > 0)]
+
+
+def apply_log_ticks(fig: go.Figure) -> go.Figure:
+    """Give every log axis without explicit ticks 1-2-5 ticks with full-number labels (in place).
+
+    The range is the axis's own ``range`` (log10 units) if set, else the data of its traces. Axes
+    whose ticks this function set before are recomputed (a redrawn explorer).
+    """
+    mine = set((fig.layout.meta or {}).get("asrsched_log_ticks", [])) if isinstance(fig.layout.meta, dict) else set()
+    done = []
+    for letter in ("x", "y"):
+        for name, ax in _axes(fig, letter):
+            if ax.type != "log" or (ax.tickvals is not None and name not in mine):
+                continue
+            if ax.range is not None and None not in tuple(ax.range):
+                lo, hi = 10 ** float(ax.range[0]), 10 ** float(ax.range[1])
+            else:
+                vals = np.concatenate([_positive(getattr(tr, letter, None)) for tr in _traces_on(fig, name)] or
+                                      [np.array([])])
+                if not len(vals):
+                    continue
+                lo, hi = float(vals.min()), float(vals.max())
+            tv, tt = log_ticks(lo, hi)
+            ax.update(tickmode="array", tickvals=tv, ticktext=tt)
+            done.append(name)
+    if done or mine:
+        meta = dict(fig.layout.meta) if isinstance(fig.layout.meta, dict) else {}
+        meta["asrsched_log_ticks"] = sorted(set(done))
+        fig.layout.meta = meta
+    return fig
+
+
+def _domain(ax, default=(0.0, 1.0)) -> tuple[float, float]:
+    d = ax.domain if ax is not None and ax.domain is not None else default
+    return float(d[0]), float(d[1])
+
+
+def _font(ax, default=BASE_FONT) -> float:
+    try:
+        return float(ax.tickfont.size or default)
+    except AttributeError:
+        return default
+
+
+def fit_axis_titles(fig: go.Figure, width: int, height: int) -> go.Figure:
+    """Wrap an axis title longer than its axis onto several lines (in place)."""
+    pw = width - _margin(fig, "l") - _margin(fig, "r")
+    ph = height - _margin(fig, "t") - _margin(fig, "b")
+    for letter, span_px in (("x", pw), ("y", ph)):
+        for _name, ax in _axes(fig, letter):
+            t = ax.title.text if ax.title is not None else None
+            if not t or "<br" in t:
+                continue
+            a, b = _domain(ax)
+            size = (ax.title.font.size if ax.title.font and ax.title.font.size else None) or BASE_FONT
+            room = max(60.0, (b - a) * span_px * 0.95)
+            if text_width(t, size) > room:
+                ax.title.text = "<br>".join(wrap_text(_plain(t), int(room / (CHAR_EM * size))))
+    return fig
+
+
+def _categories(fig: go.Figure, name: str) -> list[str]:
+    cats: list[str] = []
+    for tr in _traces_on(fig, name):
+        xs = getattr(tr, "x", None)
+        if xs is None and tr.type in ("box", "violin") and tr.name is not None and getattr(tr, "y", None) is not None:
+            xs = [tr.name]
+        if xs is None:
+            continue
+        for v in xs:
+            if isinstance(v, str) and v not in cats:
+                cats.append(v)
+    return cats
+
+
+def wrap_category_ticks(fig: go.Figure, width: int) -> go.Figure:
+    """Wrap long category labels of x axes onto lines that fit their slot, horizontal (in place)."""
+    pw = width - _margin(fig, "l") - _margin(fig, "r")
+    for name, ax in _axes(fig, "x"):
+        if ax.tickvals is not None or ax.type not in (None, "-", "category"):
+            continue
+        cats = _categories(fig, name)
+        if not cats:
+            continue
+        a, b = _domain(ax)
+        slot = (b - a) * pw / len(cats)
+        size = _font(ax)
+        if max(text_width(c, size) for c in cats) <= slot * 0.9:
+            continue
+        chars = max(4, int(slot * 0.9 / (CHAR_EM * size)))
+        text = ["<br>".join(wrap_text(c, chars)) for c in cats]
+        ax.update(tickmode="array", tickvals=cats, ticktext=text, tickangle=0)
+        widest = max(text_width(t, size) for t in text)  # a word longer than the slot: smaller font
+        if widest > slot * 0.9:
+            ax.tickfont.size = max(9, math.floor(size * slot * 0.9 / widest))
+    return fig
+
+
+def _y_label_px(fig: go.Figure, ax) -> float:
+    """Room a y axis needs to its left: tick labels (estimated from the data) and its title."""
+    if ax.showticklabels is False:
+        return 12.0
+    size = _font(ax)
+    if ax.ticktext is not None:
+        chars = max((len(_plain(t)) for t in ax.ticktext), default=4)
+    else:
+        chars = 6
+    px = chars * CHAR_EM * size + 12
+    if ax.title is not None and ax.title.text:
+        px += size * 1.4 * (1 + str(ax.title.text).count("<br")) + 6
+    return px
+
+
+def _relayout(doms: list[tuple[float, float]], gaps_needed: list[float]) -> list[tuple[float, float]] | None:
+    """New domains for panels in a line keeping their proportions, with at least ``gaps_needed``
+    (paper units) between neighbours; ``None`` when nothing needs to move."""
+    gaps = [doms[i + 1][0] - doms[i][1] for i in range(len(doms) - 1)]
+    if all(g >= need - 1e-9 for g, need in zip(gaps, gaps_needed, strict=True)):
+        return None
+    new_gaps = [max(g, need) for g, need in zip(gaps, gaps_needed, strict=True)]
+    start, end = doms[0][0], doms[-1][1]
+    widths = [b - a for a, b in doms]
+    scale = (end - start - sum(new_gaps)) / sum(widths)
+    if scale <= 0.3:  # would squash the panels: leave it to the check to report
+        scale = max(scale, 0.3)
+    out, x = [], start
+    for i, w in enumerate(widths):
+        out.append((x, x + w * scale))
+        x += w * scale + (new_gaps[i] if i < len(new_gaps) else 0)
+    return out
+
+
+def space_subplots(fig: go.Figure, width: int, height: int) -> go.Figure:
+    """Move the columns (and rows) of a subplot grid apart where labels would collide (in place).
+
+    Subplot-title annotations (``make_subplots(subplot_titles=...)``) move with their panel.
+    """
+    pw = width - _margin(fig, "l") - _margin(fig, "r")
+    ph = height - _margin(fig, "t") - _margin(fig, "b")
+    xaxes = dict(_axes(fig, "x"))
+    yaxes = dict(_axes(fig, "y"))
+    if len(xaxes) < 2:
+        return fig
+    moves: dict[tuple[float, float], tuple[float, float]] = {}
+    # columns: distinct x domains, and the y axes anchored to each
+    cols = sorted({_domain(ax) for ax in xaxes.values()})
+    if len(cols) > 1 and all(cols[i][1] <= cols[i + 1][0] + 1e-9 for i in range(len(cols) - 1)):
+        need = []
+        for c in cols[1:]:
+            px = 0.0
+            for yax in yaxes.values():
+                anchor = yax.anchor or "x"
+                xname = "xaxis" + anchor[1:]
+                if xname in xaxes and _domain(xaxes[xname]) == c:
+                    px = max(px, _y_label_px(fig, yax))
+            need.append((px + 10) / pw)
+        new = _relayout(cols, need)
+        if new:
+            for old, nw in zip(cols, new, strict=True):
+                moves[old] = nw
+            for ax in xaxes.values():
+                d = _domain(ax)
+                if d in moves:
+                    ax.domain = list(moves[d])
+    # rows: distinct y domains, x axis labels of the panel below... and titles above
+    rows = sorted({_domain(ax) for ax in yaxes.values()})
+    vmoves: dict[tuple[float, float], tuple[float, float]] = {}
+    if len(rows) > 1 and all(rows[i][1] <= rows[i + 1][0] + 1e-9 for i in range(len(rows) - 1)):
+        titled = [a for a in fig.layout.annotations if a.xref == "paper" and a.yref == "paper" and a.text]
+        need = []
+        for lower, upper in zip(rows[:-1], rows[1:], strict=True):
+            px = 8.0
+            for xax in xaxes.values():
+                anchor = xax.anchor or "y"
+                yname = "yaxis" + anchor[1:]
+                if yname in yaxes and _domain(yaxes[yname]) == upper:
+                    if xax.showticklabels is not False:
+                        px = max(px, 8 + _font(xax) * 1.3 * (1 + max((str(t).count("<br") for t in
+                                                                       (xax.ticktext or [])), default=0)) + 6)
+                    if xax.title is not None and xax.title.text:
+                        px = max(px, 8 + _font(xax) * 1.3 + 6 + BASE_FONT * 1.4)
+            if any(abs(float(a.y) - lower[1]) < 0.02 for a in titled if a.y is not None):
+                px += BASE_FONT * 1.5
+            need.append(px / ph)
+        new = _relayout(rows, need)
+        if new:
+            vmoves = dict(zip(rows, new, strict=True))
+            for ax in yaxes.values():
+                d = _domain(ax)
+                if d in vmoves:
+                    ax.domain = list(vmoves[d])
+    # subplot titles sit at the centre-top of their panel: move them along
+    for a in fig.layout.annotations:
+        if a.xref != "paper" or a.yref != "paper" or a.x is None or a.y is None:
+            continue
+        for old, nw in moves.items():
+            if abs(float(a.x) - (old[0] + old[1]) / 2) < 1e-6:
+                a.x = (nw[0] + nw[1]) / 2
+                break
+        for old, nw in vmoves.items():
+            if abs(float(a.y) - old[1]) < 1e-6:
+                a.y = nw[1]
+                break
+    return fig
+
+
+def apply_layout(fig: go.Figure, width: int = 900, height: int = 560) -> go.Figure:
+    """The whole layout pass for a figure drawn at ``width`` x ``height`` px (in place; returns it)."""
+    fit_title(fig, width)
+    wrap_category_ticks(fig, width)
+    apply_log_ticks(fig)
+    fit_axis_titles(fig, width, height)
+    space_subplots(fig, width, height)
+    return fig
+
+
+def live_layout(fig: go.Figure, width: int = 900) -> go.Figure:
+    """Keep an explorer's ``FigureWidget`` laid out as its view changes (returns it).
+
+    Each time the title changes (every explorer redraw sets one), the title is wrapped to ``width``
+    px from the explorer's own top margin, and category and log ticks are recomputed for the new
+    data. Plain figures are returned unchanged.
+    """
+    if not hasattr(fig, "_widget_layout") or getattr(fig, "_asrsched_live_layout", False):
+        return fig
+    base_t = _margin(fig, "t")
+    state = {"busy": False, "ours": None}
+
+    def relayout(*_):
+        if state["busy"]:
+            return
+        text = fig.layout.title.text if fig.layout.title is not None else None
+        if text is not None and text == state["ours"]:
+            return  # the title this pass set last time
+        state["busy"] = True
+        try:
+            probe = go.Figure(layout=dict(title=dict(text=text), margin=dict(t=base_t),
+                                          annotations=list(fig.layout.annotations)))
+            fit_title(probe, width, top=base_t)  # on a copy: values read inside a batch are stale
+            with fig.batch_update():
+                if probe.layout.title.text != text:
+                    fig.layout.title.update(probe.layout.title)
+                fig.layout.margin.t = probe.layout.margin.t
+                wrap_category_ticks(fig, width)
+                apply_log_ticks(fig)
+            state["ours"] = fig.layout.title.text if fig.layout.title is not None else None
+        finally:
+            state["busy"] = False
+
+    def on_message(change):
+        msg = change.get("new") or {}
+        data = msg.get("layout_data") or msg.get("relayout_data") or {}
+        if any(str(k).split(".")[0] == "title" for k in data):
+            relayout()
+
+    # python-side edits reach the browser as these messages (plotly's on_change does not fire for them)
+    fig.observe(on_message, names=["_py2js_update", "_py2js_relayout"])
+    fig._asrsched_live_layout = True
+    relayout()
+    return fig
+
+
+# ------------------------------------------------------------------------------------------- check
+_MEASURE_JS = """() => {
+  const svg = document.querySelector('svg');
+  const W = parseFloat(svg.getAttribute('width')), H = parseFloat(svg.getAttribute('height'));
+  const o = svg.getBoundingClientRect();
+  const boxes = [];
+  for (const t of svg.querySelectorAll('text')) {
+    const s = (t.textContent || '').trim();
+    if (!s) continue;
+    const cs = getComputedStyle(t);
+    if (cs.display === 'none' || cs.visibility === 'hidden' || parseFloat(cs.opacity || '1') === 0) continue;
+    const r = t.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) continue;
+    const g = t.closest('g[class]');
+    boxes.push({text: s.slice(0, 60), cls: (t.getAttribute('class') || '') + ' < ' + (g ? g.getAttribute('class') : ''),
+                x0: r.left - o.left, y0: r.top - o.top, x1: r.right - o.left, y1: r.bottom - o.top,
+                fs: parseFloat(cs.fontSize) || 12});
+  }
+  return {W, H, boxes};
+}"""
+
+
+def _glyph_box(b: dict) -> tuple[float, float, float, float]:
+    """The ink of a text box: a DOM text box includes the font's line gap above and below the
+    glyphs (about 20 % of the font size each side); compare what is drawn."""
+    pad = 0.18 * b["fs"]
+    return b["x0"] + 0.5, b["y0"] + pad, b["x1"] - 0.5, b["y1"] - pad
+
+
+def _problems(measured: dict, tol: float = 1.0) -> list[str]:
+    W, H, boxes = measured["W"], measured["H"], measured["boxes"]
+    out = []
+    for b in boxes:
+        x0, y0, x1, y1 = _glyph_box(b)
+        if x0 < -tol or y0 < -tol or x1 > W + tol or y1 > H + tol:
+            out.append(f"text runs off the {W:g}x{H:g} canvas: {b['text']!r} at "
+                       f"({x0:.0f},{y0:.0f})-({x1:.0f},{y1:.0f})")
+    for i in range(len(boxes)):
+        a = _glyph_box(boxes[i])
+        for j in range(i + 1, len(boxes)):
+            c = _glyph_box(boxes[j])
+            w = min(a[2], c[2]) - max(a[0], c[0])
+            h = min(a[3], c[3]) - max(a[1], c[1])
+            if w > tol and h > tol:
+                out.append(f"text overlaps: {boxes[i]['text']!r} and {boxes[j]['text']!r} "
+                           f"({w:.0f}x{h:.0f} px)")
+    return out
+
+
+def _svg_files(paths: Iterable[str | Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(p.rglob("*.svg"))
+        elif p.suffix.lower() == ".svg":
+            out.append(p)
+        else:
+            raise ValueError(f"{p}: not an .svg file or a folder")
+    return out
+
+
+def check_svgs(paths: Iterable[str | Path], *, chromium: str | None = None) -> dict[Path, list[str]]:
+    """Render each SVG (files, or every ``*.svg`` under folders) in Chromium and list its text problems.
+
+    Returns ``{svg path: [problem, ...]}`` for every file (an empty list when it is clean).
+    Needs ``playwright`` (the ``dev`` extra) and Debian's chromium; never downloads a browser.
+    """
+    files = _svg_files(paths)
+    if not files:
+        return {}
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise RuntimeError("the figure check needs playwright: pip install playwright "
+                           "(uses Debian's /usr/bin/chromium; no browser download)") from None
+    import os
+    import shutil
+
+    exe = chromium or os.environ.get("BROWSER_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(exe).exists():
+        raise RuntimeError(f"the figure check needs Debian's chromium (apt-get install chromium); not found at {exe}")
+    flags = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run"]
+    result: dict[Path, list[str]] = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, headless=True, args=flags)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1200})
+            for f in files:
+                page.goto(f.resolve().as_uri())
+                page.wait_for_selector("svg", timeout=30_000)
+                result[f] = _problems(page.evaluate(_MEASURE_JS))
+        finally:
+            browser.close()
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m asrsched.figures.layout check PATH ...``: exit 1 if any exported SVG has text
+    off the canvas or overlapping."""
+    ap = argparse.ArgumentParser(prog="python -m asrsched.figures.layout",
+                                 description="Check exported figures for clipped or overlapping text.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("check", help="render SVGs in Chromium and report text off the canvas or overlapping")
+    c.add_argument("paths", nargs="+", help="SVG files or folders (searched recursively)")
+    args = ap.parse_args(argv)
+    try:
+        res = check_svgs(args.paths)
+    except (ValueError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    bad = {f: p for f, p in res.items() if p}
+    for f, probs in bad.items():
+        print(f"{f}:")
+        for line in probs:
+            print(f"  {line}")
+    print(f"{len(res)} figures checked, {len(bad)} with text problems")
+    return 1 if bad or not res else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

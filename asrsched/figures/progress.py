@@ -1,0 +1,220 @@
+"""Progress bars that behave in every place a notebook runs.
+
+The lower layers (``asrsched.sim.parallel``, profiling, the load generator) draw their bars with
+``tqdm.auto.tqdm``, looked up when a bar is made. In a Jupyter kernel, :func:`install` (called when
+:mod:`asrsched.figures.style` is imported, i.e. by every notebook) points ``tqdm.auto`` at one of
+two classes, chosen by :func:`mode`:
+
+* ``"widget"`` (JupyterLab, VS Code, classic notebook): :class:`WidgetBar`, tqdm's ipywidgets bar,
+  shown through a display handle and **replaced by one line of plain text when it finishes**. A
+  reloaded page or a saved notebook therefore holds text, never a view of a closed widget model
+  (which JupyterLab draws as "Error displaying widget: model not found").
+* ``"text"`` (Voila dashboards, papermill, ``asrsched run``): :class:`TextBar`, a single line of
+  plain text (stdout mime type, never the red stderr box) updated in place through a display
+  handle, at most once a second, ending as ``✓ desc: 26/26 [00:12, 2.1 it/s]``.
+
+Outside a kernel (a terminal, pytest) nothing is replaced: tqdm's own terminal bar runs.
+``$ASRSCHED_PROGRESS`` = ``widget`` | ``text`` | ``terminal`` | ``off`` forces a mode
+(``off``: no bars at all). :func:`progress_bar` makes a bar of the current mode directly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from tqdm import std as tqdm_std
+from tqdm.notebook import tqdm_notebook
+
+__all__ = ["PROGRESS_ENV", "MODES", "mode", "in_kernel", "TextBar", "WidgetBar", "OffBar", "bar_class",
+           "progress_bar", "install", "final_line"]
+
+PROGRESS_ENV = "ASRSCHED_PROGRESS"
+MODES = ("widget", "text", "terminal", "off")
+# front ends that render a finished notebook without a live widget manager (or save it to a file)
+_TEXT_PARENTS = ("voila", "papermill", "nbclient", "nbconvert")
+
+
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (not a terminal IPython, not plain Python)."""
+    ip = sys.modules.get("IPython")
+    if ip is None:
+        return False
+    try:
+        shell = ip.get_ipython()
+    except Exception:  # an IPython too old or half-imported
+        return False
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _parent_cmdline() -> str:
+    try:
+        return Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def mode() -> str:
+    """Which progress display fits here: ``$ASRSCHED_PROGRESS``, else ``terminal`` outside a kernel,
+    ``text`` in a kernel started by Voila or papermill (read from the parent process) or without
+    ipywidgets, else ``widget``."""
+    forced = os.environ.get(PROGRESS_ENV, "").strip().lower()
+    if forced:
+        if forced not in MODES:
+            raise ValueError(f"${PROGRESS_ENV}={forced!r}: allowed values {', '.join(MODES)}")
+        return forced
+    if not in_kernel():
+        return "terminal"
+    parent = _parent_cmdline().lower()
+    if any(p in parent for p in _TEXT_PARENTS):
+        return "text"
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return "text"
+    return "widget"
+
+
+def final_line(bar: tqdm_std.tqdm) -> str:
+    """One line for a finished (or stopped) bar: ``✓ desc: 26/26 [00:12, 2.10 it/s]``."""
+    d = bar.format_dict
+    total, n = d.get("total"), d.get("n", 0)
+    ok = not total or n >= total
+    elapsed = tqdm_std.tqdm.format_interval(d.get("elapsed", 0))
+    rate = d.get("rate") or (n / d["elapsed"] if d.get("elapsed") else None)
+    unit = d.get("unit") or "it"
+    bits = [elapsed] + ([f"{rate:.3g} {unit}/s"] if rate and n else []) + ([d["postfix"]] if d.get("postfix") else [])
+    count = f"{n:g}/{total:g}" if total else f"{n:g} {unit}"
+    desc = (d.get("prefix") or "").rstrip(": ")
+    return f"{'✓' if ok else '✗ stopped at'} {desc + ': ' if desc else ''}{count} [{', '.join(bits)}]"
+
+
+class TextBar(tqdm_std.tqdm):
+    """tqdm as one line of plain text in a notebook output, updated in place (display handle).
+
+    No stderr stream (the red box), no carriage returns that a static page freezes into many
+    lines; the finished line stays. Outside a kernel it falls back to printing the final line.
+    """
+
+    _handle = None
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("mininterval", 1.0)
+        kwargs["gui"] = True  # tqdm then never writes to its file itself
+        kwargs["disable"] = bool(kwargs.get("disable", False))
+        super().__init__(*args, **kwargs)
+        if not self.disable:
+            self.display()
+
+    def _show(self, text: str) -> None:
+        from IPython.display import display
+
+        data = {"text/plain": text}
+        if self._handle is None:
+            if in_kernel():
+                self._handle = display(data, raw=True, display_id=True)
+            return
+        self._handle.update(data, raw=True)
+
+    def display(self, msg: str | None = None, pos: int | None = None) -> None:  # noqa: ARG002 (tqdm's signature)
+        if self.disable and msg is None:
+            return
+        d = self.format_dict
+        d["bar_format"] = "{l_bar}{bar:20}{r_bar}"
+        self._show(msg if msg is not None else self.format_meter(**d).replace("\r", ""))
+
+    def clear(self, *_, **__) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.disable:
+            return
+        super().close()  # gui=True: tqdm prints nothing
+        line = final_line(self)
+        if self._handle is None and not in_kernel():
+            print(line, file=sys.stdout, flush=True)
+        else:
+            self._show(line)
+
+
+class OffBar(tqdm_std.tqdm):
+    """A bar that is always disabled (``$ASRSCHED_PROGRESS=off``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["disable"] = True
+        super().__init__(*args, **kwargs)
+
+
+class WidgetBar(tqdm_notebook):
+    """tqdm's ipywidgets bar that turns into one line of text when it finishes (JupyterLab).
+
+    While it runs it is a live widget, shown through a display handle; on ``close()`` that output
+    is replaced by the final line and the widgets are closed, so nothing refers to a widget model
+    after the run (a reloaded page shows the line, not "Error displaying widget").
+    """
+
+    _handle = None
+
+    def __init__(self, *args, **kwargs):
+        kwargs["display"] = False  # displayed below, through a handle
+        kwargs["delay"] = 0
+        super().__init__(*args, **kwargs)
+        if not self.disable:
+            from IPython.display import display
+
+            self._handle = display(self.container, display_id=True)
+            self.displayed = True
+
+    def close(self):
+        if self.disable:
+            return
+        super().close()
+        if self._handle is not None:
+            self._handle.update({"text/plain": final_line(self)}, raw=True)
+        try:
+            for w in (*self.container.children, self.container):
+                w.close()
+        except Exception:  # a widget comm already gone (kernel shutting down)
+            pass
+
+
+def bar_class(which: str | None = None) -> Any:
+    """The tqdm-compatible class for mode ``which`` (default :func:`mode`)."""
+    which = which or mode()
+    if which not in MODES:
+        raise ValueError(f"progress mode {which!r}: allowed values {', '.join(MODES)}")
+    return {"widget": WidgetBar, "text": TextBar, "off": OffBar, "terminal": tqdm_std.tqdm}[which]
+
+
+def progress_bar(*args, **kwargs):
+    """A progress bar of the current :func:`mode` (``tqdm`` arguments)."""
+    return bar_class()(*args, **kwargs)
+
+
+_INSTALLED: dict[str, Any] = {}
+
+
+def install(which: str | None = None) -> str:
+    """Point ``tqdm.auto`` (and ``tqdm.autonotebook``) at the bar of this front end; returns the mode.
+
+    Does nothing in a terminal (mode ``terminal``). Safe to call more than once; the last call wins.
+    """
+    which = which or mode()
+    import tqdm.auto as auto
+    import tqdm.autonotebook as autonb
+
+    if "orig" not in _INSTALLED:
+        _INSTALLED["orig"] = (auto.tqdm, auto.trange, autonb.tqdm, autonb.trange)
+    if which == "terminal":
+        auto.tqdm, auto.trange, autonb.tqdm, autonb.trange = _INSTALLED["orig"]
+        return which
+    cls = bar_class(which)
+
+    def trange(*args, **kwargs):
+        return cls(range(*args), **kwargs)
+
+    auto.tqdm = autonb.tqdm = cls
+    auto.trange = autonb.trange = trange
+    return which

@@ -1,0 +1,565 @@
+"""Compiled fleet: N continuous-batching replicas behind a router, one numba kernel.
+
+The same model and the same decisions as the Python reference
+(:class:`asrsched.sim.fleet.Fleet`: one :class:`asrsched.sim.engine.Engine` per replica,
+driven arrival by arrival; ``tests/test_fleet_compiled.py`` asserts identical per-request
+records for every router, policy and design). The Python path stays the readable
+reference and the path for user-defined policies and routers;
+:func:`asrsched.sim.fleet.run_cluster` and
+:func:`asrsched.abtest.fleet_experiment.run_experiment` take this one when
+:func:`compiled_supported` says so (``engine="auto"``).
+
+What the kernel mirrors, step for step:
+
+* each replica's :meth:`Engine.run_until <asrsched.sim.engine.Engine.run_until>` (admissions
+  with encoder stalls, jumps over decode steps to the next completion or to the first step
+  boundary at or after the next arrival while a slot is free), :meth:`~asrsched.sim.engine.Engine.submit`
+  and :meth:`~asrsched.sim.engine.Engine.set_policy` (a switchback re-orders every waiting
+  queue at the block boundary);
+* the waiting queues of ``fcfs``, ``sjf``, ``ljf`` (a binary heap of ``(key, arrival, rid)``,
+  the order of :class:`asrsched.core.policies.KeyQueue`), ``hrrn`` (slots, one scan for the
+  largest ``(now - arrival) / max(S, 1e-6)``; ties to the earliest arrival, then the earliest
+  submission, as :class:`asrsched.core.policies.HRRNQueue`) and ``adaptive`` (both at once,
+  the mode rule of :class:`asrsched.core.policies.AdaptiveQueue`). Requests reach a replica in
+  arrival order, so the request index is the submission order;
+* what a router sees: :meth:`~asrsched.sim.engine.Engine.n_in_system` and
+  :meth:`~asrsched.sim.engine.Engine.outstanding_work` (computed with the same floating-point
+  operations in the same order, so ties and comparisons come out the same). The work
+  estimate reads only the size estimates ``kappa x duration`` (``est_tok``) and each running
+  request's count of decode steps so far; the true token counts enter only the server side
+  (when a request finishes), never a routing decision;
+* the routers ``random``, ``round_robin``, ``jsq``, ``least_work``, ``pod<d>``, ``pod<d>_work``
+  (:mod:`asrsched.sim.fleet`), each reading its own stream of uniforms: the same numbers
+  the Python router draws from its generator (``rng.random``), pre-drawn.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+__all__ = ["COMPILED_POLICIES", "COMPILED_ROUTERS", "run_fleet_kernel", "router_code"]
+
+COMPILED_POLICIES = {"fcfs": 0, "sjf": 1, "ljf": 2, "hrrn": 3, "adaptive": 4}
+COMPILED_ROUTERS = {"random": 0, "round_robin": 1, "jsq": 2, "least_work": 3, "pod": 4, "pod_work": 5}
+_MIN_S = 1e-6  # HRRNQueue.min_service
+
+
+# ----------------------------------------------------------------------------- heaps (row r of 2-D arrays)
+
+@njit(cache=True, inline="always")
+def _less(a1, a2, ar, b1, b2, br):
+    return a1 < b1 or (a1 == b1 and (a2 < b2 or (a2 == b2 and ar < br)))
+
+
+@njit(cache=True)
+def _hpush(k1, k2, kr, hsz, r, x1, x2, xr):
+    i = hsz[r]
+    hsz[r] += 1
+    while i > 0:
+        p = (i - 1) >> 1
+        if _less(x1, x2, xr, k1[r, p], k2[r, p], kr[r, p]):
+            k1[r, i] = k1[r, p]
+            k2[r, i] = k2[r, p]
+            kr[r, i] = kr[r, p]
+            i = p
+        else:
+            break
+    k1[r, i] = x1
+    k2[r, i] = x2
+    kr[r, i] = xr
+
+
+@njit(cache=True)
+def _hpop(k1, k2, kr, hsz, r):
+    top = kr[r, 0]
+    n = hsz[r] - 1
+    hsz[r] = n
+    if n == 0:
+        return top
+    x1, x2, xr = k1[r, n], k2[r, n], kr[r, n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _less(k1[r, c + 1], k2[r, c + 1], kr[r, c + 1], k1[r, c], k2[r, c], kr[r, c]):
+            c += 1
+        if _less(k1[r, c], k2[r, c], kr[r, c], x1, x2, xr):
+            k1[r, i] = k1[r, c]
+            k2[r, i] = k2[r, c]
+            kr[r, i] = kr[r, c]
+            i = c
+        else:
+            break
+    k1[r, i] = x1
+    k2[r, i] = x2
+    kr[r, i] = xr
+    return top
+
+
+@njit(cache=True)
+def _keys(code, j, arr, est):
+    if code == 0:
+        return arr[j], 0.0
+    if code == 2:
+        return -est[j], arr[j]
+    return est[j], arr[j]  # sjf, and the SJF side of adaptive
+
+
+# ----------------------------------------------------------------------------- waiting queue of replica r
+
+@njit(cache=True)
+def _q_push(code, r, j, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive):
+    if code <= 2 or code == 4:
+        a, b = _keys(code, j, arr, est)
+        _hpush(k1, k2, kr, hsz, r, a, b, j)
+    if code >= 3:
+        i = nsl[r]
+        srid[r, i] = j
+        sarr[r, i] = arr[j]
+        sinv[r, i] = 1.0 / max(est[j], _MIN_S)
+        spos[j] = i
+        nsl[r] = i + 1
+        alive[j] = True
+
+
+@njit(cache=True)
+def _argbest(r, n, now, srid, sarr, sinv):
+    best = 0
+    br = (now - sarr[r, 0]) * sinv[r, 0]
+    ba = sarr[r, 0]
+    bs = srid[r, 0]
+    for i in range(1, n):
+        x = (now - sarr[r, i]) * sinv[r, i]
+        a = sarr[r, i]
+        if x > br or (x == br and (a < ba or (a == ba and srid[r, i] < bs))):
+            best = i
+            br = x
+            ba = a
+            bs = srid[r, i]
+    return best
+
+
+@njit(cache=True)
+def _slot_take(r, i, srid, sarr, sinv, nsl, spos, alive):
+    j = srid[r, i]
+    last = nsl[r] - 1
+    if i != last:
+        m = srid[r, last]
+        srid[r, i] = m
+        sarr[r, i] = sarr[r, last]
+        sinv[r, i] = sinv[r, last]
+        spos[m] = i
+    nsl[r] = last
+    alive[j] = False
+    return j
+
+
+@njit(cache=True)
+def _q_pop(code, r, now, arr, est, low_depth, ratio_cap, k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive):
+    if code <= 2:
+        return _hpop(k1, k2, kr, hsz, r)
+    n = nsl[r]
+    if code == 3:
+        return _slot_take(r, _argbest(r, n, now, srid, sarr, sinv), srid, sarr, sinv, nsl, spos, alive)
+    # adaptive: FCFS below low_depth, else HRRN when the top response ratio exceeds ratio_cap, else SJF
+    if n < low_depth:
+        best = 0
+        for i in range(1, n):
+            if sarr[r, i] < sarr[r, best] or (sarr[r, i] == sarr[r, best] and srid[r, i] < srid[r, best]):
+                best = i
+        return _slot_take(r, best, srid, sarr, sinv, nsl, spos, alive)
+    bi = _argbest(r, n, now, srid, sarr, sinv)
+    top = srid[r, bi]
+    ratio = 1.0 + (now - arr[top]) / max(est[top], _MIN_S)
+    if ratio > ratio_cap:
+        return _slot_take(r, bi, srid, sarr, sinv, nsl, spos, alive)
+    while not alive[kr[r, 0]]:  # lazy deletion: entries taken by the FCFS/HRRN modes
+        _hpop(k1, k2, kr, hsz, r)
+    j = _hpop(k1, k2, kr, hsz, r)
+    return _slot_take(r, spos[j], srid, sarr, sinv, nsl, spos, alive)
+
+
+@njit(cache=True)
+def _q_len(code, r, hsz, nsl):
+    return hsz[r] if code <= 2 else nsl[r]
+
+
+@njit(cache=True)
+def _set_policy(r, new, pcode, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive):
+    """Engine.set_policy: every waiting job re-pushed (in submission order) into a fresh queue."""
+    old = pcode[r]
+    if old == new:
+        return
+    if old <= 2:
+        w = kr[r, :hsz[r]].copy()
+    else:
+        w = srid[r, :nsl[r]].copy()
+    w.sort()
+    hsz[r] = 0
+    nsl[r] = 0
+    pcode[r] = new
+    for j in w:
+        _q_push(new, r, j, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive)
+
+
+# ----------------------------------------------------------------------------- one replica's engine
+
+@njit(cache=True)
+def _run_until(r, horizon, M, steps, overhead, arr, est, enc, tok, low_depth, ratio_cap, pcode,
+               k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive,
+               T, G, rf, rr, nrun, pend, npend, qest, jf, events, admit, first, fin, est_tok, exs, sufd):
+    """Engine.run_until for replica ``r``: every decision point strictly before ``horizon``."""
+    while T[r] < horizon:
+        t = T[r]
+        code = pcode[r]
+        while nrun[r] < M and _q_len(code, r, hsz, nsl) > 0:
+            if t >= horizon:
+                break
+            j = _q_pop(code, r, t, arr, est, low_depth, ratio_cap, k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos,
+                       alive)
+            qest[r] -= est[j]
+            admit[j] = t
+            t += enc[j]
+            _ex_insert(exs, nrun[r], r, float(G[r]) + est_tok[j])
+            sufd[r] = True
+            _hpush_run(rf, rr, nrun, r, G[r] + tok[j], j)
+            pend[r, npend[r]] = j
+            npend[r] += 1
+        T[r] = t
+        if t >= horizon and nrun[r] < M:
+            return
+        events[r] += 1
+        if nrun[r] == 0:
+            jf[r] = 0
+            if horizon < math.inf:
+                T[r] = max(t, horizon)
+            return
+        b = nrun[r]
+        st = steps[b]
+        k = rf[r, 0] - G[r]
+        if b < M and horizon < math.inf:
+            ka = max(1, math.ceil((horizon - t) / st - 1e-9))
+            if ka < k:
+                k = ka
+        if npend[r] > 0:
+            ft = t + st
+            for i in range(npend[r]):
+                first[pend[r, i]] = ft
+            npend[r] = 0
+        t += k * st
+        G[r] += k
+        T[r] = t
+        nf = 0
+        while nrun[r] > 0 and rf[r, 0] == G[r]:
+            j = _hpop_run(rf, rr, nrun, r)
+            _ex_remove(exs, nrun[r] + 1, r, float(G[r] - tok[j]) + est_tok[j])
+            sufd[r] = True
+            fin[j] = t + overhead
+            nf += 1
+        jf[r] = nf
+
+
+@njit(cache=True)
+def _hpush_run(rf, rr, nrun, r, f, j):
+    i = nrun[r]
+    nrun[r] += 1
+    while i > 0:
+        p = (i - 1) >> 1
+        if f < rf[r, p] or (f == rf[r, p] and j < rr[r, p]):
+            rf[r, i] = rf[r, p]
+            rr[r, i] = rr[r, p]
+            i = p
+        else:
+            break
+    rf[r, i] = f
+    rr[r, i] = j
+
+
+@njit(cache=True)
+def _hpop_run(rf, rr, nrun, r):
+    top = rr[r, 0]
+    n = nrun[r] - 1
+    nrun[r] = n
+    if n == 0:
+        return top
+    f, j = rf[r, n], rr[r, n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and (rf[r, c + 1] < rf[r, c] or (rf[r, c + 1] == rf[r, c] and rr[r, c + 1] < rr[r, c])):
+            c += 1
+        if rf[r, c] < f or (rf[r, c] == f and rr[r, c] < j):
+            rf[r, i] = rf[r, c]
+            rr[r, i] = rr[r, c]
+            i = c
+        else:
+            break
+    rf[r, i] = f
+    rr[r, i] = j
+    return top
+
+
+# ----------------------------------------------------------------------------- what a router sees
+
+@njit(cache=True)
+def _n_in_system(r, at, pcode, hsz, nsl, nrun, T, jf):
+    extra = jf[r] if T[r] > at else 0
+    return _q_len(pcode[r], r, hsz, nsl) + nrun[r] + extra
+
+
+@njit(cache=True)
+def _ex_insert(exs, b, r, v):
+    """Insert ``v`` into the sorted first ``b`` entries of row ``r``."""
+    p = b
+    while p > 0 and exs[r, p - 1] > v:
+        exs[r, p] = exs[r, p - 1]
+        p -= 1
+    exs[r, p] = v
+
+
+@njit(cache=True)
+def _ex_remove(exs, b, r, v):
+    """Remove one entry equal to ``v`` from the sorted first ``b`` entries of row ``r``."""
+    p = 0
+    while exs[r, p] != v:
+        p += 1
+    for i in range(p, b - 1):
+        exs[r, i] = exs[r, i + 1]
+
+
+@njit(cache=True)
+def _work(r, at, steps, qest, nrun, G, T, exs, suf, sufd):
+    """Engine.outstanding_work, with its floating-point operations in its order.
+
+    ``exs[r]`` holds the running jobs' estimate ends ``(G at admission) + est_tok`` sorted (kept
+    up to date on every admission and completion); ``suf[r]`` their suffix sums, rebuilt when
+    the running set changed (the Python engine's cache, keyed the same way).
+    """
+    b = nrun[r]
+    if b == 0:
+        return qest[r]
+    if sufd[r]:
+        suf[r, b] = 0.0
+        acc = 0.0
+        for i in range(b - 1, -1, -1):
+            acc += exs[r, i]
+            suf[r, i] = acc
+        sufd[r] = False
+    st = steps[b]
+    g = G[r]
+    if T[r] > at:
+        g -= int((T[r] - at) / st)
+    lo = 0
+    hi = b
+    while lo < hi:  # bisect_right
+        mid = (lo + hi) >> 1
+        if g < exs[r, mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return qest[r] + (suf[r, lo] - (b - lo) * g) * st
+
+
+@njit(cache=True)
+def _pick(U, uptr, inst, k):
+    u = U[inst, uptr[inst]]
+    uptr[inst] += 1
+    return min(int(u * k), k - 1)
+
+
+# ----------------------------------------------------------------------------- the fleet
+
+@njit(cache=True)
+def _fleet(arr, est, enc, tok, est_tok, M, steps, overhead, pol0, low_depth, ratio_cap, route_arm, inst_of_arm,
+           r_code, r_d, U, cands, ncand, sw_req, sw_time, sw_code):  # noqa: C901 - one driver loop, kept flat
+    n = arr.shape[0]
+    N = pol0.shape[0]
+    admit = np.full(n, np.nan)
+    first = np.full(n, np.nan)
+    fin = np.full(n, np.nan)
+    replica = np.zeros(n, np.int64)
+    pcode = pol0.copy()
+    cap = 256
+    k1 = np.empty((N, cap))
+    k2 = np.empty((N, cap))
+    kr = np.empty((N, cap), np.int64)
+    hsz = np.zeros(N, np.int64)
+    srid = np.empty((N, cap), np.int64)
+    sarr = np.empty((N, cap))
+    sinv = np.empty((N, cap))
+    nsl = np.zeros(N, np.int64)
+    spos = np.zeros(n, np.int64)
+    alive = np.zeros(n, np.bool_)
+    T = np.zeros(N)
+    G = np.zeros(N, np.int64)
+    rf = np.empty((N, M), np.int64)
+    rr = np.empty((N, M), np.int64)
+    nrun = np.zeros(N, np.int64)
+    pend = np.empty((N, M), np.int64)
+    npend = np.zeros(N, np.int64)
+    qest = np.zeros(N)
+    jf = np.zeros(N, np.int64)
+    events = np.zeros(N, np.int64)
+    exs = np.empty((N, M))
+    suf = np.empty((N, M + 1))
+    sufd = np.ones(N, np.bool_)
+    uptr = np.zeros(U.shape[0], np.int64)
+    rrnext = np.zeros(U.shape[0], np.int64)
+    samp = np.empty(N, np.int64)
+    vals = np.empty(N)
+    nsw = sw_req.shape[0]
+    sw = 0
+    for j in range(n):
+        a = arr[j]
+        while sw < nsw and sw_req[sw] == j:  # switchback boundaries crossed before this arrival, in order
+            at = sw_time[sw]
+            for r in range(N):
+                if T[r] < at:
+                    _run_until(r, at, M, steps, overhead, arr, est, enc, tok, low_depth, ratio_cap, pcode,
+                               k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive,
+                               T, G, rf, rr, nrun, pend, npend, qest, jf, events, admit, first, fin, est_tok, exs, sufd)
+                _set_policy(r, sw_code[sw], pcode, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive)
+            sw += 1
+        for r in range(N):
+            if T[r] < a:
+                _run_until(r, a, M, steps, overhead, arr, est, enc, tok, low_depth, ratio_cap, pcode,
+                           k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive,
+                           T, G, rf, rr, nrun, pend, npend, qest, jf, events, admit, first, fin, est_tok, exs, sufd)
+        # route
+        arm = route_arm[j]
+        inst = inst_of_arm[arm]
+        code = r_code[inst]
+        nc = ncand[arm]
+        if code == 0:
+            i = cands[arm, _pick(U, uptr, inst, nc)]
+        elif code == 1:
+            i = cands[arm, rrnext[inst] % nc]
+            rrnext[inst] += 1
+        elif code == 2 or code == 3:
+            m = np.inf
+            for c in range(nc):
+                r = cands[arm, c]
+                if code == 2:
+                    vals[c] = _n_in_system(r, a, pcode, hsz, nsl, nrun, T, jf)
+                else:
+                    vals[c] = _work(r, a, steps, qest, nrun, G, T, exs, suf, sufd)
+                if vals[c] < m:
+                    m = vals[c]
+            nt = 0
+            for c in range(nc):
+                if vals[c] == m:
+                    samp[nt] = cands[arm, c]
+                    nt += 1
+            i = samp[0] if nt == 1 else samp[_pick(U, uptr, inst, nt)]
+        else:
+            for c in range(nc):
+                samp[c] = cands[arm, c]
+            d = min(r_d[inst], nc)
+            for c in range(d):
+                q = c + _pick(U, uptr, inst, nc - c)
+                tmp = samp[c]
+                samp[c] = samp[q]
+                samp[q] = tmp
+            i = samp[0]
+            if d > 1:
+                if code == 4:
+                    bv = float(_n_in_system(i, a, pcode, hsz, nsl, nrun, T, jf))
+                else:
+                    bv = _work(i, a, steps, qest, nrun, G, T, exs, suf, sufd)
+                for c in range(1, d):
+                    r = samp[c]
+                    if code == 4:
+                        v = float(_n_in_system(r, a, pcode, hsz, nsl, nrun, T, jf))
+                    else:
+                        v = _work(r, a, steps, qest, nrun, G, T, exs, suf, sufd)
+                    if v < bv:
+                        i = r
+                        bv = v
+        # submit
+        if max(hsz[i], nsl[i]) >= cap:
+            cap2 = 2 * cap
+            k1n = np.empty((N, cap2))
+            k2n = np.empty((N, cap2))
+            krn = np.empty((N, cap2), np.int64)
+            sridn = np.empty((N, cap2), np.int64)
+            sarrn = np.empty((N, cap2))
+            sinvn = np.empty((N, cap2))
+            k1n[:, :cap] = k1
+            k2n[:, :cap] = k2
+            krn[:, :cap] = kr
+            sridn[:, :cap] = srid
+            sarrn[:, :cap] = sarr
+            sinvn[:, :cap] = sinv
+            k1, k2, kr, srid, sarr, sinv = k1n, k2n, krn, sridn, sarrn, sinvn
+            cap = cap2
+        _q_push(pcode[i], i, j, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive)
+        qest[i] += est[j]
+        if nrun[i] == 0 and T[i] < a:
+            T[i] = a
+        replica[j] = i
+    for r in range(N):
+        _run_until(r, math.inf, M, steps, overhead, arr, est, enc, tok, low_depth, ratio_cap, pcode,
+                   k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive,
+                   T, G, rf, rr, nrun, pend, npend, qest, jf, events, admit, first, fin, est_tok, exs, sufd)
+    return admit, first, fin, replica, events.sum()
+
+
+# ----------------------------------------------------------------------------- Python entry
+
+def router_code(key: str) -> int:
+    """Kernel code of a registry key (``random`` ... ``pod_work``)."""
+    return COMPILED_ROUTERS[key]
+
+
+def run_fleet_kernel(arrival, est, enc, tokens, est_tok, *, max_num_seqs: int, steps, overhead: float,
+                     policies, route_arm, routers, cands, switches=(), policy_params: dict | None = None):
+    """Run the compiled fleet; returns ``(admit, first_token, finish, replica, events)``.
+
+    ``policies``: the initial policy name of each replica; ``route_arm[j]`` the arm (0/1) whose
+    router and candidate replicas route request ``j``; ``routers[arm]`` a tuple
+    ``(registry key, d, uniforms, instance)`` where requests of both arms that name the same
+    ``instance`` share one router (its uniform stream and round-robin pointer);
+    ``cands[arm]`` the candidate replicas of that arm; ``switches`` a list of
+    ``(request index, time, policy)``: before dispatching that request, every replica
+    catches up to ``time`` and re-orders its queue under ``policy``.
+    """
+    N = len(policies)
+    pp = dict(policy_params or {})
+    low_depth = int(pp.pop("low_depth", 4))
+    ratio_cap = float(pp.pop("ratio_cap", 50.0))
+    if pp:
+        raise ValueError(f"policy_params: {sorted(pp)} not understood by the compiled fleet")
+    n_inst = max(r[3] for r in routers) + 1
+    K = max(len(r[2]) for r in routers)
+    U = np.zeros((n_inst, max(K, 1)))
+    r_code = np.zeros(n_inst, np.int64)
+    r_d = np.ones(n_inst, np.int64)
+    A = len(routers)
+    inst_of_arm = np.zeros(A, np.int64)
+    for arm, (key, d, u, inst) in enumerate(routers):
+        U[inst, :len(u)] = u
+        r_code[inst] = COMPILED_ROUTERS[key]
+        r_d[inst] = int(d)
+        inst_of_arm[arm] = inst
+    C = np.zeros((A, N), np.int64)
+    nc = np.zeros(A, np.int64)
+    for arm in range(A):
+        c = list(cands[arm])
+        C[arm, :len(c)] = c
+        nc[arm] = len(c)
+    sw_req = np.array([s[0] for s in switches], np.int64)
+    sw_time = np.array([s[1] for s in switches], np.float64)
+    sw_code = np.array([COMPILED_POLICIES[s[2]] for s in switches], np.int64)
+    admit, first, fin, replica, events = _fleet(
+        np.ascontiguousarray(arrival, np.float64), np.ascontiguousarray(est, np.float64),
+        np.ascontiguousarray(enc, np.float64), np.ascontiguousarray(tokens, np.int64),
+        np.ascontiguousarray(est_tok, np.float64), int(max_num_seqs), np.asarray(steps, np.float64), float(overhead),
+        np.array([COMPILED_POLICIES[p] for p in policies], np.int64), low_depth, ratio_cap,
+        np.ascontiguousarray(route_arm, np.int64), inst_of_arm, r_code, r_d, U, C, nc, sw_req, sw_time, sw_code)
+    return admit, first, fin, replica, int(events)

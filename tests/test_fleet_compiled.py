@@ -1,0 +1,191 @@
+"""The compiled fleet (asrsched.sim.fleet_kernels) against the Python fleet: identical per-request records.
+
+Every router of the registry x every compiled policy, every A/B design (routing and scheduling, switchback
+policy swaps included), odd and large fleets, and the dispatch rule (compiled for built-ins, Python for
+anything user-registered).
+"""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from asrsched.abtest.fleet_experiment import ABTest, run_experiment
+from asrsched.core.policies import POLICIES, KeyQueue, register_policy
+from asrsched.core.workloads import Trace, make_trace
+from asrsched.sim import fleet as C
+from asrsched.sim.fleet import Router, cluster_trace, compiled_supported, register_router, run_cluster, run_fleet
+from asrsched.sim.fleet_kernels import COMPILED_POLICIES
+
+ROUTERS = ["random", "round_robin", "jsq", "least_work", "pod2", "pod2_work", "pod3", "pod4_work"]
+
+
+@pytest.fixture(scope="module")
+def busy():
+    """LibriSpeech at 95 % of a 4-replica fleet's capacity: long queues, many routing ties and decisions."""
+    return cluster_trace("librispeech", n_replicas=4, load=0.95, n_requests=2500, seed=11)
+
+
+def _same(a, b):
+    pd.testing.assert_frame_equal(a.records, b.records, check_exact=True)
+    assert a.events == b.events
+    assert a.params["engine"] == "python" and b.params["engine"] == "numba"
+
+
+@pytest.mark.parametrize("policy", sorted(COMPILED_POLICIES))
+@pytest.mark.parametrize("router", ROUTERS)
+def test_every_router_and_policy_gives_identical_records(busy, router, policy):
+    tr, _ = busy
+    a = run_cluster(tr, n_replicas=4, router=router, policy=policy, seed=3, warmup_s=10, engine="python")
+    b = run_cluster(tr, n_replicas=4, router=router, policy=policy, seed=3, warmup_s=10, engine="numba")
+    _same(a, b)
+    assert a.records.replica.nunique() == 4  # every replica served requests: the router really chose
+
+
+def _designs():
+    out = []
+    for d in ("bernoulli", "group", "switchback", "control", "treatment"):
+        out.append(ABTest(factor="routing", control="random", treatment="least_work", design=d, block_s=15.0))
+        out.append(ABTest(factor="routing", control="pod2", treatment="jsq", design=d, p=0.3, block_s=15.0,
+                          alternate=False, policy="hrrn"))
+    for d in ("replica", "switchback", "control", "treatment"):
+        for c, t, r in (("fcfs", "hrrn", "random"), ("sjf", "adaptive", "jsq"), ("hrrn", "ljf", "pod2_work"),
+                        ("adaptive", "fcfs", "least_work")):
+            out.append(ABTest(factor="scheduling", control=c, treatment=t, design=d, router=r, block_s=15.0))
+    return out
+
+
+@pytest.mark.parametrize("test", _designs(), ids=lambda t: f"{t.factor}-{t.design}-{t.control}-{t.treatment}")
+def test_every_design_gives_identical_records(busy, test):
+    tr, lam = busy
+    a = run_experiment(tr, test, n_replicas=4, seed=5, warmup_s=10, lam=lam, engine="python")
+    b = run_experiment(tr, test, n_replicas=4, seed=5, warmup_s=10, lam=lam, engine="numba")
+    _same(a, b)
+    assert np.array_equal(a.replica_arm, b.replica_arm)
+    if test.design == "switchback":
+        assert np.array_equal(a.block_arms, b.block_arms)
+        if test.factor == "scheduling":  # the swaps happened: both policies admitted requests
+            assert set(a.records.z) == {0, 1}
+
+
+def test_adaptive_policy_params_and_odd_and_large_fleets():
+    tr, lam = cluster_trace("uniform", n_replicas=3, load=0.97, n_requests=2000, seed=4)
+    kw = dict(policy_params={"low_depth": 2, "ratio_cap": 5.0})
+    for router in ("jsq", "pod2_work"):
+        a = run_cluster(tr, n_replicas=3, router=router, policy="adaptive", seed=1, engine="python", **kw)
+        b = run_cluster(tr, n_replicas=3, router=router, policy="adaptive", seed=1, engine="numba", **kw)
+        _same(a, b)
+    t = ABTest(factor="routing", control="round_robin", treatment="pod2_work", design="group", p=0.34)
+    _same(run_experiment(tr, t, n_replicas=3, seed=2, engine="python"),
+          run_experiment(tr, t, n_replicas=3, seed=2, engine="numba"))
+    big, _ = cluster_trace("librispeech", n_replicas=16, load=0.95, n_requests=6000, seed=8)
+    for router in ("pod3_work", "least_work"):
+        a = run_cluster(big, n_replicas=16, router=router, policy="hrrn", seed=2, engine="python")
+        b = run_cluster(big, n_replicas=16, router=router, policy="hrrn", seed=2, engine="numba")
+        _same(a, b)
+        assert b.records.replica.nunique() == 16
+
+
+def test_small_batches_and_simultaneous_arrivals_tie_break_in_submission_order():
+    """Equal sizes, arrivals at one instant, one slot: HRRN, SJF and FCFS all admit in submission order."""
+    n = 6
+    tr = Trace(arrival=np.zeros(n), duration=np.full(n, 8.0), language=np.array(["en"] * n, dtype=object),
+               tokens=np.full(n, 40, np.int64))
+    for policy in ("fcfs", "sjf", "hrrn", "adaptive"):
+        recs = [run_cluster(tr, n_replicas=1, policy=policy, max_num_seqs=1, engine=e).records for e in
+                ("python", "numba")]
+        pd.testing.assert_frame_equal(*recs)
+        assert list(recs[1].sort_values("admit").rid) == list(range(n)), policy
+
+
+def test_work_routers_never_see_true_token_counts():
+    """Until the first request finishes, least-work routing depends on the estimates only.
+
+    Two traces differ only in the true token counts (all large: nothing finishes before the last arrival;
+    more slots than requests, so no jump of the clock ends at a completion either); the compiled
+    least-work router sends every request to the same replica in both. (Routing on true tokens would see
+    different remaining work and route differently.)
+    """
+    tr = make_trace("uniform", rate=40.0, n=300, seed=6)
+    tok_a = np.asarray(tr.tokens, np.int64) * 50 + 5000
+    rng = np.random.default_rng(0)
+    tok_b = tok_a + rng.integers(0, 4000, size=tok_a.size)
+    a = run_cluster(Trace(tr.arrival, tr.duration, tr.language, tok_a), n_replicas=4, router="least_work",
+                    max_num_seqs=128, engine="numba").records
+    b = run_cluster(Trace(tr.arrival, tr.duration, tr.language, tok_b), n_replicas=4, router="least_work",
+                    max_num_seqs=128, engine="numba").records
+    assert a.finish.min() > tr.arrival[-1] and b.finish.min() > tr.arrival[-1]
+    assert (a.replica.to_numpy() == b.replica.to_numpy()).all()
+    assert not np.allclose(a.finish.to_numpy(), b.finish.to_numpy())  # the servers did see the true tokens
+    assert a.replica.nunique() == 4
+
+
+def test_dispatch_compiled_for_builtins_python_for_user_defined():
+    assert compiled_supported(["fcfs", "hrrn", "adaptive"], ["random", "pod3_work"])
+    assert not compiled_supported(["random"], ["jsq"])  # the seeded random queue stays on the Python path
+    assert not compiled_supported(["fcfs"], ["jsq"], {"low_depth": 2})  # params only for adaptive
+    tr = make_trace("uniform", rate=8, n=300, seed=1)
+    assert run_cluster(tr, n_replicas=2, router="jsq").params["engine"] == "numba"
+
+    @register_policy("lifo_test")
+    def _lifo():
+        return KeyQueue(lambda j: -j.arrival)
+
+    @register_router("first_test")
+    def _first(rng=None):
+        class First(Router):
+            def route(self, view, cands):
+                return cands[0]
+
+        return First(rng)
+
+    try:
+        assert run_cluster(tr, n_replicas=2, policy="lifo_test").params["engine"] == "python"
+        res = run_cluster(tr, n_replicas=2, router="first_test")
+        assert res.params["engine"] == "python" and (res.records.replica == 0).all()
+        with pytest.raises(ValueError, match="engine='numba' needs built-in policies"):
+            run_cluster(tr, n_replicas=2, policy="lifo_test", engine="numba")
+        # a built-in name re-registered with other behaviour must not run the built-in kernel
+        C.ROUTERS["jsq"] = _first
+        assert run_cluster(tr, n_replicas=2, router="jsq").params["engine"] == "python"
+    finally:
+        POLICIES.pop("lifo_test")
+        C.ROUTERS.pop("first_test")
+        C.ROUTERS["jsq"] = C._BUILTIN_ROUTERS["jsq"]
+    with pytest.raises(ValueError, match="engine: must be"):
+        run_fleet(tr, ["fcfs"], [("random", 0)], engine="cuda")
+    with pytest.raises(ValueError, match="route_arm"):
+        run_fleet(tr, ["fcfs"], [("random", 0)], route_arm=np.ones(len(tr)))
+    with pytest.raises(ValueError, match="cands"):
+        run_fleet(tr, ["fcfs", "fcfs"], [("random", 0)], cands=[[2]])
+
+
+@pytest.mark.parametrize("n_replicas,router,policy", [(4, "least_work", "fcfs"), (4, "jsq", "sjf"),
+                                                      (16, "pod2_work", "hrrn"), (4, "pod3", "adaptive")])
+def test_simpy_model_of_the_fleet_gives_the_same_records(n_replicas, router, policy):
+    """The step-by-step SimPy fleet (benchmarks/, the speed baseline) agrees request by request."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from simpy_fleet_reference import simulate_fleet_simpy
+
+    tr, _ = cluster_trace("librispeech", n_replicas=n_replicas, load=0.95, n_requests=1200, seed=5)
+    ref = simulate_fleet_simpy(tr, n_replicas=n_replicas, router=router, policy=policy, seed=4)
+    got = run_cluster(tr, n_replicas=n_replicas, router=router, policy=policy, seed=4).records
+    for k in ("rid", "replica", "tokens"):
+        assert (ref[k].to_numpy() == got[k].to_numpy()).all(), k
+    for k in ("admit", "first_token", "finish"):
+        assert np.abs(ref[k].to_numpy() - got[k].to_numpy()).max() <= 1e-9, k
+    assert got.replica.nunique() == n_replicas
+
+
+def test_deep_queues_of_an_overloaded_fleet_stay_identical():
+    """At 1.4x capacity the queues grow past a thousand (the Python HRRN queue switches to its kinetic tree)."""
+    from asrsched.sim.fleet import replica_capacity
+
+    tr = make_trace("librispeech", rate=1.4 * 2 * replica_capacity("librispeech"), n=3000, seed=3)
+    for policy in ("hrrn", "adaptive"):
+        a = run_cluster(tr, n_replicas=2, router="jsq", policy=policy, engine="python")
+        b = run_cluster(tr, n_replicas=2, router="jsq", policy=policy, engine="numba")
+        _same(a, b)
+        assert b.records.queue_delay.max() > 60  # deep queues really formed

@@ -1,0 +1,190 @@
+"""Where outputs go: one git-ignored runs/ folder per project, one folder per notebook run with run.json.
+
+The headless check of issue 14's "done when": papermill, started in the notebook's own folder of a
+checkout, leaves no new file under notebooks/ and writes run.json under runs/.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+
+from asrsched.figures import outputs
+from asrsched.figures.style import export_table, figures_dir
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for k in (outputs.ROOT_ENV, outputs.RUNS_ENV, outputs.FIGURES_ENV, "JPY_SESSION_NAME"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(outputs, "_RUN_DIRS", {})
+    return monkeypatch
+
+
+def fake_checkout(root: Path) -> Path:
+    """A folder that looks like an asrsched checkout (the markers project_root looks for)."""
+    (root / "asrsched").mkdir(parents=True)
+    (root / "asrsched" / "__init__.py").write_text("")
+    (root / "pyproject.toml").write_text("[project]\nname = 'asrsched'\n")
+    (root / "notebooks").mkdir()
+    return root
+
+
+def test_project_root_walks_up_to_the_checkout(tmp_path, clean_env):
+    proj = fake_checkout(tmp_path / "proj")
+    clean_env.chdir(proj / "notebooks")
+    assert outputs.project_root() == proj.resolve()
+    assert outputs.runs_root() == proj.resolve() / "runs"
+    clean_env.chdir(tmp_path)  # outside any checkout: ./runs
+    assert outputs.project_root() is None and outputs.runs_root() == tmp_path.resolve() / "runs"
+    clean_env.setenv(outputs.ROOT_ENV, str(proj))
+    assert outputs.runs_root() == proj.resolve() / "runs"
+    clean_env.setenv(outputs.RUNS_ENV, str(tmp_path / "elsewhere"))
+    assert outputs.runs_root() == (tmp_path / "elsewhere").resolve()
+
+
+def test_notebook_folder_parameters_mean_the_same_place_from_any_directory(tmp_path, clean_env):
+    proj = fake_checkout(tmp_path / "proj")
+    seen = set()
+    for cwd in (proj, proj / "notebooks"):
+        clean_env.chdir(cwd)
+        seen.add(outputs.runs_path("../runs/sweep-cache"))
+        seen.add(outputs.runs_path("runs/sweep-cache"))
+        seen.add(outputs.runs_path("sweep-cache"))
+    assert seen == {proj.resolve() / "runs" / "sweep-cache"}
+    assert outputs.runs_path(None) is None and outputs.runs_path("") is None
+    assert outputs.runs_path(tmp_path / "abs") == tmp_path / "abs"
+
+
+def test_run_folder_per_notebook_and_parameters_with_run_json(tmp_path, clean_env):
+    clean_env.chdir(tmp_path)
+    ns = {"RATE": 10.0, "PHASES": [[0, "librispeech"]], "NB": "03_x", "service": object(), "lower": 1}
+    params = outputs.run_parameters(ns)
+    assert params == {"RATE": 10.0, "PHASES": [[0, "librispeech"]]}  # UPPER_CASE literals, not NB
+    d1 = outputs.interactive_run_dir("03_x", params)
+    assert d1.parent == tmp_path.resolve() / "runs" / "03_x"
+    assert d1.name.endswith("-" + outputs.parameters_hash(params))
+    rec = json.loads((d1 / "run.json").read_text())
+    assert rec["parameters"] == params and rec["notebook"] == "03_x" and rec["kind"] == "interactive"
+    assert outputs.interactive_run_dir("03_x", dict(params)) == d1  # same kernel, same parameters: same folder
+    d2 = outputs.interactive_run_dir("03_x", {**params, "RATE": 8})
+    assert d2 != d1 and d2.parent == d1.parent  # other parameters never mix with earlier files
+    assert outputs.parameters_hash({"a": 1, "b": 2}) == outputs.parameters_hash({"b": 2, "a": 1})
+
+
+def test_exports_go_to_the_run_folder_unless_a_gallery_run_asks(tmp_path, clean_env):
+    clean_env.chdir(tmp_path)
+    d = figures_dir("03_workload_drift")
+    assert d.parent == tmp_path.resolve() / "runs" / "03_workload_drift" and (d / "run.json").exists()
+    p = export_table(pd.DataFrame({"a": [1]}), "t", "03_workload_drift")
+    assert p.parent == d
+    clean_env.setenv(outputs.FIGURES_ENV, str(tmp_path / "gallery"))
+    assert figures_dir("03_workload_drift") == tmp_path / "gallery" / "03_workload_drift"
+    assert figures_dir("03_workload_drift", root=tmp_path / "x") == tmp_path / "x" / "03_workload_drift"
+    assert not (tmp_path / "figures").exists()
+
+
+@pytest.mark.slow
+def test_papermill_in_the_notebook_folder_writes_nothing_beside_the_notebook(tmp_path, clean_env):
+    """Issue 14, done when: papermill with notebooks/ as working directory leaves no new file there
+    and writes run.json under runs/; progress lines are plain text, never widgets or stderr."""
+    proj = fake_checkout(tmp_path / "proj")
+    shutil.copy(REPO / "notebooks" / "03_workload_drift.ipynb", proj / "notebooks")
+    before = sorted(p.name for p in (proj / "notebooks").rglob("*"))
+    out = tmp_path / "executed.ipynb"
+    cmd = [sys.executable, "-m", "papermill", "03_workload_drift.ipynb", str(out), "-k", "python3",
+           "--execution-timeout", "600", "-p", "N_REQUESTS", "900", "-p", "RAMP_S", "20.0",
+           "-y", "PHASES: [[0, librispeech], [40, uniform]]"]
+    r = subprocess.run(cmd, cwd=proj / "notebooks", capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert sorted(p.name for p in (proj / "notebooks").rglob("*")) == before
+    assert sorted(p.name for p in proj.iterdir()) == ["asrsched", "notebooks", "pyproject.toml", "runs"]
+    (run,) = (proj / "runs" / "03_workload_drift").iterdir()
+    rec = json.loads((run / "run.json").read_text())
+    assert rec["parameters"]["N_REQUESTS"] == 900 and rec["parameters"]["RATE"] == 10.0
+    assert rec["parameters"]["PHASES"] == [[0, "librispeech"], [40, "uniform"]]
+    assert {"drift_abrupt.png", "drift_gradual.svg", "phase_latency.csv"} <= {p.name for p in run.iterdir()}
+    nb = nbformat.read(out, as_version=4)
+    outs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    stderr = [o.text for o in outs if o.output_type == "stream" and o.name == "stderr"]
+    assert not [s for s in stderr if "it/s]" in s or "%|" in s], stderr  # no tqdm lines on stderr
+    lines = [o.data["text/plain"] for o in outs if o.output_type == "display_data" and "text/plain" in o.data
+             and str(o.data["text/plain"]).startswith(("✓", "✗"))]
+    assert any(line.startswith("✓ exported to runs/03_workload_drift/") for line in lines), lines
+
+
+# ------------------------------------------------------------------------------------ progress, exporter noise
+def test_progress_mode_follows_the_front_end(monkeypatch):
+    from asrsched.figures import progress
+
+    monkeypatch.delenv(progress.PROGRESS_ENV, raising=False)
+    assert progress.mode() == "terminal"  # pytest: no kernel
+    for m in progress.MODES:
+        monkeypatch.setenv(progress.PROGRESS_ENV, m)
+        assert progress.mode() == m
+    monkeypatch.setenv(progress.PROGRESS_ENV, "fancy")
+    with pytest.raises(ValueError, match="ASRSCHED_PROGRESS='fancy': allowed values widget, text"):
+        progress.mode()
+
+
+def test_install_points_tqdm_auto_at_the_chosen_bar_and_back():
+    import tqdm.auto
+
+    from asrsched.figures import progress
+
+    orig = tqdm.auto.tqdm
+    try:
+        assert progress.install("text") == "text" and tqdm.auto.tqdm is progress.TextBar
+        assert progress.install("off") == "off"
+        assert list(tqdm.auto.tqdm(range(3))) == [0, 1, 2]  # a disabled bar still iterates
+    finally:
+        progress.install("terminal")
+    assert tqdm.auto.tqdm is orig
+
+
+def test_text_bar_ends_as_one_line(capsys):
+    from asrsched.figures.progress import TextBar, final_line
+
+    bar = TextBar(total=4, desc="sweep", unit="pt")
+    for _ in range(4):
+        bar.update()
+    bar.close()
+    out, err = capsys.readouterr()
+    assert out.count("\n") == 1 and out.startswith("✓ sweep: 4/4 [") and "pt/s" in out and err == ""
+    stopped = TextBar(total=5, desc="sweep")
+    stopped.update(2)
+    assert final_line(stopped).startswith("✗ stopped at sweep: 2/5")
+    stopped.close()
+    capsys.readouterr()
+
+
+def test_exporter_log_tracebacks_become_one_line(tmp_path, monkeypatch, capsys, caplog):
+    """choreographer logs a JSONError traceback from its pipe to Chromium (and ignores it): in a page it
+    must not appear as a traceback, only as a note on the export's final line."""
+    import logging
+
+    import plotly.graph_objects as go
+
+    from asrsched.figures import progress, style
+
+    pytest.importorskip("kaleido")
+    monkeypatch.setenv(progress.PROGRESS_ENV, "text")
+    caplog.set_level(logging.DEBUG)
+    with style.export_session():
+        style.export_figure(go.Figure(layout=dict(title="t")), "t", "99_x", root=tmp_path, formats=("html",))
+        try:
+            raise RuntimeError("Another JSONError.")
+        except RuntimeError:
+            logging.getLogger("choreographer.channels.pipe").exception("JSONError decoding message. Ignoring")
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and not [r for r in caplog.records if r.name.startswith("choreographer")]
+    (line,) = [s for s in out.splitlines() if s.startswith("✓")]
+    assert line.startswith(f"✓ exported to {tmp_path / '99_x'}: 1 fig [")
+    assert "1 note(s) from the image exporter, ignored: choreographer: JSONError decoding message" in line

