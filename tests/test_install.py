@@ -130,16 +130,16 @@ def test_notebooks_extra_runs_a_notebook_from_an_empty_folder(base_venv, tmp_pat
     r = _run([cli, "run", "03", "--params", str(pfile)], cwd=work, timeout=900)
     assert "03_workload_drift: ok" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
 
-    assert sorted(p.name for p in work.iterdir()) == ["figures", "runs"]
+    # without --gallery everything lands in one run folder; the report gallery figures/ is not touched
+    assert sorted(p.name for p in work.iterdir()) == ["runs"]
     (run,) = (work / "runs").iterdir()
     assert (run / "03_workload_drift.ipynb").stat().st_size > 1000
-    figs = work / "figures" / "03_workload_drift"
+    figs = run / "figures" / "03_workload_drift"
     for ext in ("html", "png", "svg"):
         assert list(figs.glob(f"*.{ext}")), f"no {ext} export in {figs}"
     assert (figs / "phase_latency.csv").exists() and (figs / "run.json").exists()
     rec = json.loads((figs / "run.json").read_text())
     assert rec["status"] == "ok" and rec["parameters"]["N_REQUESTS"] == params["03_workload_drift"]["N_REQUESTS"]
-    assert "03_workload_drift" in (work / "figures" / "README.md").read_text()
     pkg = base_venv["site"] / "asrsched"
     assert not (pkg / "runs").exists() and not (pkg / "figures" / "03_workload_drift").exists()
     assert {p.name for p in (pkg / "notebooks").iterdir() if p.is_dir()} <= {"__pycache__"}  # nothing written there

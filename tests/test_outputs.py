@@ -188,3 +188,32 @@ def test_exporter_log_tracebacks_become_one_line(tmp_path, monkeypatch, capsys, 
     (line,) = [s for s in out.splitlines() if s.startswith("✓")]
     assert line.startswith(f"✓ exported to {tmp_path / '99_x'}: 1 fig [")
     assert "1 note(s) from the image exporter, ignored: choreographer: JSONError decoding message" in line
+
+
+def test_explorer_export_button_writes_the_current_view_into_the_run_folder(tmp_path, clean_env):
+    """"export this view": the figure as shown, house formats, into runs/<notebook>/<run>/, with run.json."""
+    import ipywidgets as W
+    import plotly.graph_objects as go
+
+    from asrsched.figures import style
+    from asrsched.figures.widgets import policy_explorer
+
+    if style._chromium() is None:
+        pytest.skip("Debian chromium not installed")
+    clean_env.chdir(tmp_path)
+    clean_env.setenv(style.FORMATS_ENV, "html,svg")
+    panel = policy_explorer(rate=12, policy="hrrn", n_requests=150)
+    fig = next(w for w in panel.children if isinstance(w, go.FigureWidget))
+    (bar,) = [w for w in panel.children if isinstance(w, W.HBox) and any(isinstance(c, W.Button) for c in w.children)]
+    button, status = bar.children
+    assert button.description == "export this view" and "overflow-x:auto" in status.value  # tables scroll
+    button.click()
+    (run,) = (tmp_path / "runs" / "02_policy_sweep").iterdir()
+    written = sorted(p.name for p in run.iterdir())
+    stems = {p.rsplit(".", 1)[0] for p in written if not p.endswith(".json")}
+    assert len(stems) == 1 and next(iter(stems)).startswith("policy_explorer_") and "run.json" in written
+    assert {p.rsplit(".", 1)[1] for p in written} == {"html", "svg", "json"}
+    assert "wrote" in status.value and str(run.name) in status.value
+    shown = style.figure_from_html(run / f"{next(iter(stems))}.html")
+    assert [t.name for t in shown.data] == [t.name for t in fig.data]  # the view as it is now
+    assert shown.layout.xaxis.ticktext == fig.layout.xaxis.ticktext  # 1-2-5 log ticks, as on screen

@@ -133,13 +133,13 @@ def fit_title(fig: go.Figure, width: int = 900, top: float | None = None) -> go.
         top = fig.layout.margin.t if fig.layout.margin and fig.layout.margin.t is not None else _DEFAULT_MARGIN["t"]
     if isinstance(fig.layout.meta, dict) or fig.layout.meta is None:
         fig.layout.meta = {**meta, "asrsched_top": top}
-    block = 14 + sum(fs * 1.3 for _, fs in lines)
+    block = 22 + sum(fs * 1.3 for _, fs in lines)
     sub_titles = any(a.yref == "paper" and a.y is not None and float(a.y) >= 0.99 for a in fig.layout.annotations)
     need = max(top + (len(lines) - 1) * size * 1.3, block + (BASE_FONT * 1.6 if sub_titles else 0) + 10)
     # anchor the block to the top of the figure, so extra lines grow downwards into the added margin
     # instead of onto subplot titles
     fig.update_layout(title=dict(text="<br>".join(h for h, _ in lines), yref="container", y=1, yanchor="top",
-                                 pad=dict(t=14)), margin_t=need)
+                                 pad=dict(t=22)), margin_t=need)
     return fig
 
 
