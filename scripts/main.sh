@@ -8,3 +8,5 @@ bash scripts/bootstrap.sh
 start=$(date +%s)
 .venv/bin/asrsched run --gallery "$@"
 echo "[main] finished in $(( $(date +%s) - start )) s; figures in $(pwd)/figures"
+# every exported figure rendered in chromium: fails on text off the canvas or overlapping text boxes
+.venv/bin/asrsched check-figures figures/
