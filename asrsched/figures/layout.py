@@ -282,8 +282,8 @@ def wrap_category_ticks(fig: go.Figure, width: int) -> go.Figure:
     """Wrap long category labels of x axes onto lines that fit their slot, horizontal (in place)."""
     pw = width - _margin(fig, "l") - _margin(fig, "r")
     for name, ax in _axes(fig, "x"):
-        if ax.tickvals is not None or ax.type not in (None, "-", "category"):
-            continue
+        if ax.tickvals is not None or ax.type not in (None, "-", "category") or ax.tickangle not in (None, 0):
+            continue  # explicit ticks, a numeric axis, or labels the figure already slants
         cats = _categories(fig, name)
         if not cats:
             continue
@@ -297,7 +297,16 @@ def wrap_category_ticks(fig: go.Figure, width: int) -> go.Figure:
         ax.update(tickmode="array", tickvals=cats, ticktext=text, tickangle=0)
         widest = max(text_width(t, size) for t in text)  # a word longer than the slot: smaller font
         if widest > slot * 0.9:
-            ax.tickfont.size = max(9, math.floor(size * slot * 0.9 / widest))
+            small = size * slot * 0.8 / widest  # 0.8: the width estimate runs a little short of the render
+            if small >= 9:
+                ax.tickfont.size = math.floor(small)
+            else:  # still too wide at the smallest legible size: slant the original labels instead,
+                # as little as lets each label's bounding box fit its slot
+                w = 1.25 * max(text_width(c, size) for c in cats)  # the estimate runs short of the render
+                h = 1.3 * size
+                angle = next((a for a in (30, 45, 60, 75, 90)
+                              if w * math.cos(math.radians(a)) + h * math.sin(math.radians(a)) <= slot * 0.9), 90)
+                ax.update(tickmode="auto", tickvals=None, ticktext=None, tickangle=-angle, automargin=True)
     return fig
 
 
