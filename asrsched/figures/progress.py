@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -151,11 +152,18 @@ class WidgetBar(tqdm_notebook):
     """tqdm's ipywidgets bar that turns into one line of text when it finishes (JupyterLab).
 
     While it runs it is a live widget, shown through a display handle; on ``close()`` that output
-    is replaced by the final line and the widgets are closed, so nothing refers to a widget model
-    after the run (a reloaded page shows the line, not "Error displaying widget").
+    is replaced by the final line, so no saved output refers to a widget model after the run (a
+    reloaded page shows the line, not "Error displaying widget").
     """
 
     _handle = None
+
+    def __new__(cls, *args, **kwargs):
+        # A widget made off the kernel's main thread (e.g. the load generator's event-loop thread)
+        # races the front end's widget manager; such bars are text lines instead.
+        if threading.current_thread() is not threading.main_thread():
+            return TextBar(*args, **kwargs)
+        return super().__new__(cls, *args, **kwargs)
 
     def __init__(self, *args, **kwargs):
         kwargs["display"] = False  # displayed below, through a handle
@@ -173,11 +181,9 @@ class WidgetBar(tqdm_notebook):
         super().close()
         if self._handle is not None:
             self._handle.update({"text/plain": final_line(self)}, raw=True)
-        try:
-            for w in (*self.container.children, self.container):
-                w.close()
-        except Exception:  # a widget comm already gone (kernel shutting down)
-            pass
+        # The widget models are left open on purpose: the output no longer shows them, and closing a
+        # model while the front end is still creating its view (a bar that lived a few milliseconds)
+        # raises "Cannot read properties of null (reading 'widgets')" in JupyterLab's widget manager.
 
 
 def bar_class(which: str | None = None) -> Any:
