@@ -30,7 +30,7 @@ from typing import Any
 
 from asrsched.app import paths
 from asrsched.app.params import parse_value
-from asrsched.figures.style import PNG_SCALE, PRINT_HEIGHT, PRINT_WIDTH
+from asrsched.figures.style import PNG_SCALE, PRINT_HEIGHT, PRINT_WIDTH, html_figure_parts
 
 __all__ = ["figure_layout", "FigureInfo", "scan_figures", "record_runs", "write_gallery", "render_gallery", "main"]
 
@@ -43,19 +43,7 @@ def figure_layout(html_path: str | os.PathLike) -> dict:
 
     Raises ``ValueError`` if the file holds no ``Plotly.newPlot(...)`` call.
     """
-    text = Path(html_path).read_text(encoding="utf-8", errors="replace")
-    i = text.rfind("Plotly.newPlot(")
-    if i < 0:
-        raise ValueError(f"{html_path}: not a plotly HTML export (no Plotly.newPlot call)")
-    dec = json.JSONDecoder()
-    pos = i + len("Plotly.newPlot(")
-    values = []
-    for _ in range(3):  # div id, data, layout
-        while text[pos] in " \t\r\n,":
-            pos += 1
-        value, pos = dec.raw_decode(text, pos)
-        values.append(value)
-    return values[2]
+    return html_figure_parts(html_path)[1]
 
 
 def _plain(text: Any) -> str:

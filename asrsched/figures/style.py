@@ -58,6 +58,7 @@ __all__ = [
     "export_session",
     "export_view_button",
     "figure_from_html",
+    "html_figure_parts",
     "reexport",
     "figures_dir",
     "fit_title",
@@ -431,6 +432,15 @@ def figure_from_html(path: str | os.PathLike) -> go.Figure:
 
     Raises ``ValueError`` if the file holds no ``Plotly.newPlot(...)`` call.
     """
+    data, layout = html_figure_parts(path)
+    return go.Figure(data=data, layout=layout)
+
+
+def html_figure_parts(path: str | os.PathLike) -> tuple[list, dict]:
+    """``(data, layout)`` as plain JSON values from a plotly HTML export (no figure validation: cheap).
+
+    Raises ``ValueError`` if the file holds no ``Plotly.newPlot(...)`` call.
+    """
     text = Path(path).read_text(encoding="utf-8", errors="replace")
     i = text.rfind("Plotly.newPlot(")
     if i < 0:
@@ -443,7 +453,7 @@ def figure_from_html(path: str | os.PathLike) -> go.Figure:
             pos += 1
         value, pos = dec.raw_decode(text, pos)
         values.append(value)
-    return go.Figure(data=values[1], layout=values[2])
+    return values[1], values[2]
 
 
 def reexport(path: str | os.PathLike, formats: tuple[str, ...] = ("pdf",), *, out_dir: str | os.PathLike | None = None,
