@@ -5,11 +5,11 @@ The lower layers (``asrsched.sim.parallel``, profiling, the load generator) draw
 :mod:`asrsched.figures.style` is imported, i.e. by every notebook) points ``tqdm.auto`` at one of
 two classes, chosen by :func:`mode`:
 
-* ``"widget"`` (JupyterLab, VS Code, classic notebook): :class:`WidgetBar`, tqdm's ipywidgets bar,
+* ``"widget"`` (opt-in, ``$ASRSCHED_PROGRESS=widget``): :class:`WidgetBar`, tqdm's ipywidgets bar,
   shown through a display handle and **replaced by one line of plain text when it finishes**. A
   reloaded page or a saved notebook therefore holds text, never a view of a closed widget model
   (which JupyterLab draws as "Error displaying widget: model not found").
-* ``"text"`` (Voila dashboards, papermill, ``asrsched run``): :class:`TextBar`, a single line of
+* ``"text"`` (the default in every kernel: JupyterLab, Voila, papermill, ``asrsched run``): :class:`TextBar`, a single line of
   plain text (stdout mime type, never the red stderr box) updated in place through a display
   handle, at most once a second, ending as ``✓ desc: 26/26 [00:12, 2.1 it/s]``.
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 from tqdm import std as tqdm_std
@@ -35,7 +34,6 @@ __all__ = ["PROGRESS_ENV", "MODES", "mode", "in_kernel", "TextBar", "WidgetBar",
 PROGRESS_ENV = "ASRSCHED_PROGRESS"
 MODES = ("widget", "text", "terminal", "off")
 # front ends that render a finished notebook without a live widget manager (or save it to a file)
-_TEXT_PARENTS = ("voila", "papermill", "nbclient", "nbconvert")
 
 
 def in_kernel() -> bool:
@@ -50,17 +48,9 @@ def in_kernel() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def _parent_cmdline() -> str:
-    try:
-        return Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def mode() -> str:
     """Which progress display fits here: ``$ASRSCHED_PROGRESS``, else ``terminal`` outside a kernel,
-    ``text`` in a kernel started by Voila or papermill (read from the parent process) or without
-    ipywidgets, else ``widget``."""
+    else ``text``."""
     forced = os.environ.get(PROGRESS_ENV, "").strip().lower()
     if forced:
         if forced not in MODES:
@@ -68,14 +58,11 @@ def mode() -> str:
         return forced
     if not in_kernel():
         return "terminal"
-    parent = _parent_cmdline().lower()
-    if any(p in parent for p in _TEXT_PARENTS):
-        return "text"
-    try:
-        import ipywidgets  # noqa: F401
-    except ImportError:
-        return "text"
-    return "widget"
+    # Text everywhere by default. Widget bars are opt-in ($ASRSCHED_PROGRESS=widget): a bar that lives
+    # a few milliseconds races JupyterLab's widget manager ("Cannot read properties of null (reading
+    # 'widgets')", seen in a fresh environment on notebooks 01 and 04), and a text line survives a
+    # reload, a saved notebook and every front end alike.
+    return "text"
 
 
 def final_line(bar: tqdm_std.tqdm) -> str:
