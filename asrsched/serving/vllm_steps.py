@@ -1,0 +1,111 @@
+"""The vLLM engine's service model, fitted from its own engine steps.
+
+A request served alone (the probe) says nothing about batching; vLLM's cost is per **engine
+step**: every step runs one decoder token for each sequence in the batch, and the encoder for
+each request admitted in that step (one encoder input per audio window). The scheduler plug-in
+logs every step (``step_log``: :func:`asrsched.vllm_plugin.scheduler.step_record`, the wall time
+from the start of ``schedule`` to the output handed back). :func:`fit_step_model` fits, by
+non-negative least squares over all steps,
+
+    step_s = base + per_seq * n_seqs + encoder * n_encoder
+
+and maps it onto the simulator's :class:`~asrsched.core.service.ServiceModel`:
+``decode_s_per_token = base + per_seq`` (a step at batch 1), ``decode_batch_slope = per_seq /
+(base + per_seq)`` (``step(b) = step(1) * (1 + slope * (b - 1))``) and ``encode_s_per_window =
+encoder`` (an encoder run stalls the batch's step, as the simulator assumes). kappa (decoder
+steps per second of audio) and the per-request overhead outside the engine (HTTP, audio
+decoding in the API server) come from the caller's probe. :func:`step_time_table` is the
+measurement behind the fit: the median step time per batch size, with and without an encoder run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from asrsched.core.service import ServiceModel
+
+__all__ = ["STEP_COLUMNS", "read_step_log", "step_time_table", "fit_step_model"]
+
+#: the columns of one step-log line (``t`` is the wall clock, for joining with a run)
+STEP_COLUMNS = ("t", "n_seqs", "n_new", "n_encoder", "n_tokens", "step_s")
+
+
+def read_step_log(path: str | os.PathLike) -> pd.DataFrame:
+    """The plug-in's JSON-lines step log as a table (:data:`STEP_COLUMNS`); steps that ran nothing are
+    dropped. A missing file or one without a valid line raises ``ValueError`` naming the path."""
+    rows = []
+    try:
+        with open(path) as fh:
+            for line in fh:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # a line cut short when the engine stopped
+    except OSError as e:
+        raise ValueError(f"step log {path}: {e.strerror or e}") from None
+    df = pd.DataFrame(rows)
+    miss = set(STEP_COLUMNS) - set(df)
+    if df.empty or miss:
+        raise ValueError(f"step log {path} holds no step records"
+                         + (f" (missing {', '.join(sorted(miss))})" if len(df) else ""))
+    df = df[list(STEP_COLUMNS)].astype(float)
+    return df[(df["n_seqs"] > 0) & np.isfinite(df["step_s"]) & (df["step_s"] > 0)].reset_index(drop=True)
+
+
+def step_time_table(steps: pd.DataFrame) -> pd.DataFrame:
+    """Median, P10/P90 and count of the step time per batch size (``n_seqs``), for decode-only steps
+    and for steps that ran the encoder (``encoder`` = number of encoder inputs, 0 for decode-only)."""
+    d = steps.assign(encoder=steps["n_encoder"].astype(int), n_seqs=steps["n_seqs"].astype(int))
+    g = d.groupby(["encoder", "n_seqs"])["step_s"]
+    return pd.DataFrame({"steps": g.size(), "median_step_s": g.median(), "p10_step_s": g.quantile(0.1),
+                         "p90_step_s": g.quantile(0.9)}).reset_index()
+
+
+def fit_step_model(steps: pd.DataFrame, *, kappa: Mapping[str, float], kappa_ci: Mapping | None = None,
+                   overhead_s: float = 0.0, name: str = "vLLM engine steps", window_s: float = 30.0,
+                   min_steps: int = 20) -> ServiceModel:
+    """Fit ``step_s = base + per_seq * n_seqs + encoder * n_encoder`` (NNLS) and return the
+    :class:`ServiceModel` it implies (see the module docstring). ``fit`` holds the coefficients,
+    the number of steps, the largest batch seen, the median absolute relative error per step, and
+    :func:`step_time_table`. Raises ``ValueError`` with fewer than ``min_steps`` steps, without a
+    step that ran the encoder, or without decode-only steps at two batch sizes (then the batch
+    cost cannot be told from the fixed cost: keep the engine fuller while it is logged)."""
+    from scipy.optimize import nnls
+
+    if len(steps) < int(min_steps):
+        raise ValueError(f"need at least {min_steps} engine steps to fit the step model, have {len(steps)}")
+    enc = steps["n_encoder"].to_numpy(float)
+    seqs = steps["n_seqs"].to_numpy(float)
+    if not (enc > 0).any():
+        raise ValueError("no logged step ran the encoder: the encoder cost cannot be fitted")
+    dec_sizes = np.unique(seqs[enc == 0])
+    if len(dec_sizes) < 2:
+        raise ValueError(f"decode-only steps at {len(dec_sizes)} batch size(s) ({dec_sizes.tolist()}): the per-sequence "
+                         "cost cannot be told from the fixed step cost; log the engine with more requests in flight")
+    A = np.column_stack([np.ones(len(steps)), seqs, enc])
+    y = steps["step_s"].to_numpy(float)
+    (base, per_seq, encoder), _ = nnls(A, y)
+    step1 = base + per_seq
+    if not step1 > 0:
+        raise ValueError("the fitted step time at batch 1 is 0: the step log is degenerate")
+    pred = A @ np.array([base, per_seq, encoder])
+    table = step_time_table(steps)
+    return ServiceModel(
+        encode_s_per_window=float(encoder), decode_s_per_token=float(step1), overhead_s=float(max(0.0, overhead_s)),
+        kappa=dict(kappa), kappa_ci=dict(kappa_ci or {}), decode_batch_slope=float(per_seq / step1),
+        window_s=float(window_s), name=name,
+        source="asrsched.serving.vllm_steps.fit_step_model (the plug-in's engine-step log)",
+        assumptions="step = base + per_seq x sequences + encoder x encoder inputs (NNLS over engine steps); "
+                    "decode_s_per_token = a step at batch 1; kappa and overhead from a probe of requests served alone",
+        fit={"n_steps": int(len(steps)), "base_s": float(base), "per_seq_s": float(per_seq),
+             "encoder_s": float(encoder), "max_batch": int(seqs.max()),
+             "median_abs_rel_err": float(np.median(np.abs(pred - y) / y)),
+             "step_time_table": table.to_dict("records")})

@@ -1,0 +1,111 @@
+"""The engine-step fit (asrsched.serving.vllm_steps) on synthetic step logs with known costs.
+
+The real engine's log is fitted in tests/test_serving_study.py::test_vllm_engine_probe_and_saturation.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from asrsched.serving.vllm_steps import fit_step_model, read_step_log, step_time_table
+
+
+def _steps(n=400, base=0.02, per_seq=0.005, encoder=0.3, noise=0.0, seed=0, max_b=4):
+    rng = np.random.default_rng(seed)
+    seqs = rng.integers(1, max_b + 1, n)
+    enc = (rng.random(n) < 0.1) * rng.integers(1, 3, n)
+    y = base + per_seq * seqs + encoder * enc
+    y = y * (1 + noise * rng.standard_normal(n))
+    return pd.DataFrame({"t": np.arange(n, dtype=float), "n_seqs": seqs, "n_new": enc, "n_encoder": enc,
+                         "n_tokens": seqs + 4 * enc, "step_s": y})
+
+
+def _write(path, df, extra_lines=()):
+    with open(path, "w") as fh:
+        for r in df.to_dict("records"):
+            fh.write(json.dumps({**r, "t0": 0.0}) + "\n")
+        for line in extra_lines:
+            fh.write(line + "\n")
+
+
+def test_fit_recovers_the_step_costs_and_maps_them_onto_the_service_model(tmp_path):
+    _write(tmp_path / "s.jsonl", _steps(noise=0.02), extra_lines=['{"t": 1, "n_seqs": 0, "n_new": 0, '
+                                                                   '"n_encoder": 0, "n_tokens": 0, "step_s": 0.001}',
+                                                                   '{"t": 2, "n_se'])  # idle step, cut line
+    steps = read_step_log(tmp_path / "s.jsonl")
+    assert len(steps) == 400 and (steps.n_seqs > 0).all()
+    m = fit_step_model(steps, kappa={"en": 4.0}, overhead_s=0.05)
+    assert m.fit["base_s"] == pytest.approx(0.02, rel=0.1) and m.fit["per_seq_s"] == pytest.approx(0.005, rel=0.1)
+    assert m.encode_s_per_window == pytest.approx(0.3, rel=0.03)
+    # step(1) = base + per_seq; step(b) grows by per_seq per sequence
+    assert m.step_s(1) == pytest.approx(0.025, rel=0.05)
+    assert m.step_s(4) - m.step_s(1) == pytest.approx(3 * 0.005, rel=0.1)
+    assert m.overhead_s == 0.05 and m.kappa == {"en": 4.0} and m.fit["n_steps"] == 400
+    t = step_time_table(steps)
+    dec = t[t.encoder == 0].set_index("n_seqs")["median_step_s"]
+    assert list(dec.index) == [1, 2, 3, 4] and (np.diff(dec.to_numpy()) > 0).all()
+
+
+def test_fit_refuses_logs_that_cannot_identify_the_costs(tmp_path):
+    s = _steps()
+    with pytest.raises(ValueError, match="at least 20 engine steps"):
+        fit_step_model(s.head(5), kappa={"en": 4.0})
+    with pytest.raises(ValueError, match="encoder"):
+        fit_step_model(s[s.n_encoder == 0], kappa={"en": 4.0})
+    one = s[(s.n_encoder > 0) | (s.n_seqs == 1)]
+    with pytest.raises(ValueError, match="batch size"):
+        fit_step_model(one, kappa={"en": 4.0})
+    with pytest.raises(ValueError, match="no step records"):
+        (tmp_path / "e.jsonl").write_text("\n")
+        read_step_log(tmp_path / "e.jsonl")
+    with pytest.raises(ValueError, match="missing.jsonl"):
+        read_step_log(tmp_path / "missing.jsonl")
+
+
+def test_plugin_config_reads_the_step_log_path_from_env_and_additional_config():
+    from asrsched.vllm_plugin.scheduler import PluginConfig
+
+    assert PluginConfig.from_sources({}, env={"ASRSCHED_STEP_LOG": "/tmp/x.jsonl"}).step_log == "/tmp/x.jsonl"
+    assert PluginConfig.from_sources({"step_log": "/tmp/y.jsonl"}, env={}).step_log == "/tmp/y.jsonl"
+    assert PluginConfig.from_sources({}, env={}).step_log is None
+
+
+def test_step_record_counts_what_a_scheduler_output_runs():
+    from types import SimpleNamespace
+
+    from asrsched.vllm_plugin.scheduler import step_record
+
+    out = SimpleNamespace(num_scheduled_tokens={"a": 1, "b": 1, "c": 5}, scheduled_encoder_inputs={"c": [0]},
+                          scheduled_new_reqs=[object()], total_num_scheduled_tokens=7)
+    r = step_record(out, 12.5)
+    assert r["n_seqs"] == 3 and r["n_encoder"] == 1 and r["n_new"] == 1 and r["n_tokens"] == 7 and r["t0"] == 12.5
+
+
+def test_step_time_figure_shows_measured_medians_and_the_fit():
+    from asrsched.figures.serving import fig_step_times
+
+    steps = _steps(noise=0.02)
+    m = fit_step_model(steps, kappa={"en": 4.0})
+    fig = fig_step_times(steps, m)
+    med = [t for t in fig.data if t.name == "decode only (median)"][0]
+    fit = [t for t in fig.data if t.name == "decode only (fit)"][0]
+    assert list(med.x) == [1, 2, 3, 4] and np.allclose(med.y, fit.y, rtol=0.05)
+    assert "per encoder run" in fig.layout.title.text and "n=400 steps" in fig.layout.title.text
+    same = fig_step_times(step_time_table(steps), m)  # from the committed table: the same figure
+    assert [list(t.y) for t in same.data] == [list(t.y) for t in fig.data]
+
+
+def test_sim_error_summary_takes_medians_of_absolute_errors_per_engine_and_regime():
+    from asrsched.serving.study_stats import sim_error_summary
+
+    res = pd.DataFrame({"engine": ["a", "a", "a", "b"], "regime": ["stable", "stable", "overload", "stable"],
+                        "sim_p50_e2el_err_pct": [-10.0, 20.0, 40.0, 5.0], "sim_p90_e2el_err_pct": [1.0, 2, 3, np.nan]})
+    s = sim_error_summary(res, metrics=("p50_e2el", "p90_e2el")).set_index(["group", "regime", "metric"])
+    assert s.loc[("all", "all", "p50_e2el"), "median_abs_err_pct"] == 15.0  # |-10|, 20, 40, 5
+    assert s.loc[("a", "stable", "p50_e2el"), "median_abs_err_pct"] == 15.0
+    assert s.loc[("a", "overload", "p50_e2el"), "max_abs_err_pct"] == 40.0
+    assert s.loc[("b", "all", "p90_e2el"), "cells"] == 0 and np.isnan(s.loc[("b", "all", "p90_e2el"), "median_abs_err_pct"])
