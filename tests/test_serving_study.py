@@ -158,6 +158,20 @@ def test_vllm_engine_probe_and_saturation(tmp_path):
         assert (client_tokens(rec, "base") > 1).all(), list(rec.text)  # calibration counts the text's tokens
         n_probe_steps = len(read_step_log(steps_path))
         sat = measure_saturation(sp.url, n=6, slots=2, model="base", pool_size=6, progress=False)
+        # the stock load tool on the same clips: vllm bench serve (custom_audio), per-request TTFT and E2EL
+        from asrsched.core.workloads import make_trace
+        from asrsched.serving.loadgen import plan_requests, run_coro, run_load
+        from asrsched.serving.loadtools import compare_load_tools, run_bench_serve
+
+        plan = plan_requests(make_trace("librispeech", rate=0.5, n=3, seed=5), pool_size=6, progress=False)
+        ours = run_coro(run_load(sp.url, plan, model="base", progress=False))
+        bench = run_bench_serve(sp.url, plan, rate=0.5, model="base", out_dir=tmp_path / "bench")
+        assert len(bench) == 3 and bench["ok"].all(), bench.attrs.get("summary")
+        assert list(bench["audio"]) == [str(p) for p in plan["path"]]  # same clips, same order
+        assert (bench["ttft"] > 0).all() and (bench["ttft"] <= bench["e2el"]).all()
+        tools = compare_load_tools(ours, bench, n_boot=200)
+        assert set(tools["metric"]) == {"p50_ttft_s", "p90_ttft_s", "p50_e2el_s", "p90_e2el_s"}
+        assert (tools["ratio"] > 0).all() and (tools["n_bench"] == 3).all() and (tools["n_loadgen"] == 3).all()
     assert sat["completed"] == 6 and sat["rate_rps"] > 0 and "engine full" in sat["method"]
     steps = read_step_log(steps_path)
     # the probe served 4 requests one at a time: one encoder step each, then one step per further token

