@@ -116,10 +116,28 @@ import pandas as pd
 from IPython.display import display
 
 import asrsched
+from asrsched.core.service import ServiceModel
 from asrsched.figures.outputs import runs_path
-from asrsched.figures.serving import fig_calibration, fig_cdfs, fig_latency_vs_load, fig_prediction, verdict_text
+from asrsched.figures.serving import (
+    fig_calibration,
+    fig_cdfs,
+    fig_latency_vs_load,
+    fig_prediction,
+    fig_step_times,
+    fig_study,
+    verdict_text,
+)
 from asrsched.figures.style import export_figure, export_session, export_table
-from asrsched.serving.experiment import MIN_N_VERDICT, RESULT_COLUMNS, RUN_JSON, run_experiment
+from asrsched.serving.experiment import (
+    LOAD_TOOLS_CSV,
+    MIN_N_VERDICT,
+    RESULT_COLUMNS,
+    RUN_JSON,
+    STEP_MODEL_JSON,
+    STEP_TIMES_CSV,
+    run_experiment,
+)
+from asrsched.serving.study_stats import sim_error_summary
 
 NB = "04_real_serving"
 
@@ -211,7 +229,8 @@ print(f"throughput spread across policies per load: {', '.join(f'ρ={level:g} {v
 drift = t.groupby("load").mean_service_ms.agg(lambda s: 100 * (s.max() / s.min() - 1))
 print(f"machine drift (largest/smallest mean service time of the same clips across policies): "
       f"{', '.join(f'ρ={level:g} +{v:.0f} %' for level, v in drift.items())}")
-names = {"sim": "prediction, probe-calibrated", "profile": "prediction, packaged profile", "replay": "replay"}
+names = {"sim": "prediction, engine's fitted model", "probe": "prediction, one-at-a-time probe",
+         "profile": "prediction, packaged profile", "replay": "replay"}
 for mode, name in names.items():
     if f"{mode}_p50_e2el_ms_err_pct" not in t:
         continue
@@ -255,6 +274,27 @@ if full_csv.exists() and (full_dir / RUN_JSON).exists():
     for m in ("p50_e2el", "p90_e2el", "p50_ttft"):
         for (eng, rho), g in full.groupby(["engine", "rho"]):
             print(f"{eng}, ρ={rho:g}: {verdict_text(g, m, rho)}")
+    for m in ("p50_e2el", "p90_e2el"):
+        fig = fig_study(full, m)
+        export_figure(fig, f"full_study_{m}", NB)
+        fig.show()
+    errs = sim_error_summary(full)
+    display(errs[errs.regime != "overload"].round(1))
+    for r in errs[(errs.regime == "all") & errs.metric.isin(["p50_e2el", "p90_e2el"])].itertuples():
+        print(f"simulator vs real, {r.group}, {r.metric}: median |error| {r.median_abs_err_pct:.0f} % "
+              f"(P25-P75 {r.p25_abs_err_pct:.0f}-{r.p75_abs_err_pct:.0f} %, max {r.max_abs_err_pct:.0f} %, "
+              f"{r.cells} cells)")
+    if (full_dir / STEP_TIMES_CSV).exists() and (full_dir / STEP_MODEL_JSON).exists():
+        step_model = ServiceModel.from_json(full_dir / STEP_MODEL_JSON)
+        fig = fig_step_times(pd.read_csv(full_dir / STEP_TIMES_CSV), step_model)
+        export_figure(fig, "full_study_vllm_step_times", NB)
+        fig.show()
+    if (full_dir / LOAD_TOOLS_CSV).exists():
+        tools = pd.read_csv(full_dir / LOAD_TOOLS_CSV)
+        display(tools.round(3))
+        for r in tools.itertuples():
+            print(f"vllm bench serve / our load generator, {r.metric}: {r.ratio:.2f} [{r.ratio_ci_low:.2f}, "
+                  f"{r.ratio_ci_high:.2f}] ({'agree' if r.agree else 'differ'}; n={r.n_bench} and {r.n_loadgen})")
 else:
     print(f"no committed full study at {full_csv}: run the command above to make one")
 

@@ -185,6 +185,40 @@ def test_vllm_engine_probe_and_saturation(tmp_path):
     assert m.fit["n_steps"] == len(steps) and m.fit["median_abs_rel_err"] < 0.5
 
 
+@pytest.mark.slow
+def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_other_engines(tmp_path):
+    """The study's vLLM path end to end (base, 2 sequences per step, FCFS and SJF at one load): the
+    probe server's step log fits the simulator's model, vllm bench serve runs beside our load
+    generator, and ``merge`` keeps another engine's rows and provenance already in the folder."""
+    pytest.importorskip("vllm")
+    from asrsched.core.service import ServiceModel
+    from asrsched.serving.experiment import LOAD_TOOLS_CSV, RUN_JSON, STEP_MODEL_JSON, STEP_TIMES_CSV
+
+    other = pd.DataFrame([dict.fromkeys(RESULT_COLUMNS, 1.0) | {"engine": "cpu-server", "policy": "fcfs"}])
+    other.to_csv(tmp_path / "real_engine_results.csv", index=False)
+    (tmp_path / RUN_JSON).write_text(json.dumps({"runs": [{"commit": "earlier",
+                                                            "parameters": {"engines": ["cpu-server"]}}]}))
+    res = run_study("quick", ["vllm"], out_dir=tmp_path, policies=["fcfs", "sjf"], loads=(0.7,), n_requests=6,
+                    n_probe=4, n_saturation=6, pool_size=6, n_boot=200, vllm_max_num_seqs=2, progress=False,
+                    merge=True, command="pytest quick vllm study")
+    t = pd.read_csv(tmp_path / "real_engine_results.csv")
+    assert sorted(t.engine.unique()) == ["cpu-server", "vllm"] and len(res) == len(t) == 3
+    v = t[t.engine == "vllm"]
+    assert (v.n_requests == 6).all() and np.isfinite(v[["sim_p50_e2el_s", "sim_p90_e2el_s"]]).all().all()
+    runs = json.loads((tmp_path / RUN_JSON).read_text())["runs"]
+    assert [r["commit"] for r in runs][0] == "earlier" and runs[1]["command"] == "pytest quick vllm study"
+    # the simulator's model comes from the probe server's engine steps, batch sizes 1 and 2
+    m = ServiceModel.from_json(tmp_path / STEP_MODEL_JSON)
+    assert m.encode_s_per_window > m.decode_s_per_token > 0 and m.decode_batch_slope >= 0
+    steps = pd.read_csv(tmp_path / STEP_TIMES_CSV)
+    assert set(steps.n_seqs) == {1, 2} and steps.steps.sum() == m.fit["n_steps"]
+    assert (tmp_path / "vllm" / "steps-probe.jsonl").exists() and (tmp_path / "vllm" / "steps-sjf.jsonl").exists()
+    sim = pd.read_parquet(tmp_path / "vllm" / "sim_records.parquet")
+    assert {"sim", "probe"} <= set(sim["mode"])
+    tools = pd.read_csv(tmp_path / LOAD_TOOLS_CSV)
+    assert len(tools) == 4 and (tools.n_bench == 6).all() and (tools.ratio > 0).all()
+
+
 def test_client_tokens_counts_the_returned_text_when_the_server_reports_none():
     pytest.importorskip("tokenizers")
     from asrsched.serving.experiment import client_tokens

@@ -131,3 +131,20 @@ def test_load_tool_comparison_reports_ratios_with_bootstrap_cis(tmp_path):
     assert [json.loads(x) for x in lines.splitlines()] == [{"prompt": "", "audio": str(clip), "output_tokens": 224}] * 2
     with pytest.raises(FileNotFoundError, match="missing.wav"):
         bench_serve_dataset(pd.DataFrame({"path": [str(tmp_path / "missing.wav")]}), tmp_path / "e.jsonl")
+
+
+def test_study_figure_has_a_panel_per_engine_with_cis_and_open_overload_markers():
+    from asrsched.figures.serving import fig_study
+
+    rows = []
+    for eng in ("cpu-server", "vllm"):
+        for pol, f in (("fcfs", 1.0), ("sjf", 0.7)):
+            for rho in (0.7, 1.2):
+                y = f * rho
+                rows.append(dict(engine=eng, policy=pol, rho=rho, n_requests=150, p50_e2el_s=y, p50_ci_low=0.9 * y,
+                                 p50_ci_high=1.2 * y, sim_p50_e2el_s=1.1 * y))
+    fig = fig_study(pd.DataFrame(rows))
+    real = [t for t in fig.data if t.name == "sjf"]
+    assert len(real) == 2 and {t.xaxis for t in real} == {"x", "x2"}  # one trace per engine panel
+    assert list(real[0].marker.color)[1] == "white" and np.allclose(real[0].error_y.array, [0.2 * 0.49, 0.2 * 0.84])
+    assert "n=150 per point" in fig.layout.title.text

@@ -21,12 +21,14 @@ from asrsched.core.metrics import latency_cdf
 from asrsched.core.service import ServiceModel
 from asrsched.figures.style import policy_color
 
-__all__ = ["load_levels", "fig_cdfs", "fig_latency_vs_load", "fig_prediction", "fig_calibration", "verdict_text"]
+__all__ = ["load_levels", "fig_cdfs", "fig_latency_vs_load", "fig_prediction", "fig_calibration", "verdict_text",
+           "fig_step_times", "fig_study"]
 
 _NAMES = {"e2el": "E2EL", "ttft": "TTFT", "queue_delay": "queue delay"}
-_MODE = {"sim": "predicted (probe-calibrated)", "profile": "predicted (packaged profile)",
-         "replay": "replayed (measured service)"}
-_SHORT = {"sim": "simulated", "profile": "simulated from the profile", "replay": "replayed"}
+_MODE = {"sim": "predicted (the engine's fitted model)", "profile": "predicted (packaged profile)",
+         "replay": "replayed (measured service)", "probe": "predicted (one-at-a-time probe, no batching)"}
+_SHORT = {"sim": "simulated", "profile": "simulated from the profile", "replay": "replayed",
+          "probe": "simulated from the probe"}
 
 
 def load_levels(records: pd.DataFrame) -> list:
@@ -245,4 +247,44 @@ def fig_step_times(steps: pd.DataFrame, service: ServiceModel) -> go.Figure:
               f"{1e3 * service.encode_s_per_window:.0f} ms per encoder run "
               f"(n={f.get('n_steps', int(t['steps'].sum()))} steps, median error {100 * f.get('median_abs_rel_err', float('nan')):.0f} %)",
         xaxis_title="sequences in the step", yaxis_title="step time (ms)", height=440)
+    return fig
+
+
+def fig_study(results: pd.DataFrame, metric: str = "p50_e2el") -> go.Figure:
+    """The real-engine study (``real_engine_results.csv``): one panel per engine, ``metric`` against rho per
+    policy with its bootstrap 95 % CI (filled markers; open where rho >= 1: overload, a finite-run transient),
+    and the simulator's prediction for the same cell (crosses, dotted)."""
+    engines = list(pd.unique(results["engine"]))
+    fig = make_subplots(rows=1, cols=len(engines), subplot_titles=engines, horizontal_spacing=0.08)
+    lo_c, hi_c = (("p50_ci_low", "p50_ci_high") if metric == "p50_e2el"
+                  else (f"{metric}_ci_low", f"{metric}_ci_high"))
+    for k, eng in enumerate(engines, start=1):
+        g = results[results["engine"] == eng]
+        for pol, gp in g.groupby("policy", sort=False):
+            gp = gp.sort_values("rho")
+            c = policy_color(pol)
+            y = gp[f"{metric}_s"].to_numpy(float)
+            err = dict(type="data", symmetric=False, array=gp[hi_c].to_numpy(float) - y,
+                       arrayminus=y - gp[lo_c].to_numpy(float), color=c) if {lo_c, hi_c} <= set(gp) else None
+            fig.add_trace(go.Scatter(
+                x=gp["rho"], y=y, mode="lines+markers", name=pol, legendgroup=pol, showlegend=k == 1,
+                line=dict(color=c, width=2), error_y=err,
+                marker=dict(size=9, color=[c if r < 1 else "white" for r in gp["rho"]], line=dict(color=c, width=2)),
+                customdata=gp["n_requests"], hovertemplate=f"{pol} ρ=%{{x:g}}: %{{y:.2f}} s (n=%{{customdata}})"),
+                row=1, col=k)
+            if f"sim_{metric}_s" in gp:
+                fig.add_trace(go.Scatter(
+                    x=gp["rho"], y=gp[f"sim_{metric}_s"], mode="lines+markers", name=f"{pol} (simulator)",
+                    legendgroup=pol, showlegend=k == 1, line=dict(color=c, width=1, dash="dot"),
+                    marker=dict(symbol="x", size=8, color=c),
+                    hovertemplate=f"simulator, {pol} ρ=%{{x:g}}: %{{y:.2f}} s"), row=1, col=k)
+        fig.add_vline(x=1.0, line=dict(color="#888", dash="dash", width=1), row=1, col=k)
+        fig.update_xaxes(title_text="ρ (arrival rate / measured saturation throughput)", row=1, col=k)
+    n = sorted(set(int(x) for x in results["n_requests"]))
+    fig.update_yaxes(title_text=f"{_METRIC_LABEL.get(metric, metric)} (s)", type="log", row=1, col=1)
+    for k in range(2, len(engines) + 1):
+        fig.update_yaxes(type="log", row=1, col=k)
+    fig.update_layout(title=f"Real engines: {_METRIC_LABEL.get(metric, metric)} by policy and load, 95 % CIs "
+                            f"(n={n[0] if len(n) == 1 else f'{n[0]}–{n[-1]}'} per point; open markers: overload)",
+                      height=460)
     return fig

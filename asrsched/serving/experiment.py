@@ -461,7 +461,8 @@ class ServingExperiment:
     """Everything :func:`run_experiment` measured and predicted."""
 
     records: pd.DataFrame  # real runs: loadgen records + policy, load, rate
-    sim: pd.DataFrame  # simulated runs, same keys; mode "sim" (probe-calibrated, tokens = kappa x d), "profile"
+    sim: pd.DataFrame  # simulated runs, same keys; mode "sim" (the engine's fitted model, tokens = kappa x d),
+    # "probe" (vLLM: the one-at-a-time probe calibration), "profile"
     # (a profile measured elsewhere, e.g. the packaged one) or "replay" (each request's measured service time)
     table: pd.DataFrame  # comparison_table(records, sim)
     service: ServiceModel
@@ -490,8 +491,9 @@ class ServingExperiment:
                  "rates: " + ", ".join(f"{k}: {v:.2f} req/s" for k, v in self.rates.items())]
         for c in err:
             mode, _, m = c[:-8].partition("_")
-            what = {"sim": "prediction (probe-calibrated)", "profile": "prediction (packaged profile)",
-                    "replay": "replay (measured service times)"}.get(mode, mode)
+            what = {"sim": "prediction (the engine's fitted model)", "profile": "prediction (packaged profile)",
+                    "replay": "replay (measured service times)",
+                    "probe": "prediction (one-at-a-time probe, no batching)"}.get(mode, mode)
             lines.append(f"{what} vs real, |error| of {m}: median {err[c].median():.0f} %, max {err[c].max():.0f} %")
         lines.append("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in self.timings.items()))
         return "\n".join(lines)
@@ -620,7 +622,8 @@ def run_experiment(
     if engine == "vllm":
         def make_server(pol, log, profile=None):
             return VllmServerProcess(pol, model=model, max_num_seqs=slots, engine_args=vllm_engine_args, log=log,
-                                     step_log=Path(log).with_name(f"steps-{pol}.jsonl"))
+                                     step_log=Path(log).with_name(Path(log).stem.replace("server-", "steps-", 1)
+                                                                  + ".jsonl"))
     else:
         skw = dict(model=model, workers=workers, upstream=target_url or None, max_concurrency=upstream_concurrency)
         if target_url:
