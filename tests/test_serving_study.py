@@ -217,6 +217,7 @@ def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_
     assert {"sim", "probe"} <= set(sim["mode"])
     tools = pd.read_csv(tmp_path / LOAD_TOOLS_CSV)
     assert len(tools) == 4 and (tools.n_bench == 6).all() and (tools.ratio > 0).all()
+    assert np.isfinite(tools.adjusted_ratio).all()  # the simulator replayed both arrival draws
 
 
 def test_client_tokens_counts_the_returned_text_when_the_server_reports_none():

@@ -148,3 +148,27 @@ def test_study_figure_has_a_panel_per_engine_with_cis_and_open_overload_markers(
     assert len(real) == 2 and {t.xaxis for t in real} == {"x", "x2"}  # one trace per engine panel
     assert list(real[0].marker.color)[1] == "white" and np.allclose(real[0].error_y.array, [0.2 * 0.49, 0.2 * 0.84])
     assert "n=150 per point" in fig.layout.title.text
+
+
+def test_arrival_adjusted_ratio_divides_out_the_simulated_difference_of_the_two_arrival_draws():
+    from asrsched.core.service import ServiceModel
+    from asrsched.serving.loadtools import compare_load_tools, simulate_tool_runs
+
+    m = ServiceModel(encode_s_per_window=0.5, decode_s_per_token=0.01, overhead_s=0.0, kappa={"en": 4.0})
+    rng = np.random.default_rng(3)
+    n = 200
+    dur = rng.uniform(2, 20, n)
+    sends = np.cumsum(rng.exponential(1 / 1.2, n))
+    ours = pd.DataFrame({"rid": np.arange(n), "sent": sends, "arrival": sends, "duration": dur, "language": "en",
+                         "status": 200, "ttft": 1.0, "e2el": 2.0})
+    same = pd.DataFrame({"start": sends, "ok": True, "ttft": 1.0, "e2el": 2.0})
+    s1, s2 = simulate_tool_runs(ours, same, m)
+    assert np.allclose(s1.e2el.to_numpy(), s2.e2el.to_numpy())  # same sends: the same simulated run
+    burst = same.assign(start=sends * 0.8)  # the bench drew denser arrivals: higher load, longer waits
+    s1, s2 = simulate_tool_runs(ours, burst, m)
+    assert s2.e2el.median() > s1.e2el.median()
+    t = compare_load_tools(ours, burst.assign(e2el=2.0 * s2.e2el.median() / s1.e2el.median()), n_boot=200,
+                           sim_loadgen=s1, sim_bench=s2).set_index("metric")
+    assert t.loc["p50_e2el_s", "adjusted_ratio"] == pytest.approx(1.0) and t.loc["p50_e2el_s", "adjusted_agree"]
+    with pytest.raises(ValueError, match="not the same clips"):
+        simulate_tool_runs(ours, same.head(5), m)

@@ -670,17 +670,19 @@ def run_experiment(
         tr = make_trace(workload, rate=rate, n=int(n_requests), seed=seed + 1000 * (i + 1))
         plans[lvl] = plan_requests(tr, pool_size=pool_size, seed=seed, cache=cache, progress=progress)
 
-    # 3. real runs and their simulation. One server per policy, all started at once and idle
-    # between their runs; load levels outside, policies inside in alternating order, so that a
-    # shared machine whose speed drifts during the experiment affects every policy alike.
+    # 3. real runs and their simulation. One server per policy, idle between its runs; load
+    # levels outside, policies inside in alternating order, so that a shared machine whose speed
+    # drifts during the experiment affects every policy alike. The servers start one after
+    # another: CPU servers launched at the same moment were not equally fast (the same requests,
+    # interleaved: the first 12-13 % faster than the other two; started one by one, within 1 %).
     real, sims = [], []
     with contextlib.ExitStack() as stack:
         t = time.perf_counter()
-        servers = {pol: make_server(pol, out / f"server-{pol}.log", profile=prof).launch() for pol in policies}
-        for sp in servers.values():
+        servers = {}
+        for pol in policies:
+            sp = make_server(pol, out / f"server-{pol}.log", profile=prof).launch()
             stack.callback(sp.stop)
-        for sp in servers.values():
-            sp.wait_ready()
+            servers[pol] = sp.wait_ready()
         timings["start_servers_s"] = time.perf_counter() - t
         for i, (lvl, rate) in enumerate(levels.items()):
             t = time.perf_counter()
@@ -703,7 +705,7 @@ def run_experiment(
             timings[f"runs_{lvl}_s"] = time.perf_counter() - t
         tools, tools_err = None, None
         if compare_bench_serve and "fcfs" in servers:
-            from asrsched.serving.loadtools import compare_load_tools, run_bench_serve
+            from asrsched.serving.loadtools import compare_load_tools, run_bench_serve, simulate_tool_runs
 
             t = time.perf_counter()
             lvl0, rate0 = next(iter(levels.items()))
@@ -711,8 +713,9 @@ def run_experiment(
                 bench = run_bench_serve(servers["fcfs"].url, plans[lvl0], rate=rate0, model=model, seed=seed,
                                         out_dir=out / "bench_serve")
                 ours = next(r for r in real if r["policy"].iloc[0] == "fcfs" and r["level"].iloc[0] == lvl0)
-                tools = compare_load_tools(ours, bench).assign(engine=engine, rho=round(rate0 / denom, 3),
-                                                               rate_rps=rate0)
+                s_ours, s_bench = simulate_tool_runs(ours, bench, sim_model, slots=slots)
+                tools = compare_load_tools(ours, bench, sim_loadgen=s_ours, sim_bench=s_bench).assign(
+                    engine=engine, rho=round(rate0 / denom, 3), rate_rps=rate0)
                 tools.to_csv(out / "load_tools.csv", index=False)
             except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
                 tools_err = f"{type(e).__name__}: {str(e)[-500:]}"

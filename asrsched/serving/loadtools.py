@@ -10,9 +10,14 @@ OpenAI-compatible transcription endpoint (streaming, language ``en``), one after
   with ``--save-result --save-detailed`` for its per-request TTFT and E2EL.
 
 The arrival times themselves differ (each tool draws its own Poisson gaps from its own seed),
-so the two agree only up to sampling noise: :func:`compare_load_tools` reports both tools'
-P50/P90 TTFT and E2EL and request throughput, the ratio of each (``bench / loadgen``), and a
-bootstrap 95 % CI of that ratio (requests resampled within each tool's run).
+and at a load near capacity one draw of 150 gaps can raise the median latency by a quarter on
+its own. :func:`compare_load_tools` reports both tools' P50/P90 TTFT and E2EL, the ratio of
+each (``bench / loadgen``) with a bootstrap 95 % CI (requests resampled within each tool's run),
+and, given the simulator's replay of each tool's own arrival times (:func:`simulate_tool_runs`:
+same clips, the engine's fitted model), the **arrival-adjusted ratio** ``(bench / its
+simulation) / (loadgen / its simulation)``: what is left of the difference once the two arrival
+draws are accounted for, i.e. what the tools themselves (client overhead, timing) add.
+:func:`recompute_load_tools` rebuilds the comparison from a study folder's saved files.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["bench_serve_dataset", "run_bench_serve", "compare_load_tools", "LOAD_TOOL_METRICS"]
+__all__ = ["bench_serve_dataset", "run_bench_serve", "compare_load_tools", "simulate_tool_runs",
+           "recompute_load_tools", "LOAD_TOOL_METRICS"]
 
 #: (row name, column of the per-request records, quantile)
 LOAD_TOOL_METRICS = (("p50_ttft_s", "ttft", 0.5), ("p90_ttft_s", "ttft", 0.9),
@@ -79,8 +85,9 @@ def run_bench_serve(url: str, plan: pd.DataFrame, *, rate: float, model: str, se
         raise RuntimeError(f"vllm bench serve saved {len(ttft)} TTFTs and {len(e2el)} latencies for {len(plan)} "
                            f"requests ({res_path})")
     errs = res.get("errors") or [""] * len(ttft)
+    st = np.asarray(res.get("start_times") or [np.nan] * len(ttft), float)
     df = pd.DataFrame({"audio": plan["path"].astype(str).to_numpy(), "ttft": np.asarray(ttft, float),
-                       "e2el": np.asarray(e2el, float),
+                       "e2el": np.asarray(e2el, float), "start": st - np.nanmin(st) if np.isfinite(st).any() else st,
                        "output_len": np.asarray(res.get("output_lens") or [np.nan] * len(ttft), float),
                        "ok": [not e for e in errs]})
     df.attrs["summary"] = {k: v for k, v in res.items() if not isinstance(v, list)}
@@ -98,11 +105,69 @@ def _stat(x: np.ndarray, q: float) -> float:
     return float(np.quantile(x, q)) if len(x) else float("nan")
 
 
-def compare_load_tools(loadgen: pd.DataFrame, bench: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+def bench_serve_records(path: str | os.PathLike, plan: pd.DataFrame) -> pd.DataFrame:
+    """The rows of :func:`run_bench_serve` from a saved ``bench_serve.json`` (``--save-detailed``) of ``plan``."""
+    res = json.loads(Path(path).read_text())
+    st = np.asarray(res["start_times"], float)
+    errs = res.get("errors") or [""] * len(st)
+    return pd.DataFrame({"audio": plan["path"].astype(str).to_numpy() if "path" in plan else None,
+                         "ttft": np.asarray(res["ttfts"], float), "e2el": np.asarray(res["latencies"], float),
+                         "start": st - st.min(), "ok": [not e for e in errs]})
+
+
+def simulate_tool_runs(loadgen: pd.DataFrame, bench: pd.DataFrame, service, *, policy: str = "fcfs",
+                       slots: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The simulator's replay of both tools' runs: each tool's own send times, the same clips
+    (``loadgen`` rows in ``rid`` order are the clips in the order ``vllm bench serve`` sent them),
+    the engine's fitted ``service`` model and ``slots`` sequences; returns the two simulated records."""
+    from asrsched.serving.loadgen import records_to_trace
+    from asrsched.sim.engine import simulate
+
+    ours = loadgen.sort_values("rid").reset_index(drop=True)
+    if len(ours) != len(bench):
+        raise ValueError(f"loadgen has {len(ours)} rows and the bench run {len(bench)}: not the same clips")
+    out = []
+    for send in (ours["sent"].to_numpy(float) if "sent" in ours else ours["arrival"].to_numpy(float),
+                 bench["start"].to_numpy(float)):
+        r = ours.assign(arrival=send - np.nanmin(send), scheduled=send - np.nanmin(send))
+        tr = records_to_trace(r, service, tokens="kappa")
+        out.append(simulate(tr, policy, service, max_num_seqs=int(slots), warn_overload=False).records)
+    return out[0], out[1]
+
+
+def recompute_load_tools(study_dir: str | os.PathLike, engine: str = "vllm", *, n_boot: int = 2000,
+                         seed: int = 0) -> pd.DataFrame:
+    """:func:`compare_load_tools` with the arrival adjustment, from a real-engine study folder's files:
+    ``<engine>/real_records.parquet`` (our FCFS run at the first load level), ``<engine>/bench_serve/
+    bench_serve.json`` and ``<engine>/bench_serve/bench_serve_clips.jsonl`` (what ``vllm bench serve``
+    sent and measured), ``<engine>/params.json`` and the engine's fitted model
+    (``<engine>/step_service_model.json``, else ``calibrated_service_model.json``)."""
+    from asrsched.core.service import ServiceModel
+
+    d = Path(study_dir) / engine
+    rec = pd.read_parquet(d / "real_records.parquet")
+    params = json.loads((d / "params.json").read_text())
+    lvl0 = rec.loc[rec["load"] == rec["load"].min(), "level"].iloc[0]
+    ours = rec[(rec["policy"] == "fcfs") & (rec["level"] == lvl0)].sort_values("rid")
+    clips = [json.loads(x)["audio"] for x in (d / "bench_serve" / "bench_serve_clips.jsonl").read_text().splitlines()]
+    bench = bench_serve_records(d / "bench_serve" / "bench_serve.json", pd.DataFrame({"path": clips}))
+    mp = d / "step_service_model.json"
+    model = ServiceModel.from_json(mp if mp.exists() else d / "calibrated_service_model.json")
+    s_ours, s_bench = simulate_tool_runs(ours, bench, model, slots=int(params.get("slots", 1)))
+    rate = float(ours["rate"].iloc[0])
+    sat = (params.get("saturation") or {}).get("rate_rps") or float("nan")
+    return compare_load_tools(ours, bench, n_boot=n_boot, seed=seed, sim_loadgen=s_ours, sim_bench=s_bench).assign(
+        engine=engine, rho=round(rate / sat, 3), rate_rps=rate)
+
+
+def compare_load_tools(loadgen: pd.DataFrame, bench: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0,
+                       sim_loadgen: pd.DataFrame | None = None, sim_bench: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per metric of :data:`LOAD_TOOL_METRICS`: each tool's value over its successful requests, the
     ratio ``bench / loadgen`` with a bootstrap 95 % CI (each tool's requests resampled on their own),
     ``agree`` = the CI contains 1. ``loadgen``: :func:`~asrsched.serving.loadgen.run_load` records
-    (``status`` 200 = ok); ``bench``: :func:`run_bench_serve` rows."""
+    (``status`` 200 = ok); ``bench``: :func:`run_bench_serve` rows. With ``sim_loadgen`` and
+    ``sim_bench`` (:func:`simulate_tool_runs`): ``sim_ratio`` (the simulator's ratio of the two
+    arrival draws), ``adjusted_ratio = ratio / sim_ratio`` with its CI, and ``adjusted_agree``."""
     a = loadgen[loadgen["status"].eq(200)] if "status" in loadgen else loadgen
     b = bench[bench["ok"]] if "ok" in bench else bench
     rng = np.random.default_rng(seed)
@@ -115,7 +180,12 @@ def compare_load_tools(loadgen: pd.DataFrame, bench: pd.DataFrame, *, n_boot: in
         ra = np.quantile(xa[ia], q, axis=1)
         rb = np.quantile(xb[ib], q, axis=1)
         lo, hi = np.quantile(rb / ra, [0.025, 0.975])
-        rows.append({"metric": name, "loadgen": va, "vllm_bench_serve": vb, "ratio": vb / va,
-                     "ratio_ci_low": float(lo), "ratio_ci_high": float(hi), "agree": bool(lo <= 1 <= hi),
-                     "n_loadgen": int(len(a)), "n_bench": int(len(b))})
+        row = {"metric": name, "loadgen": va, "vllm_bench_serve": vb, "ratio": vb / va,
+               "ratio_ci_low": float(lo), "ratio_ci_high": float(hi), "agree": bool(lo <= 1 <= hi),
+               "n_loadgen": int(len(a)), "n_bench": int(len(b))}
+        if sim_loadgen is not None and sim_bench is not None:
+            sr = _stat(sim_bench[col].to_numpy(float), q) / _stat(sim_loadgen[col].to_numpy(float), q)
+            row.update(sim_ratio=sr, adjusted_ratio=vb / va / sr, adjusted_ci_low=float(lo / sr),
+                       adjusted_ci_high=float(hi / sr), adjusted_agree=bool(lo / sr <= 1 <= hi / sr))
+        rows.append(row)
     return pd.DataFrame(rows)
