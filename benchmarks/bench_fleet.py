@@ -16,8 +16,8 @@ replicas), the same trace runs through
 and the per-request records must agree: the same replica and token count for every
 request, admit / first token / finish within 1e-9 s (the SimPy clock adds one step at a
 time, the simulator jumps ``k`` steps at once: rounding only). The ratio is SimPy time over
-compiled time, measured in the same run: the SimPy model once, the compiled fleet as the
-best of ``repeats`` runs (each a cold start: the per-trace inputs are recomputed), as wall
+compiled time, measured in the same run: the SimPy model once (after a short warm-up run, so
+that imports and first calls are not charged to it), the compiled fleet as the best of ``repeats`` runs (each a cold start: the per-trace inputs are recomputed), as wall
 time and as process CPU time (the machine is shared; CPU time is the steadier of the two).
 
 :func:`fleet_ratios` returns the measurements; :func:`check_targets` turns them into the
@@ -78,6 +78,9 @@ def fleet_ratios(n_requests: int = QUICK_N, sizes=SIZES, *, router: str = "least
             _fleet._PREP.clear()  # cold: per-trace inputs recomputed, as on a new trace
             got, w, c = _timed(run_cluster, tr, n_replicas=N, router=router, policy=policy, seed=seed)
             best_w, best_c = min(best_w, w), min(best_c, c)
+        # the baseline warm too: one short SimPy run first (imports, first-call costs), then the timed one
+        simulate_fleet_simpy(cluster_trace("librispeech", n_replicas=int(N), load=load, n_requests=200, seed=seed)[0],
+                             n_replicas=N, router=router, policy=policy, seed=seed)
         ref, sw, sc = _timed(simulate_fleet_simpy, tr, n_replicas=N, router=router, policy=policy, seed=seed)
         rec = got.records
         same = bool((ref["replica"].to_numpy() == rec["replica"].to_numpy()).all()
