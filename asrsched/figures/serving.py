@@ -246,7 +246,9 @@ def fig_step_times(steps: pd.DataFrame, service: ServiceModel) -> go.Figure:
               f"{1e3 * f.get('per_seq_s', float('nan')):.1f} ms per sequence + "
               f"{1e3 * service.encode_s_per_window:.0f} ms per encoder run "
               f"(n={f.get('n_steps', int(t['steps'].sum()))} steps, median error {100 * f.get('median_abs_rel_err', float('nan')):.0f} %)",
-        xaxis_title="sequences in the step", yaxis_title="step time (ms)", height=440)
+        xaxis_title="sequences in the step", yaxis_title="step time (ms, log scale)", height=440)
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(type="log")
     return fig
 
 
