@@ -206,8 +206,13 @@ def test_translations_endpoint_translates_spanish_speech_into_english(base_serve
 
 def test_a_window_that_loses_its_speech_is_decoded_again_in_halves():
     """A real lost window: 29 s of continuous espeak speech given to tiny.en as ONE window (the plan would
-    never make it that long) comes back as two words ("and said,") when decoded as is; the engine sees
-    almost no words for 29 s of speech, splits the window at its quietest point and keeps the halves."""
+    never make it that long). On some machines tiny.en returns two words ("and said,") for it; on others
+    (different CPU kernels, different int8 rounding) it reads the whole window. Either way the engine
+    must end with the window's words: re-decoded in halves when the first pass lost the speech, kept as
+    is when it did not. The lost pass is then forced (the model's first answer for the whole window cut
+    to its first two tokens, everything else real) so that the re-decode path runs on every machine."""
+    from types import SimpleNamespace
+
     from asrsched.serving.engine import WhisperEngine
     from asrsched.whisper.corpus import load_texts, synthesize
 
@@ -217,6 +222,32 @@ def test_a_window_that_loses_its_speech_is_decoded_again_in_halves():
     res = eng.transcribe(seg, "en", windows=[(0, len(seg))])
     print(f"\n29 s as one window: {res['windows']} encoder runs, {res['redecoded']} re-decoded, "
           f"{len(res['text'].split())} words: {res['text'][:80]!r}")
-    assert res["redecoded"] == 1 and res["windows"] == 3
+    assert (res["redecoded"], res["windows"]) in ((1, 3), (0, 1)), res
     assert len(res["text"].split()) >= 0.4 * 29 * 2  # espeak at 165 wpm says ~80 words in 29 s
     assert [s["end"] for s in res["segments"]][-1] == pytest.approx(29.0, abs=0.01)
+
+    real = eng.wm.model
+    calls = {"n": 0}
+
+    class LosesTheFirstFullWindow:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def generate(self, enc, prompts, **kw):
+            out = real.generate(enc, prompts, **kw)
+            if kw.get("max_length") == eng.wm.max_length:
+                calls["n"] += 1
+                if calls["n"] == 1:  # the whole window's first decode: two tokens, as the lost pass gave
+                    return [SimpleNamespace(sequences_ids=[list(out[0].sequences_ids[0][:2])])]
+            return out
+
+    eng.wm.model = LosesTheFirstFullWindow()
+    try:
+        forced = eng.transcribe(seg, "en", windows=[(0, len(seg))])
+    finally:
+        eng.wm.model = real
+    print(f"forced loss: {forced['windows']} encoder runs, {forced['redecoded']} re-decoded, "
+          f"{len(forced['text'].split())} words")
+    assert forced["redecoded"] == 1 and forced["windows"] == 3
+    assert len(forced["text"].split()) >= 0.4 * 29 * 2
+    assert [s["end"] for s in forced["segments"]][-1] == pytest.approx(29.0, abs=0.01)

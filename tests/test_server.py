@@ -38,6 +38,15 @@ def clips():
             out[k] = {"path": r["path"], "bytes": f.read(), "audio_s": float(r["audio_s"]), "text": r["text"]}
     d = [out[k]["audio_s"] for k in ("short", "medium", "long", "blocker")]
     assert d == sorted(d) and d[0] < 4 < d[1] < d[2] < d[3], d
+    # "slow": the blocker's speech six times over (~2 min, several windows): it holds the worker for
+    # seconds even on a fast machine (the ~20 s blocker alone took 0.4 s here), for tests that need a
+    # request still running after a fixed delay
+    import soundfile as sf
+
+    a, sr = sf.read(io.BytesIO(out["blocker"]["bytes"]), dtype="float32")
+    buf = io.BytesIO()
+    sf.write(buf, np.tile(a, 6), sr, format="WAV", subtype="PCM_16")
+    out["slow"] = {"path": None, "bytes": buf.getvalue(), "audio_s": 6 * len(a) / sr, "text": None}
     return out
 
 
@@ -161,7 +170,7 @@ async def _ordered_burst(url: str, clips: dict, names: list[str], gap: float = 0
             return await c.post(url + EP, files={"file": (f"{name}.wav", clip["bytes"], "audio/wav")},
                                 data={"model": "tiny.en", "language": "en"})
 
-        blocker = asyncio.ensure_future(send("blocker"))
+        blocker = asyncio.ensure_future(send("slow"))
         t_end = time.monotonic() + 30
         while (await c.get(url + "/health")).json()["in_flight"] < 1:
             assert time.monotonic() < t_end, "blocker never started"
@@ -245,7 +254,7 @@ def test_timeout_is_an_explicit_504_and_frees_the_worker(clips):
                 async def one(name):
                     return await c.post(h.url + EP, files={"file": ("a.wav", clips[name]["bytes"], "audio/wav")},
                                         data={"model": "tiny.en", "language": "en"})
-                a = asyncio.ensure_future(one("blocker"))
+                a = asyncio.ensure_future(one("slow"))
                 await asyncio.sleep(0.05)
                 return await asyncio.gather(a, one("short"))
 
@@ -348,7 +357,7 @@ def test_client_disconnect_frees_queued_and_running_slots(clips):
 
         async def scenario():
             async with httpx.AsyncClient(timeout=120) as c:
-                blocker = asyncio.ensure_future(c.post(url + EP, files={"file": ("b.wav", clips["blocker"]["bytes"],
+                blocker = asyncio.ensure_future(c.post(url + EP, files={"file": ("b.wav", clips["slow"]["bytes"],
                                                                                  "audio/wav")},
                                                        data={"model": "tiny.en", "language": "en"}))
                 while (await c.get(url + "/health")).json()["in_flight"] < 1:
@@ -371,7 +380,7 @@ def test_client_disconnect_frees_queued_and_running_slots(clips):
         assert len(gone) == 1 and gone[0]["admit"] is None and "disconnected" in gone[0]["error"]
 
         # a running request whose client leaves is cancelled at its next decoder call
-        asyncio.run(leave_after("blocker", 0.4))
+        asyncio.run(leave_after("slow", 0.4))
         assert wait_until(lambda: gauge(url, "asrsched_in_flight") == 0, 30)
         recs = records(url)
         run_gone = recs[-1]
