@@ -432,8 +432,8 @@ def engine_step_model(step_log: str | os.PathLike, probe_model: ServiceModel, pr
     m = fit_step_model(read_step_log(step_log), kappa=probe_model.kappa, kappa_ci=probe_model.kappa_ci, name=name)
     pr = probe_records.dropna(subset=["e2el", "tokens", "duration"])
     if len(pr):
-        win = np.maximum(1, np.ceil(pr["duration"].to_numpy(float) / m.window_s - 1e-9))
-        svc = win * m.encode_s_per_window + pr["tokens"].to_numpy(float) * m.decode_s_per_token
+        svc = (np.asarray(m.windows(pr["duration"].to_numpy(float))) * m.encode_s_per_window
+               + pr["tokens"].to_numpy(float) * m.decode_s_per_token)
         over = float(np.median(pr["e2el"].to_numpy(float) - svc))
         m = ServiceModel.from_dict({**m.to_dict(), "overhead_s": max(0.0, over)}, origin=name)
     return m

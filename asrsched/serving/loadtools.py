@@ -79,18 +79,9 @@ def run_bench_serve(url: str, plan: pd.DataFrame, *, rate: float, model: str, se
     res_path = out / "bench_serve.json"
     if r.returncode != 0 or not res_path.exists():
         raise RuntimeError(f"vllm bench serve exited with {r.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
-    res = json.loads(res_path.read_text())
-    ttft, e2el = res.get("ttfts") or [], res.get("latencies") or []
-    if len(ttft) != len(plan) or len(e2el) != len(plan):
-        raise RuntimeError(f"vllm bench serve saved {len(ttft)} TTFTs and {len(e2el)} latencies for {len(plan)} "
-                           f"requests ({res_path})")
-    errs = res.get("errors") or [""] * len(ttft)
-    st = np.asarray(res.get("start_times") or [np.nan] * len(ttft), float)
-    df = pd.DataFrame({"audio": plan["path"].astype(str).to_numpy(), "ttft": np.asarray(ttft, float),
-                       "e2el": np.asarray(e2el, float), "start": st - np.nanmin(st) if np.isfinite(st).any() else st,
-                       "output_len": np.asarray(res.get("output_lens") or [np.nan] * len(ttft), float),
-                       "ok": [not e for e in errs]})
-    df.attrs["summary"] = {k: v for k, v in res.items() if not isinstance(v, list)}
+    df = bench_serve_records(res_path, plan)
+    if len(df) != len(plan):
+        raise RuntimeError(f"vllm bench serve saved {len(df)} requests for {len(plan)} ({res_path})")
     return df
 
 
@@ -106,13 +97,21 @@ def _stat(x: np.ndarray, q: float) -> float:
 
 
 def bench_serve_records(path: str | os.PathLike, plan: pd.DataFrame) -> pd.DataFrame:
-    """The rows of :func:`run_bench_serve` from a saved ``bench_serve.json`` (``--save-detailed``) of ``plan``."""
+    """The rows of :func:`run_bench_serve` from a saved ``bench_serve.json`` (``--save-detailed``) of
+    ``plan``: ``audio, ttft, e2el, start`` (send time from the first), ``output_len``, ``ok``, and
+    ``attrs["summary"]`` (vLLM's own result without the per-request lists)."""
     res = json.loads(Path(path).read_text())
-    st = np.asarray(res["start_times"], float)
-    errs = res.get("errors") or [""] * len(st)
-    return pd.DataFrame({"audio": plan["path"].astype(str).to_numpy() if "path" in plan else None,
-                         "ttft": np.asarray(res["ttfts"], float), "e2el": np.asarray(res["latencies"], float),
-                         "start": st - st.min(), "ok": [not e for e in errs]})
+    ttft, e2el = res.get("ttfts") or [], res.get("latencies") or []
+    if len(ttft) != len(e2el) or len(ttft) != len(plan):
+        raise RuntimeError(f"{path}: {len(ttft)} TTFTs and {len(e2el)} latencies for {len(plan)} requests")
+    st = np.asarray(res.get("start_times") or [np.nan] * len(ttft), float)
+    errs = res.get("errors") or [""] * len(ttft)
+    df = pd.DataFrame({"audio": plan["path"].astype(str).to_numpy(), "ttft": np.asarray(ttft, float),
+                       "e2el": np.asarray(e2el, float), "start": st - np.nanmin(st) if np.isfinite(st).any() else st,
+                       "output_len": np.asarray(res.get("output_lens") or [np.nan] * len(ttft), float),
+                       "ok": [not e for e in errs]})
+    df.attrs["summary"] = {k: v for k, v in res.items() if not isinstance(v, list)}
+    return df
 
 
 def simulate_tool_runs(loadgen: pd.DataFrame, bench: pd.DataFrame, service, *, policy: str = "fcfs",
