@@ -226,7 +226,6 @@ class VllmServerProcess(ServerProcess):
             add = {k: dict(v) for k, v in dict(ea.get("additional_config") or {}).items()}
             add.setdefault("asrsched", {})["step_log"] = str(step_log)
             ea["additional_config"] = add
-        self.step_log = Path(step_log) if step_log else None
         self.cmd = server_command(resolve_model_dir(model), port=self.port, served_model_name=model, policy=policy,
                                   max_num_seqs=int(max_num_seqs), **ea)
         self.policy = policy
@@ -673,8 +672,8 @@ def run_experiment(
     # 3. real runs and their simulation. One server per policy, idle between its runs; load
     # levels outside, policies inside in alternating order, so that a shared machine whose speed
     # drifts during the experiment affects every policy alike. The servers start one after
-    # another: CPU servers launched at the same moment were not equally fast (the same requests,
-    # interleaved: the first 12-13 % faster than the other two; started one by one, within 1 %).
+    # another: CPU servers launched at the same moment were not equally fast on the same requests
+    # (benchmarks/bench_server_launch.py and its committed result).
     real, sims = [], []
     with contextlib.ExitStack() as stack:
         t = time.perf_counter()
