@@ -184,8 +184,14 @@ def test_deep_queues_of_an_overloaded_fleet_stay_identical():
     from asrsched.sim.fleet import replica_capacity
 
     tr = make_trace("librispeech", rate=1.4 * 2 * replica_capacity("librispeech"), n=3000, seed=3)
-    for policy in ("hrrn", "adaptive"):
-        a = run_cluster(tr, n_replicas=2, router="jsq", policy=policy, engine="python")
-        b = run_cluster(tr, n_replicas=2, router="jsq", policy=policy, engine="numba")
+    # the compiled queues start with room for 256 and double when one is full, re-routing that request
+    # (its router's draws rewound): every queue kind and every kind of router state crosses a doubling
+    for policy, router in (("hrrn", "jsq"), ("adaptive", "jsq"), ("sjf", "round_robin"), ("fcfs", "pod2_work"),
+                           ("ljf", "random")):
+        a = run_cluster(tr, n_replicas=2, router=router, policy=policy, engine="python")
+        b = run_cluster(tr, n_replicas=2, router=router, policy=policy, engine="numba")
         _same(a, b)
-        assert b.records.queue_delay.max() > 60  # deep queues really formed
+        if policy in ("hrrn", "adaptive"):
+            assert b.records.queue_delay.max() > 60  # deep queues really formed (the kinetic tree was used)
+        waiting = np.searchsorted(np.sort(b.records.admit.to_numpy()), b.records.arrival.to_numpy(), side="right")
+        assert (np.arange(len(tr)) + 1 - waiting).max() > 2 * 256  # more than 256 waiting on one of 2 replicas

@@ -56,6 +56,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 from numba import njit
+from numba.np.random.distributions import random_standard_exponential as _std_exp
+from numba.np.random.generator_core import next_double as _next_double
 
 from asrsched.abtest.estimators import Trajectory
 
@@ -358,6 +360,10 @@ def simulate(cfg: SystemConfig, seed: int = 0, *, details: bool = True, area_at:
 @njit(cache=True)
 def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0, d1, design, p,
               group, block_len, alternate, delay, rng, scan_max, keep):
+    # draw through the bit generator itself: the same functions (numba's ports of numpy's) that
+    # rng.random() / rng.standard_exponential() call, so the same streams, without the per-call
+    # reference counting of the Generator object (an atomic increment and decrement per draw)
+    bg = rng.bit_generator
     N = rates.shape[0]
     total = n_warm + n_jobs
     arr = np.empty(total)
@@ -395,16 +401,15 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
 
     # server pools: pool 0 = control servers, pool 1 = treatment servers (group design);
     # otherwise both pools hold all servers.
-    pool0 = np.empty(N, np.int64)
-    pool1 = np.empty(N, np.int64)
-    m0 = 0
+    pools = np.empty((2, N), np.int64)  # row z: the servers arm z routes to (one array, indexed by row, so the
+    m0 = 0                              # loop never rebinds an array variable: no reference counting per job)
     m1 = 0
     for s in range(N):
         if design != 1 or group[s] == 0:
-            pool0[m0] = s
+            pools[0, m0] = s
             m0 += 1
         if design != 1 or group[s] == 1:
-            pool1[m1] = s
+            pools[1, m1] = s
             m1 += 1
 
     inv_lam_max = 1.0 / (lam_total * (1.0 + amp))
@@ -422,12 +427,12 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
         t_prev = t
         # ---- next arrival (thinning for the cyclic rate)
         if amp == 0.0:
-            t += rng.standard_exponential() * inv_lam_max
+            t += _std_exp(bg) * inv_lam_max
         else:
             while True:
-                t += rng.standard_exponential() * inv_lam_max
+                t += _std_exp(bg) * inv_lam_max
                 lt = lam_total * (1.0 + amp * np.sin(two_pi * t / period))
-                if rng.random() * lam_max <= lt:
+                if _next_double(bg) * lam_max <= lt:
                     break
             lam_at[j] = lt
         arr[j] = t
@@ -484,7 +489,7 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
 
         # ---- assignment
         if design <= 1:
-            zj = 1 if rng.random() < p else 0
+            zj = 1 if _next_double(bg) < p else 0
         elif design == 2:
             k = int(np.floor(t / block_len))
             if k != cur_block:
@@ -492,7 +497,7 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
                 if alternate:
                     block_z = k % 2
                 else:
-                    block_z = 1 if rng.random() < p else 0
+                    block_z = 1 if _next_double(bg) < p else 0
             zj = block_z
             block[j] = k
         elif design == 3:
@@ -502,11 +507,9 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
         z[j] = zj
         if zj == 1:
             d = d1
-            pool = pool1
             m = m1
         else:
             d = d0
-            pool = pool0
             m = m0
 
         # ---- sample d distinct servers (partial Fisher-Yates on the pool), join the shortest
@@ -514,13 +517,13 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
         bestq = 1 << 60
         tau = t - delay
         for i in range(d):
-            r = i + int(rng.random() * (m - i))
+            r = i + int(_next_double(bg) * (m - i))
             if r >= m:
                 r = m - 1
-            s = pool[r]
+            s = pools[zj, r]
             if d > 1:
-                pool[r] = pool[i]
-                pool[i] = s
+                pools[zj, r] = pools[zj, i]
+                pools[zj, i] = s
             if delay > 0.0:
                 # stale view at tau: arrivals to s by tau minus departures from s by tau
                 c = first[s] if st_a[s] == -1 else nxt[st_a[s]]
@@ -545,11 +548,11 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
 
         # ---- service and departure (FCFS: known now)
         if svc_kind == 0:
-            x = rng.standard_exponential()
+            x = _std_exp(bg)
         elif svc_kind == 1:
             x = 1.0
         else:
-            x = xm * (1.0 - rng.random()) ** (-1.0 / shape)
+            x = xm * (1.0 - _next_double(bg)) ** (-1.0 / shape)
         start = t if lastdep[s] < t else lastdep[s]
         dj = start + x / rates[s]
         dep[j] = dj
@@ -607,6 +610,10 @@ def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shap
     job arrays, each server keeps the departure times of its jobs in a small ring buffer
     (cache-resident), which is what makes it faster.
     """
+    # draw through the bit generator itself: the same functions (numba's ports of numpy's) that
+    # rng.random() / rng.standard_exponential() call, so the same streams, without the per-call
+    # reference counting of the Generator object (an atomic increment and decrement per draw)
+    bg = rng.bit_generator
     N = rates.shape[0]
     total = n_warm + n_jobs
     arr = np.empty(total)
@@ -633,16 +640,15 @@ def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shap
     tot_dep = 0
     scan = N <= scan_max
 
-    pool0 = np.empty(N, np.int64)
-    pool1 = np.empty(N, np.int64)
-    m0 = 0
+    pools = np.empty((2, N), np.int64)  # row z: the servers arm z routes to (one array, indexed by row, so the
+    m0 = 0                              # loop never rebinds an array variable: no reference counting per job)
     m1 = 0
     for s in range(N):
         if design != 1 or group[s] == 0:
-            pool0[m0] = s
+            pools[0, m0] = s
             m0 += 1
         if design != 1 or group[s] == 1:
-            pool1[m1] = s
+            pools[1, m1] = s
             m1 += 1
 
     inv_lam_max = 1.0 / (lam_total * (1.0 + amp))
@@ -658,12 +664,12 @@ def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shap
     for j in range(total):
         t_prev = t
         if amp == 0.0:
-            t += rng.standard_exponential() * inv_lam_max
+            t += _std_exp(bg) * inv_lam_max
         else:
             while True:
-                t += rng.standard_exponential() * inv_lam_max
+                t += _std_exp(bg) * inv_lam_max
                 lt = lam_total * (1.0 + amp * np.sin(two_pi * t / period))
-                if rng.random() * lam_max <= lt:
+                if _next_double(bg) * lam_max <= lt:
                     break
             lam_at[j] = lt
         arr[j] = t
@@ -728,7 +734,7 @@ def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shap
 
         # ---- assignment
         if design <= 1:
-            zj = 1 if rng.random() < p else 0
+            zj = 1 if _next_double(bg) < p else 0
         elif design == 2:
             k = int(np.floor(t / block_len))
             if k != cur_block:
@@ -736,7 +742,7 @@ def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shap
                 if alternate:
                     block_z = k % 2
                 else:
-                    block_z = 1 if rng.random() < p else 0
+                    block_z = 1 if _next_double(bg) < p else 0
             zj = block_z
             block[j] = k
         elif design == 3:
@@ -746,24 +752,22 @@ def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shap
         z[j] = zj
         if zj == 1:
             d = d1
-            pool = pool1
             m = m1
         else:
             d = d0
-            pool = pool0
             m = m0
 
         # ---- sample d distinct servers, join the shortest
         best = -1
         bestq = 1 << 60
         for i in range(d):
-            r = i + int(rng.random() * (m - i))
+            r = i + int(_next_double(bg) * (m - i))
             if r >= m:
                 r = m - 1
-            s = pool[r]
+            s = pools[zj, r]
             if d > 1:
-                pool[r] = pool[i]
-                pool[i] = s
+                pools[zj, r] = pools[zj, i]
+                pools[zj, i] = s
             q = cnt[s]
             if q < bestq:
                 bestq = q
@@ -774,11 +778,11 @@ def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shap
 
         # ---- service and departure
         if svc_kind == 0:
-            x = rng.standard_exponential()
+            x = _std_exp(bg)
         elif svc_kind == 1:
             x = 1.0
         else:
-            x = xm * (1.0 - rng.random()) ** (-1.0 / shape)
+            x = xm * (1.0 - _next_double(bg)) ** (-1.0 / shape)
         start = t if lastdep[s] < t else lastdep[s]
         dj = start + x / rates[s]
         dep[j] = dj

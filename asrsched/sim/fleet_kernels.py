@@ -206,178 +206,307 @@ def _set_policy(r, new, pcode, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl,
         _q_push(new, r, j, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive)
 
 
-# ----------------------------------------------------------------------------- one replica's engine
-
-@njit(cache=True)
-def _run_until(r, horizon, M, steps, overhead, arr, est, enc, tok, low_depth, ratio_cap, pcode,
-               k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive,
-               T, G, rf, rr, nrun, pend, npend, qest, jf, events, admit, first, fin, est_tok, exs, sufd):
-    """Engine.run_until for replica ``r``: every decision point strictly before ``horizon``."""
-    while T[r] < horizon:
-        t = T[r]
-        code = pcode[r]
-        while nrun[r] < M and _q_len(code, r, hsz, nsl) > 0:
-            if t >= horizon:
-                break
-            j = _q_pop(code, r, t, arr, est, low_depth, ratio_cap, k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos,
-                       alive)
-            qest[r] -= est[j]
-            admit[j] = t
-            t += enc[j]
-            _ex_insert(exs, nrun[r], r, float(G[r]) + est_tok[j])
-            sufd[r] = True
-            _hpush_run(rf, rr, nrun, r, G[r] + tok[j], j)
-            pend[r, npend[r]] = j
-            npend[r] += 1
-        T[r] = t
-        if t >= horizon and nrun[r] < M:
-            return
-        events[r] += 1
-        if nrun[r] == 0:
-            jf[r] = 0
-            if horizon < math.inf:
-                T[r] = max(t, horizon)
-            return
-        b = nrun[r]
-        st = steps[b]
-        k = rf[r, 0] - G[r]
-        if b < M and horizon < math.inf:
-            ka = max(1, math.ceil((horizon - t) / st - 1e-9))
-            if ka < k:
-                k = ka
-        if npend[r] > 0:
-            ft = t + st
-            for i in range(npend[r]):
-                first[pend[r, i]] = ft
-            npend[r] = 0
-        t += k * st
-        G[r] += k
-        T[r] = t
-        nf = 0
-        while nrun[r] > 0 and rf[r, 0] == G[r]:
-            j = _hpop_run(rf, rr, nrun, r)
-            _ex_remove(exs, nrun[r] + 1, r, float(G[r] - tok[j]) + est_tok[j])
-            sufd[r] = True
-            fin[j] = t + overhead
-            nf += 1
-        jf[r] = nf
-
-
-@njit(cache=True)
-def _hpush_run(rf, rr, nrun, r, f, j):
-    i = nrun[r]
-    nrun[r] += 1
-    while i > 0:
-        p = (i - 1) >> 1
-        if f < rf[r, p] or (f == rf[r, p] and j < rr[r, p]):
-            rf[r, i] = rf[r, p]
-            rr[r, i] = rr[r, p]
-            i = p
-        else:
-            break
-    rf[r, i] = f
-    rr[r, i] = j
-
-
-@njit(cache=True)
-def _hpop_run(rf, rr, nrun, r):
-    top = rr[r, 0]
-    n = nrun[r] - 1
-    nrun[r] = n
-    if n == 0:
-        return top
-    f, j = rf[r, n], rr[r, n]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and (rf[r, c + 1] < rf[r, c] or (rf[r, c + 1] == rf[r, c] and rr[r, c + 1] < rr[r, c])):
-            c += 1
-        if rf[r, c] < f or (rf[r, c] == f and rr[r, c] < j):
-            rf[r, i] = rf[r, c]
-            rr[r, i] = rr[r, c]
-            i = c
-        else:
-            break
-    rf[r, i] = f
-    rr[r, i] = j
-    return top
-
-
-# ----------------------------------------------------------------------------- what a router sees
-
-@njit(cache=True)
-def _n_in_system(r, at, pcode, hsz, nsl, nrun, T, jf):
-    extra = jf[r] if T[r] > at else 0
-    return _q_len(pcode[r], r, hsz, nsl) + nrun[r] + extra
-
-
-@njit(cache=True)
-def _ex_insert(exs, b, r, v):
-    """Insert ``v`` into the sorted first ``b`` entries of row ``r``."""
-    p = b
-    while p > 0 and exs[r, p - 1] > v:
-        exs[r, p] = exs[r, p - 1]
-        p -= 1
-    exs[r, p] = v
-
-
-@njit(cache=True)
-def _ex_remove(exs, b, r, v):
-    """Remove one entry equal to ``v`` from the sorted first ``b`` entries of row ``r``."""
-    p = 0
-    while exs[r, p] != v:
-        p += 1
-    for i in range(p, b - 1):
-        exs[r, i] = exs[r, i + 1]
-
-
-@njit(cache=True)
-def _work(r, at, steps, qest, nrun, G, T, exs, suf, sufd):
-    """Engine.outstanding_work, with its floating-point operations in its order.
-
-    ``exs[r]`` holds the running jobs' estimate ends ``(G at admission) + est_tok`` sorted (kept
-    up to date on every admission and completion); ``suf[r]`` their suffix sums, rebuilt when
-    the running set changed (the Python engine's cache, keyed the same way).
-    """
-    b = nrun[r]
-    if b == 0:
-        return qest[r]
-    if sufd[r]:
-        suf[r, b] = 0.0
-        acc = 0.0
-        for i in range(b - 1, -1, -1):
-            acc += exs[r, i]
-            suf[r, i] = acc
-        sufd[r] = False
-    st = steps[b]
-    g = G[r]
-    if T[r] > at:
-        g -= int((T[r] - at) / st)
-    lo = 0
-    hi = b
-    while lo < hi:  # bisect_right
-        mid = (lo + hi) >> 1
-        if g < exs[r, mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    return qest[r] + (suf[r, lo] - (b - lo) * g) * st
-
-
-@njit(cache=True)
-def _pick(U, uptr, inst, k):
-    u = U[inst, uptr[inst]]
-    uptr[inst] += 1
-    return min(int(u * k), k - 1)
-
-
 # ----------------------------------------------------------------------------- the fleet
+#
+# One flat loop, no calls on the hot path. A numba call passes every array argument as a
+# struct and reference-counts it (an atomic increment and decrement each); with ~35 arrays of
+# replica state, calls per replica per arrival cost ten times the simulation itself (the first
+# version of this kernel, helper per step, ran 10x slower than the single-server kernel on one
+# replica). So each replica's Engine.run_until, the FCFS/SJF/LJF heap, the running-set heap, the
+# sorted estimate ends and Engine.outstanding_work are written out inline below; the HRRN and
+# adaptive queues (a scan per admission anyway) and policy switches stay calls.
+
+_DONE, _FULL = 0, 1
+
+
+@njit(cache=True)
+def _loop(j, sw, arr, est, enc, tok, est_tok, M, steps, overhead, low_depth, ratio_cap, route_arm, inst_of_arm,
+          r_code, r_d, U, cands, ncand, sw_req, sw_time, sw_code, pcode, k1, k2, kr, hsz, srid, sarr, sinv, nsl,
+          spos, alive, T, G, rf, rr, nrun, pend, npend, qest, jf, events, exs, suf, sufd, uptr, rrnext, samp, tied,
+          vals, admit, first, fin, replica, pos):  # noqa: C901 - one driver loop, kept flat on purpose
+    """Run requests ``j`` (and switch ``sw``) onward; stop before a submit that would overflow a queue.
+
+    Returns ``_DONE`` after the drain, or ``_FULL`` with ``pos = [j, sw]`` (nothing of request
+    ``j`` done yet but its replicas' catch-up and routing, which a restart repeats with the
+    same result: the catch-up is a no-op the second time and the router's uniforms are rewound).
+    """
+    n = arr.shape[0]
+    N = T.shape[0]
+    cap = kr.shape[1]
+    nsw = sw_req.shape[0]
+    while True:
+        if j < n:
+            if sw < nsw and sw_req[sw] == j:
+                h = sw_time[sw]  # a switchback boundary crossed before this arrival
+                kind = 1
+            else:
+                h = arr[j]
+                kind = 0
+        else:
+            h = math.inf
+            kind = 2
+        # ---- every replica catches up: Engine.run_until(h), each decision point strictly before h
+        for r in range(N):
+            while T[r] < h:
+                t = T[r]
+                code = pcode[r]
+                while nrun[r] < M:  # admissions, each with its encoder stall
+                    if (hsz[r] if code <= 2 else nsl[r]) == 0 or t >= h:
+                        break
+                    if code <= 2:  # heap pop (KeyQueue order: key, arrival, submission)
+                        q = kr[r, 0]
+                        m = hsz[r] - 1
+                        hsz[r] = m
+                        if m > 0:
+                            x1 = k1[r, m]
+                            x2 = k2[r, m]
+                            xr = kr[r, m]
+                            i = 0
+                            while True:
+                                c = 2 * i + 1
+                                if c >= m:
+                                    break
+                                if c + 1 < m and _less(k1[r, c + 1], k2[r, c + 1], kr[r, c + 1], k1[r, c], k2[r, c],
+                                                       kr[r, c]):
+                                    c += 1
+                                if _less(k1[r, c], k2[r, c], kr[r, c], x1, x2, xr):
+                                    k1[r, i] = k1[r, c]
+                                    k2[r, i] = k2[r, c]
+                                    kr[r, i] = kr[r, c]
+                                    i = c
+                                else:
+                                    break
+                            k1[r, i] = x1
+                            k2[r, i] = x2
+                            kr[r, i] = xr
+                    else:
+                        q = _q_pop(code, r, t, arr, est, low_depth, ratio_cap, k1, k2, kr, hsz, srid, sarr, sinv,
+                                   nsl, spos, alive)
+                    qest[r] -= est[q]
+                    admit[q] = t
+                    t += enc[q]
+                    b = nrun[r]
+                    v = float(G[r]) + est_tok[q]  # insert its estimate end into the sorted ends
+                    p = b
+                    while p > 0 and exs[r, p - 1] > v:
+                        exs[r, p] = exs[r, p - 1]
+                        p -= 1
+                    exs[r, p] = v
+                    sufd[r] = True
+                    f = G[r] + tok[q]  # running set: a heap of (finish step, request)
+                    i = b
+                    nrun[r] = b + 1
+                    while i > 0:
+                        p = (i - 1) >> 1
+                        if f < rf[r, p] or (f == rf[r, p] and q < rr[r, p]):
+                            rf[r, i] = rf[r, p]
+                            rr[r, i] = rr[r, p]
+                            i = p
+                        else:
+                            break
+                    rf[r, i] = f
+                    rr[r, i] = q
+                    pend[r, npend[r]] = q
+                    npend[r] += 1
+                T[r] = t
+                if t >= h and nrun[r] < M:
+                    break
+                events[r] += 1
+                if nrun[r] == 0:
+                    jf[r] = 0
+                    if h < math.inf:
+                        T[r] = max(t, h)
+                    break
+                b = nrun[r]
+                st = steps[b]
+                k = rf[r, 0] - G[r]  # decode steps to the next completion ...
+                if b < M and h < math.inf:  # ... or to the first step boundary at or after h
+                    ka = max(1, math.ceil((h - t) / st - 1e-9))
+                    if ka < k:
+                        k = ka
+                if npend[r] > 0:
+                    ft = t + st
+                    for i in range(npend[r]):
+                        first[pend[r, i]] = ft
+                    npend[r] = 0
+                t += k * st
+                G[r] += k
+                T[r] = t
+                nf = 0
+                while nrun[r] > 0 and rf[r, 0] == G[r]:  # completions
+                    q = rr[r, 0]
+                    m = nrun[r] - 1
+                    nrun[r] = m
+                    if m > 0:
+                        lf = rf[r, m]
+                        lq = rr[r, m]
+                        i = 0
+                        while True:
+                            c = 2 * i + 1
+                            if c >= m:
+                                break
+                            if c + 1 < m and (rf[r, c + 1] < rf[r, c]
+                                              or (rf[r, c + 1] == rf[r, c] and rr[r, c + 1] < rr[r, c])):
+                                c += 1
+                            if rf[r, c] < lf or (rf[r, c] == lf and rr[r, c] < lq):
+                                rf[r, i] = rf[r, c]
+                                rr[r, i] = rr[r, c]
+                                i = c
+                            else:
+                                break
+                        rf[r, i] = lf
+                        rr[r, i] = lq
+                    v = float(G[r] - tok[q]) + est_tok[q]  # remove its estimate end
+                    p = 0
+                    while exs[r, p] != v:
+                        p += 1
+                    for i in range(p, m):
+                        exs[r, i] = exs[r, i + 1]
+                    sufd[r] = True
+                    fin[q] = t + overhead
+                    nf += 1
+                jf[r] = nf
+        if kind == 2:
+            return _DONE
+        if kind == 1:
+            for r in range(N):
+                _set_policy(r, sw_code[sw], pcode, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive)
+            sw += 1
+            continue
+        # ---- route request j
+        a = h
+        arm = route_arm[j]
+        inst = inst_of_arm[arm]
+        rc = r_code[inst]
+        nc = ncand[arm]
+        u0 = uptr[inst]
+        if rc == 0:  # random
+            i = min(int(U[inst, uptr[inst]] * nc), nc - 1)
+            uptr[inst] += 1
+            dst = cands[arm, i]
+        elif rc == 1:  # round robin
+            dst = cands[arm, rrnext[inst] % nc]
+        else:
+            if rc <= 3:  # jsq / least_work: every candidate
+                nv = nc
+                for c in range(nc):
+                    samp[c] = cands[arm, c]
+            else:  # power of d: d distinct candidates (partial Fisher-Yates), the first of them wins ties
+                for c in range(nc):
+                    samp[c] = cands[arm, c]
+                nv = min(r_d[inst], nc)
+                for c in range(nv):
+                    x = c + min(int(U[inst, uptr[inst]] * (nc - c)), nc - c - 1)
+                    uptr[inst] += 1
+                    y = samp[c]
+                    samp[c] = samp[x]
+                    samp[x] = y
+                if nv == 1:
+                    nv = 0  # one sample: no load to compare
+            for c in range(nv):  # what the router sees of each
+                r = samp[c]
+                if rc == 2 or rc == 4:  # Engine.n_in_system
+                    vals[c] = (hsz[r] if pcode[r] <= 2 else nsl[r]) + nrun[r] + (jf[r] if T[r] > a else 0)
+                else:  # Engine.outstanding_work, its floating-point operations in its order
+                    b = nrun[r]
+                    if b == 0:
+                        vals[c] = qest[r]
+                        continue
+                    if sufd[r]:  # suffix sums of the sorted estimate ends, rebuilt when the set changed
+                        suf[r, b] = 0.0
+                        acc = 0.0
+                        for i in range(b - 1, -1, -1):
+                            acc += exs[r, i]
+                            suf[r, i] = acc
+                        sufd[r] = False
+                    st = steps[b]
+                    g = G[r]
+                    if T[r] > a:
+                        g -= int((T[r] - a) / st)
+                    lo = 0
+                    hi = b
+                    while lo < hi:  # bisect_right
+                        mid = (lo + hi) >> 1
+                        if g < exs[r, mid]:
+                            hi = mid
+                        else:
+                            lo = mid + 1
+                    vals[c] = qest[r] + (suf[r, lo] - (b - lo) * g) * st
+            if rc <= 3:  # the least, ties broken by a uniform among the tied (in candidate order)
+                mv = np.inf
+                for c in range(nc):
+                    if vals[c] < mv:
+                        mv = vals[c]
+                nt = 0
+                for c in range(nc):
+                    if vals[c] == mv:
+                        tied[nt] = samp[c]
+                        nt += 1
+                if nt == 1:
+                    dst = tied[0]
+                else:
+                    dst = tied[min(int(U[inst, uptr[inst]] * nt), nt - 1)]
+                    uptr[inst] += 1
+            else:
+                dst = samp[0]
+                if nv > 1:
+                    bv = vals[0]
+                    for c in range(1, nv):
+                        if vals[c] < bv:
+                            dst = samp[c]
+                            bv = vals[c]
+        # ---- submit (Engine.submit)
+        if max(hsz[dst], nsl[dst]) >= cap:
+            uptr[inst] = u0  # rewound: the restart routes this request again, with the same draws
+            pos[0] = j
+            pos[1] = sw
+            return _FULL
+        if rc == 1:
+            rrnext[inst] += 1
+        code = pcode[dst]
+        if code <= 2:  # heap push, inline (the order of KeyQueue: key, arrival, submission)
+            if code == 0:
+                x1 = arr[j]
+                x2 = 0.0
+            elif code == 2:
+                x1 = -est[j]
+                x2 = arr[j]
+            else:
+                x1 = est[j]
+                x2 = arr[j]
+            i = hsz[dst]
+            hsz[dst] = i + 1
+            while i > 0:
+                p = (i - 1) >> 1
+                if _less(x1, x2, j, k1[dst, p], k2[dst, p], kr[dst, p]):
+                    k1[dst, i] = k1[dst, p]
+                    k2[dst, i] = k2[dst, p]
+                    kr[dst, i] = kr[dst, p]
+                    i = p
+                else:
+                    break
+            k1[dst, i] = x1
+            k2[dst, i] = x2
+            kr[dst, i] = j
+        else:
+            _q_push(code, dst, j, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive)
+        qest[dst] += est[j]
+        if nrun[dst] == 0 and T[dst] < a:
+            T[dst] = a
+        replica[j] = dst
+        j += 1
+
+
+@njit(cache=True)
+def _grow(x, cap):
+    y = np.empty((x.shape[0], cap), x.dtype)
+    y[:, :x.shape[1]] = x
+    return y
+
 
 @njit(cache=True)
 def _fleet(arr, est, enc, tok, est_tok, M, steps, overhead, pol0, low_depth, ratio_cap, route_arm, inst_of_arm,
-           r_code, r_d, U, cands, ncand, sw_req, sw_time, sw_code):  # noqa: C901 - one driver loop, kept flat
+           r_code, r_d, U, cands, ncand, sw_req, sw_time, sw_code):
     n = arr.shape[0]
     N = pol0.shape[0]
     admit = np.full(n, np.nan)
@@ -412,101 +541,24 @@ def _fleet(arr, est, enc, tok, est_tok, M, steps, overhead, pol0, low_depth, rat
     uptr = np.zeros(U.shape[0], np.int64)
     rrnext = np.zeros(U.shape[0], np.int64)
     samp = np.empty(N, np.int64)
+    tied = np.empty(N, np.int64)
     vals = np.empty(N)
-    nsw = sw_req.shape[0]
+    pos = np.zeros(2, np.int64)
+    j = 0
     sw = 0
-    for j in range(n):
-        a = arr[j]
-        while sw < nsw and sw_req[sw] == j:  # switchback boundaries crossed before this arrival, in order
-            at = sw_time[sw]
-            for r in range(N):
-                if T[r] < at:
-                    _run_until(r, at, M, steps, overhead, arr, est, enc, tok, low_depth, ratio_cap, pcode,
-                               k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive,
-                               T, G, rf, rr, nrun, pend, npend, qest, jf, events, admit, first, fin, est_tok, exs, sufd)
-                _set_policy(r, sw_code[sw], pcode, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive)
-            sw += 1
-        for r in range(N):
-            if T[r] < a:
-                _run_until(r, a, M, steps, overhead, arr, est, enc, tok, low_depth, ratio_cap, pcode,
-                           k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive,
-                           T, G, rf, rr, nrun, pend, npend, qest, jf, events, admit, first, fin, est_tok, exs, sufd)
-        # route
-        arm = route_arm[j]
-        inst = inst_of_arm[arm]
-        code = r_code[inst]
-        nc = ncand[arm]
-        if code == 0:
-            i = cands[arm, _pick(U, uptr, inst, nc)]
-        elif code == 1:
-            i = cands[arm, rrnext[inst] % nc]
-            rrnext[inst] += 1
-        elif code == 2 or code == 3:
-            m = np.inf
-            for c in range(nc):
-                r = cands[arm, c]
-                if code == 2:
-                    vals[c] = _n_in_system(r, a, pcode, hsz, nsl, nrun, T, jf)
-                else:
-                    vals[c] = _work(r, a, steps, qest, nrun, G, T, exs, suf, sufd)
-                if vals[c] < m:
-                    m = vals[c]
-            nt = 0
-            for c in range(nc):
-                if vals[c] == m:
-                    samp[nt] = cands[arm, c]
-                    nt += 1
-            i = samp[0] if nt == 1 else samp[_pick(U, uptr, inst, nt)]
-        else:
-            for c in range(nc):
-                samp[c] = cands[arm, c]
-            d = min(r_d[inst], nc)
-            for c in range(d):
-                q = c + _pick(U, uptr, inst, nc - c)
-                tmp = samp[c]
-                samp[c] = samp[q]
-                samp[q] = tmp
-            i = samp[0]
-            if d > 1:
-                if code == 4:
-                    bv = float(_n_in_system(i, a, pcode, hsz, nsl, nrun, T, jf))
-                else:
-                    bv = _work(i, a, steps, qest, nrun, G, T, exs, suf, sufd)
-                for c in range(1, d):
-                    r = samp[c]
-                    if code == 4:
-                        v = float(_n_in_system(r, a, pcode, hsz, nsl, nrun, T, jf))
-                    else:
-                        v = _work(r, a, steps, qest, nrun, G, T, exs, suf, sufd)
-                    if v < bv:
-                        i = r
-                        bv = v
-        # submit
-        if max(hsz[i], nsl[i]) >= cap:
-            cap2 = 2 * cap
-            k1n = np.empty((N, cap2))
-            k2n = np.empty((N, cap2))
-            krn = np.empty((N, cap2), np.int64)
-            sridn = np.empty((N, cap2), np.int64)
-            sarrn = np.empty((N, cap2))
-            sinvn = np.empty((N, cap2))
-            k1n[:, :cap] = k1
-            k2n[:, :cap] = k2
-            krn[:, :cap] = kr
-            sridn[:, :cap] = srid
-            sarrn[:, :cap] = sarr
-            sinvn[:, :cap] = sinv
-            k1, k2, kr, srid, sarr, sinv = k1n, k2n, krn, sridn, sarrn, sinvn
-            cap = cap2
-        _q_push(pcode[i], i, j, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive)
-        qest[i] += est[j]
-        if nrun[i] == 0 and T[i] < a:
-            T[i] = a
-        replica[j] = i
-    for r in range(N):
-        _run_until(r, math.inf, M, steps, overhead, arr, est, enc, tok, low_depth, ratio_cap, pcode,
-                   k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive,
-                   T, G, rf, rr, nrun, pend, npend, qest, jf, events, admit, first, fin, est_tok, exs, sufd)
+    while _loop(j, sw, arr, est, enc, tok, est_tok, M, steps, overhead, low_depth, ratio_cap, route_arm,
+                inst_of_arm, r_code, r_d, U, cands, ncand, sw_req, sw_time, sw_code, pcode, k1, k2, kr, hsz, srid,
+                sarr, sinv, nsl, spos, alive, T, G, rf, rr, nrun, pend, npend, qest, jf, events, exs, suf, sufd,
+                uptr, rrnext, samp, tied, vals, admit, first, fin, replica, pos) == _FULL:
+        j = pos[0]
+        sw = pos[1]
+        cap *= 2  # a waiting queue is full: double every queue's room, then go on from request j
+        k1 = _grow(k1, cap)
+        k2 = _grow(k2, cap)
+        kr = _grow(kr, cap)
+        srid = _grow(srid, cap)
+        sarr = _grow(sarr, cap)
+        sinv = _grow(sinv, cap)
     return admit, first, fin, replica, events.sum()
 
 
