@@ -79,6 +79,7 @@ from asrsched.core.policies import POLICIES, validate_policies
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Drift, Trace, make_source, make_trace
 from asrsched.sim.engine import Engine, SimJob, chunk_jobs, estimated_work, simulate
+from asrsched.sim.kernels import language_codes
 
 __all__ = [
     "Router",
@@ -299,14 +300,17 @@ def make_router(name: str, rng: np.random.Generator | None = None, **params) -> 
 
 # ----------------------------------------------------------------------------- the fleet
 
-def _est_tokens(service: ServiceModel, trace: Trace) -> np.ndarray:
-    """Size estimate (tokens, kappa x duration) of every request of ``trace``."""
-    out = np.empty(len(trace))
-    lang = np.asarray(trace.language, dtype=object)
-    for lg in pd.unique(lang):
-        m = lang == lg
-        out[m] = service.est_tokens(trace.duration[m], str(lg))
-    return out
+def _est_tokens(service: ServiceModel, trace: Trace, codes=None) -> np.ndarray:
+    """Size estimate (tokens, kappa x duration) of every request of ``trace``.
+
+    ``codes``: ``language_codes(trace.language)`` when the caller has them already.
+    """
+    codes, names = codes or language_codes(trace.language)
+    duration = np.asarray(trace.duration, float)
+    if len(names) == 1:
+        return np.asarray(service.est_tokens(duration, names[0]), float).reshape(len(duration))
+    kappa = np.array([service.kappa_for(x) for x in names])
+    return kappa[codes] * duration  # the product ServiceModel.est_tokens forms, request by request
 
 
 class Fleet:
@@ -457,7 +461,7 @@ _PREP: dict = {}  # per-trace inputs of the compiled fleet (the designs of a rep
 
 
 def _prepared(trace: Trace, service: ServiceModel):
-    """``(est_service, encoder s, est tokens, language list)`` of ``trace`` under ``service``, cached.
+    """``(est_service, encoder s, est tokens, language column)`` of ``trace`` under ``service``, cached.
 
     Keyed by the identity of the trace's duration, language and token arrays (held by weak
     reference, so a replaced array is a miss) and by the service model's parameters.
@@ -473,7 +477,10 @@ def _prepared(trace: Trace, service: ServiceModel):
         return hit[2]
     est = estimate_services(service, trace.duration, trace.language)
     enc = np.asarray(service.windows(trace.duration)) * float(service.encode_s_per_window)
-    val = (est, enc, _est_tokens(service, trace), [str(x) for x in trace.language])
+    codes = language_codes(trace.language)
+    # the records' language column: the distinct names, taken by code (one string per name, not per request)
+    lang = pd.array(codes[1], dtype="str").take(codes[0])
+    val = (est, enc, _est_tokens(service, trace, codes), lang)
     if len(_PREP) >= 8:
         _PREP.clear()
     try:

@@ -234,6 +234,10 @@ def _loop(j, sw, arr, est, enc, tok, est_tok, M, steps, overhead, low_depth, rat
     N = T.shape[0]
     cap = kr.shape[1]
     nsw = sw_req.shape[0]
+    work = False  # does a router read Engine.outstanding_work? (else the estimate ends need no upkeep)
+    for x in range(r_code.shape[0]):
+        if r_code[x] == 3 or r_code[x] == 5:
+            work = True
     while True:
         if j < n:
             if sw < nsw and sw_req[sw] == j:
@@ -286,13 +290,14 @@ def _loop(j, sw, arr, est, enc, tok, est_tok, M, steps, overhead, low_depth, rat
                     admit[q] = t
                     t += enc[q]
                     b = nrun[r]
-                    v = float(G[r]) + est_tok[q]  # insert its estimate end into the sorted ends
-                    p = b
-                    while p > 0 and exs[r, p - 1] > v:
-                        exs[r, p] = exs[r, p - 1]
-                        p -= 1
-                    exs[r, p] = v
-                    sufd[r] = True
+                    if work:  # insert its estimate end into the sorted ends
+                        v = float(G[r]) + est_tok[q]
+                        p = b
+                        while p > 0 and exs[r, p - 1] > v:
+                            exs[r, p] = exs[r, p - 1]
+                            p -= 1
+                        exs[r, p] = v
+                        sufd[r] = True
                     f = G[r] + tok[q]  # running set: a heap of (finish step, request)
                     i = b
                     nrun[r] = b + 1
@@ -356,13 +361,19 @@ def _loop(j, sw, arr, est, enc, tok, est_tok, M, steps, overhead, low_depth, rat
                                 break
                         rf[r, i] = lf
                         rr[r, i] = lq
-                    v = float(G[r] - tok[q]) + est_tok[q]  # remove its estimate end
-                    p = 0
-                    while exs[r, p] != v:
-                        p += 1
-                    for i in range(p, m):
-                        exs[r, i] = exs[r, i + 1]
-                    sufd[r] = True
+                    if work:  # remove its estimate end (the first equal entry: bisect_left)
+                        v = float(G[r] - tok[q]) + est_tok[q]
+                        lo = 0
+                        hi = m + 1
+                        while lo < hi:
+                            mid = (lo + hi) >> 1
+                            if exs[r, mid] < v:
+                                lo = mid + 1
+                            else:
+                                hi = mid
+                        for i in range(lo, m):
+                            exs[r, i] = exs[r, i + 1]
+                        sufd[r] = True
                     fin[q] = t + overhead
                     nf += 1
                 jf[r] = nf
@@ -423,14 +434,10 @@ def _loop(j, sw, arr, est, enc, tok, est_tok, M, steps, overhead, low_depth, rat
                     g = G[r]
                     if T[r] > a:
                         g -= int((T[r] - a) / st)
+                    gf = float(g)
                     lo = 0
-                    hi = b
-                    while lo < hi:  # bisect_right
-                        mid = (lo + hi) >> 1
-                        if g < exs[r, mid]:
-                            hi = mid
-                        else:
-                            lo = mid + 1
+                    for i in range(b):  # bisect_right on the sorted ends, as a count (b <= max_num_seqs: no branches)
+                        lo += exs[r, i] <= gf
                     vals[c] = qest[r] + (suf[r, lo] - (b - lo) * g) * st
             if rc <= 3:  # the least, ties broken by a uniform among the tied (in candidate order)
                 mv = np.inf
