@@ -411,7 +411,7 @@ def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str
               route_arm: np.ndarray | None = None, cands: Sequence[Sequence[int]] | None = None,
               switches: Sequence[tuple[int, float, str]] = (), service: ServiceModel | None = None,
               max_num_seqs: int = 32, policy_params: dict | None = None,
-              engine: str = "auto") -> tuple[pd.DataFrame, int, str]:
+              engine: str = "auto", extra: dict | None = None) -> tuple[pd.DataFrame, int, str]:
     """One fleet run, on the Python :class:`Fleet` or the compiled kernel; ``(records, events, engine used)``.
 
     ``policies``: each replica's initial policy. ``routers``: one ``(name, seed)`` per routing
@@ -422,6 +422,7 @@ def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str
     catches up to ``time`` and re-orders its waiting queue under ``policy``
     (:meth:`Fleet.switch_policy`). ``engine``: ``"auto"`` (compiled when
     :func:`compiled_supported`), ``"python"`` or ``"numba"`` (error when not supported).
+    ``extra``: more per-request columns (name -> array in request order) for the records.
     """
     if engine not in ("auto", "python", "numba"):
         raise ValueError(f"engine: must be 'auto', 'python' or 'numba', got {engine!r}")
@@ -442,7 +443,7 @@ def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str
                          "for adaptive) and built-in routers; use engine='auto' or 'python'")
     if ok and engine != "python":
         rec, events = _run_compiled(trace, list(policies), routers, arm, cands, switches, service, max_num_seqs,
-                                    policy_params)
+                                    policy_params, extra or {})
         return rec, events, "numba"
     fleet = Fleet(trace, list(policies), service, max_num_seqs=max_num_seqs, policy_params=policy_params)
     objs = [make_router(name, np.random.default_rng(seed)) for name, seed in routers]
@@ -454,7 +455,10 @@ def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str
             k += 1
         a = int(arm[job.rid])
         fleet.dispatch(job, objs[a], cands[a])
-    return fleet.drain(), fleet.events, "python"
+    rec = fleet.drain()
+    for k, v in (extra or {}).items():
+        rec[k] = v
+    return rec, fleet.events, "python"
 
 
 _PREP: dict = {}  # per-trace inputs of the compiled fleet (the designs of a replication replay one trace)
@@ -490,7 +494,7 @@ def _prepared(trace: Trace, service: ServiceModel):
     return val
 
 
-def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_num_seqs, policy_params):
+def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_num_seqs, policy_params, extra):
     from asrsched.sim.engine import RECORD_COLUMNS
     from asrsched.sim.fleet_kernels import run_fleet_kernel
 
@@ -518,8 +522,8 @@ def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_n
                         "finish": fin,
                         # the derived columns of asrsched.sim.engine.add_derived, in its order
                         "queue_delay": admit - arrival, "ttft": first - arrival, "e2el": fin - arrival,
-                        "replica": replica.astype(np.int64)}, columns=[*RECORD_COLUMNS, "queue_delay", "ttft", "e2el",
-                                                                       "replica"])
+                        "replica": replica.astype(np.int64), **extra},
+                       columns=[*RECORD_COLUMNS, "queue_delay", "ttft", "e2el", "replica", *extra])
     return rec, events
 
 
@@ -583,10 +587,10 @@ def run_cluster(trace: Trace, *, n_replicas: int = 4, router: str = "random", po
     N = int(n_replicas)
     _, s_router, _ = np.random.SeedSequence(int(seed)).spawn(3)  # the design's streams: (design, control, treatment)
     service = service or default_service_model()
+    n = len(trace)
     rec, events, used = run_fleet(trace, [policy] * N, [(router, s_router)], service=service,
-                                  max_num_seqs=max_num_seqs, policy_params=policy_params, engine=engine)
-    rec["z"] = np.zeros(len(rec), np.int8)
-    rec["block"] = np.full(len(rec), -1, np.int64)
+                                  max_num_seqs=max_num_seqs, policy_params=policy_params, engine=engine,
+                                  extra={"z": np.zeros(n, np.int8), "block": np.full(n, -1, np.int64)})
     lam = float(trace.rate) if len(trace) > 1 and trace.arrival[-1] > trace.arrival[0] else 1.0
     params = dict(router=str(router), policy=str(policy), n_replicas=N, max_num_seqs=int(max_num_seqs),
                   service=service.name, seed=int(seed), engine=used,
