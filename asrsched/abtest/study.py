@@ -415,6 +415,11 @@ def _truth_table(runs: pd.DataFrame, sc: StudyConfig) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _study_task(fn: str, task: dict) -> dict:
+    """One task of :func:`run_study` by name (``run_truth`` or ``run_replication``), so both kinds share one batch."""
+    return {"run_truth": run_truth, "run_replication": run_replication}[fn](**task)
+
+
 def run_study(study: StudyConfig, *, n_jobs: int | None = None, address=None, cache_dir=None,
               progress: bool = True) -> StudyResult:
     """Run every scenario's replications and ground truth (validated first; nothing runs on bad input).
@@ -440,23 +445,22 @@ def run_study(study: StudyConfig, *, n_jobs: int | None = None, address=None, ca
     def key(t):
         return cache_key(t, code=code)
 
-    def run_all(fn, tlist, desc):
-        results, todo = [], []
+    # one batch of tasks, the longer truth runs first, so the workers start once and stay busy to the end
+    results = {"run_truth": [], "run_replication": []}
+    todo = []
+    for fn, tlist in ((run_truth, ttasks), (run_replication, tasks)):
         for t in tlist:
             p = cache / f"{fn.__name__}-{key(t)}.json" if cache else None
             if p is not None and p.exists():
-                results.append(json.loads(p.read_text()))
+                results[fn.__name__].append(json.loads(p.read_text()))
             else:
-                todo.append(t)
-        for t, r in map_tasks(fn, todo, n_jobs=n_jobs, address=address, progress=progress, desc=desc):
-            if cache:
-                (cache / f"{fn.__name__}-{key(t)}.json").write_text(json.dumps(r, default=json_default))
-            results.append(r)
-        return results
-
-    # one batch of tasks, longest first, so both workers stay busy
-    truth = run_all(run_truth, ttasks, "ground truth")
-    reps = run_all(run_replication, tasks, "replications")
+                todo.append(dict(fn=fn.__name__, task=t))
+    for t, r in map_tasks(_study_task, todo, n_jobs=n_jobs, address=address, progress=progress,
+                          desc="truth runs and replications"):
+        if cache:
+            (cache / f"{t['fn']}-{key(t['task'])}.json").write_text(json.dumps(r, default=json_default))
+        results[t["fn"]].append(r)
+    truth, reps = results["run_truth"], results["run_replication"]
     rows = [r for res in reps for r in res["rows"]]
     little = [r for res in reps for r in res["little"]]
     est = pd.DataFrame(rows)
