@@ -503,7 +503,7 @@ def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_n
         raise ValueError(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}")
     n = len(trace)
     est, enc, est_tok, lang = _prepared(trace, service)
-    steps = [0.0] + [float(service.step_s(b)) for b in range(1, M + 1)]
+    steps = np.concatenate(([0.0], service.step_s(np.arange(1, M + 1))))  # elementwise: the scalar values
     specs = []
     for i, (name, seed) in enumerate(routers):
         key, kw = _parse(name)
