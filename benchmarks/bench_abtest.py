@@ -49,7 +49,8 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
 
 from asrsched.abtest import study as S  # noqa: E402
 from asrsched.abtest.model import SystemConfig, simulate  # noqa: E402
@@ -131,7 +132,32 @@ def check_targets(quick: bool = True) -> list[dict]:
     rows.append({"name": "full A/B study (100 reps), projected 2-core wall", "value": p["projected_wall_s"],
                  "target": STUDY_WALL_TARGET_S, "unit": "s", "kind": "max",
                  "passed": p["projected_wall_s"] <= STUDY_WALL_TARGET_S, "note": note})
+    rows.append(measured_study_row())
     return rows
+
+
+def measured_study_row(path: Path | None = None) -> dict:
+    """The full study as it last ran end to end (``--study-only --study-full``), read from its committed result.
+
+    The projection above assumes perfect packing and no start-up; the real run (two loky
+    workers, their imports, both competing for the two cores' caches) takes longer, and the
+    issue's target is about the real run. It takes over a minute, so this row reads the
+    committed measurement with its commit instead of re-running it.
+    """
+    path = path or HERE / "results" / "bench_abtest_study.json"
+    rec = json.loads(path.read_text())
+    full = (rec.get("study") or {}).get("full")
+    prov = rec.get("provenance", {})
+    name = "full A/B study (100 reps), measured 2-worker wall (committed run)"
+    if not full:
+        return {"name": name, "value": float("nan"), "target": STUDY_WALL_TARGET_S, "unit": "s", "kind": "max",
+                "passed": False, "note": f"no full run in {path.name}: python benchmarks/bench_abtest.py --study-only "
+                                         "--study-full"}
+    return {"name": name, "value": float(full["wall_s"]), "target": STUDY_WALL_TARGET_S, "unit": "s", "kind": "max",
+            "passed": float(full["wall_s"]) <= STUDY_WALL_TARGET_S,
+            "note": f"{full['cpu_s']:.0f} CPU-s in {full['workers']} workers; commit {str(prov.get('commit'))[:10]}"
+                    f"{'' if prov.get('clean') else ' (dirty tree)'}, {str(prov.get('date'))[:10]} "
+                    f"({path.relative_to(ROOT)})"}
 
 
 def full_study(workers: int = 2) -> dict:
