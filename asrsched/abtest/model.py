@@ -524,6 +524,11 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
             if d > 1:
                 pools[zj, r] = pools[zj, i]
                 pools[zj, i] = s
+            if d == 1:
+                # one sample: it is the choice whatever its queue; the stale pointers catch up at the
+                # next look (they only move forward, to every event by that look's tau)
+                best = s
+                break
             if delay > 0.0:
                 # stale view at tau: arrivals to s by tau minus departures from s by tau
                 c = first[s] if st_a[s] == -1 else nxt[st_a[s]]
