@@ -98,6 +98,32 @@ def test_long_category_labels_wrap_instead_of_rotating():
     assert [t.replace("<br>", " ") for t in fig.layout.xaxis.ticktext] == cats
 
 
+def test_two_line_labels_too_wide_to_wrap_are_slanted_for_their_two_line_height():
+    """Labels that are already two lines (notebook 06's 'librispeech<br>E2EL' ...) in narrow slots: the slant is
+    the least that fits a box two lines tall (sized for one line, 75 degrees, neighbours overlapped in Chromium)."""
+    import math
+
+    from asrsched.figures.layout import _domain, _font, _margin, text_width
+
+    cats = [f"{w}<br>{m}" for w in ("librispeech", "uniform", "drift") for m in ("E2EL", "TTFT")]
+    fig = make_subplots(rows=1, cols=2)
+    for j in (1, 2):
+        fig.add_bar(x=cats, y=np.arange(6.0), row=1, col=j)
+    wrap_category_ticks(fig, 900)
+    a = -fig.layout.xaxis.tickangle
+    a0, a1 = _domain(fig.layout.xaxis)
+    slot = (a1 - a0) * (900 - _margin(fig, "l") - _margin(fig, "r")) / len(cats)
+    size = _font(fig.layout.xaxis)
+    w, h = 1.25 * max(text_width(c, size) for c in cats), 2 * 1.3 * size
+
+    def fits(deg):
+        return w * math.cos(math.radians(deg)) + h * math.sin(math.radians(deg)) <= slot * 0.9
+
+    assert a == next((d for d in (30, 45, 60, 75, 90) if fits(d)), 90)
+    assert not (w * math.cos(math.radians(75)) + h / 2 * math.sin(math.radians(75)) > slot * 0.9)  # one line: 75
+    assert a == 90
+
+
 def test_apply_layout_wraps_the_title_and_leaves_short_ones_alone():
     short = apply_layout(go.Figure(layout=dict(title="SJF halves P50 E2EL")))
     assert short.layout.title.text == "SJF halves P50 E2EL"

@@ -303,7 +303,8 @@ def wrap_category_ticks(fig: go.Figure, width: int) -> go.Figure:
             else:  # still too wide at the smallest legible size: slant the original labels instead,
                 # as little as lets each label's bounding box fit its slot
                 w = 1.25 * max(text_width(c, size) for c in cats)  # the estimate runs short of the render
-                h = 1.3 * size
+                lines = max(len(re.split(r"<br\s*/?>", c)) for c in cats)  # a label of two lines is twice as tall
+                h = 1.3 * size * lines
                 angle = next((a for a in (30, 45, 60, 75, 90)
                               if w * math.cos(math.radians(a)) + h * math.sin(math.radians(a)) <= slot * 0.9), 90)
                 ax.update(tickmode="auto", tickvals=None, ticktext=None, tickangle=-angle, automargin=True)
