@@ -184,11 +184,6 @@ def _q_pop(code, r, now, arr, est, low_depth, ratio_cap, k1, k2, kr, hsz, srid, 
 
 
 @njit(cache=True)
-def _q_len(code, r, hsz, nsl):
-    return hsz[r] if code <= 2 else nsl[r]
-
-
-@njit(cache=True)
 def _set_policy(r, new, pcode, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive):
     """Engine.set_policy: every waiting job re-pushed (in submission order) into a fresh queue."""
     old = pcode[r]
