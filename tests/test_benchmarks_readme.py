@@ -51,3 +51,20 @@ def test_check_measures_the_plugin_queue_for_real_and_reports_a_broken_module():
     broken = [r for r in rows if r["module"] == "bench_does_not_exist"]
     assert len(broken) == 1 and not broken[0]["passed"] and "ModuleNotFoundError" in broken[0]["note"]
     assert check.line(broken[0]).startswith("FAIL")
+
+
+def test_measured_study_row_reads_the_committed_full_run_and_judges_it(tmp_path):
+    """check.py's row for the A/B study run end to end: the committed wall time against 60 s, with its commit."""
+    import bench_abtest
+
+    row = bench_abtest.measured_study_row()  # the committed file itself
+    rec = json.loads((ROOT / "benchmarks" / "results" / "bench_abtest_study.json").read_text())
+    assert row["value"] == pytest.approx(rec["study"]["full"]["wall_s"])
+    assert row["passed"] == (row["value"] <= 60.0) and rec["provenance"]["commit"][:10] in row["note"]
+    fast = dict(rec, study=dict(rec["study"], full=dict(rec["study"]["full"], wall_s=41.5)))
+    (tmp_path / "fast.json").write_text(json.dumps(fast))
+    got = bench_abtest.measured_study_row(tmp_path / "fast.json")
+    assert got["passed"] and got["value"] == 41.5
+    (tmp_path / "none.json").write_text(json.dumps(dict(rec, study={"ratio": {}})))
+    none = bench_abtest.measured_study_row(tmp_path / "none.json")
+    assert not none["passed"] and math.isnan(none["value"]) and "--study-full" in none["note"]
