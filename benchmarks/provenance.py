@@ -45,8 +45,13 @@ def cpu_model() -> str:
 
 
 def provenance(paths: Sequence[str] = ("asrsched", "benchmarks")) -> dict:
-    """Commit, clean-tree flag for ``paths``, UTC date, CPU, cores, load average, Python, command."""
-    dirty = _git("status", "--porcelain", "--", *paths, strip=False).rstrip("\n")  # "XY path": keep column 0
+    """Commit, clean-tree flag for ``paths``, UTC date, CPU, cores, load average, Python, command.
+
+    Results files (``benchmarks/results/``) are not code: one benchmark writing its results
+    must not make the next one's tree look changed.
+    """
+    dirty = _git("status", "--porcelain", "--", *paths, ":(exclude)benchmarks/results",
+                 strip=False).rstrip("\n")  # "XY path": keep column 0
     try:
         load = [round(x, 2) for x in os.getloadavg()]
     except OSError:  # pragma: no cover
