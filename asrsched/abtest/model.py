@@ -401,8 +401,8 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
 
     # server pools: pool 0 = control servers, pool 1 = treatment servers (group design);
     # otherwise both pools hold all servers.
-    pools = np.empty((2, N), np.int64)  # row z: the servers arm z routes to (one array, indexed by row, so the
-    m0 = 0                              # loop never rebinds an array variable: no reference counting per job)
+    pools = np.empty((2, N), np.int64)  # row z: the servers arm z routes to (indexed by row: the loop never
+    m0 = 0                              # rebinds an array variable)
     m1 = 0
     for s in range(N):
         if design != 1 or group[s] == 0:
@@ -645,8 +645,8 @@ def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shap
     tot_dep = 0
     scan = N <= scan_max
 
-    pools = np.empty((2, N), np.int64)  # row z: the servers arm z routes to (one array, indexed by row, so the
-    m0 = 0                              # loop never rebinds an array variable: no reference counting per job)
+    pools = np.empty((2, N), np.int64)  # row z: the servers arm z routes to (indexed by row: the loop never
+    m0 = 0                              # rebinds an array variable)
     m1 = 0
     for s in range(N):
         if design != 1 or group[s] == 0:
