@@ -160,8 +160,7 @@ def _slot_take(r, i, srid, sarr, sinv, nsl, spos, alive):
 
 @njit(cache=True)
 def _q_pop(code, r, now, arr, est, low_depth, ratio_cap, k1, k2, kr, hsz, srid, sarr, sinv, nsl, spos, alive):
-    if code <= 2:
-        return _hpop(k1, k2, kr, hsz, r)
+    """Admit from the slots of ``hrrn`` (3) or ``adaptive`` (4); the heap policies pop inline in :func:`_loop`."""
     n = nsl[r]
     if code == 3:
         return _slot_take(r, _argbest(r, n, now, srid, sarr, sinv), srid, sarr, sinv, nsl, spos, alive)
