@@ -208,3 +208,32 @@ def test_compiled_dq_family_equals_the_numpy_reference(L):
     assert sweep[L]["wdq"].value == fam["wdq"].value and set(sweep) == {L, 2 * L}
     with pytest.raises(ValueError, match="costs"):
         E.dq_family(tr, L, costs=("q",))
+
+
+def test_compiled_sums_are_bit_identical_to_the_plain_numpy_ones():
+    """The one-pass prefix sums, the two-cost segment pass and the branch-free masked sums add the same
+    numbers in the same order as the numpy expressions and the one-cost pass they replace: equal bits."""
+    rng = np.random.default_rng(7)
+    n = 20_000
+    w = rng.exponential(size=n)
+    nb = rng.integers(0, 40, n).astype(np.int32)
+    lam_at = rng.uniform(10.0, 20.0, n)
+    z = (rng.random(n) < 0.5).astype(np.int8)
+    assert np.array_equal(E._cumsum0(w, np.ones(1)), np.concatenate(([0.0], np.cumsum(w))))
+    assert np.array_equal(E._cumsum0(nb, np.array([16.0])), np.concatenate(([0.0], np.cumsum(nb / 16.0))))
+    assert np.array_equal(E._cumsum0(nb, lam_at), np.concatenate(([0.0], np.cumsum(nb / lam_at))))
+    Cw, Cq = E._cumsum0(w, np.ones(1)), E._cumsum0(nb, lam_at)
+    seg = np.array([0, 37, 5000, 12_345, n - 300], np.int64)
+    s, s1, n1 = E._segment_sums2(Cw, 0, Cq, 1, 250, z, seg)
+    for row, (C, o) in enumerate(((Cw, 0), (Cq, 1))):
+        a, a1, c1 = E._segment_sums(C, o, 250, z, seg)
+        assert np.array_equal(s[row], a) and np.array_equal(s1[row], a1) and np.array_equal(n1, c1)
+    ms, ms1, mn1 = E._masked_sums(w, z, seg)
+    for i in range(seg.size - 1):
+        part, zp = w[seg[i]:seg[i + 1]], z[seg[i]:seg[i + 1]]
+        acc = acc1 = 0.0
+        for x, t in zip(part.tolist(), zp.tolist()):  # the plain loop: add the treated ones only
+            acc += x
+            if t == 1:
+                acc1 += x
+        assert ms[i] == acc and ms1[i] == acc1 and mn1[i] == int(zp.sum())

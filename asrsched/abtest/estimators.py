@@ -277,13 +277,29 @@ def _check_batches(n_batches) -> int:
 COSTS = ("w", "q", "qt")
 
 
+@njit(cache=True)
+def _cumsum0(x, scale):
+    """``[0, x0 / s0, x0 / s0 + x1 / s1, ...]`` (``scale``: one value or one per element), summed in order:
+    ``np.concatenate(([0.0], np.cumsum(x / scale)))`` in one pass, the same additions in the same order."""
+    n = x.shape[0]
+    out = np.empty(n + 1)
+    acc = 0.0
+    out[0] = 0.0
+    per = scale.shape[0] == n
+    s0 = scale[0]
+    for i in range(n):
+        acc += x[i] / (scale[i] if per else s0)
+        out[i + 1] = acc
+    return out
+
+
 def _prefix(traj: Trajectory, cost: str) -> tuple[np.ndarray, int]:
     """Prefix sums ``C`` and offset ``o`` with ``Q(k) = C[k + o + L] - C[k + o]`` (O(n) for every L)."""
     if cost == "w":
-        return np.concatenate(([0.0], np.cumsum(traj.response))), 0
+        return _cumsum0(np.ascontiguousarray(traj.response, np.float64), np.ones(1)), 0
     if cost == "q":
         lam = traj.lam_at if traj.lam_at is not None else traj.lam
-        return np.concatenate(([0.0], np.cumsum(traj.n_before / lam))), 1
+        return _cumsum0(np.ascontiguousarray(traj.n_before), np.atleast_1d(np.asarray(lam, np.float64))), 1
     if cost == "qt":
         if traj.area_at is None:
             raise ValueError("cost: 'qt' (time-integral of the number in system) needs a trajectory with area_at")
@@ -318,10 +334,10 @@ def _masked_sums(v, z, seg):
         c1 = 0
         for k in range(seg[i], seg[i + 1]):
             x = v[k]
+            t = z[k] == 1
             a += x
-            if z[k] == 1:
-                a1 += x
-                c1 += 1
+            a1 += x if t else 0.0  # a select, not a branch (z is a coin flip: a branch mispredicts half the time)
+            c1 += t
         s[i] = a
         s1[i] = a1
         n1[i] = c1
@@ -469,6 +485,36 @@ def _segment_sums(C, off, L, z, seg):
     return s, s1, n1
 
 
+@njit(cache=True)
+def _segment_sums2(Ca, oa, Cb, ob, L, z, seg):
+    """:func:`_segment_sums` of two costs in one pass (each total added up in the same order as alone)."""
+    ns = seg.size - 1
+    s = np.zeros((2, ns))
+    s1 = np.zeros((2, ns))
+    n1 = np.zeros(ns, np.int64)
+    for i in range(ns):
+        a = 0.0
+        a1 = 0.0
+        b = 0.0
+        b1 = 0.0
+        c1 = 0
+        for k in range(seg[i], seg[i + 1]):
+            zk = z[k]
+            qa = Ca[k + oa + L] - Ca[k + oa]
+            qb = Cb[k + ob + L] - Cb[k + ob]
+            a += qa
+            a1 += qa * zk
+            b += qb
+            b1 += qb * zk
+            c1 += zk
+        s[0, i] = a
+        s1[0, i] = a1
+        s[1, i] = b
+        s1[1, i] = b1
+        n1[i] = c1
+    return s, s1, n1
+
+
 def _edges(m: int, k: int) -> np.ndarray:
     return np.linspace(0, m, k + 1).astype(np.int64)
 
@@ -512,8 +558,16 @@ def dq_family(traj: Trajectory, L: int | None = None, n_batches: int = 20, alpha
     for c in costs:
         if c not in pre:
             pre[c] = _prefix(traj, c)
-        C, o = pre[c]
-        s, s1, n1 = _segment_sums(C, o, L, traj.z, seg)
+    sums = {}
+    for i in range(0, len(costs) - 1, 2):  # two costs per pass over the decisions
+        (Ca, oa), (Cb, ob) = pre[costs[i]], pre[costs[i + 1]]
+        s, s1, n1 = _segment_sums2(Ca, oa, Cb, ob, L, traj.z, seg)
+        sums[costs[i]], sums[costs[i + 1]] = (s[0], s1[0], n1), (s[1], s1[1], n1)
+    if len(costs) % 2:
+        C, o = pre[costs[-1]]
+        sums[costs[-1]] = _segment_sums(C, o, L, traj.z, seg)
+    for c in costs:
+        s, s1, n1 = sums[c]
         val[c], bat[c] = _diffs_from_sums(np.add.reduceat(s1, ia), np.add.reduceat(s, ia), np.add.reduceat(n1, ia), na)
         abat[c] = _diffs_from_sums(np.add.reduceat(s1, ib), np.add.reduceat(s, ib), np.add.reduceat(n1, ib), nb)[1]
     out = {f"{c}dq": batch_ci(f"{c}dq", val[c], bat[c], level) for c in costs}
