@@ -420,26 +420,74 @@ def switchback(traj: Trajectory, burn_in: float = 0.0, n_batches: int = 20, leve
         raise ValueError("traj: switchback needs a trajectory with 'block' and 'block_len' (design='switchback')")
     if not (0 <= burn_in < traj.block_len):
         raise ValueError(f"burn_in: must be in [0, block_len={traj.block_len}), got {burn_in!r}")
-    keep = (traj.arrival - traj.block * traj.block_len) >= burn_in
-    w, z, blk = traj.response[keep], traj.z[keep], traj.block[keep]
-    v = diff_means(w, z)
-    ub = np.unique(blk)
+    # the jobs kept are those past their block's first burn_in seconds (blocks run in time order)
+    arrival = np.ascontiguousarray(traj.arrival, np.float64)
+    block = np.ascontiguousarray(traj.block, np.int64)
+    ub, ordered = _kept_blocks(arrival, block, float(traj.block_len), float(burn_in))
+    if not ordered:
+        raise ValueError("traj.block: blocks must not decrease in arrival order (block = floor(arrival / block_len))")
     nb = min(n_batches, ub.size // 2)
-    if nb >= 1:
-        gstarts = ub[np.linspace(0, ub.size, nb + 1).astype(np.int64)[:-1]]
-        starts = np.searchsorted(blk, gstarts, side="left")
-        idx = np.append(starts[1:], blk.size)
-    else:
-        starts = idx = np.zeros(0, np.int64)
-    if starts.size:
-        bs, bs1, bn1 = _masked_sums(w, _as_z(z), np.append(starts, idx[-1]).astype(np.int64))
-        bn0 = (idx - starts) - bn1
+    gstarts = ub[np.linspace(0, ub.size, nb + 1).astype(np.int64)[:-1]] if nb >= 1 else np.zeros(0, np.int64)
+    tot, grp = _kept_sums(arrival, block, float(traj.block_len), float(burn_in),
+                          np.ascontiguousarray(traj.response, np.float64), _as_z(traj.z), gstarts)
+    s, s1, n1, n = tot
+    v = float("nan") if n1 == 0 or n1 == n else float(s1 / n1 - (s - s1) / (n - n1))
+    if gstarts.size:
+        bs, bs1, bn1, bn = grp
+        bn0 = bn - bn1
         with np.errstate(divide="ignore", invalid="ignore"):
             bats = bs1 / bn1 - (bs - bs1) / bn0
         bats[(bn1 == 0) | (bn0 == 0)] = np.nan
     else:
         bats = np.zeros(0)
     return batch_ci("switchback", v, bats, level)
+
+
+@njit(cache=True)
+def _kept_blocks(arrival, block, block_len, burn_in):
+    """The distinct blocks, in order, of the jobs past their block's first ``burn_in`` seconds, and whether
+    the blocks never decrease (the batches are runs of consecutive blocks)."""
+    out = np.empty(block.shape[0], np.int64)
+    m = 0
+    for j in range(arrival.shape[0]):
+        if j > 0 and block[j] < block[j - 1]:
+            return out[:0], False
+        if arrival[j] - block[j] * block_len >= burn_in and (m == 0 or out[m - 1] != block[j]):
+            out[m] = block[j]
+            m += 1
+    return out[:m], True
+
+
+@njit(cache=True)
+def _kept_sums(arrival, block, block_len, burn_in, w, z, gstarts):
+    """Over the kept jobs, in order (one pass, no copies): ``(sum w, sum w treated, treated, all)`` in total
+    and for each group of blocks ``[gstarts[g], gstarts[g + 1])``, each sum added up in job order."""
+    ng = gstarts.shape[0]
+    gs = np.zeros(ng)
+    gs1 = np.zeros(ng)
+    gn1 = np.zeros(ng, np.int64)
+    gn = np.zeros(ng, np.int64)
+    a = 0.0
+    a1 = 0.0
+    c1 = 0
+    c = 0
+    g = -1
+    for j in range(arrival.shape[0]):
+        if arrival[j] - block[j] * block_len >= burn_in:
+            x = w[j]
+            t = z[j] == 1
+            a += x
+            a1 += x if t else 0.0
+            c1 += t
+            c += 1
+            if ng:
+                while g + 1 < ng and block[j] >= gstarts[g + 1]:
+                    g += 1
+                gs[g] += x
+                gs1[g] += x if t else 0.0
+                gn1[g] += t
+                gn[g] += 1
+    return (a, a1, c1, c), (gs, gs1, gn1, gn)
 
 
 def dq(traj: Trajectory, L: int | None = None, cost: str = "w", n_batches: int = 20,
