@@ -47,7 +47,7 @@ import simpy
 from asrsched.core.policies import Job, make_queue
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Trace
-from asrsched.sim.engine import RECORD_COLUMNS, add_derived, estimate_services
+from asrsched.sim.engine import RECORD_COLUMNS, add_derived, estimate_services, work_tokens
 from asrsched.sim.fleet import make_router
 
 __all__ = ["simulate_fleet_simpy"]
@@ -148,6 +148,7 @@ def simulate_fleet_simpy(trace: Trace, *, n_replicas: int = 4, router: str = "ra
     for lg in pd.unique(lang):
         m = lang == lg
         est_tok[m] = service.est_tokens(trace.duration[m], str(lg))
+    est_tok = work_tokens(est_tok)  # the grid the fleet's work view reads (exact sums)
     overhead = float(service.overhead_s)
     reqs = [_Req(i, float(trace.arrival[i]), float(est[i]), float(trace.duration[i]), str(trace.language[i]),
                  int(trace.tokens[i]), float(enc[i]), float(est_tok[i])) for i in range(len(trace))]

@@ -78,6 +78,8 @@ __all__ = [
     "SimResult",
     "SimJob",
     "RECORD_COLUMNS",
+    "WORK_TOKEN_GRID",
+    "work_tokens",
     "CollectSink",
     "SummarySink",
     "ParquetSink",
@@ -437,6 +439,25 @@ class _Timeline:
         return pd.DataFrame({"time": self.t, "running": self.r, "waiting": self.q})
 
 
+# ----------------------------------------------------------------------------- size estimates a router reads
+
+WORK_TOKEN_GRID = 65536  # the size estimates of the work view are whole multiples of 1/65536 token
+
+
+def work_tokens(est_tokens) -> np.ndarray:
+    """Size estimates (tokens) rounded to the nearest multiple of ``1 / WORK_TOKEN_GRID`` token.
+
+    What :meth:`Engine.outstanding_work` reads. On this grid every estimate end (decode step
+    at admission plus the estimate) and every sum of them is exact in float64 while the sum
+    stays below 2**37 tokens (a replica 2**32 decode steps into a run, with 32 running), so
+    the sum does not depend on the order of adding: the Python engine adds sorted ends, the
+    compiled fleet keeps integer multiples of the grid, and both give the same bits. The
+    rounding moves an estimate by at most 2**-17 token.
+    """
+    x = np.asarray(est_tokens, dtype=float)
+    return np.rint(x * WORK_TOKEN_GRID) / WORK_TOKEN_GRID
+
+
 # ----------------------------------------------------------------------------- engine
 
 class Engine:
@@ -515,9 +536,10 @@ class Engine:
         The waiting jobs' estimated service times plus, for each running job, its
         estimated remaining tokens ``max(est_tokens[rid] - generated so far, 0)`` times
         the current decode step time; ``est_tokens[rid]`` is job ``rid``'s size estimate
-        (kappa x duration, in tokens). Call after ``run_until(at)``: if the clock already
-        jumped past ``at`` (to the next completion), the decode steps between ``at`` and
-        that point count as not yet done.
+        (kappa x duration, in tokens; on the grid of :func:`work_tokens`, so that the sums
+        here are exact and any order of adding gives the same value). Call after
+        ``run_until(at)``: if the clock already jumped past ``at`` (to the next completion),
+        the decode steps between ``at`` and that point count as not yet done.
 
         Equal (to rounding) to :func:`estimated_work` (the reference loop); this version
         keeps the running jobs' sorted estimate ends and their suffix sums, rebuilt only

@@ -78,7 +78,7 @@ import pandas as pd
 from asrsched.core.policies import POLICIES, validate_policies
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Drift, Trace, make_source, make_trace
-from asrsched.sim.engine import Engine, SimJob, chunk_jobs, estimated_work, simulate
+from asrsched.sim.engine import Engine, SimJob, chunk_jobs, estimated_work, simulate, work_tokens
 from asrsched.sim.kernels import language_codes
 
 __all__ = [
@@ -301,16 +301,17 @@ def make_router(name: str, rng: np.random.Generator | None = None, **params) -> 
 # ----------------------------------------------------------------------------- the fleet
 
 def _est_tokens(service: ServiceModel, trace: Trace, codes=None) -> np.ndarray:
-    """Size estimate (tokens, kappa x duration) of every request of ``trace``.
+    """Size estimate (tokens, kappa x duration) of every request of ``trace``, on the grid of
+    :func:`~asrsched.sim.engine.work_tokens` (what the work-reading routers see).
 
     ``codes``: ``language_codes(trace.language)`` when the caller has them already.
     """
     codes, names = codes or language_codes(trace.language)
     duration = np.asarray(trace.duration, float)
     if len(names) == 1:
-        return np.asarray(service.est_tokens(duration, names[0]), float).reshape(len(duration))
+        return work_tokens(np.asarray(service.est_tokens(duration, names[0]), float).reshape(len(duration)))
     kappa = np.array([service.kappa_for(x) for x in names])
-    return kappa[codes] * duration  # the product ServiceModel.est_tokens forms, request by request
+    return work_tokens(kappa[codes] * duration)  # the product ServiceModel.est_tokens forms, request by request
 
 
 class Fleet:

@@ -24,7 +24,10 @@ What the kernel mirrors, step for step:
   arrival order, so the request index is the submission order;
 * what a router sees: :meth:`~asrsched.sim.engine.Engine.n_in_system` and
   :meth:`~asrsched.sim.engine.Engine.outstanding_work` (computed with the same floating-point
-  operations in the same order, so ties and comparisons come out the same). The work
+  operations, so ties and comparisons come out the same; the sum of the running requests'
+  estimate ends is kept in integer multiples of the grid of
+  :func:`~asrsched.sim.engine.work_tokens`, exact and so equal to the engine's sorted float
+  sum, whatever the order). The work
   estimate reads only the size estimates ``kappa x duration`` (``est_tok``) and each running
   request's count of decode steps so far; the true token counts enter only the server side
   (when a request finishes), never a routing decision;
@@ -39,6 +42,8 @@ import math
 
 import numpy as np
 from numba import njit
+
+from asrsched.sim.engine import WORK_TOKEN_GRID
 
 __all__ = ["COMPILED_POLICIES", "COMPILED_ROUTERS", "run_fleet_kernel", "router_code"]
 
@@ -211,12 +216,13 @@ def _set_policy(r, new, pcode, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl,
 # adaptive queues (a scan per admission anyway) and policy switches stay calls.
 
 _DONE, _FULL = 0, 1
+_NONE = -(1 << 62)  # an empty slot of the estimate ends (never past any step)
 
 
 @njit(cache=True)
-def _loop(j, sw, arr, est, enc, tok, est_tok, M, steps, overhead, low_depth, ratio_cap, route_arm, inst_of_arm,
+def _loop(j, sw, arr, est, enc, tok, est_q, grid, M, steps, overhead, low_depth, ratio_cap, route_arm, inst_of_arm,
           r_code, r_d, U, cands, ncand, sw_req, sw_time, sw_code, pcode, k1, k2, kr, hsz, srid, sarr, sinv, nsl,
-          spos, alive, T, G, rf, rr, nrun, pend, npend, qest, jf, events, exs, suf, sufd, uptr, rrnext, samp, tied,
+          spos, alive, T, G, rf, rr, nrun, pend, npend, qest, jf, events, exq, uptr, rrnext, samp, tied,
           vals, admit, first, fin, replica, pos):  # noqa: C901 - one driver loop, kept flat on purpose
     """Run requests ``j`` (and switch ``sw``) onward; stop before a submit that would overflow a queue.
 
@@ -229,6 +235,8 @@ def _loop(j, sw, arr, est, enc, tok, est_tok, M, steps, overhead, low_depth, rat
     cap = kr.shape[1]
     nsw = sw_req.shape[0]
     work = False  # does a router read Engine.outstanding_work? (else the estimate ends need no upkeep)
+    unit = 1.0 / grid
+    W = exq.shape[1]
     for x in range(r_code.shape[0]):
         if r_code[x] == 3 or r_code[x] == 5:
             work = True
@@ -284,14 +292,8 @@ def _loop(j, sw, arr, est, enc, tok, est_tok, M, steps, overhead, low_depth, rat
                     admit[q] = t
                     t += enc[q]
                     b = nrun[r]
-                    if work:  # insert its estimate end into the sorted ends
-                        v = float(G[r]) + est_tok[q]
-                        p = b
-                        while p > 0 and exs[r, p - 1] > v:
-                            exs[r, p] = exs[r, p - 1]
-                            p -= 1
-                        exs[r, p] = v
-                        sufd[r] = True
+                    if work:  # its estimate end, in grid units (order-free: integer sums are exact)
+                        exq[r, b] = G[r] * grid + est_q[q]
                     f = G[r] + tok[q]  # running set: a heap of (finish step, request)
                     i = b
                     nrun[r] = b + 1
@@ -355,19 +357,13 @@ def _loop(j, sw, arr, est, enc, tok, est_tok, M, steps, overhead, low_depth, rat
                                 break
                         rf[r, i] = lf
                         rr[r, i] = lq
-                    if work:  # remove its estimate end (the first equal entry: bisect_left)
-                        v = float(G[r] - tok[q]) + est_tok[q]
-                        lo = 0
-                        hi = m + 1
-                        while lo < hi:
-                            mid = (lo + hi) >> 1
-                            if exs[r, mid] < v:
-                                lo = mid + 1
-                            else:
-                                hi = mid
-                        for i in range(lo, m):
-                            exs[r, i] = exs[r, i + 1]
-                        sufd[r] = True
+                    if work:  # remove its estimate end (an equal entry; the last one takes its place)
+                        v = (G[r] - tok[q]) * grid + est_q[q]
+                        i = 0
+                        while exq[r, i] != v:
+                            i += 1
+                        exq[r, i] = exq[r, m]
+                        exq[r, m] = _NONE
                     fin[q] = t + overhead
                     nf += 1
                 jf[r] = nf
@@ -412,37 +408,32 @@ def _loop(j, sw, arr, est, enc, tok, est_tok, M, steps, overhead, low_depth, rat
                 r = samp[c]
                 if rc == 2 or rc == 4:  # Engine.n_in_system
                     vals[c] = (hsz[r] if pcode[r] <= 2 else nsl[r]) + nrun[r] + (jf[r] if T[r] > a else 0)
-                else:  # Engine.outstanding_work, its floating-point operations in its order
+                else:  # Engine.outstanding_work: the same value, bit for bit
                     b = nrun[r]
                     if b == 0:
                         vals[c] = qest[r]
                         continue
-                    if sufd[r]:  # suffix sums of the sorted estimate ends, rebuilt when the set changed
-                        suf[r, b] = 0.0
-                        acc = 0.0
-                        for i in range(b - 1, -1, -1):
-                            acc += exs[r, i]
-                            suf[r, i] = acc
-                        sufd[r] = False
                     st = steps[b]
                     g = G[r]
                     if T[r] > a:
                         g -= int((T[r] - a) / st)
-                    gf = float(g)
-                    lo = 0
-                    for i in range(b):  # bisect_right on the sorted ends, as a count (b <= max_num_seqs: no branches)
-                        lo += exs[r, i] <= gf
-                    vals[c] = qest[r] + (suf[r, lo] - (b - lo) * g) * st
+                    gq = g * grid
+                    hs = 0  # the ends past step g (Engine's suffix sum, exact on the grid) and their count
+                    hn = 0
+                    for i in range(W):  # the whole row (unused slots hold _NONE): fixed length, no branches
+                        e = exq[r, i]
+                        h1 = e > gq
+                        hs += e * h1
+                        hn += h1
+                    vals[c] = qest[r] + (float(hs) * unit - hn * g) * st
             if rc <= 3:  # the least, ties broken by a uniform among the tied (in candidate order)
                 mv = np.inf
                 for c in range(nc):
-                    if vals[c] < mv:
-                        mv = vals[c]
+                    mv = min(mv, vals[c])
                 nt = 0
-                for c in range(nc):
-                    if vals[c] == mv:
-                        tied[nt] = samp[c]
-                        nt += 1
+                for c in range(nc):  # no branches: write, then keep it if tied
+                    tied[nt] = samp[c]
+                    nt += vals[c] == mv
                 if nt == 1:
                     dst = tied[0]
                 else:
@@ -506,7 +497,7 @@ def _grow(x, cap):
 
 
 @njit(cache=True)
-def _fleet(arr, est, enc, tok, est_tok, M, steps, overhead, pol0, low_depth, ratio_cap, route_arm, inst_of_arm,
+def _fleet(arr, est, enc, tok, est_q, grid, M, steps, overhead, pol0, low_depth, ratio_cap, route_arm, inst_of_arm,
            r_code, r_d, U, cands, ncand, sw_req, sw_time, sw_code):
     n = arr.shape[0]
     N = pol0.shape[0]
@@ -536,9 +527,7 @@ def _fleet(arr, est, enc, tok, est_tok, M, steps, overhead, pol0, low_depth, rat
     qest = np.zeros(N)
     jf = np.zeros(N, np.int64)
     events = np.zeros(N, np.int64)
-    exs = np.empty((N, M))
-    suf = np.empty((N, M + 1))
-    sufd = np.ones(N, np.bool_)
+    exq = np.full((N, (M + 7) // 8 * 8), _NONE, np.int64)  # rows in whole SIMD widths
     uptr = np.zeros(U.shape[0], np.int64)
     rrnext = np.zeros(U.shape[0], np.int64)
     samp = np.empty(N, np.int64)
@@ -547,9 +536,9 @@ def _fleet(arr, est, enc, tok, est_tok, M, steps, overhead, pol0, low_depth, rat
     pos = np.zeros(2, np.int64)
     j = 0
     sw = 0
-    while _loop(j, sw, arr, est, enc, tok, est_tok, M, steps, overhead, low_depth, ratio_cap, route_arm,
+    while _loop(j, sw, arr, est, enc, tok, est_q, grid, M, steps, overhead, low_depth, ratio_cap, route_arm,
                 inst_of_arm, r_code, r_d, U, cands, ncand, sw_req, sw_time, sw_code, pcode, k1, k2, kr, hsz, srid,
-                sarr, sinv, nsl, spos, alive, T, G, rf, rr, nrun, pend, npend, qest, jf, events, exs, suf, sufd,
+                sarr, sinv, nsl, spos, alive, T, G, rf, rr, nrun, pend, npend, qest, jf, events, exq,
                 uptr, rrnext, samp, tied, vals, admit, first, fin, replica, pos) == _FULL:
         j = pos[0]
         sw = pos[1]
@@ -583,6 +572,10 @@ def run_fleet_kernel(arrival, est, enc, tokens, est_tok, *, max_num_seqs: int, s
     catches up to ``time`` and re-orders its queue under ``policy``.
     """
     N = len(policies)
+    est_tok = np.asarray(est_tok, np.float64)
+    est_q = np.rint(est_tok * WORK_TOKEN_GRID).astype(np.int64)
+    if not np.array_equal(est_q / WORK_TOKEN_GRID, est_tok):
+        raise ValueError("est_tok: the size estimates must lie on the grid of asrsched.sim.engine.work_tokens")
     pp = dict(policy_params or {})
     low_depth = int(pp.pop("low_depth", 4))
     ratio_cap = float(pp.pop("ratio_cap", 50.0))
@@ -612,7 +605,7 @@ def run_fleet_kernel(arrival, est, enc, tokens, est_tok, *, max_num_seqs: int, s
     admit, first, fin, replica, events = _fleet(
         np.ascontiguousarray(arrival, np.float64), np.ascontiguousarray(est, np.float64),
         np.ascontiguousarray(enc, np.float64), np.ascontiguousarray(tokens, np.int64),
-        np.ascontiguousarray(est_tok, np.float64), int(max_num_seqs), np.asarray(steps, np.float64), float(overhead),
+        est_q, WORK_TOKEN_GRID, int(max_num_seqs), np.asarray(steps, np.float64), float(overhead),
         np.array([COMPILED_POLICIES[p] for p in policies], np.int64), low_depth, ratio_cap,
         np.ascontiguousarray(route_arm, np.int64), inst_of_arm, r_code, r_d, U, C, nc, sw_req, sw_time, sw_code)
     return admit, first, fin, replica, int(events)
