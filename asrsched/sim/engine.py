@@ -349,9 +349,23 @@ class SimResult:
 
 # ----------------------------------------------------------------------------- helpers
 
-def estimate_services(service: ServiceModel, duration: np.ndarray, language: np.ndarray) -> np.ndarray:
-    """Estimated service time per request (batch-1 time from kappa x duration)."""
+def estimate_services(service: ServiceModel, duration: np.ndarray, language: np.ndarray,
+                      codes: tuple[np.ndarray, list[str]] | None = None) -> np.ndarray:
+    """Estimated service time per request (batch-1 time from kappa x duration).
+
+    ``codes``: the language column as ``(codes, names)`` (:func:`asrsched.sim.kernels.language_codes`)
+    when the caller has it already; the values are the same either way.
+    """
     duration = np.asarray(duration, float)
+    if codes is not None:
+        c, names = codes
+        if len(names) == 1:
+            return np.asarray(service.service_time(duration, names[0]), float).reshape(len(duration))
+        est = np.empty(len(duration))
+        for i, name in enumerate(names):
+            m = c == i
+            est[m] = service.service_time(duration[m], name)
+        return est
     language = np.asarray(language, dtype=object)
     single = len(language) and language[0] == language[-1] and (language == language[0]).all()
     langs = language[:1] if single else pd.unique(language)

@@ -465,24 +465,30 @@ def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str
 _PREP: dict = {}  # per-trace inputs of the compiled fleet (the designs of a replication replay one trace)
 
 
+def _service_key(service: ServiceModel) -> tuple:
+    """What of ``service`` the per-trace inputs depend on (its kappa table can change in place)."""
+    return (service.encode_s_per_window, service.decode_s_per_token, service.decode_batch_slope, service.window_s,
+            tuple(service.kappa.items()))
+
+
 def _prepared(trace: Trace, service: ServiceModel):
     """``(est_service, encoder s, est tokens, language column)`` of ``trace`` under ``service``, cached.
 
-    Keyed by the identity of the trace's duration, language and token arrays (held by weak
-    reference, so a replaced array is a miss) and by the service model's parameters.
+    Keyed by the identity of the trace's duration and language arrays (held by weak
+    reference, so a replaced array is a miss), its length, and the service model's
+    parameters that enter them.
     """
     import weakref
 
     from asrsched.sim.engine import estimate_services
 
-    skey = json.dumps(service.to_dict(), sort_keys=True, default=float)
-    key = (id(trace.duration), id(trace.language), len(trace), skey)
+    key = (id(trace.duration), id(trace.language), len(trace), _service_key(service))
     hit = _PREP.get(key)
     if hit is not None and hit[0]() is trace.duration and hit[1]() is trace.language:
         return hit[2]
-    est = estimate_services(service, trace.duration, trace.language)
-    enc = np.asarray(service.windows(trace.duration)) * float(service.encode_s_per_window)
     codes = language_codes(trace.language)
+    est = estimate_services(service, trace.duration, trace.language, codes)
+    enc = np.asarray(service.windows(trace.duration)) * float(service.encode_s_per_window)
     # the records' language column: the distinct names, taken by code (one string per name, not per request)
     lang = pd.array(codes[1], dtype="str").take(codes[0])
     val = (est, enc, _est_tokens(service, trace, codes), lang)
@@ -495,8 +501,40 @@ def _prepared(trace: Trace, service: ServiceModel):
     return val
 
 
-def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_num_seqs, policy_params, extra):
+_FLOAT_COLS = ("arrival", "duration", "est_service", "admit", "first_token", "finish", "queue_delay", "ttft", "e2el")
+
+
+def _records_frame(fl: np.ndarray, ints: np.ndarray, lang, extra: dict) -> pd.DataFrame:
+    """The records frame from its blocks, without a copy (:func:`pandas.api.internals.create_dataframe_from_blocks`).
+
+    ``fl``: the float columns ``_FLOAT_COLS`` as rows; ``ints``: ``rid``, ``tokens``, ``replica``;
+    ``lang``: the language column (an extension array of this frame's own); ``extra``: more
+    columns, each its own block. Columns in the order of :func:`asrsched.sim.engine.add_derived`
+    (``RECORD_COLUMNS``, ``queue_delay``, ``ttft``, ``e2el``, ``replica``), then ``extra``.
+    Built from fresh arrays only, so that no other frame shares them. The same frame as
+    ``pd.DataFrame(dict)`` gives (``tests/test_fleet_compiled.py`` compares them), at a
+    fraction of the cost: the dict constructor copies every column into new blocks, which
+    for a fleet run of a few thousand requests cost as much as the simulation.
+    """
+    from pandas.api.internals import create_dataframe_from_blocks
+
     from asrsched.sim.engine import RECORD_COLUMNS
+
+    cols = [*RECORD_COLUMNS, "queue_delay", "ttft", "e2el", "replica", *extra]
+    at = {c: i for i, c in enumerate(cols)}
+    n = fl.shape[1]
+    blocks = [(fl, np.array([at[c] for c in _FLOAT_COLS], np.intp)),
+              (ints, np.array([at["rid"], at["tokens"], at["replica"]], np.intp)),
+              (lang, np.array([at["language"]], np.intp))]
+    for k, v in extra.items():
+        v = np.array(v, copy=True)
+        if v.shape != (n,):
+            raise ValueError(f"extra[{k!r}]: need one value per request ({n}), got shape {v.shape}")
+        blocks.append((v.reshape(1, n), np.array([at[k]], np.intp)))
+    return create_dataframe_from_blocks(blocks, index=pd.RangeIndex(n), columns=pd.Index(cols))
+
+
+def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_num_seqs, policy_params, extra):
     from asrsched.sim.fleet_kernels import run_fleet_kernel
 
     M = int(max_num_seqs)
@@ -511,21 +549,26 @@ def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_n
         d = int(kw.get("d", 1))
         k = n * _uniform_uses(key, d, len(cands[i])) + 1
         specs.append((key, d, np.random.default_rng(seed).random(k), i))
-    admit, first, fin, replica, events = run_fleet_kernel(
+    # the records' blocks, filled in place: the kernel writes admit / first token / finish and the replica
+    fl = np.empty((len(_FLOAT_COLS), n))
+    arrival, duration, est_c, admit, first, fin, qd, ttft, e2el = fl
+    np.copyto(arrival, trace.arrival)
+    np.copyto(duration, trace.duration)
+    np.copyto(est_c, est)
+    ints = np.empty((3, n), np.int64)
+    rid, tokens, replica = ints
+    rid[:] = np.arange(n)
+    np.copyto(tokens, trace.tokens)
+    *_, events = run_fleet_kernel(
         trace.arrival, est, enc, trace.tokens, est_tok, max_num_seqs=M, steps=steps,
         overhead=float(service.overhead_s), policies=[str(p).lower() for p in policies], route_arm=arm,
         routers=specs, cands=cands, switches=[(int(a), float(t), str(p).lower()) for a, t, p in switches],
-        policy_params=policy_params)
-    arrival = np.asarray(trace.arrival, float)
-    rec = pd.DataFrame({"rid": np.arange(n, dtype=np.int64), "arrival": arrival,
-                        "duration": np.asarray(trace.duration, float), "language": lang, "est_service": est,
-                        "tokens": np.asarray(trace.tokens, np.int64), "admit": admit, "first_token": first,
-                        "finish": fin,
-                        # the derived columns of asrsched.sim.engine.add_derived, in its order
-                        "queue_delay": admit - arrival, "ttft": first - arrival, "e2el": fin - arrival,
-                        "replica": replica.astype(np.int64), **extra},
-                       columns=[*RECORD_COLUMNS, "queue_delay", "ttft", "e2el", "replica", *extra])
-    return rec, events
+        policy_params=policy_params, out=(admit, first, fin, replica))
+    # the derived columns of asrsched.sim.engine.add_derived
+    np.subtract(admit, arrival, out=qd)
+    np.subtract(first, arrival, out=ttft)
+    np.subtract(fin, arrival, out=e2el)
+    return _records_frame(fl, ints, lang.copy(), extra), events
 
 
 @dataclass

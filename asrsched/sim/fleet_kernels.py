@@ -217,12 +217,13 @@ def _set_policy(r, new, pcode, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl,
 
 _DONE, _FULL = 0, 1
 _NONE = -(1 << 62)  # an empty slot of the estimate ends (never past any step)
+_NOSTEP = 1 << 62  # the next completion step of an empty running set
 
 
 @njit(cache=True)
 def _loop(j, sw, arr, est, enc, tok, est_q, grid, M, steps, overhead, low_depth, ratio_cap, route_arm, inst_of_arm,
           r_code, r_d, U, cands, ncand, sw_req, sw_time, sw_code, pcode, k1, k2, kr, hsz, srid, sarr, sinv, nsl,
-          spos, alive, T, G, rf, rr, nrun, pend, npend, qest, jf, events, exq, uptr, rrnext, samp, tied,
+          spos, alive, T, G, rf, rr, rmin, nrun, pend, npend, qest, jf, events, exq, uptr, rrnext, samp, tied,
           vals, admit, first, fin, replica, pos):  # noqa: C901 - one driver loop, kept flat on purpose
     """Run requests ``j`` (and switch ``sw``) onward; stop before a submit that would overflow a queue.
 
@@ -291,22 +292,15 @@ def _loop(j, sw, arr, est, enc, tok, est_q, grid, M, steps, overhead, low_depth,
                     qest[r] -= est[q]
                     admit[q] = t
                     t += enc[q]
-                    b = nrun[r]
+                    b = nrun[r]  # into the next free slot of the running set
+                    f = G[r] + tok[q]
+                    rf[r, b] = f
+                    rr[r, b] = q
+                    if f < rmin[r]:
+                        rmin[r] = f
                     if work:  # its estimate end, in grid units (order-free: integer sums are exact)
                         exq[r, b] = G[r] * grid + est_q[q]
-                    f = G[r] + tok[q]  # running set: a heap of (finish step, request)
-                    i = b
                     nrun[r] = b + 1
-                    while i > 0:
-                        p = (i - 1) >> 1
-                        if f < rf[r, p] or (f == rf[r, p] and q < rr[r, p]):
-                            rf[r, i] = rf[r, p]
-                            rr[r, i] = rr[r, p]
-                            i = p
-                        else:
-                            break
-                    rf[r, i] = f
-                    rr[r, i] = q
                     pend[r, npend[r]] = q
                     npend[r] += 1
                 T[r] = t
@@ -320,7 +314,7 @@ def _loop(j, sw, arr, est, enc, tok, est_q, grid, M, steps, overhead, low_depth,
                     break
                 b = nrun[r]
                 st = steps[b]
-                k = rf[r, 0] - G[r]  # decode steps to the next completion ...
+                k = rmin[r] - G[r]  # decode steps to the next completion ...
                 if b < M and h < math.inf:  # ... or to the first step boundary at or after h
                     ka = max(1, math.ceil((h - t) / st - 1e-9))
                     if ka < k:
@@ -334,38 +328,27 @@ def _loop(j, sw, arr, est, enc, tok, est_q, grid, M, steps, overhead, low_depth,
                 G[r] += k
                 T[r] = t
                 nf = 0
-                while nrun[r] > 0 and rf[r, 0] == G[r]:  # completions
-                    q = rr[r, 0]
-                    m = nrun[r] - 1
-                    nrun[r] = m
-                    if m > 0:
-                        lf = rf[r, m]
-                        lq = rr[r, m]
-                        i = 0
-                        while True:
-                            c = 2 * i + 1
-                            if c >= m:
-                                break
-                            if c + 1 < m and (rf[r, c + 1] < rf[r, c]
-                                              or (rf[r, c + 1] == rf[r, c] and rr[r, c + 1] < rr[r, c])):
-                                c += 1
-                            if rf[r, c] < lf or (rf[r, c] == lf and rr[r, c] < lq):
-                                rf[r, i] = rf[r, c]
-                                rr[r, i] = rr[r, c]
-                                i = c
-                            else:
-                                break
-                        rf[r, i] = lf
-                        rr[r, i] = lq
-                    if work:  # remove its estimate end (an equal entry; the last one takes its place)
-                        v = (G[r] - tok[q]) * grid + est_q[q]
-                        i = 0
-                        while exq[r, i] != v:
+                g = G[r]
+                if rmin[r] == g:  # completions: every slot finishing at step g leaves, the last slot takes its place
+                    m = nrun[r]
+                    lo = _NOSTEP
+                    i = 0
+                    while i < m:
+                        f = rf[r, i]
+                        if f == g:
+                            fin[rr[r, i]] = t + overhead
+                            nf += 1
+                            m -= 1
+                            rf[r, i] = rf[r, m]
+                            rr[r, i] = rr[r, m]
+                            exq[r, i] = exq[r, m]
+                            exq[r, m] = _NONE
+                        else:
+                            if f < lo:
+                                lo = f
                             i += 1
-                        exq[r, i] = exq[r, m]
-                        exq[r, m] = _NONE
-                    fin[q] = t + overhead
-                    nf += 1
+                    nrun[r] = m
+                    rmin[r] = lo
                 jf[r] = nf
         if kind == 2:
             return _DONE
@@ -498,13 +481,13 @@ def _grow(x, cap):
 
 @njit(cache=True)
 def _fleet(arr, est, enc, tok, est_q, grid, M, steps, overhead, pol0, low_depth, ratio_cap, route_arm, inst_of_arm,
-           r_code, r_d, U, cands, ncand, sw_req, sw_time, sw_code):
+           r_code, r_d, U, cands, ncand, sw_req, sw_time, sw_code, admit, first, fin, replica):
     n = arr.shape[0]
     N = pol0.shape[0]
-    admit = np.full(n, np.nan)
-    first = np.full(n, np.nan)
-    fin = np.full(n, np.nan)
-    replica = np.zeros(n, np.int64)
+    admit[:] = np.nan
+    first[:] = np.nan
+    fin[:] = np.nan
+    replica[:] = 0
     pcode = pol0.copy()
     cap = 256
     k1 = np.empty((N, cap))
@@ -521,6 +504,7 @@ def _fleet(arr, est, enc, tok, est_q, grid, M, steps, overhead, pol0, low_depth,
     G = np.zeros(N, np.int64)
     rf = np.empty((N, M), np.int64)
     rr = np.empty((N, M), np.int64)
+    rmin = np.full(N, _NOSTEP, np.int64)
     nrun = np.zeros(N, np.int64)
     pend = np.empty((N, M), np.int64)
     npend = np.zeros(N, np.int64)
@@ -538,7 +522,7 @@ def _fleet(arr, est, enc, tok, est_q, grid, M, steps, overhead, pol0, low_depth,
     sw = 0
     while _loop(j, sw, arr, est, enc, tok, est_q, grid, M, steps, overhead, low_depth, ratio_cap, route_arm,
                 inst_of_arm, r_code, r_d, U, cands, ncand, sw_req, sw_time, sw_code, pcode, k1, k2, kr, hsz, srid,
-                sarr, sinv, nsl, spos, alive, T, G, rf, rr, nrun, pend, npend, qest, jf, events, exq,
+                sarr, sinv, nsl, spos, alive, T, G, rf, rr, rmin, nrun, pend, npend, qest, jf, events, exq,
                 uptr, rrnext, samp, tied, vals, admit, first, fin, replica, pos) == _FULL:
         j = pos[0]
         sw = pos[1]
@@ -549,7 +533,7 @@ def _fleet(arr, est, enc, tok, est_q, grid, M, steps, overhead, pol0, low_depth,
         srid = _grow(srid, cap)
         sarr = _grow(sarr, cap)
         sinv = _grow(sinv, cap)
-    return admit, first, fin, replica, events.sum()
+    return events.sum()
 
 
 # ----------------------------------------------------------------------------- Python entry
@@ -560,8 +544,12 @@ def router_code(key: str) -> int:
 
 
 def run_fleet_kernel(arrival, est, enc, tokens, est_tok, *, max_num_seqs: int, steps, overhead: float,
-                     policies, route_arm, routers, cands, switches=(), policy_params: dict | None = None):
+                     policies, route_arm, routers, cands, switches=(), policy_params: dict | None = None, out=None):
     """Run the compiled fleet; returns ``(admit, first_token, finish, replica, events)``.
+
+    ``out``: four arrays of one entry per request (float64, float64, float64, int64; each
+    C-contiguous) to write ``admit``, ``first_token``, ``finish`` and ``replica`` into (e.g. rows
+    of the records' blocks); by default new ones.
 
     ``policies``: the initial policy name of each replica; ``route_arm[j]`` the arm (0/1) whose
     router and candidate replicas route request ``j``; ``routers[arm]`` a tuple
@@ -602,10 +590,19 @@ def run_fleet_kernel(arrival, est, enc, tokens, est_tok, *, max_num_seqs: int, s
     sw_req = np.array([s[0] for s in switches], np.int64)
     sw_time = np.array([s[1] for s in switches], np.float64)
     sw_code = np.array([COMPILED_POLICIES[s[2]] for s in switches], np.int64)
-    admit, first, fin, replica, events = _fleet(
+    n = len(arrival)
+    if out is None:
+        out = (np.empty(n), np.empty(n), np.empty(n), np.empty(n, np.int64))
+    admit, first, fin, replica = out
+    for x, dt in zip(out, (np.float64, np.float64, np.float64, np.int64)):
+        if x.dtype != dt or x.shape != (n,) or not x.flags.c_contiguous or not x.flags.writeable:
+            raise ValueError("out: need four writeable C-contiguous arrays of one entry per request "
+                             "(float64 x 3, int64)")
+    events = _fleet(
         np.ascontiguousarray(arrival, np.float64), np.ascontiguousarray(est, np.float64),
         np.ascontiguousarray(enc, np.float64), np.ascontiguousarray(tokens, np.int64),
         est_q, WORK_TOKEN_GRID, int(max_num_seqs), np.asarray(steps, np.float64), float(overhead),
         np.array([COMPILED_POLICIES[p] for p in policies], np.int64), low_depth, ratio_cap,
-        np.ascontiguousarray(route_arm, np.int64), inst_of_arm, r_code, r_d, U, C, nc, sw_req, sw_time, sw_code)
+        np.ascontiguousarray(route_arm, np.int64), inst_of_arm, r_code, r_d, U, C, nc, sw_req, sw_time, sw_code,
+        admit, first, fin, replica)
     return admit, first, fin, replica, int(events)
