@@ -77,7 +77,7 @@ from asrsched.abtest.estimators import Trajectory
 from asrsched.core.policies import validate_policies
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Trace
-from asrsched.sim.fleet import FleetResult, cluster_trace, run_fleet, validate_router, validate_run
+from asrsched.sim.fleet import FleetResult, cluster_trace, design_streams, run_fleet, validate_router, validate_run
 
 __all__ = [
     "ABTest",
@@ -252,8 +252,7 @@ def run_experiment(trace: Trace, test: ABTest, *, n_replicas: int = 4, service: 
     t0 = time.perf_counter()
     service = service or default_service_model()
     N = int(n_replicas)
-    ss = np.random.SeedSequence(int(seed))
-    s_design, s_rc, s_rt = ss.spawn(3)
+    s_design, s_rc, s_rt = design_streams(seed)
     rng = np.random.default_rng(s_design)
     design = test.design
 

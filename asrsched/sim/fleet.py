@@ -88,6 +88,7 @@ __all__ = [
     "make_router",
     "validate_router",
     "validate_run",
+    "design_streams",
     "estimated_work",
     "FleetView",
     "Fleet",
@@ -471,6 +472,12 @@ def _service_key(service: ServiceModel) -> tuple:
             tuple(service.kappa.items()))
 
 
+@lru_cache(maxsize=64)
+def _names_array(names: tuple[str, ...]):
+    """The distinct language names as a pandas string array (taken by code for a records column)."""
+    return pd.array(list(names), dtype="str")
+
+
 def _prepared(trace: Trace, service: ServiceModel):
     """``(est_service, encoder s, est tokens, language column)`` of ``trace`` under ``service``, cached.
 
@@ -490,7 +497,7 @@ def _prepared(trace: Trace, service: ServiceModel):
     est = estimate_services(service, trace.duration, trace.language, codes)
     enc = np.asarray(service.windows(trace.duration)) * float(service.encode_s_per_window)
     # the records' language column: the distinct names, taken by code (one string per name, not per request)
-    lang = pd.array(codes[1], dtype="str").take(codes[0])
+    lang = _names_array(tuple(codes[1])).take(codes[0])
     val = (est, enc, _est_tokens(service, trace, codes), lang)
     if len(_PREP) >= 8:
         _PREP.clear()
@@ -518,20 +525,34 @@ def _records_frame(fl: np.ndarray, ints: np.ndarray, lang, extra: dict) -> pd.Da
     """
     from pandas.api.internals import create_dataframe_from_blocks
 
-    from asrsched.sim.engine import RECORD_COLUMNS
-
-    cols = [*RECORD_COLUMNS, "queue_delay", "ttft", "e2el", "replica", *extra]
-    at = {c: i for i, c in enumerate(cols)}
+    columns, (p_fl, p_int, p_lang, *p_extra) = _records_layout(tuple(extra))
     n = fl.shape[1]
-    blocks = [(fl, np.array([at[c] for c in _FLOAT_COLS], np.intp)),
-              (ints, np.array([at["rid"], at["tokens"], at["replica"]], np.intp)),
-              (lang, np.array([at["language"]], np.intp))]
-    for k, v in extra.items():
+    blocks = [(fl, p_fl), (ints, p_int), (lang, p_lang)]
+    for (k, v), p in zip(extra.items(), p_extra):
         v = np.array(v, copy=True)
         if v.shape != (n,):
             raise ValueError(f"extra[{k!r}]: need one value per request ({n}), got shape {v.shape}")
-        blocks.append((v.reshape(1, n), np.array([at[k]], np.intp)))
-    return create_dataframe_from_blocks(blocks, index=pd.RangeIndex(n), columns=pd.Index(cols))
+        blocks.append((v.reshape(1, n), p))
+    return create_dataframe_from_blocks(blocks, index=pd.RangeIndex(n), columns=columns)
+
+
+@lru_cache(maxsize=16)
+def _records_layout(extra: tuple[str, ...]) -> tuple[pd.Index, tuple[np.ndarray, ...]]:
+    """The records' column index and each block's column positions (float, int, language, then ``extra``)."""
+    from asrsched.sim.engine import RECORD_COLUMNS
+
+    cols = [*RECORD_COLUMNS, "queue_delay", "ttft", "e2el", "replica", *extra]
+    if len(set(cols)) != len(cols):
+        raise ValueError(f"extra: column names must be new, got {list(extra)}")
+    at = {c: i for i, c in enumerate(cols)}
+    pos = [[at[c] for c in _FLOAT_COLS], [at["rid"], at["tokens"], at["replica"]], [at["language"]],
+           *[[at[k]] for k in extra]]
+    out = []
+    for p in pos:
+        a = np.array(p, np.intp)
+        a.flags.writeable = False
+        out.append(a)
+    return pd.Index(cols), tuple(out)
 
 
 def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_num_seqs, policy_params, extra):
@@ -605,6 +626,16 @@ class FleetResult:
         return pd.DataFrame({"requests": g.size(), "mean_e2el_s": g.e2el.mean()})
 
 
+@lru_cache(maxsize=256)
+def design_streams(seed: int) -> tuple[np.random.SeedSequence, ...]:
+    """A run's three random streams ``(design, control, treatment)``: ``SeedSequence(seed).spawn(3)``.
+
+    Every run with this ``seed`` gets the same three (cached: only ever passed to
+    :func:`numpy.random.default_rng`, which does not change them).
+    """
+    return tuple(np.random.SeedSequence(int(seed)).spawn(3))
+
+
 def validate_run(trace: Trace, n_replicas, warmup_s) -> None:
     """``ValueError`` naming the parameter unless ``n_replicas >= 1``, ``warmup_s >= 0`` and ``trace`` is not empty."""
     if not isinstance(n_replicas, (int, np.integer)) or isinstance(n_replicas, bool) or n_replicas < 1:
@@ -629,7 +660,7 @@ def run_cluster(trace: Trace, *, n_replicas: int = 4, router: str = "random", po
     validate_policies([policy])
     t0 = time.perf_counter()
     N = int(n_replicas)
-    _, s_router, _ = np.random.SeedSequence(int(seed)).spawn(3)  # the design's streams: (design, control, treatment)
+    _, s_router, _ = design_streams(seed)
     service = service or default_service_model()
     n = len(trace)
     rec, events, used = run_fleet(trace, [policy] * N, [(router, s_router)], service=service,

@@ -560,9 +560,9 @@ def run_fleet_kernel(arrival, est, enc, tokens, est_tok, *, max_num_seqs: int, s
     catches up to ``time`` and re-orders its queue under ``policy``.
     """
     N = len(policies)
-    est_tok = np.asarray(est_tok, np.float64)
-    est_q = np.rint(est_tok * WORK_TOKEN_GRID).astype(np.int64)
-    if not np.array_equal(est_q / WORK_TOKEN_GRID, est_tok):
+    x = np.asarray(est_tok, np.float64) * WORK_TOKEN_GRID  # exact: a power of two
+    est_q = x.astype(np.int64)
+    if not np.array_equal(est_q, x):
         raise ValueError("est_tok: the size estimates must lie on the grid of asrsched.sim.engine.work_tokens")
     pp = dict(policy_params or {})
     low_depth = int(pp.pop("low_depth", 4))
