@@ -195,3 +195,83 @@ def test_deep_queues_of_an_overloaded_fleet_stay_identical():
             assert b.records.queue_delay.max() > 60  # deep queues really formed (the kinetic tree was used)
         waiting = np.searchsorted(np.sort(b.records.admit.to_numpy()), b.records.arrival.to_numpy(), side="right")
         assert (np.arange(len(tr)) + 1 - waiting).max() > 2 * 256  # more than 256 waiting on one of 2 replicas
+
+
+# ----------------------------------------------------------------------------- the work view's exact sums
+
+def test_work_tokens_lie_on_the_grid_and_move_an_estimate_by_at_most_half_a_step():
+    from asrsched.sim.engine import WORK_TOKEN_GRID, work_tokens
+
+    x = np.random.default_rng(0).uniform(0, 2000, 10_000)
+    w = work_tokens(x)
+    assert np.array_equal(w * WORK_TOKEN_GRID, np.rint(w * WORK_TOKEN_GRID))
+    assert np.abs(w - x).max() <= 0.5 / WORK_TOKEN_GRID
+    assert np.abs(w - x).max() > 0  # the estimates really were rounded (this would pass vacuously otherwise)
+
+
+def test_sums_of_estimate_ends_on_the_grid_do_not_depend_on_the_order_of_adding():
+    """What lets the kernel keep integer sums where the Python engine adds sorted floats."""
+    from asrsched.sim.engine import WORK_TOKEN_GRID, work_tokens
+
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        b = int(rng.integers(1, 33))
+        g0 = rng.integers(0, 10**7, b).astype(float)  # decode step at admission
+        ends = g0 + work_tokens(rng.uniform(0, 500, b) * rng.choice([1.0, 3.7, 4.1], b))
+        s = sorted(ends)
+        fwd = 0.0
+        for v in s:
+            fwd += v
+        rev = 0.0
+        for v in reversed(s):
+            rev += v
+        shuffled = 0.0
+        for v in rng.permutation(ends):
+            shuffled += v
+        ints = int(np.rint(np.asarray(ends) * WORK_TOKEN_GRID).astype(np.int64).sum())
+        assert fwd == rev == shuffled == ints / WORK_TOKEN_GRID
+    # off the grid, the order matters (the reason for the grid)
+    x = [0.1, 0.2, 0.3]
+    assert (x[0] + x[1]) + x[2] != x[0] + (x[1] + x[2])
+
+
+def test_the_kernel_refuses_size_estimates_off_the_grid(busy):
+    from asrsched.sim.fleet_kernels import run_fleet_kernel
+
+    tr, _ = busy
+    n = len(tr)
+    est_tok = np.full(n, 10.0)
+    est_tok[7] = 10.1  # not a multiple of 1/65536
+    with pytest.raises(ValueError, match="grid of asrsched.sim.engine.work_tokens"):
+        run_fleet_kernel(tr.arrival, np.ones(n), np.ones(n), tr.tokens, est_tok, max_num_seqs=4,
+                         steps=np.linspace(0, 0.1, 5), overhead=0.0, policies=["fcfs"] * 2,
+                         route_arm=np.zeros(n, np.int64), routers=[("least_work", 1, np.zeros(n + 1), 0)],
+                         cands=[[0, 1]])
+
+
+# ----------------------------------------------------------------------------- the records frame
+
+def test_records_are_each_runs_own_even_where_their_inputs_are_cached(busy):
+    """The compiled fleet builds its records from blocks without a copy; no two frames share one."""
+    tr, _ = busy
+    a = run_cluster(tr, n_replicas=4, router="least_work", seed=2).records
+    ref = run_cluster(tr, n_replicas=4, router="least_work", seed=2, engine="python").records
+    a.loc[0, "language"] = "xx"
+    a.loc[0, "est_service"] = -1.0
+    a.loc[0, "replica"] = 99
+    b = run_cluster(tr, n_replicas=4, router="least_work", seed=2).records  # the same cached per-trace inputs
+    pd.testing.assert_frame_equal(b, ref, check_exact=True)
+    assert a.loc[0, "language"] == "xx" and b.loc[0, "language"] == ref.loc[0, "language"]
+    # a frame like any other: it filters, groups and grows
+    assert len(b[b.arrival >= 10.0]) == int((ref.arrival >= 10.0).sum())
+    b["x"] = 1.0
+    assert b.groupby("replica").size().sum() == len(tr)
+
+
+def test_extra_columns_must_be_new_names_and_one_value_per_request(busy):
+    tr, _ = busy
+    n = len(tr)
+    with pytest.raises(ValueError, match="column names must be new"):
+        run_fleet(tr, ["fcfs"] * 2, [("random", 0)], extra={"ttft": np.zeros(n)})
+    with pytest.raises(ValueError, match="one value per request"):
+        run_fleet(tr, ["fcfs"] * 2, [("random", 0)], extra={"z2": np.zeros(n - 1)})

@@ -211,9 +211,18 @@ def _set_policy(r, new, pcode, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl,
 # struct and reference-counts it (an atomic increment and decrement each); with ~35 arrays of
 # replica state, calls per replica per arrival cost ten times the simulation itself (the first
 # version of this kernel, helper per step, ran 10x slower than the single-server kernel on one
-# replica). So each replica's Engine.run_until, the FCFS/SJF/LJF heap, the running-set heap, the
-# sorted estimate ends and Engine.outstanding_work are written out inline below; the HRRN and
-# adaptive queues (a scan per admission anyway) and policy switches stay calls.
+# replica). So each replica's Engine.run_until, the FCFS/SJF/LJF heap, the running set and
+# Engine.outstanding_work are written out inline below; the HRRN and adaptive queues (a scan per
+# admission anyway) and policy switches stay calls.
+#
+# The running set of replica r is max_num_seqs slots, unordered: request rr[r, i] finishes at
+# decode step rf[r, i] and its estimate ends at exq[r, i] (grid units of work_tokens); rmin[r] is
+# the next completion step. Where the engine keeps a heap ordered by (finish step, request), the
+# kernel needs only the least step and the set finishing there (their records do not depend on
+# the order they leave in), so an admission fills the next slot and a completion scans the slots
+# once (a heap's sift-down is a chain of unpredictable branches). The work query sums the slots'
+# estimate ends past the current step as integers, in one fixed-width vector pass: exact, so
+# equal to the engine's sorted float sum.
 
 _DONE, _FULL = 0, 1
 _NONE = -(1 << 62)  # an empty slot of the estimate ends (never past any step)
