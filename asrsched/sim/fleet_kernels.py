@@ -340,22 +340,37 @@ def _loop(j, sw, arr, est, enc, tok, est_q, grid, M, steps, overhead, low_depth,
                 g = G[r]
                 if rmin[r] == g:  # completions: every slot finishing at step g leaves, the last slot takes its place
                     m = nrun[r]
-                    lo = _NOSTEP
-                    i = 0
-                    while i < m:
+                    lo = _NOSTEP  # one vector pass over the whole row (free slots hold _NOSTEP): how many
+                    hit = 0  # finish here, which one (when one does), and the next completion step after
+                    at = 0
+                    for i in range(W):
                         f = rf[r, i]
-                        if f == g:
-                            fin[rr[r, i]] = t + overhead
-                            nf += 1
-                            m -= 1
-                            rf[r, i] = rf[r, m]
-                            rr[r, i] = rr[r, m]
-                            exq[r, i] = exq[r, m]
-                            exq[r, m] = _NONE
-                        else:
-                            if f < lo:
-                                lo = f
-                            i += 1
+                        x = f == g
+                        hit += x
+                        at += i * x
+                        lo = min(lo, _NOSTEP if x else f)
+                    if hit == 1:  # the common case: one leaves
+                        fin[rr[r, at]] = t + overhead
+                        m -= 1
+                        rf[r, at] = rf[r, m]
+                        rr[r, at] = rr[r, m]
+                        exq[r, at] = exq[r, m]
+                        rf[r, m] = _NOSTEP
+                        exq[r, m] = _NONE
+                    else:
+                        i = 0
+                        while i < m:
+                            if rf[r, i] == g:
+                                fin[rr[r, i]] = t + overhead
+                                m -= 1
+                                rf[r, i] = rf[r, m]
+                                rr[r, i] = rr[r, m]
+                                exq[r, i] = exq[r, m]
+                                rf[r, m] = _NOSTEP
+                                exq[r, m] = _NONE
+                            else:
+                                i += 1
+                    nf = hit
                     nrun[r] = m
                     rmin[r] = lo
                 jf[r] = nf
@@ -410,14 +425,12 @@ def _loop(j, sw, arr, est, enc, tok, est_q, grid, M, steps, overhead, low_depth,
                     if T[r] > a:
                         g -= int((T[r] - a) / st)
                     gq = g * grid
-                    hs = 0  # the ends past step g (Engine's suffix sum, exact on the grid) and their count
-                    hn = 0
+                    # the engine's (suffix sum of the ends past step g) - (their count) x g, exact on the grid:
+                    # the same value as its float operations give, whatever the order
+                    w = 0
                     for i in range(W):  # the whole row (unused slots hold _NONE): fixed length, no branches
-                        e = exq[r, i]
-                        h1 = e > gq
-                        hs += e * h1
-                        hn += h1
-                    vals[c] = qest[r] + (float(hs) * unit - hn * g) * st
+                        w += max(exq[r, i] - gq, 0)
+                    vals[c] = qest[r] + (float(w) * unit) * st
             if rc <= 3:  # the least, ties broken by a uniform among the tied (in candidate order)
                 mv = np.inf
                 for c in range(nc):
@@ -511,8 +524,9 @@ def _fleet(arr, est, enc, tok, est_q, grid, M, steps, overhead, pol0, low_depth,
     alive = np.zeros(n, np.bool_)
     T = np.zeros(N)
     G = np.zeros(N, np.int64)
-    rf = np.empty((N, M), np.int64)
-    rr = np.empty((N, M), np.int64)
+    W = (M + 7) // 8 * 8  # slots of the running set: rows in whole SIMD widths
+    rf = np.full((N, W), _NOSTEP, np.int64)
+    rr = np.zeros((N, W), np.int64)
     rmin = np.full(N, _NOSTEP, np.int64)
     nrun = np.zeros(N, np.int64)
     pend = np.empty((N, M), np.int64)
@@ -520,7 +534,7 @@ def _fleet(arr, est, enc, tok, est_q, grid, M, steps, overhead, pol0, low_depth,
     qest = np.zeros(N)
     jf = np.zeros(N, np.int64)
     events = np.zeros(N, np.int64)
-    exq = np.full((N, (M + 7) // 8 * 8), _NONE, np.int64)  # rows in whole SIMD widths
+    exq = np.full((N, W), _NONE, np.int64)
     uptr = np.zeros(U.shape[0], np.int64)
     rrnext = np.zeros(U.shape[0], np.int64)
     samp = np.empty(N, np.int64)
