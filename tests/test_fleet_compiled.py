@@ -275,3 +275,28 @@ def test_extra_columns_must_be_new_names_and_one_value_per_request(busy):
         run_fleet(tr, ["fcfs"] * 2, [("random", 0)], extra={"ttft": np.zeros(n)})
     with pytest.raises(ValueError, match="one value per request"):
         run_fleet(tr, ["fcfs"] * 2, [("random", 0)], extra={"z2": np.zeros(n - 1)})
+
+
+def test_per_request_inputs_in_one_pass_equal_the_service_models_numpy_expressions():
+    from asrsched.core.service import default_service_model
+    from asrsched.sim.engine import estimate_services, work_tokens
+    from asrsched.sim.fleet_kernels import request_inputs
+    from asrsched.sim.kernels import language_codes
+
+    rng = np.random.default_rng(4)
+    d = np.concatenate([rng.uniform(0, 95, 5000), [0.0, 1e-12, 30.0, 60.0, 30.0 + 1e-10, 29.999999999, 1e4]])
+    lang = rng.choice(np.array(["en", "id", "de"], dtype=object), len(d))
+    base = default_service_model()
+    for svc, lg in ((base, np.full(len(d), next(iter(base.kappa)), dtype=object)),
+                    (base.with_kappa({"en": 3.3, "id": 5.1, "de": 4.4}), lang)):
+        codes, names = language_codes(lg)
+        kappa = np.array([svc.kappa_for(x) for x in names])
+        est, enc, tok = request_inputs(d, codes, kappa, window_s=svc.window_s,
+                                       encode_s_per_window=svc.encode_s_per_window, step1_s=float(svc.step_s(1)),
+                                       overhead_s=svc.overhead_s)
+        assert np.array_equal(est, estimate_services(svc, d, lg))
+        assert np.array_equal(enc, np.asarray(svc.windows(d)) * float(svc.encode_s_per_window))
+        ref = np.empty(len(d))
+        for i, x in enumerate(names):
+            ref[codes == i] = svc.est_tokens(d[codes == i], x)
+        assert np.array_equal(tok, work_tokens(ref))

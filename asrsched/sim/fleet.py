@@ -494,11 +494,22 @@ def _prepared(trace: Trace, service: ServiceModel):
     if hit is not None and hit[0]() is trace.duration and hit[1]() is trace.language:
         return hit[2]
     codes = language_codes(trace.language)
-    est = estimate_services(service, trace.duration, trace.language, codes)
-    enc = np.asarray(service.windows(trace.duration)) * float(service.encode_s_per_window)
+    duration = np.asarray(trace.duration, float)
+    if type(service) is ServiceModel and np.isfinite(duration).all() and (duration >= 0).all():
+        # one compiled pass; the same values as the numpy expressions below (a subclass may redefine them)
+        from asrsched.sim.fleet_kernels import request_inputs
+
+        kappa = np.array([service.kappa_for(x) for x in codes[1]])
+        est, enc, est_tok = request_inputs(duration, codes[0], kappa, window_s=service.window_s,
+                                           encode_s_per_window=service.encode_s_per_window,
+                                           step1_s=float(service.step_s(1)), overhead_s=service.overhead_s)
+    else:
+        est = estimate_services(service, trace.duration, trace.language, codes)
+        enc = np.asarray(service.windows(trace.duration)) * float(service.encode_s_per_window)
+        est_tok = _est_tokens(service, trace, codes)
     # the records' language column: the distinct names, taken by code (one string per name, not per request)
     lang = _names_array(tuple(codes[1])).take(codes[0])
-    val = (est, enc, _est_tokens(service, trace, codes), lang)
+    val = (est, enc, est_tok, lang)
     if len(_PREP) >= 8:
         _PREP.clear()
     try:

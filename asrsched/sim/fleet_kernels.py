@@ -45,7 +45,7 @@ from numba import njit
 
 from asrsched.sim.engine import WORK_TOKEN_GRID
 
-__all__ = ["COMPILED_POLICIES", "COMPILED_ROUTERS", "run_fleet_kernel", "router_code"]
+__all__ = ["COMPILED_POLICIES", "COMPILED_ROUTERS", "run_fleet_kernel", "router_code", "request_inputs"]
 
 COMPILED_POLICIES = {"fcfs": 0, "sjf": 1, "ljf": 2, "hrrn": 3, "adaptive": 4}
 COMPILED_ROUTERS = {"random": 0, "round_robin": 1, "jsq": 2, "least_work": 3, "pod": 4, "pod_work": 5}
@@ -557,6 +557,43 @@ def _fleet(arr, est, enc, tok, est_q, grid, M, steps, overhead, pol0, low_depth,
         sarr = _grow(sarr, cap)
         sinv = _grow(sinv, cap)
     return events.sum()
+
+
+# ----------------------------------------------------------------------------- per-request inputs
+
+@njit(cache=True)
+def _request_inputs(duration, codes, kappa, window_s, enc_s, step1, overhead, grid):
+    """:func:`request_inputs` in one pass (the operations of the numpy expressions it replaces)."""
+    n = duration.shape[0]
+    est = np.empty(n)
+    enc = np.empty(n)
+    tok = np.empty(n)
+    for i in range(n):
+        d = duration[i]
+        w = max(1.0, math.ceil(d / window_s - 1e-9))  # ServiceModel.windows (a whole number)
+        e = w * enc_s
+        t = kappa[codes[i]] * d  # ServiceModel.est_tokens
+        est[i] = e + t * step1 + overhead  # ServiceModel.service_time at batch 1
+        enc[i] = e
+        tok[i] = np.rint(t * grid) / grid  # asrsched.sim.engine.work_tokens
+    return est, enc, tok
+
+
+def request_inputs(duration, codes, kappa, *, window_s: float, encode_s_per_window: float, step1_s: float,
+                   overhead_s: float):
+    """``(est_service, encoder s, size estimate on the work grid)`` of every request, in one compiled pass.
+
+    Bit for bit what :func:`asrsched.sim.engine.estimate_services`,
+    ``ServiceModel.windows(d) * encode_s_per_window`` and
+    ``work_tokens(ServiceModel.est_tokens(d, language))`` give (``tests/test_fleet_compiled.py``
+    compares them): the same floating-point operations in the same order, without the dozen
+    temporary arrays of the numpy expressions. ``codes`` index ``kappa`` (tokens per second
+    of speech of each language); ``step1_s`` is ``ServiceModel.step_s(1)``. Durations must be
+    finite and >= 0 (the caller checks; numpy and this pass differ on NaN).
+    """
+    return _request_inputs(np.ascontiguousarray(duration, np.float64), np.ascontiguousarray(codes, np.int64),
+                           np.ascontiguousarray(kappa, np.float64), float(window_s), float(encode_s_per_window),
+                           float(step1_s), float(overhead_s), float(WORK_TOKEN_GRID))
 
 
 # ----------------------------------------------------------------------------- Python entry
