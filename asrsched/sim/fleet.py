@@ -89,6 +89,7 @@ __all__ = [
     "validate_router",
     "validate_run",
     "design_streams",
+    "clear_trace_cache",
     "estimated_work",
     "FleetView",
     "Fleet",
@@ -464,6 +465,16 @@ def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str
 
 
 _PREP: dict = {}  # per-trace inputs of the compiled fleet (the designs of a replication replay one trace)
+
+
+def clear_trace_cache() -> None:
+    """Forget the compiled fleet's cached per-trace inputs (the next run on any trace recomputes them).
+
+    Runs on the same trace arrays share their size estimates, encoder times and language
+    column (every design of a replication replays one trace); a benchmark of a cold run
+    clears them first.
+    """
+    _PREP.clear()
 
 
 def _service_key(service: ServiceModel) -> tuple:
