@@ -256,3 +256,19 @@ def test_latency_figure_marks_capacity_draws_overload_open_and_names_only_signif
     # too small: says so
     small = results_table(_records(n=10, loads=(0.7,), shift=-0.2), n_boot=200)
     assert verdict_text(small, "p50_e2el").startswith("P50 E2EL: too few requests") and "n=10" in verdict_text(small)
+
+
+def test_one_provenance_builder_serves_both_studies():
+    """The A/B study and the real-engine study record the same keys (one builder in asrsched.core)."""
+    from asrsched.abtest.study import provenance as ab_provenance
+    from asrsched.core.provenance import provenance as core_provenance
+
+    a = ab_provenance("python -m asrsched.abtest.study --full", {"reps": 1}, [0.1, 0.2, 0.3])
+    b = provenance("python -m asrsched.serving.experiment", {"n_requests": 4}, load_start=[0.4])
+    c = core_provenance(paths=("asrsched/core",))
+    assert set(a) == set(b) == set(c)
+    assert a["commit"] == b["commit"] and len(a["commit"]) == 40
+    assert a["parameters"] == {"reps": 1} and a["load_average_start_1_5_15"] == [0.1, 0.2, 0.3]
+    assert a["command"] == "python -m asrsched.abtest.study --full"
+    assert all(isinstance(x, bool) for x in (a["clean_tree"], b["clean_tree"], c["clean_tree"]))
+    assert all(p.startswith("asrsched/core") for p in c["dirty_paths"])  # only the watched paths

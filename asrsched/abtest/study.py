@@ -1025,40 +1025,17 @@ FULL = {"reps": 100, "truth_jobs": 4_000_000, "n_jobs": 500_000, "wp_jobs": 2_00
 
 
 def provenance(command: str | None = None, params: dict | None = None, load_start=None) -> dict:
-    """Commit (and whether the tree was clean), UTC date, CPU model and count, load average, Python,
-    the parameters and the exact command: what a committed result needs to be trusted."""
-    import datetime as _dt
-    import os
-    import platform
+    """Commit (and whether ``asrsched/`` was clean), UTC date, CPU model and count, load average, Python,
+    the parameters and the exact command: what a committed result needs to be trusted
+    (:func:`asrsched.core.provenance.provenance`, watching ``asrsched/``)."""
     import shlex
-    import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[2]
+    from asrsched.core.provenance import provenance as _provenance
 
-    def git(*a):
-        try:
-            r = subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True, timeout=10)
-            return r.stdout.strip() if r.returncode == 0 else None
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "asrsched")
-    return {"commit": git("rev-parse", "HEAD"), "clean_tree": dirty == "", "dirty_paths": [ln.split(maxsplit=1)[-1] for ln in (dirty or "").splitlines()][:20],
-            "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "cpu_model": cpu,
-            "cpu_count": os.cpu_count(), "load_average_start_1_5_15": load_start,
-            "load_average_end_1_5_15": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
-            "python": sys.version.split()[0], "platform": platform.platform(), "parameters": params or {},
-            "command": command or " ".join(shlex.quote(a) for a in ["python", "-m", "asrsched.abtest.study",
-                                                                     *sys.argv[1:]])}
+    return _provenance(command or " ".join(shlex.quote(a) for a in ["python", "-m", "asrsched.abtest.study",
+                                                                      *sys.argv[1:]]),
+                       params, load_start=load_start, paths=("asrsched",))
 
 
 def write_full_run(out, study: StudyConfig, *, wp_jobs: int, wp_seeds: int, search_reps: int, search_jobs: int,

@@ -56,11 +56,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as _dt
 import json
 import math
 import os
-import platform
 import shlex
 import socket
 import subprocess
@@ -76,6 +74,7 @@ import pandas as pd
 
 from asrsched.core.metrics import summarize
 from asrsched.core.policies import validate_policies
+from asrsched.core.provenance import provenance as _provenance
 from asrsched.core.service import ServiceModel
 from asrsched.core.workloads import make_trace
 from asrsched.serving.loadgen import plan_requests, run_coro, run_load
@@ -744,29 +743,9 @@ def run_experiment(
 
 def provenance(command: str | None = None, params: dict | None = None, *, load_start: float | None = None) -> dict:
     """What a committed result needs to be trusted: commit (and whether the tree was clean), date (UTC),
-    CPU model and count, load average, Python and platform, the parameters and the exact command."""
-    root = Path(__file__).resolve().parents[2]
-
-    def git(*a):
-        try:
-            r = subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True, timeout=10)
-            return r.stdout.strip() if r.returncode == 0 else None
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    la = list(os.getloadavg()) if hasattr(os, "getloadavg") else []
-    return {"commit": git("rev-parse", "HEAD"), "clean_tree": git("status", "--porcelain", "--untracked-files=no") == "",
-            "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "cpu_model": cpu, "cpu_count": os.cpu_count(), "load_average_start_1_5_15": load_start,
-            "load_average_end_1_5_15": la, "python": sys.version.split()[0], "platform": platform.platform(),
-            "parameters": params or {},
-            "command": command or " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])}
+    CPU model and count, load average, Python and platform, the parameters and the exact command
+    (:func:`asrsched.core.provenance.provenance`, watching the whole tree)."""
+    return _provenance(command, params, load_start=load_start)
 
 
 def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), *,

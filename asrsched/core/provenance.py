@@ -1,0 +1,63 @@
+"""Provenance of a committed result: which code, which machine, how busy, which parameters and command.
+
+One builder for every result the package writes with its provenance (the A/B study's
+``run.json``, the real-engine study's ``real_engine_run.json``)::
+
+    from asrsched.core.provenance import provenance
+    run = provenance("python -m asrsched.abtest.study --full", params, load_start=[1.2, 1.1, 1.0])
+
+``clean_tree`` is ``True`` only when the watched paths (by default the whole tree) had no
+uncommitted change to a tracked file; ``dirty_paths`` names up to 20 of those that had.
+(``benchmarks/provenance.py`` is the benchmarks' own, with the key names their results files use.)
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["provenance", "cpu_model"]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _git(*args: str) -> str | None:
+    try:
+        r = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10)
+        return r.stdout if r.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (or the platform's processor string)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def provenance(command: str | None = None, params: dict | None = None, *, load_start=None,
+               paths: Sequence[str] = ()) -> dict:
+    """Commit (and whether ``paths`` were clean: ``()`` watches the whole tree), UTC date, CPU model and
+    count, load average at the start (``load_start``, as the caller read it) and now, Python and platform,
+    the parameters and the exact command (default: this process's command line)."""
+    head = _git("rev-parse", "HEAD")
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", *paths)
+    lines = (dirty or "").rstrip("\n").splitlines()
+    return {"commit": head.strip() if head else None, "clean_tree": dirty is not None and not lines,
+            "dirty_paths": [ln[3:] for ln in lines][:20],
+            "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "cpu_model": cpu_model(),
+            "cpu_count": os.cpu_count(), "load_average_start_1_5_15": load_start,
+            "load_average_end_1_5_15": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+            "python": sys.version.split()[0], "platform": platform.platform(), "parameters": params or {},
+            "command": command or " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])}
