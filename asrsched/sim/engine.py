@@ -358,14 +358,7 @@ def estimate_services(service: ServiceModel, duration: np.ndarray, language: np.
     """
     duration = np.asarray(duration, float)
     if codes is not None:
-        c, names = codes
-        if len(names) == 1:
-            return np.asarray(service.service_time(duration, names[0]), float).reshape(len(duration))
-        est = np.empty(len(duration))
-        for i, name in enumerate(names):
-            m = c == i
-            est[m] = service.service_time(duration[m], name)
-        return est
+        return _estimates_coded(service, duration, codes[0], codes[1])
     language = np.asarray(language, dtype=object)
     single = len(language) and language[0] == language[-1] and (language == language[0]).all()
     langs = language[:1] if single else pd.unique(language)

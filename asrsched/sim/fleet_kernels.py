@@ -215,12 +215,13 @@ def _set_policy(r, new, pcode, arr, est, k1, k2, kr, hsz, srid, sarr, sinv, nsl,
 # Engine.outstanding_work are written out inline below; the HRRN and adaptive queues (a scan per
 # admission anyway) and policy switches stay calls.
 #
-# The running set of replica r is max_num_seqs slots, unordered: request rr[r, i] finishes at
-# decode step rf[r, i] and its estimate ends at exq[r, i] (grid units of work_tokens); rmin[r] is
-# the next completion step. Where the engine keeps a heap ordered by (finish step, request), the
-# kernel needs only the least step and the set finishing there (their records do not depend on
-# the order they leave in), so an admission fills the next slot and a completion scans the slots
-# once (a heap's sift-down is a chain of unpredictable branches). The work query sums the slots'
+# The running set of replica r is a row of slots (max_num_seqs, rounded up to whole SIMD widths;
+# free slots hold sentinels), unordered: request rr[r, i] finishes at decode step rf[r, i] and its
+# estimate ends at exq[r, i] (grid units of work_tokens); rmin[r] is the next completion step.
+# Where the engine keeps a heap ordered by (finish step, request), the kernel needs only the least
+# step and the set finishing there (their records do not depend on the order they leave in), so
+# an admission fills the next slot and a completion is one vector pass over the row plus an O(1)
+# removal (a heap's sift-down is a chain of unpredictable branches). The work query sums the slots'
 # estimate ends past the current step as integers, in one fixed-width vector pass: exact, so
 # equal to the engine's sorted float sum.
 
