@@ -350,27 +350,20 @@ def _loop(j, sw, arr, est, enc, tok, est_q, grid, M, steps, overhead, low_depth,
                         hit += x
                         at += i * x
                         lo = min(lo, _NOSTEP if x else f)
-                    if hit == 1:  # the common case: one leaves
-                        fin[rr[r, at]] = t + overhead
-                        m -= 1
-                        rf[r, at] = rf[r, m]
-                        rr[r, at] = rr[r, m]
-                        exq[r, at] = exq[r, m]
-                        rf[r, m] = _NOSTEP
-                        exq[r, m] = _NONE
-                    else:
-                        i = 0
-                        while i < m:
-                            if rf[r, i] == g:
-                                fin[rr[r, i]] = t + overhead
-                                m -= 1
-                                rf[r, i] = rf[r, m]
-                                rr[r, i] = rr[r, m]
-                                exq[r, i] = exq[r, m]
-                                rf[r, m] = _NOSTEP
-                                exq[r, m] = _NONE
-                            else:
-                                i += 1
+                    i = at if hit == 1 else 0  # the common case, one leaving, goes straight to its slot
+                    left = hit
+                    while left > 0:
+                        if rf[r, i] == g:
+                            fin[rr[r, i]] = t + overhead
+                            left -= 1
+                            m -= 1
+                            rf[r, i] = rf[r, m]
+                            rr[r, i] = rr[r, m]
+                            exq[r, i] = exq[r, m]
+                            rf[r, m] = _NOSTEP
+                            exq[r, m] = _NONE
+                        else:
+                            i += 1
                     nf = hit
                     nrun[r] = m
                     rmin[r] = lo
