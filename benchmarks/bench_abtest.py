@@ -64,9 +64,9 @@ STUDY_RATIO_FLOOR = 1.5
 STUDY_WALL_TARGET_S = 60.0
 
 
-def _rep_cpu(scenario: str, rep: int, sd: dict, reference: bool) -> tuple[float, list]:
+def _rep_cpu(scenario: str, rep: int, sd: dict, reference: bool, also: tuple = ()) -> tuple[float, list]:
     c = time.process_time()
-    out = S.run_replication(scenario, rep, sd, reference=reference)
+    out = S.run_replication(scenario, rep, sd, reference=reference, also=also)
     return time.process_time() - c, out["rows"]
 
 
@@ -97,16 +97,17 @@ def projected_study_wall(cores: int = 2, study: S.StudyConfig | None = None, tru
     One replication of every scenario (the full study's experiment length) and one truth-arm
     run of ``truth_probe_jobs`` jobs are timed, each the best of ``repeats`` runs (a single
     timing on this shared 2-core machine varied by 10 % from one check to the next); the full
-    study runs ``reps`` replications per scenario and ``truth_seeds x 4`` truth runs of
-    ``truth_jobs`` per scenario. Perfect packing on ``cores`` workers is assumed (the study
+    study runs ``reps`` replications and ``truth_seeds x 4`` truth runs of ``truth_jobs`` per
+    system (scenarios with the same system share them: ``S.shared_systems``). Perfect packing on ``cores`` workers is assumed (the study
     sorts no tasks, so this is a lower bound; the end-to-end run is its own row).
     """
     sc = study or S.StudyConfig(reps=S.FULL["reps"], truth_jobs=S.FULL["truth_jobs"])
     sd = sc.to_dict()
     reps = max(1, int(repeats))
     per = {}
-    for s in sc.scenarios:
-        per[s] = min(_rep_cpu(s, 0, sd, False)[0] for _ in range(reps))
+    groups = S.shared_systems(sc)
+    for s, also in groups.items():
+        per[s] = min(_rep_cpu(s, 0, sd, False, also)[0] for _ in range(reps))
     probe = S.StudyConfig.from_dict(dict(sd, truth_jobs=int(truth_probe_jobs)))
     best = math.inf
     for _ in range(reps):
@@ -115,7 +116,7 @@ def projected_study_wall(cores: int = 2, study: S.StudyConfig | None = None, tru
         best = min(best, time.process_time() - c)
     per_truth_job = best / (truth_probe_jobs + 50_000)
     arms = 4 if sc.slope_h else 2
-    truth_cpu = len(sc.scenarios) * arms * sc.truth_seeds * (sc.truth_jobs + 50_000) * per_truth_job
+    truth_cpu = len(groups) * arms * sc.truth_seeds * (sc.truth_jobs + 50_000) * per_truth_job
     rep_cpu = sum(per.values()) * sc.reps
     return {"per_replication_cpu_s": per, "replications_cpu_s": rep_cpu, "truth_cpu_s": truth_cpu,
             "cpu_s": rep_cpu + truth_cpu, "cores": cores, "projected_wall_s": (rep_cpu + truth_cpu) / cores,
@@ -136,7 +137,7 @@ def check_targets(quick: bool = True) -> list[dict]:
              "note": f"CPU time, {len(r['scenarios'])} scenarios x {r['n_jobs']:,} jobs, estimates equal"}]
     p = projected_study_wall(truth_probe_jobs=500_000 if quick else 2_000_000)
     note = (f"{p['cpu_s']:.0f} CPU-s projected from 1 replication of each of {len(p['per_replication_cpu_s'])} "
-            "scenarios and a truth probe, perfect packing on 2 cores")
+            "systems and a truth probe, perfect packing on 2 cores")
     rows.append({"name": "full A/B study (100 reps), projected 2-core wall", "value": p["projected_wall_s"],
                  "target": STUDY_WALL_TARGET_S, "unit": "s", "kind": "max",
                  "passed": p["projected_wall_s"] <= STUDY_WALL_TARGET_S, "note": note})

@@ -44,7 +44,9 @@
 #
 # Scenarios: homogeneous; heterogeneous rates (half at 0.9, half at 1.3); cyclic arrival rate (±30 %, period 500);
 # dispatcher delay (1 mean service time); constant service; Pareto service (tail index 2.5); a switchback design
-# comparison (blocks 50/200/800, burn-in 0 or 25 %); and a small effect (Power-of-2 vs Power-of-3).
+# comparison (blocks 50/200/800, burn-in 0 or 25 %); and a small effect (Power-of-2 vs Power-of-3). The switchback
+# comparison runs on the homogeneous system, so it shares that scenario's experiments and truth runs (its other
+# estimators' rows are the homogeneous ones, the same numbers).
 
 # %% [markdown]
 # **Parameters.** `QUICK`: `True` runs `REPS` replications per scenario and `TRUTH_JOBS_QUICK`-job truth runs;

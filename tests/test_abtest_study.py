@@ -93,6 +93,38 @@ def test_study_is_reproducible_and_resumes_from_cache(tmp_path, tiny_result):
     assert json.loads(files[0].read_text())
 
 
+def test_scenarios_of_one_system_share_experiments_and_truth(tiny_result):
+    # "switchback" is the homogeneous system: one replication task and one set of truth runs serve both
+    full = S.StudyConfig()
+    assert S.shared_systems(full) == {"homogeneous": ("switchback",), "heterogeneous": (), "nonstationary": (),
+                                      "delayed": (), "constant": (), "pareto": (), "small_effect": ()}
+    e = tiny_result.estimates
+    key = ["rep", "estimator", "L", "block_len", "burn_in"]
+
+    def rows(s, sb):
+        g = e[(e.scenario == s) & ((e.estimator == "switchback") == sb)]
+        return g.sort_values(key, kind="stable").reset_index(drop=True)
+
+    h, w = rows("homogeneous", False), rows("switchback", False)
+    assert len(h) == len(w) > 0
+    assert np.array_equal(h.estimate.to_numpy(float), w.estimate.to_numpy(float))  # the same experiments
+    assert set(rows("switchback", True).block_len) == {20.0, 80.0} and set(rows("homogeneous", True).block_len) == {40.0}
+    # a block length both ask for is simulated once: block 40 with burn-in 10 (= 25 %) is the same estimate
+    sd = _tiny(sb_blocks=(40.0, 80.0)).to_dict()
+    out = pd.DataFrame(S.run_replication("homogeneous", 0, sd, also=("switchback",))["rows"])
+    sb = out[(out.estimator == "switchback") & (out.block_len == 40.0) & (out.burn_in == 10.0)]
+    assert list(sb.scenario) == ["homogeneous", "switchback"] and sb.estimate.nunique() == 1
+    assert sb.headline.astype(bool).all()
+    t = tiny_result.truth.set_index("scenario")
+    assert t.loc["homogeneous", "gte"] == t.loc["switchback", "gte"]
+    tr = tiny_result.truth_runs
+    assert set(tr.system) == {"homogeneous"} and (tr[tr.scenario == "switchback"].cpu_seconds == 0).all()
+    # a replication refuses to share between different systems
+    sd = _tiny(scenarios=("homogeneous", "heterogeneous")).to_dict()
+    with pytest.raises(ValueError, match="another system"):
+        S.run_replication("homogeneous", 0, sd, also=("heterogeneous",))
+
+
 @pytest.mark.parametrize("kw, param", [
     (dict(reps=1), "reps"),
     (dict(burn_in=50.0), "burn_in"),

@@ -10,6 +10,10 @@ One *replication* of a scenario runs three independent experiments of the same l
   the ``"switchback"`` scenario runs one switchback experiment per block length in
   ``sb_blocks`` (burn-in 0 and 25 % of the block) to compare designs.
 
+Scenarios that simulate the same system (:func:`shared_systems`; by default ``"switchback"``
+is the homogeneous system) share one replication task and one set of truth runs: every
+experiment is simulated once and gives both scenarios their rows (the same numbers).
+
 The ground truth of a scenario comes from long separate runs of each policy everywhere
 (``truth_seeds`` runs of ``truth_jobs`` jobs per policy): ``GTE = W(treatment) -
 W(control)`` with a batch-means standard error, also in its queue-length form
@@ -68,6 +72,7 @@ __all__ = [
     "run_replication",
     "run_truth",
     "run_study",
+    "shared_systems",
     "summarize",
     "ablation_table",
     "claims_table",
@@ -287,7 +292,38 @@ def _dq_pair(tr: Trajectory, L: int, n_batches: int, alpha_batches: int) -> dict
     return out
 
 
-def run_replication(scenario: str, rep: int, study: dict, reference: bool = False) -> dict:
+def _switchback_plan(scenario: str, sc: StudyConfig) -> list[tuple[float, float, bool]]:
+    """``(block length, burn-in, headline)`` of every switchback estimate that ``scenario`` reports, in order."""
+    if scenario != "switchback":
+        return [(float(sc.block_len), float(sc.burn_in), True)]
+    return [(float(b), float(burn), b == sc.block_len and (burn == sc.burn_in or burn == 0.25 * b))
+            for b in sc.sb_blocks for burn in (0.0, 0.25 * b)]
+
+
+def shared_systems(study: StudyConfig) -> dict[str, tuple[str, ...]]:
+    """Scenarios that simulate the same system, grouped: ``{first scenario: (the others, ...)}``.
+
+    Two scenarios whose :func:`scenario_config` are equal (``"homogeneous"`` and ``"switchback"``
+    by default: the latter differs only in the switchback designs it compares) run the same
+    experiments and have the same ground truth, so :func:`run_study` simulates each such system
+    once per replication (and its truth runs once) and gives every scenario of the group the same
+    job-level, group and shared switchback estimates. The first scenario's seeds are used: its
+    results are the same as when it runs alone.
+    """
+    out: dict[str, list[str]] = {}
+    cfgs = {}
+    for s in study.scenarios:
+        c = scenario_config(s, study.base)
+        first = next((f for f, fc in cfgs.items() if fc == c), None)
+        if first is None:
+            cfgs[s] = c
+            out[s] = []
+        else:
+            out[first].append(s)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def run_replication(scenario: str, rep: int, study: dict, reference: bool = False, also: tuple = ()) -> dict:
     """One replication of one scenario: three experiments -> rows of estimates + Little checks.
 
     ``study`` is :meth:`StudyConfig.to_dict` (plain data, so the task pickles to any worker).
@@ -295,10 +331,17 @@ def run_replication(scenario: str, rep: int, study: dict, reference: bool = Fals
     a check: the reference kernel with every per-job output, and the DQ estimators from the
     full numpy arrays of Q values, one horizon at a time (:func:`_dq_pair`). Same random
     numbers, same estimates (to floating-point rounding, ~1e-12 relative).
+    ``also``: other scenarios with the same system (:func:`shared_systems`); their rows come from
+    the same experiments (seeded by ``scenario``), each switchback block length simulated once.
     """
     _keep_freed_memory()
     sc = StudyConfig.from_dict(study)
     cfg = scenario_config(scenario, sc.base)
+    for o in also:
+        if scenario_config(o, sc.base) != cfg:
+            raise ValueError(f"also: scenario {o!r} simulates another system than {scenario!r}; "
+                             "only scenarios with the same system share a replication")
+    names = (scenario, *also)
     L0 = sc.L_default
     rows, little = [], []
     t0, c0 = time.perf_counter(), time.process_time()
@@ -327,25 +370,29 @@ def run_replication(scenario: str, rep: int, study: dict, reference: bool = Fals
     rows.append(dict(group_estimator(tr, sc.n_batches).as_dict(), L=np.nan))
     del tr
 
-    # 3. switchback
-    blocks = sc.sb_blocks if scenario == "switchback" else (sc.block_len,)
-    for b in blocks:
-        tr = simulate(cfg.replace(design="switchback", block_len=float(b)),
-                      _seed(sc.seed, scenario, rep, "switchback", float(b)), **kw)
-        little.append(dict(littles_law(tr), design=f"switchback(b={b:g})"))
-        burns = (0.0, 0.25 * b) if scenario == "switchback" else (sc.burn_in,)
-        for burn in burns:
-            est = switchback(tr, burn, sc.n_batches)
-            d = dict(est.as_dict(), L=np.nan, block_len=float(b), burn_in=float(burn))
-            d["headline"] = b == sc.block_len and (burn == sc.burn_in or scenario == "switchback" and burn == 0.25 * b)
-            rows.append(d)
+    # 3. switchback: each block length that any of the scenarios asks for, simulated once
+    plans = {n: _switchback_plan(n, sc) for n in names}
+    sb_rows, sb_little = {}, {}
+    for b in dict.fromkeys(b for n in names for b, _, _ in plans[n]):
+        tr = simulate(cfg.replace(design="switchback", block_len=b), _seed(sc.seed, scenario, rep, "switchback", b),
+                      **kw)
+        sb_little[b] = dict(littles_law(tr), design=f"switchback(b={b:g})")
+        for burn in dict.fromkeys(burn for n in names for bb, burn, _ in plans[n] if bb == b):
+            sb_rows[b, burn] = dict(switchback(tr, burn, sc.n_batches).as_dict(), L=np.nan, block_len=b,
+                                    burn_in=burn)
         del tr
-    for r in rows:
-        r.setdefault("headline", True)
-        r.update(scenario=scenario, rep=rep)
-    for r in little:
-        r.update(scenario=scenario, rep=rep)
-    return {"rows": rows, "little": little, "seconds": time.perf_counter() - t0,
+    out_rows, out_little = [], []
+    for n in names:
+        mine = [dict(r) for r in rows] + [dict(sb_rows[b, burn], headline=h) for b, burn, h in plans[n]]
+        for r in mine:
+            r.setdefault("headline", True)
+            r.update(scenario=n, rep=rep)
+        out_rows += mine
+        mine_l = [dict(r) for r in little] + [dict(sb_little[b]) for b in dict.fromkeys(b for b, _, _ in plans[n])]
+        for r in mine_l:
+            r.update(scenario=n, rep=rep)
+        out_little += mine_l
+    return {"rows": out_rows, "little": out_little, "seconds": time.perf_counter() - t0,
             "cpu_seconds": time.process_time() - c0}
 
 
@@ -430,9 +477,11 @@ def run_study(study: StudyConfig, *, n_jobs: int | None = None, address=None, ca
     study.validate()
     sd = study.to_dict()
     t0 = time.perf_counter()
-    tasks = [dict(scenario=s, rep=r, study=sd) for s in study.scenarios for r in range(study.reps)]
+    groups = shared_systems(study)  # scenarios with the same system: one set of experiments and truth runs
+    tasks = [dict(scenario=s, rep=r, study=sd, **({"also": also} if also else {}))
+             for s, also in groups.items() for r in range(study.reps)]
     arms = ["control", "treatment"] + (["p_minus", "p_plus"] if study.slope_h else [])
-    ttasks = [dict(scenario=s, arm=a, k=k, study=sd) for s in study.scenarios for a in arms
+    ttasks = [dict(scenario=s, arm=a, k=k, study=sd) for s in groups for a in arms
               for k in range(study.truth_seeds)]
     cache = Path(cache_dir) if cache_dir else None
     if cache:
@@ -465,8 +514,12 @@ def run_study(study: StudyConfig, *, n_jobs: int | None = None, address=None, ca
     little = [r for res in reps for r in res["little"]]
     est = pd.DataFrame(rows)
     est["scenario"] = pd.Categorical(est["scenario"], categories=list(study.scenarios), ordered=True)
-    truth_runs = pd.DataFrame(truth)
-    cpu = float(sum(r.get("cpu_seconds", np.nan) for r in reps) + truth_runs.get("cpu_seconds", pd.Series()).sum())
+    cpu = float(sum(r.get("cpu_seconds", np.nan) for r in reps) + sum(r.get("cpu_seconds", 0.0) for r in truth))
+    # every scenario gets its system's truth runs, in the study's scenario order; ``system`` names the scenario
+    # whose runs they are, and a shared run's CPU time is counted once (on its own scenario's rows)
+    of = {s: first for first, also in groups.items() for s in (first, *also)}
+    truth_runs = pd.DataFrame([dict(r, scenario=s, system=of[s], cpu_seconds=r["cpu_seconds"] if s == of[s] else 0.0)
+                               for s in study.scenarios for r in truth if r["scenario"] == of[s]])
     return StudyResult(study, est.sort_values(["scenario", "rep"]).reset_index(drop=True),
                        _truth_table(truth_runs, study), pd.DataFrame(little), truth_runs,
                        time.perf_counter() - t0, cpu)
