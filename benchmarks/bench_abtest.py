@@ -162,20 +162,34 @@ def measured_study_row(path: Path | None = None) -> dict:
         return {"name": name, "value": float("nan"), "target": STUDY_WALL_TARGET_S, "unit": "s", "kind": "max",
                 "passed": False, "note": f"no full run in {path.name}: python benchmarks/bench_abtest.py --study-only "
                                          "--study-full"}
+    probe = ""
+    if full.get("probe_ns_per_job"):
+        from provenance import machine_probe
+
+        probe = (f"; machine probe {max(full['probe_ns_per_job']):.1f} ns/job then, {machine_probe():.1f} now "
+                 "(lower is faster)")
     return {"name": name, "value": float(full["wall_s"]), "target": STUDY_WALL_TARGET_S, "unit": "s", "kind": "max",
             "passed": float(full["wall_s"]) <= STUDY_WALL_TARGET_S,
             "note": f"{full['cpu_s']:.0f} CPU-s in {full['workers']} workers; commit {str(prov.get('commit'))[:10]}"
                     f"{'' if prov.get('clean') else ' (dirty tree)'}, {str(prov.get('date'))[:10]} "
-                    f"({path.relative_to(ROOT) if path.is_relative_to(ROOT) else path})"}
+                    f"({path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}){probe}"}
 
 
 def full_study(workers: int = 2) -> dict:
-    """The full 100-replication study as notebook 05 runs it (``QUICK = False``), timed end to end."""
+    """The full 100-replication study as notebook 05 runs it (``QUICK = False``), timed end to end.
+
+    The machine probe (``provenance.machine_probe``: a fixed workload, ns per job) is measured
+    just before and just after, so the wall time can be read against the machine's speed then.
+    """
+    from provenance import machine_probe
+
     sc = S.StudyConfig(reps=S.FULL["reps"], truth_jobs=S.FULL["truth_jobs"]).validate()
+    before = machine_probe()
     t = time.perf_counter()
     res = S.run_study(sc, n_jobs=workers, progress=False)
-    return {"wall_s": time.perf_counter() - t, "cpu_s": res.cpu_seconds, "workers": workers, "reps": sc.reps,
-            "scenarios": len(sc.scenarios)}
+    wall = time.perf_counter() - t
+    return {"wall_s": wall, "cpu_s": res.cpu_seconds, "workers": workers, "reps": sc.reps,
+            "scenarios": len(sc.scenarios), "probe_ns_per_job": [before, machine_probe()]}
 
 
 def simpy_supermarket(n_servers: int, lam: float, d: int, n_jobs: int, warmup: int, seed: int) -> np.ndarray:
@@ -229,7 +243,9 @@ def study_main(full: bool) -> dict:
     if full:
         f = full_study()
         out["full"] = f
-        print(f"full study measured: {f['wall_s']:.0f} s wall, {f['cpu_s']:.0f} CPU-s with {f['workers']} workers")
+        print(f"full study measured: {f['wall_s']:.0f} s wall, {f['cpu_s']:.0f} CPU-s with {f['workers']} workers "
+              f"(machine probe {f['probe_ns_per_job'][0]:.1f} / {f['probe_ns_per_job'][1]:.1f} ns per job before / "
+              "after)")
     return out
 
 

@@ -55,7 +55,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from provenance import provenance  # noqa: E402
+from provenance import lindley_kernel, provenance  # noqa: E402
 from simpy_reference import simulate_simpy  # noqa: E402
 
 from asrsched.core.policies import POLICIES, Job, make_queue  # noqa: E402
@@ -331,27 +331,6 @@ def ciw_supermarket(n_servers: int, lam: float, d: int, horizon: float, warmup: 
     return np.asarray(resp)
 
 
-def _lindley():
-    from numba import njit
-
-    @njit(cache=True)
-    def lindley(n, n_servers, lam_total, seed):
-        """Random routing to FCFS M/M/1 servers: per server, start = max(arrival, free); free = start + S."""
-        np.random.seed(seed)
-        free = np.zeros(n_servers)
-        t = 0.0
-        total = 0.0
-        for _ in range(n):
-            t += np.random.exponential(1.0 / lam_total)
-            s = np.random.randint(0, n_servers)
-            start = t if t > free[s] else free[s]
-            free[s] = start + np.random.exponential(1.0)
-            total += free[s] - t
-        return total / n
-
-    return lindley
-
-
 def _mean_se(x: np.ndarray, batches: int = 20) -> tuple[float, float]:
     b = np.array([v.mean() for v in np.array_split(np.asarray(x), batches)])
     return float(np.mean(x)), float(b.std(ddof=1) / math.sqrt(batches))
@@ -363,7 +342,7 @@ def bench_supermarket(n_model: int, ciw_jobs: int, verbose: bool = True) -> list
 
     warm_jobs = 2000
     simulate_model(SystemConfig(n_servers=SUPER_N, lam=SUPER_LAM, n_jobs=1000, warmup_jobs=0), 0)  # warm
-    lindley = _lindley()
+    lindley = lindley_kernel()
     lindley(1000, SUPER_N, SUPER_N * SUPER_LAM, 0)
     rows = []
     for d in (1, 2):

@@ -68,3 +68,50 @@ def provenance(paths: Sequence[str] = ("asrsched", "benchmarks")) -> dict:
         "platform": platform.platform(),
         "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]),
     }
+
+
+def lindley_kernel():
+    """A bare numba Lindley recursion (random routing to FCFS M/M/1 servers), compiled once and cached.
+
+    ``lindley(n, n_servers, lam_total, seed)`` returns the mean response time of ``n`` jobs:
+    per server, ``start = max(arrival, free)`` and ``free = start + S``. It is the machine's
+    practical ceiling for a supermarket model (``bench_sim.py``) and, because this code does
+    not change, the reference workload of :func:`machine_probe`.
+    """
+    import numpy as np
+    from numba import njit
+
+    @njit(cache=True)
+    def lindley(n, n_servers, lam_total, seed):
+        np.random.seed(seed)
+        free = np.zeros(n_servers)
+        t = 0.0
+        total = 0.0
+        for _ in range(n):
+            t += np.random.exponential(1.0 / lam_total)
+            s = np.random.randint(0, n_servers)
+            start = t if t > free[s] else free[s]
+            free[s] = start + np.random.exponential(1.0)
+            total += free[s] - t
+        return total / n
+
+    return lindley
+
+
+def machine_probe(n: int = 1_000_000, repeats: int = 5) -> float:
+    """Nanoseconds per job of a fixed workload (:func:`lindley_kernel`, 20 servers, best of ``repeats``).
+
+    This machine's speed drifts by tens of percent within hours (other tenants); a wall time
+    measured with this probe beside it can be read against the machine's state at the time,
+    and the probe re-measured now says whether the machine is faster or slower than then.
+    """
+    import time
+
+    lindley = lindley_kernel()
+    lindley(1000, 20, 16.0, 0)
+    best = float("inf")
+    for i in range(int(repeats)):
+        c = time.perf_counter()
+        lindley(int(n), 20, 16.0, i)
+        best = min(best, time.perf_counter() - c)
+    return best / int(n) * 1e9
