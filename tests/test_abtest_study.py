@@ -93,6 +93,16 @@ def test_study_is_reproducible_and_resumes_from_cache(tmp_path, tiny_result):
     assert json.loads(files[0].read_text())
 
 
+def test_study_results_do_not_depend_on_which_task_finished_first(tiny_result):
+    # two worker processes finish tasks in a varying order; the tables come back in the tasks' order, bit for bit
+    b = S.run_study(_tiny(), n_jobs=2, progress=False)
+    pd.testing.assert_frame_equal(tiny_result.estimates, b.estimates)
+    pd.testing.assert_frame_equal(tiny_result.little, b.little)
+    pd.testing.assert_frame_equal(tiny_result.truth, b.truth)
+    cols = [c for c in b.truth_runs if c != "cpu_seconds"]
+    pd.testing.assert_frame_equal(tiny_result.truth_runs[cols], b.truth_runs[cols])
+
+
 def test_scenarios_of_one_system_share_experiments_and_truth(tiny_result):
     # "switchback" is the homogeneous system: one replication task and one set of truth runs serve both
     full = S.StudyConfig()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from asrsched.core.workloads import make_trace
-from asrsched.sim.parallel import map_tasks
+from asrsched.sim.parallel import in_task_order, map_tasks
 
 TASKS = [dict(workload=w, rate=r, n=200, seed=s) for w in ("librispeech", "uniform") for r in (2.0, 9.0)
          for s in (0, 1)]
@@ -59,3 +59,13 @@ def test_task_errors_reach_the_caller(kw):
 
 def test_empty_task_list():
     assert list(map_tasks(make_trace, [], progress=False)) == []
+
+
+@pytest.mark.parametrize("kw", [dict(n_jobs=2), dict(address="local")])
+def test_pairs_carry_the_callers_tasks_and_go_back_in_task_order(kw):
+    pairs = list(map_tasks(make_trace, TASKS, progress=False, **kw))
+    assert sorted(map(id, (t for t, _ in pairs))) == sorted(map(id, TASKS))  # the caller's dicts, not copies
+    ordered = in_task_order(pairs, TASKS)
+    for t, trace in zip(TASKS, ordered):
+        np.testing.assert_array_equal(trace.arrival, make_trace(**t).arrival)
+    assert in_task_order(pairs[::-1], TASKS)[0] is ordered[0]

@@ -62,7 +62,7 @@ from asrsched.abtest.estimators import (
 )
 from asrsched.abtest.estimators import group as group_estimator
 from asrsched.abtest.model import SystemConfig, simulate
-from asrsched.sim.parallel import map_tasks
+from asrsched.sim.parallel import in_task_order, map_tasks
 
 __all__ = [
     "SCENARIOS",
@@ -495,21 +495,22 @@ def run_study(study: StudyConfig, *, n_jobs: int | None = None, address=None, ca
         return cache_key(t, code=code)
 
     # one batch of tasks, the longer truth runs first, so the workers start once and stay busy to the end
-    results = {"run_truth": [], "run_replication": []}
-    todo = []
-    for fn, tlist in ((run_truth, ttasks), (run_replication, tasks)):
-        for t in tlist:
-            p = cache / f"{fn.__name__}-{key(t)}.json" if cache else None
-            if p is not None and p.exists():
-                results[fn.__name__].append(json.loads(p.read_text()))
-            else:
-                todo.append(dict(fn=fn.__name__, task=t))
+    every = [dict(fn=fn.__name__, task=t) for fn, tlist in ((run_truth, ttasks), (run_replication, tasks))
+             for t in tlist]
+    done, todo = [], []
+    for t in every:
+        p = cache / f"{t['fn']}-{key(t['task'])}.json" if cache else None
+        if p is not None and p.exists():
+            done.append((t, json.loads(p.read_text())))
+        else:
+            todo.append(t)
     for t, r in map_tasks(_study_task, todo, n_jobs=n_jobs, address=address, progress=progress,
                           desc="truth runs and replications"):
-        if cache:
+        if cache:  # each result kept as it arrives: an interrupted study resumes from here
             (cache / f"{t['fn']}-{key(t['task'])}.json").write_text(json.dumps(r, default=json_default))
-        results[t["fn"]].append(r)
-    truth, reps = results["run_truth"], results["run_replication"]
+        done.append((t, r))
+    results = in_task_order(done, every)  # the tasks' order, not the completion order: reproducible to the bit
+    truth, reps = results[: len(ttasks)], results[len(ttasks):]
     rows = [r for res in reps for r in res["rows"]]
     little = [r for res in reps for r in res["little"]]
     est = pd.DataFrame(rows)
@@ -928,8 +929,8 @@ def run_wp_curve(study: StudyConfig, ps=(0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.
     sd = study.to_dict()
     tasks = [dict(scenario=s, p=float(p), k=k, study=sd, n_jobs=int(jobs_per_point))
              for s in study.scenarios for p in ps for k in range(int(seeds))]
-    rows = [r for _, r in map_tasks(run_wp_point, tasks, n_jobs=n_jobs, address=address, progress=progress,
-                                     desc="W(p) curve")]
+    rows = in_task_order(map_tasks(run_wp_point, tasks, n_jobs=n_jobs, address=address, progress=progress,
+                                   desc="W(p) curve"), tasks)
     d = pd.DataFrame(rows)
     g = d.groupby(["scenario", "p"], sort=False)
     out = g.agg(mean_w=("mean_w", "mean"), n_jobs=("n_jobs", "sum"), cpu_seconds=("cpu_seconds", "sum"))
@@ -1028,8 +1029,8 @@ def scenario_search(study: StudyConfig, *, lams=None, pairs=None, L_factors=None
     sd = study.to_dict()
     tasks = [dict(lam=float(lam), control=c, treatment=t, rep=r, study=sd, L_factors=tuple(g["L_factors"]),
                   costs=tuple(g["costs"])) for lam in g["lams"] for c, t in g["pairs"] for r in range(reps)]
-    rows = [row for _, res in map_tasks(run_search_rep, tasks, n_jobs=n_jobs, address=address, progress=progress,
-                                        desc="scenario search") for row in res]
+    done = map_tasks(run_search_rep, tasks, n_jobs=n_jobs, address=address, progress=progress, desc="scenario search")
+    rows = [row for res in in_task_order(done, tasks) for row in res]
     return pd.DataFrame(rows)
 
 

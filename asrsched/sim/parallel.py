@@ -9,7 +9,10 @@
   a throw-away ``LocalCluster``): the same tasks on Dask workers.
 
 Results come back in completion order, so a caller can persist each one as it
-arrives (the sweep cache does) and an interruption loses nothing already done.
+arrives (the sweep cache does) and an interruption loses nothing already done. The
+task of each pair is the caller's own dict (not a copy from the worker), so
+:func:`in_task_order` can put the results back in the order of the tasks: a sum over
+results is then reproducible to the last bit, whatever order they completed in.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 
 from tqdm import auto as tqdm_auto
 
-__all__ = ["map_tasks", "default_n_jobs"]
+__all__ = ["map_tasks", "default_n_jobs", "in_task_order"]
 
 
 def default_n_jobs() -> int:
@@ -56,15 +59,21 @@ def map_tasks(
         from joblib import Parallel, delayed
 
         par = Parallel(n_jobs=n, return_as="generator_unordered")
-        for t, r in par(delayed(_tagged)(fn, t) for t in tasks):
+        for i, r in par(delayed(_tagged)(fn, t, i) for i, t in enumerate(tasks)):
             bar.update()
-            yield t, r
+            yield tasks[i], r
     finally:
         bar.close()
 
 
-def _tagged(fn: Callable[..., Any], task: dict) -> tuple[dict, Any]:
-    return task, fn(**task)
+def in_task_order(pairs: Iterable[tuple[dict, Any]], tasks: list[dict]) -> list[Any]:
+    """The results of :func:`map_tasks` ``pairs`` in the order of ``tasks`` (the same dict objects)."""
+    pos = {id(t): i for i, t in enumerate(tasks)}
+    return [r for _, r in sorted(pairs, key=lambda p: pos[id(p[0])])]
+
+
+def _tagged(fn: Callable[..., Any], task: dict, i: int) -> tuple[int, Any]:
+    return i, fn(**task)
 
 
 def _dask(fn, tasks, address, bar):
@@ -81,11 +90,11 @@ def _dask(fn, tasks, address, bar):
         client = Client(address)
         owned = [client]
     try:
-        futs = {client.submit(_tagged, fn, t, pure=False): i for i, t in enumerate(tasks)}
+        futs = {client.submit(_tagged, fn, t, i, pure=False): i for i, t in enumerate(tasks)}
         for fut in as_completed(futs):
-            t, r = fut.result()
+            i, r = fut.result()
             bar.update()
-            yield t, r
+            yield tasks[i], r
     finally:
         for o in owned:
             o.close()
