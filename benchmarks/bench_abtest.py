@@ -100,8 +100,8 @@ def projected_study_wall(cores: int = 2, study: S.StudyConfig | None = None, tru
     run of ``truth_probe_jobs`` jobs are timed, each the best of ``repeats`` runs (a single
     timing on this shared 2-core machine varied by 10 % from one check to the next); the full
     study runs ``reps`` replications and ``truth_seeds x 4`` truth runs of ``truth_jobs`` per
-    system (scenarios with the same system share them: ``S.shared_systems``). Perfect packing on ``cores`` workers is assumed (the study
-    sorts no tasks, so this is a lower bound; the end-to-end run is its own row).
+    system (scenarios with the same system share them: ``S.shared_systems``). Perfect packing on
+    ``cores`` workers is assumed (a lower bound; the end-to-end run is its own row).
     """
     sc = study or S.StudyConfig(reps=S.FULL["reps"], truth_jobs=S.FULL["truth_jobs"])
     sd = sc.to_dict()
