@@ -37,11 +37,16 @@ def test_pollaczek_khinchine_for_non_exponential_service(service, shape, es2):
 
 def test_power_of_d_approaches_mean_field_limit_as_n_grows():
     mf = mean_field_response(0.9, 2)
-    gaps = []
+    gaps, ses = [], []
     for n in (4, 16, 100):  # 100 servers also exercises the heap path
         cfg = SystemConfig(n_servers=n, lam=0.9, control="pod2", design="control", n_jobs=300_000)
-        gaps.append(_mean_w(cfg) - mf)
-    assert gaps[0] > gaps[1] > gaps[2] > 0
+        w = [simulate(cfg, s).response.mean() for s in range(4)]
+        gaps.append(np.mean(w) - mf)
+        ses.append(np.std(w, ddof=1) / 2)
+    assert gaps[0] > gaps[1] > gaps[2]
+    # at N = 100 the finite-size gap (~1 %) is about one run's noise: above the limit within 2 standard errors,
+    # and small
+    assert gaps[2] > -2 * ses[2]
     assert gaps[2] < 0.05 * mf
     assert mean_field_response(0.9, 1) == pytest.approx(10.0)
 

@@ -56,10 +56,11 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 from numba import njit
-from numba.np.random.distributions import random_standard_exponential as _std_exp
-from numba.np.random.generator_core import next_double as _next_double
 
 from asrsched.abtest.estimators import Trajectory
+from asrsched.sim import rng as _rng
+from asrsched.sim.rng import next_double as _next_double
+from asrsched.sim.rng import std_exp as _std_exp
 
 __all__ = [
     "SystemConfig",
@@ -297,7 +298,8 @@ def simulate(cfg: SystemConfig, seed: int = 0, *, details: bool = True, area_at:
     """Simulate one experiment; returns its :class:`Trajectory` (validated before any work).
 
     ``seed`` fixes everything (arrivals, services, sampling, assignments): the same
-    config and seed give bit-identical trajectories. Two kernels give identical outputs
+    config and seed give bit-identical trajectories (one xoshiro256++ stream,
+    :mod:`asrsched.sim.rng`, drawn inside the kernel). Two kernels give identical outputs
     (tests compare them field by field): the reference ``_simulate`` (linked lists over
     the job arrays; it also serves a stale dispatcher, ``delay > 0``) and, for
     ``delay == 0``, the faster ``_simulate_fast`` (per-server ring buffers).
@@ -316,12 +318,12 @@ def simulate(cfg: SystemConfig, seed: int = 0, *, details: bool = True, area_at:
     args = (int(cfg.n_jobs), int(cfg.warmup_jobs), rates, float(cfg.total_rate), float(cfg.amp), float(cfg.period),
             SERVICE_KINDS.index(cfg.service), float(cfg.pareto_shape), int(d0), int(d1), int(code), float(cfg.p),
             group, float(cfg.block_len), bool(cfg.alternate))
-    rng = np.random.default_rng(int(seed))
+    st = _rng.state(int(seed))
     keep = (1 if details else 0) | (2 if area_at else 0)
     if cfg.delay == 0 and _kernel == "auto":
-        out = _simulate_fast(*args, rng, int(_scan_max), keep)
+        out = _simulate_fast(*args, st, int(_scan_max), keep)
     else:
-        out = _simulate(*args, float(cfg.delay), rng, int(_scan_max), keep)
+        out = _simulate(*args, float(cfg.delay), st, int(_scan_max), keep)
     arr, dep, z, nb, lam_at, srv, qseen, block, area, t0, t1, a_at = out
     w = int(cfg.warmup_jobs)
     arr, z, nb = arr[w:], z[w:], nb[w:]
@@ -359,11 +361,8 @@ def simulate(cfg: SystemConfig, seed: int = 0, *, details: bool = True, area_at:
 
 @njit(cache=True)
 def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0, d1, design, p,
-              group, block_len, alternate, delay, rng, scan_max, keep):
-    # draw through the bit generator itself: the same functions (numba's ports of numpy's) that
-    # rng.random() / rng.standard_exponential() call, so the same streams, without the per-call
-    # reference counting of the Generator object (an atomic increment and decrement per draw)
-    bg = rng.bit_generator
+              group, block_len, alternate, delay, st, scan_max, keep):
+    # every draw from ``st`` (xoshiro256++ state, asrsched.sim.rng), inlined into this loop
     N = rates.shape[0]
     total = n_warm + n_jobs
     arr = np.empty(total)
@@ -427,12 +426,12 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
         t_prev = t
         # ---- next arrival (thinning for the cyclic rate)
         if amp == 0.0:
-            t += _std_exp(bg) * inv_lam_max
+            t += _std_exp(st) * inv_lam_max
         else:
             while True:
-                t += _std_exp(bg) * inv_lam_max
+                t += _std_exp(st) * inv_lam_max
                 lt = lam_total * (1.0 + amp * np.sin(two_pi * t / period))
-                if _next_double(bg) * lam_max <= lt:
+                if _next_double(st) * lam_max <= lt:
                     break
             lam_at[j] = lt
         arr[j] = t
@@ -489,7 +488,7 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
 
         # ---- assignment
         if design <= 1:
-            zj = 1 if _next_double(bg) < p else 0
+            zj = 1 if _next_double(st) < p else 0
         elif design == 2:
             k = int(np.floor(t / block_len))
             if k != cur_block:
@@ -497,7 +496,7 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
                 if alternate:
                     block_z = k % 2
                 else:
-                    block_z = 1 if _next_double(bg) < p else 0
+                    block_z = 1 if _next_double(st) < p else 0
             zj = block_z
             block[j] = k
         elif design == 3:
@@ -517,7 +516,7 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
         bestq = 1 << 60
         tau = t - delay
         for i in range(d):
-            r = i + int(_next_double(bg) * (m - i))
+            r = i + int(_next_double(st) * (m - i))
             if r >= m:
                 r = m - 1
             s = pools[zj, r]
@@ -553,11 +552,11 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
 
         # ---- service and departure (FCFS: known now)
         if svc_kind == 0:
-            x = _std_exp(bg)
+            x = _std_exp(st)
         elif svc_kind == 1:
             x = 1.0
         else:
-            x = xm * (1.0 - _next_double(bg)) ** (-1.0 / shape)
+            x = xm * (1.0 - _next_double(st)) ** (-1.0 / shape)
         start = t if lastdep[s] < t else lastdep[s]
         dj = start + x / rates[s]
         dep[j] = dj
@@ -608,17 +607,14 @@ def _grow_ring(ring, head, cnt):
 
 @njit(cache=True)
 def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0, d1, design, p,
-                   group, block_len, alternate, rng, scan_max, keep):
+                   group, block_len, alternate, st, scan_max, keep):
     """:func:`_simulate` for an up-to-date dispatcher (``delay == 0``), bit-identical outputs.
 
     Same random draws in the same order, same decisions; instead of linked lists over the
     job arrays, each server keeps the departure times of its jobs in a small ring buffer
     (cache-resident), which is what makes it faster.
     """
-    # draw through the bit generator itself: the same functions (numba's ports of numpy's) that
-    # rng.random() / rng.standard_exponential() call, so the same streams, without the per-call
-    # reference counting of the Generator object (an atomic increment and decrement per draw)
-    bg = rng.bit_generator
+    # every draw from ``st`` (xoshiro256++ state, asrsched.sim.rng), inlined into this loop
     N = rates.shape[0]
     total = n_warm + n_jobs
     arr = np.empty(total)
@@ -669,12 +665,12 @@ def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shap
     for j in range(total):
         t_prev = t
         if amp == 0.0:
-            t += _std_exp(bg) * inv_lam_max
+            t += _std_exp(st) * inv_lam_max
         else:
             while True:
-                t += _std_exp(bg) * inv_lam_max
+                t += _std_exp(st) * inv_lam_max
                 lt = lam_total * (1.0 + amp * np.sin(two_pi * t / period))
-                if _next_double(bg) * lam_max <= lt:
+                if _next_double(st) * lam_max <= lt:
                     break
             lam_at[j] = lt
         arr[j] = t
@@ -739,7 +735,7 @@ def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shap
 
         # ---- assignment
         if design <= 1:
-            zj = 1 if _next_double(bg) < p else 0
+            zj = 1 if _next_double(st) < p else 0
         elif design == 2:
             k = int(np.floor(t / block_len))
             if k != cur_block:
@@ -747,7 +743,7 @@ def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shap
                 if alternate:
                     block_z = k % 2
                 else:
-                    block_z = 1 if _next_double(bg) < p else 0
+                    block_z = 1 if _next_double(st) < p else 0
             zj = block_z
             block[j] = k
         elif design == 3:
@@ -766,7 +762,7 @@ def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shap
         best = -1
         bestq = 1 << 60
         for i in range(d):
-            r = i + int(_next_double(bg) * (m - i))
+            r = i + int(_next_double(st) * (m - i))
             if r >= m:
                 r = m - 1
             s = pools[zj, r]
@@ -783,11 +779,11 @@ def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shap
 
         # ---- service and departure
         if svc_kind == 0:
-            x = _std_exp(bg)
+            x = _std_exp(st)
         elif svc_kind == 1:
             x = 1.0
         else:
-            x = xm * (1.0 - _next_double(bg)) ** (-1.0 / shape)
+            x = xm * (1.0 - _next_double(st)) ** (-1.0 / shape)
         start = t if lastdep[s] < t else lastdep[s]
         dj = start + x / rates[s]
         dep[j] = dj
