@@ -263,3 +263,25 @@ def test_switchback_in_one_pass_equals_the_masked_copies_and_refuses_unordered_b
     bad = Trajectory(**{**tr.__dict__, "block": tr.block[::-1].copy()})
     with pytest.raises(ValueError, match="blocks must not decrease"):
         E.switchback(bad, 0.0, 20)
+
+
+@pytest.mark.parametrize("costs", [("w", "q"), ("w", "q", "qt"), ("w",)])
+def test_dq_sweep_one_pass_gives_the_bits_of_dq_family_per_horizon(costs):
+    """Every horizon in one pass (each horizon's segments end at their own points, the longest L drops out
+    first): every estimate, CI, batch and alpha equal to dq_family's, bit for bit."""
+    tr = simulate(SystemConfig(n_servers=8, lam=0.8, n_jobs=30_000), 5)
+    Ls = [900, 3, 40, 40, 401, 1]
+    sweep = E.dq_sweep(tr, Ls, n_batches=7, alpha_batches=30, costs=costs)
+    assert list(sweep) == [900, 3, 40, 401, 1]
+    for L in Ls:
+        fam = E.dq_family(tr, L, n_batches=7, alpha_batches=30, costs=costs)
+        assert set(sweep[L]) == set(fam)
+        for k, f in fam.items():
+            g = sweep[L][k]
+            np.testing.assert_equal(g.as_dict(), f.as_dict())  # NaN equal to NaN, everything else exact
+            assert np.array_equal(g.batches, f.batches, equal_nan=True), (L, k)
+    assert E.dq_sweep(tr, []) == {}
+    with pytest.raises(ValueError, match="L"):
+        E.dq_sweep(tr, [40, 0])
+    with pytest.raises(ValueError, match="costs"):
+        E.dq_sweep(tr, [40], costs=("q",))

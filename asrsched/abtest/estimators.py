@@ -577,18 +577,9 @@ def _diffs_from_sums(s1, s, n1, n):
     return tot, d
 
 
-def dq_family(traj: Trajectory, L: int | None = None, n_batches: int = 20, alpha_batches: int = 100,
-              costs: tuple = ("w", "q"), level: float = 0.95, alpha="batch", _prefixes: dict | None = None
-              ) -> dict[str, Estimate]:
-    """DQ with every cost in ``costs``, and mixed DQ of wDQ with each queue-length DQ, in one O(n) pass per cost.
-
-    Returns ``{"wdq", "qdq", "mixed_dq"}`` for the default costs; with ``"qt"`` also
-    ``"qtdq"`` (time-integral queue-length cost) and ``"mixed_dq_qt"`` (wDQ mixed with it).
-    The same numbers as :func:`wdq`, :func:`qdq` and :func:`mixed_dq` (which build the full
-    arrays of Q values with numpy; tests compare the two paths to 1e-9 relative), but the
-    horizon sums of each cost come from one compiled pass over its prefix sums
-    (:func:`dq_sweep` reuses the prefix sums for many L).
-    """
+def _sweep_plan(traj: Trajectory, L, n_batches: int, alpha_batches: int, costs: tuple) -> dict:
+    """The segments of one horizon ``L``: both batchings (``n_batches`` for the CI, ``ka`` for alpha) are
+    unions of the segments ``seg`` of the ``m = n - L`` decisions (checked input)."""
     n_batches = _check_batches(n_batches)
     L = _check_L(traj, L)
     if "w" not in costs:
@@ -599,21 +590,14 @@ def dq_family(traj: Trajectory, L: int | None = None, n_batches: int = 20, alpha
     ka = max(3, min(int(alpha_batches), m // (5 * L)))
     ea, eb = _edges(m, n_batches), _edges(m, ka)
     seg = np.union1d(ea, eb)  # both batchings are unions of these segments
-    ia, ib = np.searchsorted(seg, ea[:-1]), np.searchsorted(seg, eb[:-1])
-    na, nb = np.diff(ea), np.diff(eb)
-    pre = _prefixes if _prefixes is not None else {}
+    return dict(L=L, seg=seg, ia=np.searchsorted(seg, ea[:-1]), ib=np.searchsorted(seg, eb[:-1]),
+                na=np.diff(ea), nb=np.diff(eb))
+
+
+def _family_from_sums(plan: dict, sums: dict, costs: tuple, level: float, alpha) -> dict[str, Estimate]:
+    """The DQ and mixed-DQ estimates of one horizon from its per-segment sums ``{cost: (s, s1, n1)}``."""
+    ia, ib, na, nb = plan["ia"], plan["ib"], plan["na"], plan["nb"]
     val, bat, abat = {}, {}, {}
-    for c in costs:
-        if c not in pre:
-            pre[c] = _prefix(traj, c)
-    sums = {}
-    for i in range(0, len(costs) - 1, 2):  # two costs per pass over the decisions
-        (Ca, oa), (Cb, ob) = pre[costs[i]], pre[costs[i + 1]]
-        s, s1, n1 = _segment_sums2(Ca, oa, Cb, ob, L, traj.z, seg)
-        sums[costs[i]], sums[costs[i + 1]] = (s[0], s1[0], n1), (s[1], s1[1], n1)
-    if len(costs) % 2:
-        C, o = pre[costs[-1]]
-        sums[costs[-1]] = _segment_sums(C, o, L, traj.z, seg)
     for c in costs:
         s, s1, n1 = sums[c]
         val[c], bat[c] = _diffs_from_sums(np.add.reduceat(s1, ia), np.add.reduceat(s, ia), np.add.reduceat(n1, ia), na)
@@ -635,11 +619,126 @@ def dq_family(traj: Trajectory, L: int | None = None, n_batches: int = 20, alpha
     return out
 
 
+def dq_family(traj: Trajectory, L: int | None = None, n_batches: int = 20, alpha_batches: int = 100,
+              costs: tuple = ("w", "q"), level: float = 0.95, alpha="batch", _prefixes: dict | None = None
+              ) -> dict[str, Estimate]:
+    """DQ with every cost in ``costs``, and mixed DQ of wDQ with each queue-length DQ, in one O(n) pass per cost.
+
+    Returns ``{"wdq", "qdq", "mixed_dq"}`` for the default costs; with ``"qt"`` also
+    ``"qtdq"`` (time-integral queue-length cost) and ``"mixed_dq_qt"`` (wDQ mixed with it).
+    The same numbers as :func:`wdq`, :func:`qdq` and :func:`mixed_dq` (which build the full
+    arrays of Q values with numpy; tests compare the two paths to 1e-9 relative), but the
+    horizon sums of each cost come from one compiled pass over its prefix sums
+    (:func:`dq_sweep` does many L in one pass).
+    """
+    plan = _sweep_plan(traj, L, n_batches, alpha_batches, costs)
+    L, seg = plan["L"], plan["seg"]
+    pre = _prefixes if _prefixes is not None else {}
+    for c in costs:
+        if c not in pre:
+            pre[c] = _prefix(traj, c)
+    sums = {}
+    for i in range(0, len(costs) - 1, 2):  # two costs per pass over the decisions
+        (Ca, oa), (Cb, ob) = pre[costs[i]], pre[costs[i + 1]]
+        s, s1, n1 = _segment_sums2(Ca, oa, Cb, ob, L, traj.z, seg)
+        sums[costs[i]], sums[costs[i + 1]] = (s[0], s1[0], n1), (s[1], s1[1], n1)
+    if len(costs) % 2:
+        C, o = pre[costs[-1]]
+        sums[costs[-1]] = _segment_sums(C, o, L, traj.z, seg)
+    return _family_from_sums(plan, sums, costs, level, alpha)
+
+
+@njit(cache=True)
+def _sweep_sums2(Ca, oa, Cb, ob, Ls, z, bps, segs, nseg):
+    """:func:`_segment_sums2` at every horizon ``Ls[h]`` (ascending; segments ``segs[h, :nseg[h] + 1]``)
+    in one pass over the decisions.
+
+    ``bps`` is the sorted union of every horizon's segment bounds. Between two of them the active
+    horizons are a prefix of ``Ls`` (a longer horizon has fewer decisions), and each decision's
+    ``z`` and ``C[k]`` are read once for all of them. Each horizon's sums are added up in the same
+    order as in its own pass (each segment from 0.0, decision by decision): the same bits as
+    :func:`_segment_sums2` per L. Returns ``s, s1`` of shape ``(nL, 2, max segments)`` and the
+    treated counts ``n1`` of shape ``(nL, max segments)``.
+    """
+    nL = Ls.shape[0]
+    ms = segs.shape[1] - 1
+    s = np.zeros((nL, 2, ms))
+    s1 = np.zeros((nL, 2, ms))
+    n1 = np.zeros((nL, ms), np.int64)
+    acc = np.zeros((nL, 4))
+    cnt = np.zeros(nL, np.int64)
+    pos = np.zeros(nL, np.int64)
+    for j in range(bps.shape[0] - 1):
+        lo = bps[j]
+        hi = bps[j + 1]
+        na = 0
+        while na < nL and pos[na] < nseg[na]:
+            na += 1
+        c1 = 0
+        for k in range(lo, hi):
+            zk = z[k]
+            a0 = Ca[k + oa]
+            b0 = Cb[k + ob]
+            c1 += zk
+            for h in range(na):
+                qa = Ca[k + oa + Ls[h]] - a0
+                qb = Cb[k + ob + Ls[h]] - b0
+                acc[h, 0] += qa
+                acc[h, 1] += qa * zk
+                acc[h, 2] += qb
+                acc[h, 3] += qb * zk
+        for h in range(na):
+            cnt[h] += c1
+            if segs[h, pos[h] + 1] == hi:
+                i = pos[h]
+                s[h, 0, i] = acc[h, 0]
+                s1[h, 0, i] = acc[h, 1]
+                s[h, 1, i] = acc[h, 2]
+                s1[h, 1, i] = acc[h, 3]
+                n1[h, i] = cnt[h]
+                acc[h, 0] = 0.0
+                acc[h, 1] = 0.0
+                acc[h, 2] = 0.0
+                acc[h, 3] = 0.0
+                cnt[h] = 0
+                pos[h] += 1
+    return s, s1, n1
+
+
 def dq_sweep(traj: Trajectory, Ls, n_batches: int = 20, alpha_batches: int = 100, costs: tuple = ("w", "q"),
              level: float = 0.95) -> dict[int, dict[str, Estimate]]:
-    """:func:`dq_family` at every horizon in ``Ls`` (prefix sums computed once): ``{L: {name: Estimate}}``."""
-    pre: dict = {}
-    return {int(L): dq_family(traj, int(L), n_batches, alpha_batches, costs, level, _prefixes=pre) for L in Ls}
+    """:func:`dq_family` at every horizon in ``Ls``: ``{L: {name: Estimate}}``, the same bits.
+
+    The prefix sums are computed once, and each pair of costs is one compiled pass over the decisions
+    for all horizons together (:func:`_sweep_sums2`), which reads each decision's data once instead of
+    once per horizon.
+    """
+    Ls = [int(L) for L in dict.fromkeys(int(L) for L in Ls)]
+    if not Ls:
+        return {}
+    plans = sorted((_sweep_plan(traj, L, n_batches, alpha_batches, costs) for L in Ls), key=lambda p: p["L"])
+    pre = {c: _prefix(traj, c) for c in costs}
+    nseg = np.array([p["seg"].size - 1 for p in plans], np.int64)
+    segs = np.zeros((len(plans), int(nseg.max()) + 1), np.int64)
+    for i, p in enumerate(plans):
+        segs[i, : p["seg"].size] = p["seg"]
+    bps = np.unique(np.concatenate([p["seg"] for p in plans]))
+    Larr = np.array([p["L"] for p in plans], np.int64)
+    sums: list[dict] = [{} for _ in plans]
+    for j in range(0, len(costs) - 1, 2):  # two costs per pass over the decisions
+        ca, cb = costs[j], costs[j + 1]
+        (Ca, oa), (Cb, ob) = pre[ca], pre[cb]
+        s, s1, n1 = _sweep_sums2(Ca, oa, Cb, ob, Larr, traj.z, bps, segs, nseg)
+        for i in range(len(plans)):
+            ns = int(nseg[i])
+            sums[i][ca] = (s[i, 0, :ns].copy(), s1[i, 0, :ns].copy(), n1[i, :ns].copy())
+            sums[i][cb] = (s[i, 1, :ns].copy(), s1[i, 1, :ns].copy(), n1[i, :ns].copy())
+    if len(costs) % 2:
+        C, o = pre[costs[-1]]
+        for i, p in enumerate(plans):
+            sums[i][costs[-1]] = _segment_sums(C, o, p["L"], traj.z, p["seg"])
+    out = {p["L"]: _family_from_sums(p, sums[i], costs, level, "batch") for i, p in enumerate(plans)}
+    return {L: out[L] for L in Ls}  # in the caller's order
 
 
 def optimal_alpha(w: np.ndarray, q: np.ndarray) -> float:

@@ -358,7 +358,7 @@ def run_replication(scenario: str, rep: int, study: dict, reference: bool = Fals
     if reference:
         fam = {L: _dq_pair(tr, L, sc.n_batches, sc.alpha_batches) for L in sorted(set(Ls))}
     else:
-        fam = dq_sweep(tr, sorted(set(Ls)), sc.n_batches, sc.alpha_batches, costs=tuple(sc.costs))  # O(n) per L
+        fam = dq_sweep(tr, sorted(set(Ls)), sc.n_batches, sc.alpha_batches, costs=tuple(sc.costs))  # one O(n) pass, every L
     for f, L in zip(factors, Ls):
         for est in fam[L].values():
             rows.append(dict(est.as_dict(), L=L, headline=f == 1.0))
