@@ -361,3 +361,44 @@ def test_registry_holds_the_builtin_policies():
     assert set(BUILTIN) <= set(policy_names())
     for name in BUILTIN:
         assert make_queue(name).name == name
+
+
+def test_adaptive_sjf_heap_stays_bounded_through_a_long_hrrn_stretch_and_sjf_is_right_after():
+    """Jobs taken in HRRN (or FCFS) mode leave dead entries in the SJF heap; they are dropped once they
+    outnumber the live ones, so memory stays bounded, and SJF decisions afterwards are still the model's."""
+    rng = np.random.default_rng(11)
+    q = AdaptiveQueue(low_depth=2, ratio_cap=3.0)
+    members: list[Job] = []
+    k = 0
+
+    def push(t):
+        nonlocal k
+        j = Job(rid=k, arrival=t, est_service=float(rng.uniform(0.1, 2.0)), duration=1.0, language="en")
+        k += 1
+        q.push(j)
+        members.append(j)
+
+    for i in range(300):
+        push(0.01 * i)
+    now = 1_000.0  # everyone far past ratio 3: HRRN mode
+    for _ in range(5_000):
+        job = q.pop(now)
+        members.remove(job)
+        push(float(rng.uniform(0.0, 10.0)))  # arrived long ago: everyone stays starved
+        now += 1e-3
+        assert len(q._heap) <= 2 * len(members) + 64 + 1
+    assert q.mode_counts["hrrn"] == 5_000
+    # then jobs that have just arrived (nobody has waited 2 service times): SJF, and the model agrees
+    q2_now = 2_000.0
+    for m in list(members):
+        q.remove(m)
+        members.remove(m)
+    assert len(q) == 0 and len(q._heap) <= 64 + 1
+    for _ in range(50):
+        push(q2_now)
+    for _ in range(40):
+        mode = q.mode(q2_now)
+        job = q.pop(q2_now)
+        _check_choice("adaptive", q, job, members, q2_now, mode)
+        assert mode == "sjf"
+        members.remove(job)

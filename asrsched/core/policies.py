@@ -279,6 +279,14 @@ class HRRNQueue(WaitingQueue):
     def peek(self, now: float) -> Job:
         return self._jobs[self._argbest(now)]
 
+    def _first_pushed(self) -> int:
+        """Slot of the earliest (arrival, push) job: FCFS over a few waiting jobs (a scan)."""
+        n = len(self._jobs)
+        if n == 0:
+            raise self._empty()
+        arr, seq = self._arr, self._seq
+        return min(range(n), key=lambda i: (arr[i], seq[i]))
+
     def _take(self, i: int) -> Job:
         jobs = self._jobs
         job = jobs[i]
@@ -399,51 +407,87 @@ class AdaptiveQueue(WaitingQueue):
                              f"low_depth={low_depth!r}, ratio_cap={ratio_cap!r}")
         self.low_depth = int(low_depth)
         self.ratio_cap = float(ratio_cap)
-        self._sjf = KeyQueue(lambda j: (j.est_service, j.arrival), name="sjf")
-        self._hrrn = HRRNQueue()  # also the set of waiting jobs
-        self._seq: dict[int, int] = {}  # push order, FCFS's tie-break
+        self._hrrn = HRRNQueue()  # the waiting jobs, their push order and the HRRN order
+        # SJF: a heap of (est, arrival, push number, job) with lazy deletion, one tuple per push (a deep
+        # queue's decisions are dominated by allocation and the garbage collector, not by the heap)
+        self._heap: list[tuple[float, float, int, Job]] = []
+        self._live: dict[int, int] = {}  # id(job) -> push number of its live heap entry
         self._count = itertools.count()
         self.mode_counts = {"fcfs": 0, "sjf": 0, "hrrn": 0}
-        self._peeked: tuple[float, str, Job] | None = None
+        self._peeked: tuple[float, str, Job, int] | None = None  # (now, mode, job, HRRN slot or -1)
+
+    def _ratio_mode(self, now: float) -> tuple[str, int]:
+        """The mode at ``now`` and the HRRN slot of the most starved job (-1 below ``low_depth``)."""
+        hq = self._hrrn
+        if len(hq._jobs) < self.low_depth:
+            return "fcfs", -1
+        b = hq._argbest(now)
+        top = hq._jobs[b]
+        ratio = 1.0 + (now - top.arrival) / max(top.est_service, hq.min_service)
+        return ("hrrn" if ratio > self.ratio_cap else "sjf"), b
 
     def mode(self, now: float) -> str:
         """The order the next decision at ``now`` will use."""
-        if len(self._hrrn) < self.low_depth:
-            return "fcfs"
-        top = self._hrrn.peek(now)
-        ratio = 1.0 + (now - top.arrival) / max(top.est_service, self._hrrn.min_service)
-        return "hrrn" if ratio > self.ratio_cap else "sjf"
+        return self._ratio_mode(now)[0]
 
     def push(self, job: Job) -> None:
-        self._sjf.push(job)
+        seq = next(self._count)
+        heapq.heappush(self._heap, (job.est_service, job.arrival, seq, job))
+        self._live[id(job)] = seq
         self._hrrn.push(job)
-        self._seq[id(job)] = next(self._count)
         self._peeked = None
 
+    def _sjf_top(self) -> Job:
+        heap, live = self._heap, self._live
+        while live.get(id(heap[0][3])) != heap[0][2]:  # dead entries (jobs taken by another mode) leave here
+            heapq.heappop(heap)
+        return heap[0][3]
+
     def peek(self, now: float) -> Job:
-        if not self._hrrn:
+        if not self._hrrn._jobs:
             raise self._empty()
         if self._peeked is None or self._peeked[0] != now:
-            mode = self.mode(now)
+            mode, slot = self._ratio_mode(now)
             if mode == "fcfs":  # fewer than low_depth jobs: a scan is the cheapest FCFS
-                job = min(self._hrrn, key=lambda j: (j.arrival, self._seq[id(j)]))
+                slot = self._hrrn._first_pushed()
+                job = self._hrrn._jobs[slot]
+            elif mode == "hrrn":
+                job = self._hrrn._jobs[slot]
             else:
-                job = (self._sjf if mode == "sjf" else self._hrrn).peek(now)
-            self._peeked = (now, mode, job)
+                job, slot = self._sjf_top(), -1
+            self._peeked = (now, mode, job, slot)
         return self._peeked[2]
 
     def pop(self, now: float) -> Job:
-        job = self.peek(now)
-        self.mode_counts[self._peeked[1]] += 1
-        self.remove(job)
+        pk = self._peeked
+        if pk is None or pk[0] != now:
+            self.peek(now)
+            pk = self._peeked
+        _, mode, job, slot = pk
+        self.mode_counts[mode] += 1
+        self._peeked = None
+        del self._live[id(job)]
+        if mode == "sjf":
+            heapq.heappop(self._heap)  # the top is the live entry _sjf_top found
+            self._hrrn.remove(job)
+        else:
+            self._hrrn._take(slot)
+            self._compact()
         return job
+
+    def _compact(self) -> None:
+        """Drop the dead heap entries once they outnumber the live ones (bounded memory, amortised O(1))."""
+        if len(self._heap) > 2 * len(self._live) + 64:
+            live = self._live
+            self._heap = [e for e in self._heap if live.get(id(e[3])) == e[2]]
+            heapq.heapify(self._heap)
 
     def remove(self, job: Job) -> bool:
         self._peeked = None
         found = self._hrrn.remove(job)
         if found:
-            self._sjf.remove(job)
-            del self._seq[id(job)]
+            del self._live[id(job)]
+            self._compact()
         return found
 
     def __len__(self) -> int:
