@@ -4,7 +4,7 @@ A kernel that draws through numpy's ``Generator`` (or straight through its bit g
 pays a call through a C function pointer for every draw, which LLVM cannot inline. Here
 the generator is a few lines of numba over a 4-word state array, so each draw compiles
 into the kernel's own loop. On the supermarket kernel (:mod:`asrsched.abtest.model`,
-5 draws per job) that made a job 12-18 % cheaper than drawing through numpy's PCG64
+5 draws per job) that made a job 10-24 % cheaper than drawing through numpy's PCG64
 (``benchmarks/README.md``).
 
 * :func:`next_u64`: xoshiro256++ (Blackman and Vigna, "Scrambled linear pseudorandom
