@@ -713,7 +713,7 @@ def dq_sweep(traj: Trajectory, Ls, n_batches: int = 20, alpha_batches: int = 100
     for all horizons together (:func:`_sweep_sums2`), which reads each decision's data once instead of
     once per horizon.
     """
-    Ls = [int(L) for L in dict.fromkeys(int(L) for L in Ls)]
+    Ls = list(dict.fromkeys(int(L) for L in Ls))
     if not Ls:
         return {}
     plans = sorted((_sweep_plan(traj, L, n_batches, alpha_batches, costs) for L in Ls), key=lambda p: p["L"])
