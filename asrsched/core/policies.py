@@ -41,6 +41,7 @@ import numpy as np
 from numba import njit
 
 from asrsched.core.kinetic import kt_new, kt_query, kt_rebuild, kt_set
+from asrsched.core.rulebook import fcfs_argmin, hrrn_argbest
 
 __all__ = [
     "Job",
@@ -53,6 +54,8 @@ __all__ = [
     "register_policy",
     "make_queue",
     "policy_names",
+    "register_static_policy",
+    "static_key",
 ]
 
 
@@ -175,21 +178,6 @@ class KeyQueue(WaitingQueue):
         return iter(list(self._live.values()))
 
 
-@njit(cache=True, nogil=True)
-def _hrrn_argbest(arr: np.ndarray, inv: np.ndarray, seq: np.ndarray, n: int, now: float) -> int:
-    """Slot of the largest ``(now - arr) * inv`` among the first ``n``.
-
-    Exact ties go to the earliest arrival, then to the earliest push (smallest
-    ``seq``), so with equal sizes HRRN is FCFS in submission order.
-    """
-    best, br, ba, bs = 0, (now - arr[0]) * inv[0], arr[0], seq[0]
-    for i in range(1, n):
-        r = (now - arr[i]) * inv[i]
-        if r > br or (r == br and (arr[i] < ba or (arr[i] == ba and seq[i] < bs))):
-            best, br, ba, bs = i, r, arr[i], seq[i]
-    return best
-
-
 class HRRNQueue(WaitingQueue):
     """Highest response ratio next: serve the largest ``(W + S) / S``.
 
@@ -272,7 +260,7 @@ class HRRNQueue(WaitingQueue):
             cap, win, cert, last, buf = self._tree
             best = int(kt_query(now, cap, win, cert, self._arr, self._inv, self._seq, last, buf))
         else:
-            best = _hrrn_argbest(self._arr, self._inv, self._seq, n, now)
+            best = hrrn_argbest(self._arr, self._inv, self._seq, 0, n, now)
         self._peeked = (now, best)
         return best
 
@@ -284,8 +272,7 @@ class HRRNQueue(WaitingQueue):
         n = len(self._jobs)
         if n == 0:
             raise self._empty()
-        arr, seq = self._arr, self._seq
-        return min(range(n), key=lambda i: (arr[i], seq[i]))
+        return fcfs_argmin(self._arr, self._seq, 0, n)
 
     def _take(self, i: int) -> Job:
         jobs = self._jobs
@@ -408,6 +395,7 @@ class AdaptiveQueue(WaitingQueue):
         self.low_depth = int(low_depth)
         self.ratio_cap = float(ratio_cap)
         self._hrrn = HRRNQueue()  # the waiting jobs, their push order and the HRRN order
+        self.min_service = self._hrrn.min_service  # the floor on S in the response ratio
         # SJF: a heap of (est, arrival, push number, job) with lazy deletion, one tuple per push (a deep
         # queue's decisions are dominated by allocation and the garbage collector, not by the heap)
         self._heap: list[tuple[float, float, int, Job]] = []
@@ -423,7 +411,7 @@ class AdaptiveQueue(WaitingQueue):
             return "fcfs", -1
         b = hq._argbest(now)
         top = hq._jobs[b]
-        ratio = 1.0 + (now - top.arrival) / max(top.est_service, hq.min_service)
+        ratio = 1.0 + (now - top.arrival) / max(top.est_service, self.min_service)
         return ("hrrn" if ratio > self.ratio_cap else "sjf"), b
 
     def mode(self, now: float) -> str:
@@ -571,3 +559,56 @@ def _random(seed: int = 0) -> WaitingQueue:
 @register_policy("adaptive")
 def _adaptive(low_depth: int = 4, ratio_cap: float = 50.0) -> WaitingQueue:
     return AdaptiveQueue(low_depth=low_depth, ratio_cap=ratio_cap)
+
+
+# ----------------------------------------------------------------------------- static policies, compiled
+
+_STATIC_KEYS: dict[str, tuple[Callable, Any]] = {}  # name -> (factory, numba key) of register_static_policy
+_BUILTIN = frozenset(("fcfs", "sjf", "ljf", "hrrn", "adaptive", "random"))
+
+
+def register_static_policy(name: str, key: Callable | None = None):
+    """Register a static policy given by ``key(estimate, arrival, duration, language) -> float``.
+
+    The job with the smallest key is served first; ties go to the earlier submission
+    (as :class:`KeyQueue`). ``estimate`` is the estimated service time (s), ``arrival`` the
+    arrival time (s), ``duration`` the audio duration (s) and ``language`` a string. The key is
+    compiled with numba (``numba.njit``; pass an already-jitted function to choose options), so
+    it must be numba-compatible code.
+
+    The policy joins the registry under ``name``: the Python engines, the HTTP server and the
+    vLLM plug-in use it as a :class:`KeyQueue`, and the compiled engine
+    (:mod:`asrsched.sim.kernel`: a single server and a fleet) runs it with the same
+    decisions. Usable as a decorator::
+
+        @register_static_policy("longest_wait_first_en")
+        def key(estimate, arrival, duration, language):
+            return arrival if language == "en" else arrival + 60.0
+
+    Returns the compiled key.
+    """
+    if key is None:
+        return lambda f: register_static_policy(name, f)
+    if not callable(key):
+        raise TypeError(f"key must be a function (estimate, arrival, duration, language) -> float, got {key!r}")
+    lname = str(name).lower()
+    if lname in _BUILTIN:
+        raise ValueError(f"{name!r} is a built-in policy name; choose another name")
+    jkey = key if hasattr(key, "py_func") else njit(key)
+
+    def factory() -> KeyQueue:
+        return KeyQueue(lambda j: float(jkey(float(j.est_service), float(j.arrival), float(j.duration),
+                                             str(j.language))), name=lname)
+
+    register_policy(lname)(factory)
+    _STATIC_KEYS[lname] = (factory, jkey)
+    return jkey
+
+
+def static_key(name: str) -> Any:
+    """The compiled key of ``name`` if it is a static policy of :func:`register_static_policy` (and still
+    registered as one), else ``None``."""
+    entry = _STATIC_KEYS.get(str(name).lower())
+    if entry is None or POLICIES.get(str(name).lower()) is not entry[0]:
+        return None
+    return entry[1]

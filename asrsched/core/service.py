@@ -38,14 +38,16 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+import pandas as pd
 
 SCHEMA = "asrsched.service_model/1"
 REQUIRED_FIELDS = ("encode_s_per_window", "decode_s_per_token", "overhead_s", "kappa")
 
-__all__ = ["ServiceModel", "SCHEMA", "REQUIRED_FIELDS", "default_service_model", "check_kappa"]
+__all__ = ["ServiceModel", "SCHEMA", "REQUIRED_FIELDS", "default_service_model", "check_kappa", "language_codes",
+           "LanguageCodes"]
 
 
 def check_kappa(kappa: float, name: str = "kappa") -> float:
@@ -54,6 +56,27 @@ def check_kappa(kappa: float, name: str = "kappa") -> float:
     if not math.isfinite(k) or k <= 0:
         raise ValueError(f"{name} must be a positive number of tokens per second, got {kappa!r}")
     return k
+
+
+class LanguageCodes(NamedTuple):
+    """A language column coded once: ``names[codes[i]]`` is request ``i``'s language."""
+
+    codes: np.ndarray
+    names: list[str]
+
+
+def language_codes(language: Any) -> LanguageCodes:
+    """Integer codes and the table of distinct names of a language column (first-seen order).
+
+    Already coded (a :class:`LanguageCodes`): returned as it is.
+    """
+    if isinstance(language, LanguageCodes):
+        return language
+    a = np.asarray(language, dtype=object)
+    if len(a) and a[0] == a[-1] and (a == a[0]).all():  # one language (the common case): no hashing
+        return LanguageCodes(np.zeros(len(a), np.int64), [str(a[0])])
+    codes, names = pd.factorize(a)
+    return LanguageCodes(codes.astype(np.int64), [str(x) for x in names])
 
 
 @dataclass(frozen=True)
@@ -85,14 +108,33 @@ class ServiceModel:
             check_kappa(k, f"kappa[{lang!r}]")
 
     # ------------------------------------------------------------------ estimates
-    def kappa_for(self, language: str) -> float:
-        """kappa for ``language``; ``ValueError`` naming the known languages if absent."""
-        try:
-            return float(self.kappa[language])
-        except KeyError:
-            raise ValueError(
-                f"no kappa for language {language!r}; known: {', '.join(sorted(self.kappa))}"
-            ) from None
+    def kappa_for(self, language: str, *, fallback: str | None = None) -> float:
+        """kappa for ``language``.
+
+        A language without a kappa raises ``ValueError`` naming it and the known ones, unless
+        the caller opts into ``fallback``: a language of this model whose kappa stands in for
+        every unknown one (the vLLM plug-in passes its ``default_language``).
+        """
+        k = self.kappa.get(language)
+        if k is not None:
+            return float(k)
+        if fallback is not None and fallback in self.kappa:
+            return float(self.kappa[fallback])
+        known = ", ".join(sorted(self.kappa))
+        if fallback is not None:
+            raise ValueError(f"fallback language {fallback!r} has no kappa either; known: {known}")
+        raise ValueError(f"no kappa for language {language!r}; known: {known} "
+                         "(or pass fallback=<a known language>)")
+
+    def kappas(self, language: Any, *, fallback: str | None = None) -> np.ndarray | float:
+        """kappa per request: ``language`` a string (a float back), or one language per request (an array,
+        or its :func:`language_codes`)."""
+        if isinstance(language, str):
+            return self.kappa_for(language, fallback=fallback)
+        codes, names = language_codes(language)
+        if len(names) == 1:
+            return np.full(len(codes), self.kappa_for(names[0], fallback=fallback))
+        return np.array([self.kappa_for(x, fallback=fallback) for x in names])[codes]
 
     def windows(self, duration_s: np.ndarray | float) -> np.ndarray | int:
         """Number of 30 s encoder windows (at least 1)."""
@@ -100,9 +142,17 @@ class ServiceModel:
         w = np.maximum(1, np.ceil(d / self.window_s - 1e-9)).astype(np.int64)
         return int(w) if w.ndim == 0 else w
 
-    def est_tokens(self, duration_s: np.ndarray | float, language: str = "en") -> np.ndarray | float:
-        """Estimated generated tokens, ``kappa[language] * duration``."""
-        out = self.kappa_for(language) * np.asarray(duration_s, dtype=float)
+    def encoder_s(self, duration_s: np.ndarray | float, *, windows: Any = None) -> np.ndarray | float:
+        """Encoder time (s) of a request: ``windows x encode_s_per_window`` (``windows`` defaults to
+        :meth:`windows` of the duration; an engine that plans its own windows passes their number)."""
+        w = self.windows(duration_s) if windows is None else np.maximum(np.asarray(windows, np.int64), 1)
+        out = np.asarray(w) * self.encode_s_per_window
+        return float(out) if out.ndim == 0 else out
+
+    def est_tokens(self, duration_s: np.ndarray | float, language: Any = "en", *,
+                   fallback: str | None = None) -> np.ndarray | float:
+        """Estimated generated tokens, ``kappa[language] * duration`` (``language``: see :meth:`kappas`)."""
+        out = np.asarray(self.kappas(language, fallback=fallback)) * np.asarray(duration_s, dtype=float)
         return float(out) if out.ndim == 0 else out
 
     def step_s(self, batch: np.ndarray | int) -> np.ndarray | float:
@@ -111,21 +161,33 @@ class ServiceModel:
         out = self.decode_s_per_token * (1.0 + self.decode_batch_slope * (b - 1.0))
         return float(out) if out.ndim == 0 else out
 
-    def service_time(
-        self, duration_s: np.ndarray | float, language: str = "en", *, tokens: Any = None, batch: int = 1
-    ) -> np.ndarray | float:
-        """Predicted service time (s) of a request processed at decode batch size ``batch``.
+    def service_time(self, duration_s: np.ndarray | float, language: Any = "en", *, tokens: Any = None,
+                     batch: int = 1, windows: Any = None) -> np.ndarray | float:
+        """Predicted service time (s) of a request decoding ``tokens`` at decode batch size ``batch``.
 
-        ``tokens`` overrides the kappa estimate (use measured tokens to model
-        a known request).
+        ``tokens`` defaults to the kappa estimate (:meth:`est_tokens`); pass measured tokens to
+        model a known request. For the size estimate a scheduler reads, use :meth:`est_service`.
         """
         tok = self.est_tokens(duration_s, language) if tokens is None else np.asarray(tokens, dtype=float)
-        out = (
-            np.asarray(self.windows(duration_s)) * self.encode_s_per_window
-            + np.asarray(tok) * self.step_s(batch)
-            + self.overhead_s
-        )
+        out = (np.asarray(self.encoder_s(duration_s, windows=windows))
+               + np.asarray(tok) * self.step_s(batch) + self.overhead_s)
         return float(out) if np.ndim(out) == 0 else out
+
+    def est_service(self, duration_s: np.ndarray | float, language: Any = "en", *, windows: Any = None,
+                    max_tokens: Any = None, fallback: str | None = None) -> np.ndarray | float:
+        """The size estimate ``S`` every policy reads: the batch-1 service time of kappa x duration tokens.
+
+        ``windows x encode_s_per_window + min(kappa x duration, max_tokens) x step_s(1) + overhead_s``.
+        The one place the estimate is formed: the simulator (both engines), the fleet and its
+        routers, the HTTP server, the vLLM plug-in and the load generator all call it, so a subclass
+        that overrides it changes every path alike. ``language``: one string or one per request;
+        ``fallback``: see :meth:`kappa_for`; ``windows``: the engine's own window count, when it
+        plans windows itself; ``max_tokens``: the request's decode limit.
+        """
+        tok = self.est_tokens(duration_s, language, fallback=fallback)
+        if max_tokens is not None:
+            tok = np.minimum(tok, np.asarray(max_tokens, dtype=float))
+        return self.service_time(duration_s, tokens=tok, windows=windows)
 
     def saturation_rate(self, duration_s: np.ndarray, language: np.ndarray | str = "en", *,
                         max_num_seqs: int = 32, tokens: Any = None) -> float:
@@ -148,12 +210,7 @@ class ServiceModel:
         d = np.asarray(duration_s, dtype=float)
         if not d.size:
             raise ValueError("saturation_rate needs at least one duration")
-        if tokens is None:
-            langs = np.broadcast_to(np.asarray(language).astype(str), d.shape)
-            k = {lang: self.kappa_for(str(lang)) for lang in np.unique(langs)}
-            tok = np.vectorize(k.__getitem__, otypes=[float])(langs) * d
-        else:
-            tok = np.asarray(tokens, dtype=float)
+        tok = self.est_tokens(d, language) if tokens is None else np.asarray(tokens, dtype=float)
         per_req = (float(np.mean(self.windows(d))) * self.encode_s_per_window
                    + float(np.mean(tok)) * float(self.step_s(M)) / M)
         return 1.0 / per_req if per_req > 0 else math.inf

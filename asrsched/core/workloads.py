@@ -25,10 +25,11 @@ burstiness knob, as ``vllm bench serve --burstiness``: 1 is Poisson, < 1 burstie
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -50,6 +51,8 @@ __all__ = [
     "make_arrivals",
     "make_trace",
     "check_rate",
+    "trace_chunks",
+    "constant_strings",
 ]
 
 
@@ -457,3 +460,61 @@ def make_trace(
     meta = dict(workload=getattr(src, "name", str(workload)), rate=rate, seed=seed, arrival=arrival,
                 kappa=kappa, noise_cv=noise_cv)
     return Trace(times, dur, lang, tok, extra=extra, meta=meta)
+
+
+# ----------------------------------------------------------------------------- long traces, in chunks
+
+def constant_strings(value: str, n: int) -> np.ndarray:
+    """An object array of ``n`` references to ``value`` (``np.full`` with ``dtype=object`` is ~100x slower)."""
+    a = np.empty(n, dtype=object)
+    a[:] = value
+    return a
+
+
+def trace_chunks(workload="librispeech", *, rate: float, n: int, chunk: int = 200_000, seed: int = 0,
+                 **kw) -> Iterator[Trace]:
+    """A long trace as consecutive chunks (for bounded-memory runs); chunk ``i`` uses seed ``(seed, i)``.
+
+    Chunk ``i`` is ``make_trace(workload, rate=rate, n=..., seed=<from (seed, i)>, **kw)`` with its
+    arrivals shifted to follow chunk ``i - 1``. For a single-language duration source
+    (LibriSpeech, Common Voice, uniform) the chunk is drawn without the transcripts
+    (``Trace.extra``), which a simulation does not read: same random draws, same arrivals,
+    durations and token counts as :func:`make_trace` (``tests/test_simfast.py`` checks it),
+    several times faster.
+    """
+    t0, done, i = 0.0, 0, 0
+    while done < n:
+        m = min(chunk, n - done)
+        cseed = int(np.random.SeedSequence([seed, i]).generate_state(1)[0])
+        tr = _bare_trace(workload, rate, m, cseed, **kw)
+        if tr is None:
+            tr = make_trace(workload, rate=rate, n=m, seed=cseed, **kw)
+        tr.arrival = tr.arrival + t0
+        t0 = float(tr.arrival[-1])
+        done += m
+        i += 1
+        yield tr
+
+
+def _bare_trace(workload: Any, rate: float, n: int, seed: int, *, arrival: str = "poisson",
+                arrival_kw: dict | None = None, kappa: float | dict = 3.3, noise_cv: float = 0.15) -> Trace | None:
+    """:func:`make_trace` without transcripts for a single-language source (``None`` for any other)."""
+    src = make_source(workload)
+    if type(src) not in (Empirical, Uniform):
+        return None
+    rate = check_rate(rate)
+    rng = np.random.default_rng(seed)
+    times = make_arrivals(arrival, rng, rate, int(n), **(arrival_kw or {}))
+    dur = np.asarray(src.sample(rng, len(times)), float)  # the draws of src.sample_rows
+    if isinstance(kappa, dict):
+        if src.language not in kappa:
+            return None  # make_trace raises its own error
+        k = float(kappa[src.language])
+    else:
+        k = float(kappa)
+    if not k > 0:
+        return None
+    tok = true_tokens(rng, dur, k, noise_cv)
+    meta = dict(workload=getattr(src, "name", str(workload)), rate=rate, seed=seed, arrival=arrival, kappa=kappa,
+                noise_cv=noise_cv)
+    return Trace(times, dur, constant_strings(src.language, len(times)), tok, meta=meta)

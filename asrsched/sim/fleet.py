@@ -75,11 +75,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from asrsched.core.policies import POLICIES, validate_policies
-from asrsched.core.service import ServiceModel, default_service_model
+from asrsched.core import rulebook as rb
+from asrsched.core.policies import validate_policies
+from asrsched.core.service import ServiceModel, default_service_model, language_codes
 from asrsched.core.workloads import Drift, Trace, make_source, make_trace
-from asrsched.sim.engine import Engine, SimJob, chunk_jobs, estimated_work, simulate, work_tokens
-from asrsched.sim.kernels import language_codes
+from asrsched.sim.compiled import BUILTIN_ROUTERS, choose_engine
+from asrsched.sim.engine import WORK_TOKEN_GRID, Engine, SimJob, chunk_jobs, estimated_work, simulate, work_tokens
 
 __all__ = [
     "Router",
@@ -96,7 +97,6 @@ __all__ = [
     "FleetResult",
     "run_cluster",
     "run_fleet",
-    "compiled_supported",
     "replica_capacity",
     "cluster_trace",
 ]
@@ -260,8 +260,7 @@ register_router("least_work")(LeastWorkRouter)
 register_router("pod")(lambda rng=None, d=2: PowerOfDRouter(rng, d=d, work=False))
 register_router("pod_work")(lambda rng=None, d=2: PowerOfDRouter(rng, d=d, work=True))
 
-_BUILTIN_POLICIES = dict(POLICIES)
-_BUILTIN_ROUTERS = dict(ROUTERS)  # what the compiled fleet implements (a re-registered name takes the Python path)
+BUILTIN_ROUTERS.update(ROUTERS)  # what the compiled engine implements (a re-registered name takes the Python path)
 _POD = re.compile(r"^pod(\d+)(_work)?$")
 
 
@@ -308,12 +307,9 @@ def _est_tokens(service: ServiceModel, trace: Trace, codes=None) -> np.ndarray:
 
     ``codes``: ``language_codes(trace.language)`` when the caller has them already.
     """
-    codes, names = codes or language_codes(trace.language)
-    duration = np.asarray(trace.duration, float)
-    if len(names) == 1:
-        return work_tokens(np.asarray(service.est_tokens(duration, names[0]), float).reshape(len(duration)))
-    kappa = np.array([service.kappa_for(x) for x in names])
-    return work_tokens(kappa[codes] * duration)  # the product ServiceModel.est_tokens forms, request by request
+    lang = codes if codes is not None else trace.language
+    d = np.asarray(trace.duration, float)
+    return work_tokens(np.broadcast_to(service.est_tokens(d, lang), d.shape))
 
 
 class Fleet:
@@ -378,33 +374,6 @@ class Fleet:
         return sum(e.events for e in self.engines)
 
 
-def compiled_supported(policies: Sequence[str], routers: Sequence[str], policy_params: dict | None = None) -> bool:
-    """Whether the compiled fleet (:mod:`asrsched.sim.fleet_kernels`) runs these policies and routers.
-
-    Built-in policies ``fcfs``/``sjf``/``ljf``/``hrrn``/``adaptive`` (``policy_params`` only for
-    ``adaptive``: ``low_depth``, ``ratio_cap``) and built-in routers; anything user-registered
-    (or re-registered under a built-in name) takes the Python :class:`Fleet`.
-    """
-    from asrsched.core.policies import POLICIES
-    from asrsched.sim.fleet_kernels import COMPILED_POLICIES
-
-    pols = {str(p).lower() for p in policies}
-    if not pols <= set(COMPILED_POLICIES):
-        return False
-    if any(POLICIES.get(p) is not _BUILTIN_POLICIES.get(p) for p in pols):
-        return False
-    if policy_params and (pols != {"adaptive"} or not set(policy_params) <= {"low_depth", "ratio_cap"}):
-        return False
-    for name in routers:
-        try:
-            key, _ = _parse(name)
-        except ValueError:
-            return False
-        if ROUTERS.get(key) is not _BUILTIN_ROUTERS.get(key):
-            return False
-    return True
-
-
 def _uniform_uses(key: str, d: int, n_cands: int) -> int:
     """Most uniforms a router draws per request (Power-of-d: one per sampled replica; argmin routers: one on a tie)."""
     return {"round_robin": 0, "pod": min(d, n_cands), "pod_work": min(d, n_cands)}.get(key, 1)
@@ -427,8 +396,6 @@ def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str
     :func:`compiled_supported`), ``"python"`` or ``"numba"`` (error when not supported).
     ``extra``: more per-request columns (name -> array in request order) for the records.
     """
-    if engine not in ("auto", "python", "numba"):
-        raise ValueError(f"engine: must be 'auto', 'python' or 'numba', got {engine!r}")
     n, N = len(trace), len(policies)
     if N < 1:
         raise ValueError("policies: need one policy per replica (at least one)")
@@ -440,11 +407,11 @@ def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str
         raise ValueError(f"cands: need a non-empty list of replicas in [0, {N}) per router")
     service = service or default_service_model()
     names = [str(r[0]) for r in routers]
-    ok = compiled_supported(list(policies) + [s[2] for s in switches], names, policy_params)
-    if engine == "numba" and not ok:
-        raise ValueError("engine='numba' needs built-in policies (fcfs, sjf, ljf, hrrn, adaptive; policy_params only "
-                         "for adaptive) and built-in routers; use engine='auto' or 'python'")
-    if ok and engine != "python":
+    for name in names:
+        _parse(name)  # an unknown router: the same error on either engine
+    ok = choose_engine(engine, list(policies) + [s[2] for s in switches], names, policy_params,
+                       router_key=lambda name: _parse(name)[0])
+    if ok:
         rec, events = _run_compiled(trace, list(policies), routers, arm, cands, switches, service, max_num_seqs,
                                     policy_params, extra or {})
         return rec, events, "numba"
@@ -478,9 +445,10 @@ def clear_trace_cache() -> None:
 
 
 def _service_key(service: ServiceModel) -> tuple:
-    """What of ``service`` the per-trace inputs depend on (its kappa table can change in place)."""
-    return (service.encode_s_per_window, service.decode_s_per_token, service.decode_batch_slope, service.window_s,
-            tuple(service.kappa.items()))
+    """What of ``service`` the per-trace inputs depend on: its class (a subclass may redefine the
+    estimate) and every coefficient (its kappa table can change in place)."""
+    return (type(service), service.encode_s_per_window, service.decode_s_per_token, service.decode_batch_slope,
+            service.overhead_s, service.window_s, tuple(service.kappa.items()))
 
 
 @lru_cache(maxsize=64)
@@ -498,26 +466,15 @@ def _prepared(trace: Trace, service: ServiceModel):
     """
     import weakref
 
-    from asrsched.sim.engine import estimate_services
-
     key = (id(trace.duration), id(trace.language), len(trace), _service_key(service))
     hit = _PREP.get(key)
     if hit is not None and hit[0]() is trace.duration and hit[1]() is trace.language:
         return hit[2]
     codes = language_codes(trace.language)
     duration = np.asarray(trace.duration, float)
-    if type(service) is ServiceModel and np.isfinite(duration).all() and (duration >= 0).all():
-        # one compiled pass; the same values as the numpy expressions below (a subclass may redefine them)
-        from asrsched.sim.fleet_kernels import request_inputs
-
-        kappa = np.array([service.kappa_for(x) for x in codes[1]])
-        est, enc, est_tok = request_inputs(duration, codes[0], kappa, window_s=service.window_s,
-                                           encode_s_per_window=service.encode_s_per_window,
-                                           step1_s=float(service.step_s(1)), overhead_s=service.overhead_s)
-    else:
-        est = estimate_services(service, trace.duration, trace.language, codes)
-        enc = np.asarray(service.windows(trace.duration)) * float(service.encode_s_per_window)
-        est_tok = _est_tokens(service, trace, codes)
+    est = np.ascontiguousarray(np.broadcast_to(service.est_service(duration, codes), duration.shape), np.float64)
+    enc = np.ascontiguousarray(np.broadcast_to(service.encoder_s(duration), duration.shape), np.float64)
+    est_tok = _est_tokens(service, trace, codes)
     # the records' language column: the distinct names, taken by code (one string per name, not per request)
     lang = _names_array(tuple(codes[1])).take(codes[0])
     val = (est, enc, est_tok, lang)
@@ -578,11 +535,10 @@ def _records_layout(extra: tuple[str, ...]) -> tuple[pd.Index, tuple[np.ndarray,
 
 
 def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_num_seqs, policy_params, extra):
-    from asrsched.sim.fleet_kernels import run_fleet_kernel
+    from asrsched.sim.compiled import CompiledRun, policy_inputs, router_inputs, static_policy_keys
+    from asrsched.sim.kernel import Requests
 
     M = int(max_num_seqs)
-    if M < 1:
-        raise ValueError(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}")
     n = len(trace)
     est, enc, est_tok, lang = _prepared(trace, service)
     steps = np.concatenate(([0.0], service.step_s(np.arange(1, M + 1))))  # elementwise: the scalar values
@@ -592,26 +548,39 @@ def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_n
         d = int(kw.get("d", 1))
         k = n * _uniform_uses(key, d, len(cands[i])) + 1
         specs.append((key, d, np.random.default_rng(seed).random(k), i))
+    all_policies = [str(p).lower() for p in policies] + [str(s[2]).lower() for s in switches]
+    codes, params = policy_inputs(all_policies, policy_params)
+    work = any(k in ("least_work", "pod_work") for k, *_ in specs)
+    est_q = np.empty(0, np.int64)
+    if work:
+        x = np.asarray(est_tok, np.float64) * WORK_TOKEN_GRID  # exact: a power of two
+        est_q = x.astype(np.int64)
+        if not np.array_equal(est_q, x):
+            raise ValueError("est_tok: the size estimates must lie on the grid of asrsched.sim.engine.work_tokens")
+    arrival = np.ascontiguousarray(trace.arrival, np.float64)
+    key = static_policy_keys(all_policies, est, arrival, trace.duration, *language_codes(trace.language)) \
+        if rb.KEY in codes else np.empty(0)
+    req = Requests(arrival, est, enc, np.ascontiguousarray(trace.tokens, np.int64), est_q, key)
+    run = CompiledRun(codes[:len(policies)], max_num_seqs=M, steps=steps, overhead=float(service.overhead_s),
+                      params=params, routing=router_inputs(specs, arm, cands, n, len(policies)),
+                      switches=[(int(a), float(t), c) for (a, t, _), c in zip(switches, codes[len(policies):])],
+                      work=work)
     # the records' blocks, filled in place: the kernel writes admit / first token / finish and the replica
     fl = np.empty((len(_FLOAT_COLS), n))
-    arrival, duration, est_c, admit, first, fin, qd, ttft, e2el = fl
-    np.copyto(arrival, trace.arrival)
+    arrival_c, duration, est_c, admit, first, fin, qd, ttft, e2el = fl
+    np.copyto(arrival_c, trace.arrival)
     np.copyto(duration, trace.duration)
     np.copyto(est_c, est)
     ints = np.empty((3, n), np.int64)
     rid, tokens, replica = ints
     rid[:] = np.arange(n)
     np.copyto(tokens, trace.tokens)
-    *_, events = run_fleet_kernel(
-        trace.arrival, est, enc, trace.tokens, est_tok, max_num_seqs=M, steps=steps,
-        overhead=float(service.overhead_s), policies=[str(p).lower() for p in policies], route_arm=arm,
-        routers=specs, cands=cands, switches=[(int(a), float(t), str(p).lower()) for a, t, p in switches],
-        policy_params=policy_params, out=(admit, first, fin, replica))
+    run.run(req, out=(admit, first, fin, replica))
     # the derived columns of asrsched.sim.engine.add_derived
-    np.subtract(admit, arrival, out=qd)
-    np.subtract(first, arrival, out=ttft)
-    np.subtract(fin, arrival, out=e2el)
-    return _records_frame(fl, ints, lang.copy(), extra), events
+    np.subtract(admit, arrival_c, out=qd)
+    np.subtract(first, arrival_c, out=ttft)
+    np.subtract(fin, arrival_c, out=e2el)
+    return _records_frame(fl, ints, lang.copy(), extra), run.events
 
 
 @dataclass

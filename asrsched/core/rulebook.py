@@ -1,0 +1,237 @@
+"""The rulebook: every compiled queue primitive and policy rule, written once.
+
+Every compiled loop of the package takes its queues from here: the ASR engine
+(:mod:`asrsched.sim.kernel`, a single server and a fleet alike), the supermarket model
+(:mod:`asrsched.abtest.model`) and the Python reference queues of
+:mod:`asrsched.core.policies` where they need a compiled scan (HRRN's argbest). A policy's
+rule is written twice at most: readable, in its Python queue (:mod:`asrsched.core.policies`,
+also what the HTTP server and the vLLM plug-in run), and compiled, here.
+
+Storage convention: a structure lives in flat 1-D arrays at an offset ``b`` (replica
+``r`` of a fleet holds ``[r * cap, r * cap + n)``; a single structure uses ``b = 0``), so
+one set of arrays holds every replica's queue and no call builds an array view. Sizes
+are returned, not stored: ``n = heap_push(..., n, ...)``.
+
+Primitives
+----------
+* a binary **heap** of ``(k1, k2, id)`` triples, least first in lexicographic order
+  (:func:`key_less`): the waiting queue of SJF, LJF and static-key policies (id = the
+  request index, which is the submission order), the SJF side of the adaptive policy,
+  and the supermarket's calendar of next departures;
+* a **FIFO** as links over the requests (:func:`fifo_push`, :func:`fifo_pop`): FCFS, whose
+  order is the submission order;
+* a **slot store** with swap-remove (:func:`slot_put`, :func:`slot_take`): the waiting jobs
+  of HRRN and adaptive, with their arrival and ``1 / max(S, min_service)``;
+* the **argbest scans** over a slot store: :func:`hrrn_argbest` (largest ``(now - arrival) /
+  S``; ties to the earliest arrival, then the smallest id) and :func:`fcfs_argmin` (earliest
+  arrival, then the smallest id);
+* each policy's **rule**: :func:`static_keys` (the heap key of SJF, LJF and a static key),
+  :func:`adaptive_mode` (:class:`asrsched.core.policies.AdaptiveQueue`'s switch).
+
+Policy codes (:data:`POLICY_CODES`) name the compiled policies; a policy outside the table
+runs only in the Python engines.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+__all__ = [
+    "FCFS", "SJF", "LJF", "HRRN", "ADAPTIVE", "KEY", "POLICY_CODES", "MODE_FCFS", "MODE_SJF", "MODE_HRRN",
+    "key_less", "heap_push", "heap_pop", "fifo_push", "fifo_pop", "slot_put", "slot_take", "hrrn_argbest",
+    "fcfs_argmin", "insertion_sort", "static_keys", "response_ratio", "adaptive_mode",
+]
+
+FCFS, SJF, LJF, HRRN, ADAPTIVE, KEY = 0, 1, 2, 3, 4, 5
+#: the built-in policies the compiled engine runs (a static-key policy gets ``KEY``)
+POLICY_CODES = {"fcfs": FCFS, "sjf": SJF, "ljf": LJF, "hrrn": HRRN, "adaptive": ADAPTIVE}
+#: the adaptive policy's modes, in the order of its ``mode_counts``
+MODE_FCFS, MODE_SJF, MODE_HRRN = 0, 1, 2
+
+
+# ----------------------------------------------------------------------------- heap of (k1, k2, id)
+
+@njit(cache=True, inline="always")
+def key_less(a1, a2, ai, b1, b2, bi):
+    """``(a1, a2, ai) < (b1, b2, bi)`` lexicographically."""
+    return a1 < b1 or (a1 == b1 and (a2 < b2 or (a2 == b2 and ai < bi)))
+
+
+@njit(cache=True, inline="always")
+def heap_push(k1, k2, kid, b, n, x1, x2, xid):
+    """Push ``(x1, x2, xid)`` onto the heap at ``[b, b + n)``; returns the new size ``n + 1``."""
+    i = n
+    while i > 0:
+        p = (i - 1) >> 1
+        if key_less(x1, x2, xid, k1[b + p], k2[b + p], kid[b + p]):
+            k1[b + i] = k1[b + p]
+            k2[b + i] = k2[b + p]
+            kid[b + i] = kid[b + p]
+            i = p
+        else:
+            break
+    k1[b + i] = x1
+    k2[b + i] = x2
+    kid[b + i] = xid
+    return n + 1
+
+
+@njit(cache=True, inline="always")
+def heap_pop(k1, k2, kid, b, n):
+    """Remove the least entry (``kid[b]``, read it first) of the heap at ``[b, b + n)``; returns ``n - 1``."""
+    n -= 1
+    if n > 0:
+        x1 = k1[b + n]
+        x2 = k2[b + n]
+        xid = kid[b + n]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            if c + 1 < n and key_less(k1[b + c + 1], k2[b + c + 1], kid[b + c + 1], k1[b + c], k2[b + c], kid[b + c]):
+                c += 1
+            if key_less(k1[b + c], k2[b + c], kid[b + c], x1, x2, xid):
+                k1[b + i] = k1[b + c]
+                k2[b + i] = k2[b + c]
+                kid[b + i] = kid[b + c]
+                i = c
+            else:
+                break
+        k1[b + i] = x1
+        k2[b + i] = x2
+        kid[b + i] = xid
+    return n
+
+
+# ----------------------------------------------------------------------------- FIFO (links over the requests)
+
+@njit(cache=True, inline="always")
+def fifo_push(nxt, head, tail, r, j):
+    """Append request ``j`` to FIFO ``r`` (``head[r]``/``tail[r]``: -1 when empty; ``nxt``: links)."""
+    nxt[j] = -1
+    if tail[r] < 0:
+        head[r] = j
+    else:
+        nxt[tail[r]] = j
+    tail[r] = j
+
+
+@njit(cache=True, inline="always")
+def fifo_pop(nxt, head, tail, r):
+    """Remove and return the first request of FIFO ``r`` (not empty)."""
+    j = head[r]
+    head[r] = nxt[j]
+    if head[r] < 0:
+        tail[r] = -1
+    return j
+
+
+# ----------------------------------------------------------------------------- slot store
+
+@njit(cache=True, inline="always")
+def slot_put(sid, sarr, sinv, spos, b, n, j, arrival, inv):
+    """Put job ``j`` (its arrival and ``1 / size``) in the next slot of the store at ``[b, b + n)``; returns ``n + 1``.
+
+    ``spos[j]`` is the job's slot (``spos`` is indexed by job id).
+    """
+    sid[b + n] = j
+    sarr[b + n] = arrival
+    sinv[b + n] = inv
+    spos[j] = n
+    return n + 1
+
+
+@njit(cache=True, inline="always")
+def slot_take(sid, sarr, sinv, spos, b, n, i):
+    """Remove slot ``i`` of the store at ``[b, b + n)`` (the last slot moves into it); returns the job id."""
+    j = sid[b + i]
+    last = n - 1
+    if i != last:
+        m = sid[b + last]
+        sid[b + i] = m
+        sarr[b + i] = sarr[b + last]
+        sinv[b + i] = sinv[b + last]
+        spos[m] = i
+    return j
+
+
+@njit(cache=True, nogil=True, inline="always")
+def hrrn_argbest(sarr, sinv, sid, b, n, now):
+    """Slot (``0 <= i < n``) of the largest ``(now - arrival) * inv`` in the store at ``[b, b + n)``.
+
+    HRRN's order (Brinch Hansen's highest response ratio next: ``(W + S) / S = 1 + W * inv``):
+    exact ties go to the earliest arrival, then to the smallest id, so with equal sizes HRRN is
+    FCFS in submission order.
+    """
+    best = 0
+    br = (now - sarr[b]) * sinv[b]
+    ba = sarr[b]
+    bs = sid[b]
+    for i in range(1, n):
+        a = sarr[b + i]
+        x = (now - a) * sinv[b + i]
+        if x > br or (x == br and (a < ba or (a == ba and sid[b + i] < bs))):
+            best = i
+            br = x
+            ba = a
+            bs = sid[b + i]
+    return best
+
+
+@njit(cache=True, nogil=True, inline="always")
+def fcfs_argmin(sarr, sid, b, n):
+    """Slot of the earliest arrival (ties: the smallest id) in the store at ``[b, b + n)``: FCFS over a few jobs."""
+    best = 0
+    for i in range(1, n):
+        if sarr[b + i] < sarr[b + best] or (sarr[b + i] == sarr[b + best] and sid[b + i] < sid[b + best]):
+            best = i
+    return best
+
+
+@njit(cache=True, inline="always")
+def insertion_sort(a, lo, hi):
+    """Sort ``a[lo:hi]`` in place (a few entries: the requests finishing at one decode step)."""
+    for i in range(lo + 1, hi):
+        x = a[i]
+        k = i - 1
+        while k >= lo and a[k] > x:
+            a[k + 1] = a[k]
+            k -= 1
+        a[k + 1] = x
+
+
+# ----------------------------------------------------------------------------- the policies' rules
+
+@njit(cache=True, inline="always")
+def static_keys(code, arrival, est, key):
+    """The heap key ``(k1, k2)`` of a job under a static policy (ties then go to the earlier submission).
+
+    SJF ``(S, arrival)``, LJF ``(-S, arrival)``, a static key policy ``(key, 0)``, and SJF's
+    key for the adaptive policy's SJF side: the orders of :class:`asrsched.core.policies.KeyQueue`.
+    """
+    if code == LJF:
+        return -est, arrival
+    if code == KEY:
+        return key, 0.0
+    return est, arrival
+
+
+@njit(cache=True, inline="always")
+def response_ratio(now, arrival, est, min_service):
+    """``1 + W / max(S, min_service)``, the response ratio the adaptive policy compares with its cap."""
+    return 1.0 + (now - arrival) / max(est, min_service)
+
+
+@njit(cache=True, inline="always")
+def adaptive_mode(n_waiting, low_depth, top_ratio, ratio_cap):
+    """The adaptive policy's mode: FCFS below ``low_depth`` waiting, else HRRN past ``ratio_cap``, else SJF.
+
+    ``top_ratio`` is the largest response ratio among the waiting jobs (ignored below
+    ``low_depth``). The rule of :class:`asrsched.core.policies.AdaptiveQueue`.
+    """
+    if n_waiting < low_depth:
+        return MODE_FCFS
+    if top_ratio > ratio_cap:
+        return MODE_HRRN
+    return MODE_SJF
