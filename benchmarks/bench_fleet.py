@@ -11,7 +11,7 @@ replicas), the same trace runs through
 
 * ``benchmarks/simpy_fleet_reference.py``: a step-by-step SimPy model of the fleet (the
   baseline), and
-* :func:`asrsched.sim.fleet.run_cluster` (the compiled fleet, :mod:`asrsched.sim.fleet_kernels`),
+* :func:`asrsched.sim.fleet.run_cluster` (the compiled engine, :mod:`asrsched.sim.kernel`),
 
 and the per-request records must agree: the same replica and token count for every
 request, admit / first token / finish within 1e-9 s (the SimPy clock adds one step at a

@@ -1,7 +1,7 @@
 """A straightforward SimPy model of the fleet that :func:`asrsched.sim.fleet.run_cluster` models.
 
 The baseline of ``benchmarks/bench_fleet.py`` and an independent check of the fleet
-simulators (the compiled kernel of :mod:`asrsched.sim.fleet_kernels` and the Python
+simulators (the compiled engine of :mod:`asrsched.sim.kernel` and the Python
 :class:`asrsched.sim.fleet.Fleet`): per-request records must agree. Written the way a SimPy
 user would write it, as ``benchmarks/simpy_reference.py`` does for one server:
 
@@ -45,10 +45,10 @@ import pandas as pd
 import simpy
 
 from asrsched.core.policies import Job, make_queue
-from asrsched.core.service import ServiceModel, default_service_model
+from asrsched.core.service import ServiceModel, default_service_model, work_tokens
 from asrsched.core.workloads import Trace
-from asrsched.sim.engine import RECORD_COLUMNS, add_derived, estimate_services, work_tokens
 from asrsched.sim.fleet import make_router
+from asrsched.sim.records import RECORD_COLUMNS, add_derived
 
 __all__ = ["simulate_fleet_simpy"]
 
@@ -141,14 +141,11 @@ def simulate_fleet_simpy(trace: Trace, *, n_replicas: int = 4, router: str = "ra
     service = service or default_service_model()
     M, N = int(max_num_seqs), int(n_replicas)
     env = simpy.Environment()
-    est = estimate_services(service, trace.duration, trace.language)
-    enc = np.asarray(service.windows(trace.duration)) * float(service.encode_s_per_window)
-    lang = np.asarray(trace.language, dtype=object)
-    est_tok = np.empty(len(trace))
-    for lg in pd.unique(lang):
-        m = lang == lg
-        est_tok[m] = service.est_tokens(trace.duration[m], str(lg))
-    est_tok = work_tokens(est_tok)  # the grid the fleet's work view reads (exact sums)
+    n = len(trace)
+    est = np.broadcast_to(service.est_service(trace.duration, trace.language), (n,))
+    enc = np.broadcast_to(service.encoder_s(trace.duration), (n,))
+    # the grid the fleet's work view reads (exact sums)
+    est_tok = work_tokens(np.broadcast_to(service.est_tokens(trace.duration, trace.language), (n,)))
     overhead = float(service.overhead_s)
     reqs = [_Req(i, float(trace.arrival[i]), float(est[i]), float(trace.duration[i]), str(trace.language[i]),
                  int(trace.tokens[i]), float(enc[i]), float(est_tok[i])) for i in range(len(trace))]

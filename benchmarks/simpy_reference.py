@@ -31,7 +31,7 @@ import simpy
 from asrsched.core.policies import Job, make_queue
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Trace
-from asrsched.sim.engine import RECORD_COLUMNS, add_derived, estimate_services
+from asrsched.sim.records import RECORD_COLUMNS, add_derived
 
 __all__ = ["simulate_simpy"]
 
@@ -61,7 +61,7 @@ def simulate_simpy(
     M = int(max_num_seqs)
     env = simpy.Environment()
     queue = make_queue(policy, **(policy_params or {}))
-    est = estimate_services(service, trace.duration, trace.language)
+    est = np.broadcast_to(service.est_service(trace.duration, trace.language), (len(trace),))
     enc = np.asarray(service.windows(trace.duration)) * float(service.encode_s_per_window)
     overhead = float(service.overhead_s)
     reqs = [

@@ -47,7 +47,7 @@ SCHEMA = "asrsched.service_model/1"
 REQUIRED_FIELDS = ("encode_s_per_window", "decode_s_per_token", "overhead_s", "kappa")
 
 __all__ = ["ServiceModel", "SCHEMA", "REQUIRED_FIELDS", "default_service_model", "check_kappa", "language_codes",
-           "LanguageCodes"]
+           "LanguageCodes", "WORK_TOKEN_GRID", "work_tokens"]
 
 
 def check_kappa(kappa: float, name: str = "kappa") -> float:
@@ -77,6 +77,25 @@ def language_codes(language: Any) -> LanguageCodes:
         return LanguageCodes(np.zeros(len(a), np.int64), [str(a[0])])
     codes, names = pd.factorize(a)
     return LanguageCodes(codes.astype(np.int64), [str(x) for x in names])
+
+
+# ----------------------------------------------------------------------------- size estimates a router reads (work view)
+
+WORK_TOKEN_GRID = 65536  # the size estimates of the work view are whole multiples of 1/65536 token
+
+
+def work_tokens(est_tokens) -> np.ndarray:
+    """Size estimates (tokens) rounded to the nearest multiple of ``1 / WORK_TOKEN_GRID`` token.
+
+    What :meth:`Engine.outstanding_work` reads. On this grid every estimate end (decode step
+    at admission plus the estimate) and every sum of them is exact in float64 while the sum
+    stays below 2**37 tokens (a replica 2**32 decode steps into a run, with 32 running), so
+    the sum does not depend on the order of adding: the Python engine adds sorted ends, the
+    compiled fleet keeps integer multiples of the grid, and both give the same bits. The
+    rounding moves an estimate by at most 2**-17 token.
+    """
+    x = np.asarray(est_tokens, dtype=float)
+    return np.rint(x * WORK_TOKEN_GRID) / WORK_TOKEN_GRID
 
 
 @dataclass(frozen=True)

@@ -1,189 +1,37 @@
-"""Driving the compiled engine: the engine-choice rule, the kernel's inputs and state, chunks and records.
+"""The compiled engine's state for one run: fed all at once or chunk by chunk, records handed out in batches.
 
 :mod:`asrsched.sim.kernel` is the compiled ASR engine (a fleet of ``N`` replicas; a single
-server is ``N = 1``). This module is its Python side, shared by
-:func:`asrsched.sim.engine.simulate` and :func:`asrsched.sim.fleet.run_fleet`:
-
-* :func:`compiled_support` -- **the** rule for ``engine="auto"``: the compiled engine runs a
-  set of policies and routers exactly when it returns ``None``; otherwise its answer names
-  what it cannot run (``engine="numba"`` raises it);
-* :func:`policy_inputs` -- the policies' kernel codes and parameters, and a static policy's
-  keys (:func:`asrsched.core.policies.register_static_policy`);
-* :class:`CompiledRun` -- one run's state: fed all at once (:meth:`CompiledRun.run`) or chunk
-  by chunk (:meth:`CompiledRun.feed`, :meth:`CompiledRun.close`: the jobs still in the system
-  are carried into the next chunk's arrays, so memory is bounded by the chunk plus the number
-  in system), handing finished records to a ``write(columns)`` callback in batches.
+server is ``N = 1``); :class:`CompiledRun` owns its arrays, so every call of the kernel resumes
+where the last stopped. A run is fed all at once (:meth:`CompiledRun.run`) or chunk by chunk
+(:meth:`CompiledRun.feed`, :meth:`CompiledRun.close`): the jobs still in the system are carried
+into the next chunk's arrays, so memory is bounded by the chunk plus the number in system, and
+finished records reach a ``write(columns)`` callback in batches. What the kernel is given comes
+from :mod:`asrsched.sim.inputs`.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
-from numba import njit
-from numba.typed import List as NumbaList
 
 from asrsched.core import rulebook as rb
-from asrsched.core.policies import POLICIES, AdaptiveQueue, HRRNQueue, KeyQueue, make_queue, static_key
+from asrsched.core.service import WORK_TOKEN_GRID
 from asrsched.sim import kernel as K
 
-__all__ = ["compiled_support", "choose_engine", "policy_inputs", "static_policy_keys", "router_inputs",
-           "CompiledRun", "BUILTIN_ROUTERS"]
-
-_BUILTIN_POLICY_FACTORIES = {name: POLICIES[name] for name in rb.POLICY_CODES}
-#: router registry keys the kernel implements, with their factories as registered at import (set by sim.fleet)
-BUILTIN_ROUTERS: dict[str, Any] = {}
+__all__ = ["CompiledRun", "single_router"]
 
 
-# ----------------------------------------------------------------------------- the engine-choice rule
-
-def _policy_reason(name: Any, params: dict) -> str | None:
-    if not isinstance(name, str):
-        return f"policy {name!r} is a queue object, not a registered name"
-    key = name.lower()
-    if static_key(key) is not None:
-        return f"static policy {key!r} takes no parameters, got {sorted(params)}" if params else None
-    factory = POLICIES.get(key)
-    if key not in rb.POLICY_CODES or factory is not _BUILTIN_POLICY_FACTORIES[key]:
-        return f"policy {name!r} is not one the compiled engine implements"
-    return None
-
-
-def compiled_support(policies: Sequence[Any], routers: Sequence[str] = (), policy_params: dict | None = None,
-                     router_key: Callable[[str], str] | None = None) -> str | None:
-    """``None`` when the compiled engine runs every policy and router given; otherwise why not.
-
-    Compiled: the built-in policies ``fcfs``, ``sjf``, ``ljf``, ``hrrn``, ``adaptive`` and every
-    static policy of :func:`~asrsched.core.policies.register_static_policy`; the built-in routers.
-    Anything user-defined, ``random``, or a built-in name re-registered with another factory runs
-    in the Python engines. ``policy_params`` must suit every policy (each Python queue is built
-    with them, so a bad value raises the same error on either engine). ``router_key`` maps a
-    router name to its registry key (:mod:`asrsched.sim.fleet`).
-    """
-    params = dict(policy_params or {})
-    for name in dict.fromkeys(policies):
-        why = _policy_reason(name, params)
-        if why is not None:
-            return why
-        if static_key(name) is None:
-            make_queue(name, **params)  # the Python queue's own check of the parameters
-    for name in routers:
-        key = router_key(name) if router_key is not None else str(name)
-        if key not in BUILTIN_ROUTERS or BUILTIN_ROUTERS[key] is not _current_router(key):
-            return f"router {name!r} is not one the compiled engine implements"
-    return None
-
-
-def _current_router(key: str) -> Any:
-    from asrsched.sim.fleet import ROUTERS
-
-    return ROUTERS.get(key)
-
-
-def choose_engine(engine: str, policies: Sequence[Any], routers: Sequence[str] = (),
-                  policy_params: dict | None = None, router_key: Callable[[str], str] | None = None) -> bool:
-    """Whether to run compiled: ``"auto"`` exactly when :func:`compiled_support`; ``"python"`` never;
-    ``"numba"`` always, raising ``ValueError`` naming what it cannot run."""
-    if engine not in ("auto", "python", "numba"):
-        raise ValueError(f"engine: must be 'auto', 'python' or 'numba', got {engine!r}")
-    if engine == "python":
-        for name in dict.fromkeys(policies):  # the same parameter check on both engines
-            if isinstance(name, str) and name.lower() in POLICIES and static_key(name) is None:
-                make_queue(name, **dict(policy_params or {}))
-        return False
-    why = compiled_support(policies, routers, policy_params, router_key)
-    if why is not None and engine == "numba":
-        raise ValueError(f"engine='numba' cannot run this: {why}; use engine='auto' or 'python'")
-    return why is None
-
-
-# ----------------------------------------------------------------------------- the kernel's inputs
-
-def policy_inputs(policies: Sequence[str], policy_params: dict | None = None) -> tuple[list[int], dict]:
-    """Kernel codes of ``policies`` and the parameters ``low_depth``, ``ratio_cap``, ``min_service``."""
-    params = dict(policy_params or {})
-    codes = []
-    kw = {"low_depth": 4, "ratio_cap": 50.0, "min_service": HRRNQueue().min_service}
-    for name in policies:
-        key = str(name).lower()
-        if static_key(key) is not None:
-            codes.append(rb.KEY)
-            continue
-        q = make_queue(key, **params)
-        if isinstance(q, AdaptiveQueue):
-            kw.update(low_depth=q.low_depth, ratio_cap=q.ratio_cap, min_service=q.min_service)
-        elif isinstance(q, HRRNQueue):
-            kw["min_service"] = q.min_service
-        elif not (isinstance(q, KeyQueue) and not q.dynamic):  # pragma: no cover - a built-in returning another queue
-            raise ValueError(f"policy {name!r}: not a compiled policy")
-        codes.append(rb.POLICY_CODES[key])
-    return codes, kw
-
-
-@functools.lru_cache(maxsize=64)
-def _typed_names(names: tuple[str, ...]) -> NumbaList:
-    """The language names as a numba typed list (built once per distinct tuple: building one is slow)."""
-    out = NumbaList()
-    for s in names or ("",):
-        out.append(str(s))
-    return out
-
-
-@njit
-def _apply_key(key, est, arrival, duration, codes, names):
-    out = np.empty(est.shape[0])
-    for i in range(est.shape[0]):
-        out[i] = key(est[i], arrival[i], duration[i], names[codes[i]])
-    return out
-
-
-def static_policy_keys(policies: Sequence[str], est, arrival, duration, codes, names) -> np.ndarray:
-    """The key of every request under the (one) static policy among ``policies``; empty if there is none."""
-    keys = {static_key(p) for p in policies} - {None}
-    if not keys:
-        return np.empty(0)
-    if len(keys) > 1:
-        raise ValueError("the compiled engine runs at most one static key policy per run")
-    (key,) = keys
-    k = _apply_key(key, np.ascontiguousarray(est, np.float64), np.ascontiguousarray(arrival, np.float64),
-                   np.ascontiguousarray(duration, np.float64), np.ascontiguousarray(codes, np.int64),
-                   _typed_names(tuple(names)))
-    if np.isnan(k).any():
-        raise ValueError(f"the key of static policy {sorted(set(policies))} returned NaN; it must return a number")
-    return k
-
-
-def router_inputs(routers: Sequence[tuple[str, int, np.ndarray, int]], route_arm, cands, n: int,
-                  n_replicas: int) -> K.Routing:
-    """The kernel's :class:`~asrsched.sim.kernel.Routing`: ``routers[arm] = (registry key, d, uniforms, instance)``."""
-    n_inst = max(r[3] for r in routers) + 1
-    U = np.zeros((n_inst, max(1, max(len(r[2]) for r in routers))))
-    code = np.zeros(n_inst, np.int64)
-    d = np.ones(n_inst, np.int64)
-    inst_of_arm = np.zeros(len(routers), np.int64)
-    for arm, (key, dd, u, inst) in enumerate(routers):
-        U[inst, :len(u)] = u
-        code[inst] = K.ROUTER_CODES[key]
-        d[inst] = int(dd)
-        inst_of_arm[arm] = inst
-    C = np.zeros((len(routers), n_replicas), np.int64)
-    nc = np.zeros(len(routers), np.int64)
-    for arm, c in enumerate(cands):
-        C[arm, :len(c)] = c
-        nc[arm] = len(c)
-    arm = np.zeros(n, np.int64) if route_arm is None else np.ascontiguousarray(route_arm, np.int64)
-    return K.Routing(arm, inst_of_arm, code, d, U, np.zeros(n_inst, np.int64), np.zeros(n_inst, np.int64), C, nc,
-                     np.empty(n_replicas, np.int64), np.empty(n_replicas, np.int64), np.empty(n_replicas))
-
-
-def _single_router(n: int) -> K.Routing:
+def single_router(n: int) -> K.Routing:
     """One replica: a router that always answers it (round robin over one candidate draws nothing)."""
+    from asrsched.sim.inputs import router_inputs
+
     return router_inputs([("round_robin", 1, np.empty(0), 0)], None, [[0]], n, 1)
 
 
 # ----------------------------------------------------------------------------- one run
+
 
 _REQ_FIELDS = K.Requests._fields
 _PER_REQUEST_OUT = ("admit", "first", "finish", "replica")
@@ -217,7 +65,7 @@ class CompiledRun:
                              np.array([s[2] for s in switches], np.int64))
         self._p = dict(max_num_seqs=M, steps=np.ascontiguousarray(steps, np.float64), overhead=float(overhead),
                        low_depth=int(params["low_depth"]), ratio_cap=float(params["ratio_cap"]),
-                       min_service=float(params["min_service"]), grid=_work_grid(), final=False,
+                       min_service=float(params["min_service"]), grid=int(WORK_TOKEN_GRID), final=False,
                        flush_at=self.flush_every, keep_out=write is not None, timeline=timeline_points > 0 and N == 1,
                        work=bool(work))
         W = (M + 7) // 8 * 8  # running slots per replica: whole SIMD widths
@@ -225,8 +73,8 @@ class CompiledRun:
         self.rep = K.Replicas(np.zeros(N), z(), z(), np.full(N, K.NOSTEP, np.int64), z(), z(), z(), z(),
                               np.full(N, -1, np.int64), np.full(N, -1, np.int64), np.zeros(N), z(), z(),
                               np.array(policies, np.int64), np.zeros(3 * N, np.int64))
-        self.rs = K.Running(np.full(N * W, K.NOSTEP, np.int64), np.zeros(N * W, np.int64),
-                            np.full(N * W, K.NONE, np.int64), np.zeros(N * M, np.int64))
+        self.rs = K.Running(np.full((N, W), K.NOSTEP, np.int64), np.zeros((N, W), np.int64),
+                            np.full((N, W), K.NONE, np.int64), np.zeros((N, M), np.int64))
         cap = max(16, int(timeline_points)) if self._p["timeline"] else 0
         self.tl = (np.empty(cap), np.empty(cap, np.int64), np.empty(cap, np.int64), np.zeros(cap, np.bool_))
         self.out_j = np.empty(self.flush_every + M + 1 if write is not None else 0, np.int64)
@@ -288,7 +136,7 @@ class CompiledRun:
 
     # -- internals --
     def _loop(self) -> None:
-        routing = self.routing if self.routing is not None else _single_router(len(self.req.arrival))
+        routing = self.routing if self.routing is not None else single_router(len(self.req.arrival))
         o = self.res
         while True:
             out = K.Output(o["admit"], o["first"], o["finish"], o["replica"], self.out_j, *self.tl)
@@ -390,12 +238,6 @@ class CompiledRun:
         return {"fcfs": int(m[rb.MODE_FCFS]), "sjf": int(m[rb.MODE_SJF]), "hrrn": int(m[rb.MODE_HRRN])}
 
 
-def _work_grid() -> int:
-    from asrsched.sim.engine import WORK_TOKEN_GRID
-
-    return int(WORK_TOKEN_GRID)
-
-
 def _queues(N: int, cap: int, n: int) -> K.Queues:
     """Empty waiting queues: ``cap`` entries per replica, per-request arrays for ``n`` requests."""
     m = N * cap
@@ -427,7 +269,6 @@ def _remap(alive: np.ndarray, n_old: int, old: K.Queues, q: K.Queues, rep: K.Rep
     remap = np.full(n_old, -1, np.int64)
     remap[alive] = np.arange(len(alive))
     old_cap = old.kid.shape[0] // N
-    W = rs.rid.shape[0] // N
     q.alive[:len(alive)] = old.alive[alive]
     for r in range(N):
         ob, nb = r * old_cap, r * cap
@@ -454,5 +295,5 @@ def _remap(alive: np.ndarray, n_old: int, old: K.Queues, q: K.Queues, rep: K.Rep
             q.nxt[ids[-1]] = -1
             rep.head[r], rep.tail[r] = ids[0], ids[-1]
         nr, npend = int(rep.nrun[r]), int(rep.npend[r])
-        rs.rid[r * W:r * W + nr] = remap[rs.rid[r * W:r * W + nr]]
-        rs.pend[r * M:r * M + npend] = remap[rs.pend[r * M:r * M + npend]]
+        rs.rid[r, :nr] = remap[rs.rid[r, :nr]]
+        rs.pend[r, :npend] = remap[rs.pend[r, :npend]]

@@ -57,7 +57,7 @@ import numpy as np
 import pandas as pd
 
 from asrsched.core.policies import Job, make_queue
-from asrsched.core.service import ServiceModel, default_service_model, language_codes
+from asrsched.core.service import WORK_TOKEN_GRID, ServiceModel, default_service_model, work_tokens
 from asrsched.core.workloads import Trace, trace_chunks
 from asrsched.sim.records import (
     OCCUPANCY_QUANTITIES,
@@ -68,7 +68,6 @@ from asrsched.sim.records import (
     SummarySink,
     column_writer,
     occupancy,
-    records_frame,
     time_average,
 )
 
@@ -136,25 +135,6 @@ class _Timeline:
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return np.asarray(self.t, float), np.asarray(self.r, np.int64), np.asarray(self.q, np.int64)
-
-
-# ----------------------------------------------------------------------------- size estimates a router reads
-
-WORK_TOKEN_GRID = 65536  # the size estimates of the work view are whole multiples of 1/65536 token
-
-
-def work_tokens(est_tokens) -> np.ndarray:
-    """Size estimates (tokens) rounded to the nearest multiple of ``1 / WORK_TOKEN_GRID`` token.
-
-    What :meth:`Engine.outstanding_work` reads. On this grid every estimate end (decode step
-    at admission plus the estimate) and every sum of them is exact in float64 while the sum
-    stays below 2**37 tokens (a replica 2**32 decode steps into a run, with 32 running), so
-    the sum does not depend on the order of adding: the Python engine adds sorted ends, the
-    compiled fleet keeps integer multiples of the grid, and both give the same bits. The
-    rounding moves an estimate by at most 2**-17 token.
-    """
-    x = np.asarray(est_tokens, dtype=float)
-    return np.rint(x * WORK_TOKEN_GRID) / WORK_TOKEN_GRID
 
 
 # ----------------------------------------------------------------------------- engine
@@ -422,7 +402,7 @@ def simulate(
     reference). ``"python"`` forces the reference; ``"numba"`` the compiled engine, raising
     ``ValueError`` for a policy it does not implement.
     """
-    from asrsched.sim.compiled import choose_engine
+    from asrsched.sim.inputs import choose_engine
 
     service = service or default_service_model()
     M = int(max_num_seqs)
@@ -500,27 +480,25 @@ def _run_python(chunks, in_memory, policy, service, M, policy_params, est_durati
 def _run_compiled(chunks, in_memory, policy, service, M, policy_params, est_duration, sink, flush_every,
                   timeline_points, warn_overload):
     """:func:`simulate` on the compiled engine (:mod:`asrsched.sim.kernel`), one replica."""
-    from asrsched.sim.compiled import CompiledRun, policy_inputs, static_policy_keys
+    from asrsched.sim.compiled import CompiledRun
+    from asrsched.sim.inputs import policy_inputs, run_in_memory, static_policy_keys, trace_inputs
     from asrsched.sim.kernel import Requests
 
+    stream = not in_memory or sink is not None
+    if not stream:
+        (tr,) = chunks
+        if warn_overload:
+            _check_offered_load(tr, service)
+        records, run = run_in_memory(tr, service, [policy], max_num_seqs=M, policy_params=policy_params,
+                                     est_duration=est_duration, timeline_points=timeline_points)
+        span = [float(tr.arrival[0]), float(tr.arrival[-1])] if len(tr) else [math.inf, -math.inf]
+        return (records, run.timeline(), len(tr), int(np.isfinite(records["finish"].to_numpy()).sum()), run.events,
+                run.mode_counts(), span)
     codes, params = policy_inputs([policy], policy_params)
     steps = np.concatenate([[0.0], np.asarray(service.step_s(np.arange(1, M + 1)), float)])
-    stream = not in_memory or sink is not None
-    if stream:
-        sink = sink if sink is not None else CollectSink()
+    sink = sink if sink is not None else CollectSink()
     run = CompiledRun(codes, max_num_seqs=M, steps=steps, overhead=float(service.overhead_s), params=params,
-                      timeline_points=timeline_points, write=column_writer(sink) if stream else None,
-                      flush_every=flush_every)
-
-    def inputs(tr: Trace) -> tuple[Requests, Any]:
-        coded = language_codes(tr.language)  # once: the estimates, a key policy and the records use it
-        d_est = tr.duration if est_duration is None else np.asarray(est_duration, float)
-        est = np.ascontiguousarray(np.broadcast_to(service.est_service(d_est, coded), (len(tr),)), np.float64)
-        enc = np.ascontiguousarray(np.broadcast_to(service.encoder_s(tr.duration), (len(tr),)), np.float64)
-        arrival = np.ascontiguousarray(tr.arrival, np.float64)
-        key = static_policy_keys([policy], est, arrival, tr.duration, *coded)
-        return Requests(arrival, est, enc, np.ascontiguousarray(tr.tokens, np.int64), np.empty(0, np.int64),
-                        key), coded
+                      timeline_points=timeline_points, write=column_writer(sink), flush_every=flush_every)
 
     span = [math.inf, -math.inf]  # first and last arrival
     n_arrivals = 0
@@ -528,22 +506,17 @@ def _run_compiled(chunks, in_memory, policy, service, M, policy_params, est_dura
         if warn_overload and ci == 0:
             _check_offered_load(tr, service)
         _span(span, tr)
-        req, coded = inputs(tr)
-        if not stream:
-            res = run.run(req)
-            records = records_frame(tr, req.est, res["admit"], res["first"], res["finish"], coded)
-            n_completed = int(np.isfinite(res["finish"]).sum())
-        else:
-            rows = {"rid": np.arange(n_arrivals, n_arrivals + len(tr)),
-                    "duration": np.ascontiguousarray(tr.duration, np.float64),
-                    "language": np.asarray(tr.language, dtype=object)}
-            run.feed(req, rows)
+        inp = trace_inputs(tr, service, cache=False)  # a chunk is seen once
+        arrival = np.ascontiguousarray(tr.arrival, np.float64)
+        key = static_policy_keys([policy], inp.est, arrival, tr.duration, *inp.codes)
+        req = Requests(arrival, inp.est, inp.enc, np.ascontiguousarray(tr.tokens, np.int64), np.empty(0, np.int64), key)
+        rows = {"rid": np.arange(n_arrivals, n_arrivals + len(tr)),
+                "duration": np.ascontiguousarray(tr.duration, np.float64),
+                "language": np.asarray(tr.language, dtype=object)}
+        run.feed(req, rows)
         n_arrivals += len(tr)
-    if stream:
-        run.close()
-        records = sink.result()
-        n_completed = run.n_written
-    return records, run.timeline(), n_arrivals, n_completed, run.events, run.mode_counts(), span
+    run.close()
+    return sink.result(), run.timeline(), n_arrivals, run.n_written, run.events, run.mode_counts(), span
 
 
 def _queue_growth(timeline: pd.DataFrame | tuple[np.ndarray, np.ndarray], M: int, first_arrival: float = -math.inf,

@@ -75,12 +75,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from asrsched.core import rulebook as rb
 from asrsched.core.policies import validate_policies
-from asrsched.core.service import ServiceModel, default_service_model, language_codes
+from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Drift, Trace, make_source, make_trace
-from asrsched.sim.compiled import BUILTIN_ROUTERS, choose_engine
-from asrsched.sim.engine import WORK_TOKEN_GRID, Engine, SimJob, chunk_jobs, estimated_work, simulate, work_tokens
+from asrsched.sim.engine import Engine, SimJob, chunk_jobs, estimated_work, simulate
+from asrsched.sim.inputs import BUILTIN_ROUTERS, choose_engine, clear_trace_cache, run_in_memory, trace_inputs
 
 __all__ = [
     "Router",
@@ -269,6 +268,12 @@ def router_names() -> list[str]:
     return sorted(set(ROUTERS) - {"pod", "pod_work"}) + ["pod<d>", "pod<d>_work"]
 
 
+def _router_info(name: str) -> tuple[str, Any]:
+    """A router name's registry key and the factory registered under it now (the engine-choice rule reads them)."""
+    key = _parse(name)[0]
+    return key, ROUTERS.get(key)
+
+
 def _parse(name: str) -> tuple[str, dict]:
     key = str(name).strip().lower()
     m = _POD.match(key)
@@ -301,17 +306,6 @@ def make_router(name: str, rng: np.random.Generator | None = None, **params) -> 
 
 # ----------------------------------------------------------------------------- the fleet
 
-def _est_tokens(service: ServiceModel, trace: Trace, codes=None) -> np.ndarray:
-    """Size estimate (tokens, kappa x duration) of every request of ``trace``, on the grid of
-    :func:`~asrsched.sim.engine.work_tokens` (what the work-reading routers see).
-
-    ``codes``: ``language_codes(trace.language)`` when the caller has them already.
-    """
-    lang = codes if codes is not None else trace.language
-    d = np.asarray(trace.duration, float)
-    return work_tokens(np.broadcast_to(service.est_tokens(d, lang), d.shape))
-
-
 class Fleet:
     """The replicas of one run on ``trace``: one :class:`~asrsched.sim.engine.Engine` per entry of ``policies``.
 
@@ -328,7 +322,7 @@ class Fleet:
         self.service = service or default_service_model()
         self.engines = [Engine(pol, self.service, max_num_seqs=max_num_seqs, policy_params=policy_params)
                         for pol in policies]
-        self.view = FleetView(self.engines, _est_tokens(self.service, trace).tolist())
+        self.view = FleetView(self.engines, trace_inputs(trace, self.service).est_tok.tolist())
         self.replica = np.zeros(len(trace), np.int64)  # replica of each rid, set by dispatch
 
     def __len__(self) -> int:
@@ -410,7 +404,7 @@ def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str
     for name in names:
         _parse(name)  # an unknown router: the same error on either engine
     ok = choose_engine(engine, list(policies) + [s[2] for s in switches], names, policy_params,
-                       router_key=lambda name: _parse(name)[0])
+                       router_info=_router_info)
     if ok:
         rec, events = _run_compiled(trace, list(policies), routers, arm, cands, switches, service, max_num_seqs,
                                     policy_params, extra or {})
@@ -431,156 +425,17 @@ def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str
     return rec, fleet.events, "python"
 
 
-_PREP: dict = {}  # per-trace inputs of the compiled fleet (the designs of a replication replay one trace)
-
-
-def clear_trace_cache() -> None:
-    """Forget the compiled fleet's cached per-trace inputs (the next run on any trace recomputes them).
-
-    Runs on the same trace arrays share their size estimates, encoder times and language
-    column (every design of a replication replays one trace); a benchmark of a cold run
-    clears them first.
-    """
-    _PREP.clear()
-
-
-def _service_key(service: ServiceModel) -> tuple:
-    """What of ``service`` the per-trace inputs depend on: its class (a subclass may redefine the
-    estimate) and every coefficient (its kappa table can change in place)."""
-    return (type(service), service.encode_s_per_window, service.decode_s_per_token, service.decode_batch_slope,
-            service.overhead_s, service.window_s, tuple(service.kappa.items()))
-
-
-@lru_cache(maxsize=64)
-def _names_array(names: tuple[str, ...]):
-    """The distinct language names as a pandas string array (taken by code for a records column)."""
-    return pd.array(list(names), dtype="str")
-
-
-def _prepared(trace: Trace, service: ServiceModel):
-    """``(est_service, encoder s, est tokens, language column)`` of ``trace`` under ``service``, cached.
-
-    Keyed by the identity of the trace's duration and language arrays (held by weak
-    reference, so a replaced array is a miss), its length, and the service model's
-    parameters that enter them.
-    """
-    import weakref
-
-    key = (id(trace.duration), id(trace.language), len(trace), _service_key(service))
-    hit = _PREP.get(key)
-    if hit is not None and hit[0]() is trace.duration and hit[1]() is trace.language:
-        return hit[2]
-    codes = language_codes(trace.language)
-    duration = np.asarray(trace.duration, float)
-    est = np.ascontiguousarray(np.broadcast_to(service.est_service(duration, codes), duration.shape), np.float64)
-    enc = np.ascontiguousarray(np.broadcast_to(service.encoder_s(duration), duration.shape), np.float64)
-    est_tok = _est_tokens(service, trace, codes)
-    # the records' language column: the distinct names, taken by code (one string per name, not per request)
-    lang = _names_array(tuple(codes[1])).take(codes[0])
-    val = (est, enc, est_tok, lang)
-    if len(_PREP) >= 8:
-        _PREP.clear()
-    try:
-        _PREP[key] = (weakref.ref(trace.duration), weakref.ref(trace.language), val)
-    except TypeError:  # not weak-referenceable (e.g. a list): no cache
-        pass
-    return val
-
-
-_FLOAT_COLS = ("arrival", "duration", "est_service", "admit", "first_token", "finish", "queue_delay", "ttft", "e2el")
-
-
-def _records_frame(fl: np.ndarray, ints: np.ndarray, lang, extra: dict) -> pd.DataFrame:
-    """The records frame from its blocks, without a copy (:func:`pandas.api.internals.create_dataframe_from_blocks`).
-
-    ``fl``: the float columns ``_FLOAT_COLS`` as rows; ``ints``: ``rid``, ``tokens``, ``replica``;
-    ``lang``: the language column (an extension array of this frame's own); ``extra``: more
-    columns, each its own block. Columns in the order of :func:`asrsched.sim.engine.add_derived`
-    (``RECORD_COLUMNS``, ``queue_delay``, ``ttft``, ``e2el``, ``replica``), then ``extra``.
-    Built from fresh arrays only, so that no other frame shares them. The same frame as
-    ``pd.DataFrame(dict)`` gives (``tests/test_fleet_compiled.py`` compares them), at a
-    fraction of the cost: the dict constructor copies every column into new blocks, which
-    for a fleet run of a few thousand requests cost as much as the simulation.
-    """
-    from pandas.api.internals import create_dataframe_from_blocks
-
-    columns, (p_fl, p_int, p_lang, *p_extra) = _records_layout(tuple(extra))
-    n = fl.shape[1]
-    blocks = [(fl, p_fl), (ints, p_int), (lang, p_lang)]
-    for (k, v), p in zip(extra.items(), p_extra):
-        v = np.array(v, copy=True)
-        if v.shape != (n,):
-            raise ValueError(f"extra[{k!r}]: need one value per request ({n}), got shape {v.shape}")
-        blocks.append((v.reshape(1, n), p))
-    return create_dataframe_from_blocks(blocks, index=pd.RangeIndex(n), columns=columns)
-
-
-@lru_cache(maxsize=16)
-def _records_layout(extra: tuple[str, ...]) -> tuple[pd.Index, tuple[np.ndarray, ...]]:
-    """The records' column index and each block's column positions (float, int, language, then ``extra``)."""
-    from asrsched.sim.engine import RECORD_COLUMNS
-
-    cols = [*RECORD_COLUMNS, "queue_delay", "ttft", "e2el", "replica", *extra]
-    if len(set(cols)) != len(cols):
-        raise ValueError(f"extra: column names must be new, got {list(extra)}")
-    at = {c: i for i, c in enumerate(cols)}
-    pos = [[at[c] for c in _FLOAT_COLS], [at["rid"], at["tokens"], at["replica"]], [at["language"]],
-           *[[at[k]] for k in extra]]
-    out = []
-    for p in pos:
-        a = np.array(p, np.intp)
-        a.flags.writeable = False
-        out.append(a)
-    return pd.Index(cols), tuple(out)
-
-
 def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_num_seqs, policy_params, extra):
-    from asrsched.sim.compiled import CompiledRun, policy_inputs, router_inputs, static_policy_keys
-    from asrsched.sim.kernel import Requests
-
-    M = int(max_num_seqs)
     n = len(trace)
-    est, enc, est_tok, lang = _prepared(trace, service)
-    steps = np.concatenate(([0.0], service.step_s(np.arange(1, M + 1))))  # elementwise: the scalar values
     specs = []
     for i, (name, seed) in enumerate(routers):
         key, kw = _parse(name)
         d = int(kw.get("d", 1))
         k = n * _uniform_uses(key, d, len(cands[i])) + 1
         specs.append((key, d, np.random.default_rng(seed).random(k), i))
-    all_policies = [str(p).lower() for p in policies] + [str(s[2]).lower() for s in switches]
-    codes, params = policy_inputs(all_policies, policy_params)
-    work = any(k in ("least_work", "pod_work") for k, *_ in specs)
-    est_q = np.empty(0, np.int64)
-    if work:
-        x = np.asarray(est_tok, np.float64) * WORK_TOKEN_GRID  # exact: a power of two
-        est_q = x.astype(np.int64)
-        if not np.array_equal(est_q, x):
-            raise ValueError("est_tok: the size estimates must lie on the grid of asrsched.sim.engine.work_tokens")
-    arrival = np.ascontiguousarray(trace.arrival, np.float64)
-    key = static_policy_keys(all_policies, est, arrival, trace.duration, *language_codes(trace.language)) \
-        if rb.KEY in codes else np.empty(0)
-    req = Requests(arrival, est, enc, np.ascontiguousarray(trace.tokens, np.int64), est_q, key)
-    run = CompiledRun(codes[:len(policies)], max_num_seqs=M, steps=steps, overhead=float(service.overhead_s),
-                      params=params, routing=router_inputs(specs, arm, cands, n, len(policies)),
-                      switches=[(int(a), float(t), c) for (a, t, _), c in zip(switches, codes[len(policies):])],
-                      work=work)
-    # the records' blocks, filled in place: the kernel writes admit / first token / finish and the replica
-    fl = np.empty((len(_FLOAT_COLS), n))
-    arrival_c, duration, est_c, admit, first, fin, qd, ttft, e2el = fl
-    np.copyto(arrival_c, trace.arrival)
-    np.copyto(duration, trace.duration)
-    np.copyto(est_c, est)
-    ints = np.empty((3, n), np.int64)
-    rid, tokens, replica = ints
-    rid[:] = np.arange(n)
-    np.copyto(tokens, trace.tokens)
-    run.run(req, out=(admit, first, fin, replica))
-    # the derived columns of asrsched.sim.engine.add_derived
-    np.subtract(admit, arrival_c, out=qd)
-    np.subtract(first, arrival_c, out=ttft)
-    np.subtract(fin, arrival_c, out=e2el)
-    return _records_frame(fl, ints, lang.copy(), extra), run.events
+    rec, run = run_in_memory(trace, service, policies, max_num_seqs=max_num_seqs, policy_params=policy_params,
+                             routers=specs, route_arm=arm, cands=cands, switches=switches, extra=extra)
+    return rec, run.events
 
 
 @dataclass

@@ -182,12 +182,9 @@ def _set_policy(r, new, cap, min_service, arrival, est, key, k1, k2, kid, sid, s
 
 
 @njit(cache=True, inline="always")
-def _sample(final, arrival, nrun, nwait, tl_t, tl_r, tl_q, tl_open, ctl, t, j):
-    """A timeline point at a decision of replica 0: the time, running, and waiting (arrivals up to ``t`` included)."""
-    c = ctl[_COUNT] + 1
-    ctl[_COUNT] = c
-    if c % ctl[_STRIDE] != 0:
-        return
+def _record(final, arrival, nrun, nwait, tl_t, tl_r, tl_q, tl_open, ctl, t, j, count):
+    """A timeline point at a decision of replica 0 (the time, running, and waiting with the arrivals up to ``t``);
+    the decisions until the next point."""
     n = arrival.shape[0]
     k = j
     while k < n and arrival[k] <= t:  # arrived, not yet submitted: waiting too
@@ -198,6 +195,7 @@ def _sample(final, arrival, nrun, nwait, tl_t, tl_r, tl_q, tl_open, ctl, t, j):
     tl_q[i] = nwait + k - j
     tl_open[i] = k == n and not final  # arrivals of the next chunk up to t are waiting too
     i += 1
+    stride = ctl[_STRIDE]
     if i >= tl_t.shape[0]:  # stride doubling: keep every other point
         half = 0
         for x in range(0, i, 2):
@@ -207,8 +205,10 @@ def _sample(final, arrival, nrun, nwait, tl_t, tl_r, tl_q, tl_open, ctl, t, j):
             tl_open[half] = tl_open[x]
             half += 1
         i = half
-        ctl[_STRIDE] *= 2
+        stride *= 2
+        ctl[_STRIDE] = stride
     ctl[_TLN] = i
+    return stride - count % stride  # a point at every decision count that is a multiple of the stride
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -233,12 +233,14 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
     """
     n = arrival.shape[0]
     N = T.shape[0]
-    W = fin_step.shape[0] // N
+    W = fin_step.shape[1]
     cap = kid.shape[0] // N
     nsw = sw_req.shape[0]
     j = ctl[_J]
     s = ctl[_SW]
     r0 = ctl[_R0]
+    count = ctl[_COUNT]  # decisions of replica 0 so far, and until the next timeline point
+    skip = ctl[_STRIDE] - count % ctl[_STRIDE]
     status = DONE
     while True:
         if j < n:
@@ -255,12 +257,11 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
             h = math.inf
             kind = 2
         # ---- every replica catches up: Engine.run_until(h), each decision point strictly before h
-        for r in range(r0, N):
-            if T[r] >= h:
+        for r in range(N):
+            if r < r0 or T[r] >= h:
                 continue
             # the replica's scalars in registers for the catch-up (stores to the per-request arrays
             # would otherwise force them to be reloaded), written back at its end
-            rb = r * W
             t, g, nr, nfin, npd, nw, ew, jf, ev = (T[r], G[r], nrun[r], next_fin[r], npend[r], nwait[r], est_wait[r],
                                                    just_fin[r], events[r])
             code = policy[r]
@@ -276,20 +277,23 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
                     admit[jq] = t
                     t += enc[jq]
                     f = g + tokens[jq]  # into the next free slot of the running set
-                    fin_step[rb + nr] = f
-                    rid[rb + nr] = jq
+                    fin_step[r, nr] = f
+                    rid[r, nr] = jq
                     if f < nfin:
                         nfin = f
                     if work:  # its estimate end, in grid units (integer sums are exact in any order)
-                        est_end[rb + nr] = g * grid + est_q[jq]
+                        est_end[r, nr] = g * grid + est_q[jq]
                     nr += 1
-                    pend[r * M + npd] = jq
+                    pend[r, npd] = jq
                     npd += 1
                 if t >= h and nr < M:
                     break  # a slot is free: the arrivals up to t are submitted first
                 ev += 1
                 if timeline and r == 0:
-                    _sample(final, arrival, nr, nw, tl_t, tl_r, tl_q, tl_open, ctl, t, j)
+                    count += 1
+                    skip -= 1
+                    if skip == 0:
+                        skip = _record(final, arrival, nr, nw, tl_t, tl_r, tl_q, tl_open, ctl, t, j, count)
                 if nr == 0:  # idle: nothing happens before the next submit
                     jf = 0
                     if h < math.inf:
@@ -304,7 +308,7 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
                 if npd > 0:
                     ft = t + st
                     for i in range(npd):
-                        first[pend[r * M + i]] = ft
+                        first[pend[r, i]] = ft
                     npd = 0
                 t += k * st
                 g += k
@@ -314,7 +318,7 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
                     hit = 0  # here, which one (when one does), and the next completion step after
                     at = 0
                     for i in range(W):
-                        f = fin_step[rb + i]
+                        f = fin_step[r, i]
                         x = f == g
                         hit += x
                         at += i * x
@@ -323,19 +327,19 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
                     left = hit
                     n_out = ctl[_NOUT]
                     while left > 0:
-                        if fin_step[rb + i] == g:
-                            jq = rid[rb + i]
+                        if fin_step[r, i] == g:
+                            jq = rid[r, i]
                             finish[jq] = t + overhead
                             if keep_out:
                                 out_j[n_out] = jq
                                 n_out += 1
                             left -= 1
                             nr -= 1
-                            fin_step[rb + i] = fin_step[rb + nr]
-                            rid[rb + i] = rid[rb + nr]
-                            est_end[rb + i] = est_end[rb + nr]
-                            fin_step[rb + nr] = NOSTEP
-                            est_end[rb + nr] = NONE
+                            fin_step[r, i] = fin_step[r, nr]
+                            rid[r, i] = rid[r, nr]
+                            est_end[r, i] = est_end[r, nr]
+                            fin_step[r, nr] = NOSTEP
+                            est_end[r, nr] = NONE
                         else:
                             i += 1
                     if keep_out:
@@ -419,7 +423,7 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
                     gq = g * grid
                     w = 0
                     for i in range(W):  # the whole row (free slots hold NONE): fixed length, no branches
-                        w += max(est_end[r * W + i] - gq, 0)
+                        w += max(est_end[r, i] - gq, 0)
                     vals[c] = est_wait[r] + (float(w) * (1.0 / grid)) * st
             if rc >= _POD:
                 dst = samp[0]
@@ -462,6 +466,7 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
     ctl[_J] = j
     ctl[_SW] = s
     ctl[_R0] = r0
+    ctl[_COUNT] = count
     return status
 
 

@@ -25,12 +25,9 @@ import numpy as np
 import pandas as pd
 from numba import njit
 
-from asrsched.core.service import language_codes
-from asrsched.core.workloads import Trace
-
 __all__ = ["RECORD_COLUMNS", "CollectSink", "ParquetSink", "SummarySink", "add_derived", "occupancy",
-           "time_average", "OCCUPANCY_QUANTITIES", "SimResult", "records_frame", "string_column", "column_writer",
-           "histogram_add"]
+           "time_average", "OCCUPANCY_QUANTITIES", "SimResult", "FLOAT_COLUMNS", "blocks_frame", "names_array",
+           "column_writer", "histogram_add"]
 
 RECORD_COLUMNS = ["rid", "arrival", "duration", "language", "est_service", "tokens", "admit", "first_token",
                   "finish"]
@@ -293,44 +290,58 @@ def histogram_add(bins, log_lo, log_step, values, hist):
         hist[i] += 1
 
 
-def records_frame(trace: Trace, est: np.ndarray, admit: np.ndarray, first: np.ndarray,
-                   finish: np.ndarray, coded: tuple | None = None) -> pd.DataFrame:
-    """The records table (with the derived columns) of an in-memory run, in one DataFrame construction."""
-    arrival = np.array(trace.arrival, float)  # copies: the frame must not share memory with the trace
-    cols = {"rid": np.arange(len(arrival)), "arrival": arrival, "duration": np.array(trace.duration, float),
-            "language": string_column(trace.language, coded), "est_service": est,
-            "tokens": np.array(trace.tokens, np.int64), "admit": admit, "first_token": first, "finish": finish,
-            "queue_delay": admit - arrival, "ttft": first - arrival, "e2el": finish - arrival}
-    return pd.DataFrame(cols, copy=False)  # every array is fresh: no second copy into 2-D blocks
+FLOAT_COLUMNS = ("arrival", "duration", "est_service", "admit", "first_token", "finish", "queue_delay", "ttft", "e2el")
 
 
-@functools.cache
-def _str_dtype() -> Any:
-    """The dtype pandas gives a column of Python strings (``object`` before pandas 3, ``str`` from 3 on)."""
-    return pd.Series(["x"]).dtype
+def blocks_frame(fl: np.ndarray, ints: np.ndarray, int_columns: tuple[str, ...], lang: Any,
+                 extra: dict | None = None) -> pd.DataFrame:
+    """A records frame from its blocks, without a copy (:func:`pandas.api.internals.create_dataframe_from_blocks`).
 
-
-def string_column(values: Any, coded: tuple | None = None) -> Any:
-    """``values`` (strings) as the column pandas would build from them, without a per-element conversion.
-
-    Under pandas 3 a column of Python strings becomes an Arrow string array, element by
-    element; a few distinct values (languages) are coded once (``coded``: their
-    :func:`~asrsched.core.service.language_codes`, if already known) and expanded by Arrow:
-    the same column, ~20x faster.
+    ``fl``: the float columns :data:`FLOAT_COLUMNS` as rows; ``ints``: the integer columns
+    ``int_columns`` (``rid``, ``tokens`` and possibly ``replica``) as rows; ``lang``: the
+    language column (an extension array of this frame's own); ``extra``: more columns, each its
+    own block. Columns in the order of :func:`add_derived` (:data:`RECORD_COLUMNS`,
+    ``queue_delay``, ``ttft``, ``e2el``), then ``replica`` if given, then ``extra``. Built from
+    fresh arrays only, so that no other frame shares them. The same frame as
+    ``pd.DataFrame(dict)`` gives (the engine-parity tests compare them), at a fraction of the
+    cost: the dict constructor copies every column into new blocks, which for a run of a few
+    thousand requests costs as much as the simulation.
     """
-    dtype = _str_dtype()
-    if isinstance(dtype, np.dtype) and dtype.kind == "O":
-        if isinstance(values, np.ndarray) and values.dtype.kind == "O":
-            return values
-        return np.asarray([str(x) for x in values], dtype=object)
-    import pyarrow as pa
+    from pandas.api.internals import create_dataframe_from_blocks
 
-    codes, names = coded if coded is not None else language_codes(values)
-    if len(names) == 1:
-        arr = pa.repeat(pa.scalar(names[0], type=pa.large_string()), len(codes))
-    else:
-        arr = pa.array(names, type=pa.large_string()).take(pa.array(codes))
-    return pd.array(arr, dtype=dtype)
+    extra = extra or {}
+    columns, (p_fl, p_int, p_lang, *p_extra) = _layout(tuple(int_columns), tuple(extra))
+    n = fl.shape[1]
+    blocks = [(fl, p_fl), (ints, p_int), (lang, p_lang)]
+    for (k, v), p in zip(extra.items(), p_extra):
+        v = np.array(v, copy=True)
+        if v.shape != (n,):
+            raise ValueError(f"extra[{k!r}]: need one value per request ({n}), got shape {v.shape}")
+        blocks.append((v.reshape(1, n), p))
+    return create_dataframe_from_blocks(blocks, index=pd.RangeIndex(n), columns=columns)
+
+
+@functools.lru_cache(maxsize=16)
+def _layout(int_columns: tuple[str, ...], extra: tuple[str, ...]) -> tuple[pd.Index, tuple[np.ndarray, ...]]:
+    """The records' column index and each block's column positions (float, int, language, then ``extra``)."""
+    cols = [*RECORD_COLUMNS, "queue_delay", "ttft", "e2el", *[c for c in int_columns if c not in RECORD_COLUMNS],
+            *extra]
+    if len(set(cols)) != len(cols):
+        raise ValueError(f"extra: column names must be new, got {list(extra)}")
+    at = {c: i for i, c in enumerate(cols)}
+    pos = [[at[c] for c in FLOAT_COLUMNS], [at[c] for c in int_columns], [at["language"]], *[[at[k]] for k in extra]]
+    out = []
+    for p in pos:
+        a = np.array(p, np.intp)
+        a.flags.writeable = False
+        out.append(a)
+    return pd.Index(cols), tuple(out)
+
+
+@functools.lru_cache(maxsize=64)
+def names_array(names: tuple[str, ...]) -> Any:
+    """The distinct language names as a pandas string array (taken by code for a records column)."""
+    return pd.array(list(names), dtype="str")
 
 
 def column_writer(sink: Any):
