@@ -10,7 +10,9 @@ also what the HTTP server and the vLLM plug-in run), and compiled, here.
 Storage convention: a structure lives in flat 1-D arrays at an offset ``b`` (replica
 ``r`` of a fleet holds ``[r * cap, r * cap + n)``; a single structure uses ``b = 0``), so
 one set of arrays holds every replica's queue and no call builds an array view. Sizes
-are returned, not stored: ``n = heap_push(..., n, ...)``.
+are returned, not stored: ``n = heap_push(..., n, ...)``. Indices are taken as unsigned
+(:func:`_u`): numba then omits the negative-index wraparound of every access (measured:
+10-20 % of a fleet run's time spent in the heap).
 
 Primitives
 ----------
@@ -34,6 +36,7 @@ runs only in the Python engines.
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 __all__ = [
@@ -52,6 +55,12 @@ MODE_FCFS, MODE_SJF, MODE_HRRN = 0, 1, 2
 # ----------------------------------------------------------------------------- heap of (k1, k2, id)
 
 @njit(cache=True, inline="always")
+def _u(i):
+    """An array index as unsigned (it is never negative here): no wraparound code for it."""
+    return np.uint64(i)
+
+
+@njit(cache=True, inline="always")
 def key_less(a1, a2, ai, b1, b2, bi):
     """``(a1, a2, ai) < (b1, b2, bi)`` lexicographically."""
     return a1 < b1 or (a1 == b1 and (a2 < b2 or (a2 == b2 and ai < bi)))
@@ -63,16 +72,16 @@ def heap_push(k1, k2, kid, b, n, x1, x2, xid):
     i = n
     while i > 0:
         p = (i - 1) >> 1
-        if key_less(x1, x2, xid, k1[b + p], k2[b + p], kid[b + p]):
-            k1[b + i] = k1[b + p]
-            k2[b + i] = k2[b + p]
-            kid[b + i] = kid[b + p]
+        if key_less(x1, x2, xid, k1[_u(b + p)], k2[_u(b + p)], kid[_u(b + p)]):
+            k1[_u(b + i)] = k1[_u(b + p)]
+            k2[_u(b + i)] = k2[_u(b + p)]
+            kid[_u(b + i)] = kid[_u(b + p)]
             i = p
         else:
             break
-    k1[b + i] = x1
-    k2[b + i] = x2
-    kid[b + i] = xid
+    k1[_u(b + i)] = x1
+    k2[_u(b + i)] = x2
+    kid[_u(b + i)] = xid
     return n + 1
 
 
@@ -81,26 +90,26 @@ def heap_pop(k1, k2, kid, b, n):
     """Remove the least entry (``kid[b]``, read it first) of the heap at ``[b, b + n)``; returns ``n - 1``."""
     n -= 1
     if n > 0:
-        x1 = k1[b + n]
-        x2 = k2[b + n]
-        xid = kid[b + n]
+        x1 = k1[_u(b + n)]
+        x2 = k2[_u(b + n)]
+        xid = kid[_u(b + n)]
         i = 0
         while True:
             c = 2 * i + 1
             if c >= n:
                 break
-            if c + 1 < n and key_less(k1[b + c + 1], k2[b + c + 1], kid[b + c + 1], k1[b + c], k2[b + c], kid[b + c]):
+            if c + 1 < n and key_less(k1[_u(b + c + 1)], k2[_u(b + c + 1)], kid[_u(b + c + 1)], k1[_u(b + c)], k2[_u(b + c)], kid[_u(b + c)]):
                 c += 1
-            if key_less(k1[b + c], k2[b + c], kid[b + c], x1, x2, xid):
-                k1[b + i] = k1[b + c]
-                k2[b + i] = k2[b + c]
-                kid[b + i] = kid[b + c]
+            if key_less(k1[_u(b + c)], k2[_u(b + c)], kid[_u(b + c)], x1, x2, xid):
+                k1[_u(b + i)] = k1[_u(b + c)]
+                k2[_u(b + i)] = k2[_u(b + c)]
+                kid[_u(b + i)] = kid[_u(b + c)]
                 i = c
             else:
                 break
-        k1[b + i] = x1
-        k2[b + i] = x2
-        kid[b + i] = xid
+        k1[_u(b + i)] = x1
+        k2[_u(b + i)] = x2
+        kid[_u(b + i)] = xid
     return n
 
 
@@ -109,21 +118,23 @@ def heap_pop(k1, k2, kid, b, n):
 @njit(cache=True, inline="always")
 def fifo_push(nxt, head, tail, r, j):
     """Append request ``j`` to FIFO ``r`` (``head[r]``/``tail[r]``: -1 when empty; ``nxt``: links)."""
-    nxt[j] = -1
-    if tail[r] < 0:
-        head[r] = j
+    nxt[_u(j)] = -1
+    t = tail[_u(r)]
+    if t < 0:
+        head[_u(r)] = j
     else:
-        nxt[tail[r]] = j
-    tail[r] = j
+        nxt[_u(t)] = j
+    tail[_u(r)] = j
 
 
 @njit(cache=True, inline="always")
 def fifo_pop(nxt, head, tail, r):
     """Remove and return the first request of FIFO ``r`` (not empty)."""
-    j = head[r]
-    head[r] = nxt[j]
-    if head[r] < 0:
-        tail[r] = -1
+    j = head[_u(r)]
+    h = nxt[_u(j)]
+    head[_u(r)] = h
+    if h < 0:
+        tail[_u(r)] = -1
     return j
 
 
@@ -135,9 +146,9 @@ def slot_put(sid, sarr, sinv, spos, b, n, j, arrival, inv):
 
     ``spos[j]`` is the job's slot (``spos`` is indexed by job id).
     """
-    sid[b + n] = j
-    sarr[b + n] = arrival
-    sinv[b + n] = inv
+    sid[_u(b + n)] = j
+    sarr[_u(b + n)] = arrival
+    sinv[_u(b + n)] = inv
     spos[j] = n
     return n + 1
 
@@ -145,13 +156,13 @@ def slot_put(sid, sarr, sinv, spos, b, n, j, arrival, inv):
 @njit(cache=True, inline="always")
 def slot_take(sid, sarr, sinv, spos, b, n, i):
     """Remove slot ``i`` of the store at ``[b, b + n)`` (the last slot moves into it); returns the job id."""
-    j = sid[b + i]
+    j = sid[_u(b + i)]
     last = n - 1
     if i != last:
-        m = sid[b + last]
-        sid[b + i] = m
-        sarr[b + i] = sarr[b + last]
-        sinv[b + i] = sinv[b + last]
+        m = sid[_u(b + last)]
+        sid[_u(b + i)] = m
+        sarr[_u(b + i)] = sarr[_u(b + last)]
+        sinv[_u(b + i)] = sinv[_u(b + last)]
         spos[m] = i
     return j
 
@@ -165,17 +176,17 @@ def hrrn_argbest(sarr, sinv, sid, b, n, now):
     FCFS in submission order.
     """
     best = 0
-    br = (now - sarr[b]) * sinv[b]
-    ba = sarr[b]
-    bs = sid[b]
+    br = (now - sarr[_u(b)]) * sinv[_u(b)]
+    ba = sarr[_u(b)]
+    bs = sid[_u(b)]
     for i in range(1, n):
-        a = sarr[b + i]
-        x = (now - a) * sinv[b + i]
-        if x > br or (x == br and (a < ba or (a == ba and sid[b + i] < bs))):
+        a = sarr[_u(b + i)]
+        x = (now - a) * sinv[_u(b + i)]
+        if x > br or (x == br and (a < ba or (a == ba and sid[_u(b + i)] < bs))):
             best = i
             br = x
             ba = a
-            bs = sid[b + i]
+            bs = sid[_u(b + i)]
     return best
 
 
@@ -184,7 +195,7 @@ def fcfs_argmin(sarr, sid, b, n):
     """Slot of the earliest arrival (ties: the smallest id) in the store at ``[b, b + n)``: FCFS over a few jobs."""
     best = 0
     for i in range(1, n):
-        if sarr[b + i] < sarr[b + best] or (sarr[b + i] == sarr[b + best] and sid[b + i] < sid[b + best]):
+        if sarr[_u(b + i)] < sarr[_u(b + best)] or (sarr[_u(b + i)] == sarr[_u(b + best)] and sid[_u(b + i)] < sid[_u(b + best)]):
             best = i
     return best
 

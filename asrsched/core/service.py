@@ -148,31 +148,40 @@ class ServiceModel:
     def kappas(self, language: Any, *, fallback: str | None = None) -> np.ndarray | float:
         """kappa per request: ``language`` a string (a float back), or one language per request (an array,
         or its :func:`language_codes`)."""
+        k = self._kappa_column(language, fallback)
+        return np.full(len(language_codes(language).codes), k) if isinstance(k, float) and \
+            not isinstance(language, str) else k
+
+    def _kappa_column(self, language: Any, fallback: str | None) -> np.ndarray | float:
+        """kappa for ``language``: one float when every request has the same language."""
         if isinstance(language, str):
             return self.kappa_for(language, fallback=fallback)
         codes, names = language_codes(language)
         if len(names) == 1:
-            return np.full(len(codes), self.kappa_for(names[0], fallback=fallback))
+            return self.kappa_for(names[0], fallback=fallback)
         return np.array([self.kappa_for(x, fallback=fallback) for x in names])[codes]
+
+    def _windows(self, duration_s: Any) -> np.ndarray:
+        """``max(1, ceil(duration / window_s))`` as floats (whole numbers); the one windows formula."""
+        return np.maximum(1.0, np.ceil(np.asarray(duration_s, dtype=float) / self.window_s - 1e-9))
 
     def windows(self, duration_s: np.ndarray | float) -> np.ndarray | int:
         """Number of 30 s encoder windows (at least 1)."""
-        d = np.asarray(duration_s, dtype=float)
-        w = np.maximum(1, np.ceil(d / self.window_s - 1e-9)).astype(np.int64)
+        w = self._windows(duration_s).astype(np.int64)
         return int(w) if w.ndim == 0 else w
 
     def encoder_s(self, duration_s: np.ndarray | float, *, windows: Any = None) -> np.ndarray | float:
         """Encoder time (s) of a request: ``windows x encode_s_per_window`` (``windows`` defaults to
         :meth:`windows` of the duration; an engine that plans its own windows passes their number)."""
-        w = self.windows(duration_s) if windows is None else np.maximum(np.asarray(windows, np.int64), 1)
-        out = np.asarray(w) * self.encode_s_per_window
-        return float(out) if out.ndim == 0 else out
+        w = self._windows(duration_s) if windows is None else np.maximum(np.asarray(windows, np.int64), 1)
+        out = w * self.encode_s_per_window
+        return float(out) if np.ndim(out) == 0 else out
 
     def est_tokens(self, duration_s: np.ndarray | float, language: Any = "en", *,
                    fallback: str | None = None) -> np.ndarray | float:
         """Estimated generated tokens, ``kappa[language] * duration`` (``language``: see :meth:`kappas`)."""
-        out = np.asarray(self.kappas(language, fallback=fallback)) * np.asarray(duration_s, dtype=float)
-        return float(out) if out.ndim == 0 else out
+        out = self._kappa_column(language, fallback) * np.asarray(duration_s, dtype=float)
+        return float(out) if np.ndim(out) == 0 else out
 
     def step_s(self, batch: np.ndarray | int) -> np.ndarray | float:
         """Decode step time with ``batch`` sequences decoding together."""

@@ -223,7 +223,9 @@ def trace_inputs(trace: Trace, service: ServiceModel, *, cache: bool = True) -> 
     enc = np.ascontiguousarray(np.broadcast_to(service.encoder_s(duration), duration.shape), np.float64)
     est_tok = work_tokens(np.broadcast_to(service.est_tokens(duration, codes), duration.shape))
     # the records' language column: the distinct names, taken by code (one string per name, not per request)
-    val = TraceInputs(est, enc, est_tok, names_array(tuple(codes.names)).take(codes.codes), codes)
+    lang = (_constant_column(codes.names[0], len(duration)) if len(codes.names) == 1
+            else names_array(tuple(codes.names)).take(codes.codes))
+    val = TraceInputs(est, enc, est_tok, lang, codes)
     if not cache:
         return val
     if len(_CACHE) >= 8:
@@ -233,6 +235,12 @@ def trace_inputs(trace: Trace, service: ServiceModel, *, cache: bool = True) -> 
     except TypeError:  # not weak-referenceable (e.g. a list): no cache
         pass
     return val
+
+
+@functools.lru_cache(maxsize=16)
+def _constant_column(name: str, n: int) -> Any:
+    """A records language column of ``n`` times ``name`` (shared: each records frame takes a copy)."""
+    return names_array((name,)).take(np.zeros(n, np.int64))
 
 
 # ----------------------------------------------------------------------------- a whole run
