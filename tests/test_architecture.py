@@ -103,11 +103,11 @@ def test_no_module_imports_another_modules_private_names():
 def test_private_import_check_can_fail(tmp_path):
     """The scan above sees both absolute and relative private imports (and leaves dunders alone)."""
     probe = tmp_path / "probe.py"
-    probe.write_text("from asrsched.sim.engine import _secret\nfrom .kernels import _fast\n"
+    probe.write_text("from asrsched.sim.engine import _secret\nfrom .kernel import _fast\n"
                      "from asrsched import __version__\nfrom asrsched.sim.engine import simulate\n")
     found = private_imports(probe, "asrsched.sim.probe", _modules())
     assert [f.split(": ", 1)[1] for f in found] == ["from asrsched.sim.engine import _secret",
-                                                    "from asrsched.sim.kernels import _fast"]
+                                                    "from asrsched.sim.kernel import _fast"]
 
 
 def test_top_level_holds_subpackages_and_few_modules():

@@ -79,7 +79,8 @@ def sources(monkeypatch):
 
 def test_closure_follows_imports_and_only_them():
     sweep = cache.module_closure("asrsched.sim.sweep")
-    for m in ("asrsched.sim.engine", "asrsched.sim.kernels", "asrsched.core.policies", "asrsched.core.service",
+    for m in ("asrsched.sim.engine", "asrsched.sim.kernel", "asrsched.core.rulebook", "asrsched.core.policies",
+              "asrsched.core.service",
               "asrsched.core.workloads", "asrsched", "asrsched.sim"):
         assert m in sweep, m
     assert not any(m.startswith(("asrsched.figures", "asrsched.abtest", "asrsched.app")) for m in sweep)
@@ -144,9 +145,9 @@ def test_a_copy_of_the_package_has_the_same_keys_until_a_policy_changes(tmp_path
     assert _keys_of_copy(tmp_path) == here
     pol = dst / "core" / "policies.py"
     src = pol.read_text()
-    old = "        if r > br or (r == br and (arr[i] < ba or (arr[i] == ba and seq[i] < bs))):"
+    old = '        return ("hrrn" if ratio > self.ratio_cap else "sjf"), b'
     assert old in src
-    pol.write_text(src.replace(old, "        if r > br or (r == br and arr[i] < ba):"))  # the old HRRN tie-break
+    pol.write_text(src.replace(old, '        return ("hrrn" if ratio >= self.ratio_cap else "sjf"), b'))  # the adaptive rule
     edited = _keys_of_copy(tmp_path)
     assert edited["asrsched.sim.sweep"] != here["asrsched.sim.sweep"]
     assert edited["asrsched.abtest.study"] == here["asrsched.abtest.study"]

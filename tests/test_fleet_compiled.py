@@ -1,4 +1,4 @@
-"""The compiled fleet (asrsched.sim.fleet_kernels) against the Python fleet: identical per-request records.
+"""The compiled engine (asrsched.sim.kernel) against the Python fleet: identical per-request records.
 
 Every router of the registry x every compiled policy, every A/B design (routing and scheduling, switchback
 policy swaps included), odd and large fleets, and the dispatch rule (compiled for built-ins, Python for
@@ -11,10 +11,11 @@ import pytest
 
 from asrsched.abtest.fleet_experiment import ABTest, run_experiment
 from asrsched.core.policies import POLICIES, KeyQueue, register_policy
+from asrsched.core.rulebook import POLICY_CODES as COMPILED_POLICIES
 from asrsched.core.workloads import Trace, make_trace
 from asrsched.sim import fleet as C
-from asrsched.sim.fleet import Router, cluster_trace, compiled_supported, register_router, run_cluster, run_fleet
-from asrsched.sim.fleet_kernels import COMPILED_POLICIES
+from asrsched.sim.fleet import Router, cluster_trace, register_router, run_cluster, run_fleet
+from asrsched.sim.inputs import BUILTIN_ROUTERS, compiled_support
 
 ROUTERS = ["random", "round_robin", "jsq", "least_work", "pod2", "pod2_work", "pod3", "pod4_work"]
 
@@ -120,9 +121,10 @@ def test_work_routers_never_see_true_token_counts():
 
 
 def test_dispatch_compiled_for_builtins_python_for_user_defined():
-    assert compiled_supported(["fcfs", "hrrn", "adaptive"], ["random", "pod3_work"])
-    assert not compiled_supported(["random"], ["jsq"])  # the seeded random queue stays on the Python path
-    assert not compiled_supported(["fcfs"], ["jsq"], {"low_depth": 2})  # params only for adaptive
+    assert compiled_support(["fcfs", "hrrn", "adaptive"], ["random", "pod3_work"]) is None
+    assert "'random'" in compiled_support(["random"], ["jsq"])  # the seeded random queue stays on the Python path
+    with pytest.raises(TypeError, match="low_depth"):  # params only for adaptive: an error on either engine
+        compiled_support(["fcfs"], ["jsq"], {"low_depth": 2})
     tr = make_trace("uniform", rate=8, n=300, seed=1)
     assert run_cluster(tr, n_replicas=2, router="jsq").params["engine"] == "numba"
 
@@ -142,15 +144,17 @@ def test_dispatch_compiled_for_builtins_python_for_user_defined():
         assert run_cluster(tr, n_replicas=2, policy="lifo_test").params["engine"] == "python"
         res = run_cluster(tr, n_replicas=2, router="first_test")
         assert res.params["engine"] == "python" and (res.records.replica == 0).all()
-        with pytest.raises(ValueError, match="engine='numba' needs built-in policies"):
+        with pytest.raises(ValueError, match="engine='numba' cannot run this: policy 'lifo_test'"):
             run_cluster(tr, n_replicas=2, policy="lifo_test", engine="numba")
+        with pytest.raises(ValueError, match="engine='numba' cannot run this: router 'first_test'"):
+            run_cluster(tr, n_replicas=2, router="first_test", engine="numba")
         # a built-in name re-registered with other behaviour must not run the built-in kernel
         C.ROUTERS["jsq"] = _first
         assert run_cluster(tr, n_replicas=2, router="jsq").params["engine"] == "python"
     finally:
         POLICIES.pop("lifo_test")
         C.ROUTERS.pop("first_test")
-        C.ROUTERS["jsq"] = C._BUILTIN_ROUTERS["jsq"]
+        C.ROUTERS["jsq"] = BUILTIN_ROUTERS["jsq"]
     with pytest.raises(ValueError, match="engine: must be"):
         run_fleet(tr, ["fcfs"], [("random", 0)], engine="cuda")
     with pytest.raises(ValueError, match="route_arm"):
@@ -235,18 +239,14 @@ def test_sums_of_estimate_ends_on_the_grid_do_not_depend_on_the_order_of_adding(
     assert (x[0] + x[1]) + x[2] != x[0] + (x[1] + x[2])
 
 
-def test_the_kernel_refuses_size_estimates_off_the_grid(busy):
-    from asrsched.sim.fleet_kernels import run_fleet_kernel
+def test_the_engine_reads_size_estimates_on_the_grid(busy):
+    """The work view's estimates reach the kernel as whole multiples of the grid (exact integer sums)."""
+    from asrsched.core.service import WORK_TOKEN_GRID, default_service_model
+    from asrsched.sim.inputs import trace_inputs
 
     tr, _ = busy
-    n = len(tr)
-    est_tok = np.full(n, 10.0)
-    est_tok[7] = 10.1  # not a multiple of 1/65536
-    with pytest.raises(ValueError, match="grid of asrsched.sim.engine.work_tokens"):
-        run_fleet_kernel(tr.arrival, np.ones(n), np.ones(n), tr.tokens, est_tok, max_num_seqs=4,
-                         steps=np.linspace(0, 0.1, 5), overhead=0.0, policies=["fcfs"] * 2,
-                         route_arm=np.zeros(n, np.int64), routers=[("least_work", 1, np.zeros(n + 1), 0)],
-                         cands=[[0, 1]])
+    x = trace_inputs(tr, default_service_model()).est_tok * WORK_TOKEN_GRID
+    assert np.array_equal(x, np.rint(x)) and (x > 0).all()
 
 
 # ----------------------------------------------------------------------------- the records frame
@@ -277,11 +277,10 @@ def test_extra_columns_must_be_new_names_and_one_value_per_request(busy):
         run_fleet(tr, ["fcfs"] * 2, [("random", 0)], extra={"z2": np.zeros(n - 1)})
 
 
-def test_per_request_inputs_in_one_pass_equal_the_service_models_numpy_expressions():
-    from asrsched.core.service import default_service_model
-    from asrsched.sim.engine import estimate_services, work_tokens
-    from asrsched.sim.fleet_kernels import request_inputs
-    from asrsched.sim.kernels import language_codes
+def test_per_request_inputs_are_the_service_models_estimates_language_by_language():
+    """trace_inputs forms every estimate through the ServiceModel; per-language masks give the same bits."""
+    from asrsched.core.service import default_service_model, work_tokens
+    from asrsched.sim.inputs import clear_trace_cache, trace_inputs
 
     rng = np.random.default_rng(4)
     d = np.concatenate([rng.uniform(0, 95, 5000), [0.0, 1e-12, 30.0, 60.0, 30.0 + 1e-10, 29.999999999, 1e4]])
@@ -289,14 +288,14 @@ def test_per_request_inputs_in_one_pass_equal_the_service_models_numpy_expressio
     base = default_service_model()
     for svc, lg in ((base, np.full(len(d), next(iter(base.kappa)), dtype=object)),
                     (base.with_kappa({"en": 3.3, "id": 5.1, "de": 4.4}), lang)):
-        codes, names = language_codes(lg)
-        kappa = np.array([svc.kappa_for(x) for x in names])
-        est, enc, tok = request_inputs(d, codes, kappa, window_s=svc.window_s,
-                                       encode_s_per_window=svc.encode_s_per_window, step1_s=float(svc.step_s(1)),
-                                       overhead_s=svc.overhead_s)
-        assert np.array_equal(est, estimate_services(svc, d, lg))
-        assert np.array_equal(enc, np.asarray(svc.windows(d)) * float(svc.encode_s_per_window))
-        ref = np.empty(len(d))
-        for i, x in enumerate(names):
-            ref[codes == i] = svc.est_tokens(d[codes == i], x)
-        assert np.array_equal(tok, work_tokens(ref))
+        tr = Trace(arrival=np.arange(len(d), dtype=float), duration=d, language=lg, tokens=np.ones(len(d), np.int64))
+        clear_trace_cache()
+        inp = trace_inputs(tr, svc)
+        est, enc, tok = (np.empty(len(d)) for _ in range(3))
+        for x in pd.unique(lg):
+            m = lg == x
+            est[m] = svc.est_service(d[m], str(x))
+            enc[m] = svc.windows(d[m]) * float(svc.encode_s_per_window)
+            tok[m] = work_tokens(svc.kappa_for(str(x)) * d[m])
+        assert np.array_equal(inp.est, est) and np.array_equal(inp.enc, enc) and np.array_equal(inp.est_tok, tok)
+        assert list(inp.lang) == list(lg)

@@ -40,7 +40,6 @@ from asrsched.sim.engine import (
     SimJob,
     SummarySink,
     chunk_jobs,
-    estimate_services,
     estimated_work,
     simulate,
     trace_chunks,
@@ -572,11 +571,11 @@ def test_chunk_jobs_builds_the_jobs_simulate_submits():
     jobs = list(chunk_jobs(tr, MG1, rid_base=100))
     assert [j.rid for j in jobs] == list(range(100, 140))
     assert [j.arrival for j in jobs] == tr.arrival.tolist() and [j.tokens for j in jobs] == tr.tokens.tolist()
-    assert [j.est_service for j in jobs] == estimate_services(MG1, tr.duration, tr.language).tolist()
+    assert [j.est_service for j in jobs] == np.broadcast_to(MG1.est_service(tr.duration, tr.language), (len(tr),)).tolist()
     assert [j.enc_s for j in jobs] == (MG1.windows(tr.duration) * MG1.encode_s_per_window).tolist()
     half = tr.duration / 2  # est_duration changes the estimate only
     vad = list(chunk_jobs(tr, MG1, half))
-    assert [j.est_service for j in vad] == estimate_services(MG1, half, tr.language).tolist()
+    assert [j.est_service for j in vad] == np.broadcast_to(MG1.est_service(half, tr.language), (len(tr),)).tolist()
     assert [j.enc_s for j in vad] == [j.enc_s for j in jobs] and [j.rid for j in vad] == list(range(40))
 
 

@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from asrsched.core.policies import POLICIES, make_queue
+from asrsched.core.policies import POLICIES, make_queue, register_static_policy, static_key
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Trace, make_trace
 from asrsched.sim.engine import CollectSink, ParquetSink, SummarySink, simulate, trace_chunks
-from asrsched.sim.kernels import compiled_policy, register_static_policy
+from asrsched.sim.inputs import compiled_support
 
 COLS = ["admit", "first_token", "finish"]
 ADAPTIVE_TIGHT = {"low_depth": 2, "ratio_cap": 3.0}  # switches mode often: every branch is exercised
@@ -39,7 +39,7 @@ def test_numba_and_python_engines_identical(policy, params, workload, rate, M):
                  policy_params=params)
     b = simulate(tr, policy, default_service_model(), max_num_seqs=M, engine="numba", warn_overload=False,
                  policy_params=params)
-    assert b.params["engine"] == "numba" and "engine" not in a.params
+    assert b.params["engine"] == "numba" and a.params["engine"] == "python"
     _same_run(a, b)
     if policy == "adaptive":  # the run really used the modes it claims
         assert sum(b.mode_counts.values()) == len(tr)
@@ -194,7 +194,7 @@ def test_static_key_policy_compiled_equals_python(static_policies):
     assert not rec.sort_values("admit")["rid"].is_monotonic_increasing
     # the queue is a KeyQueue everywhere else (server, plug-in)
     q = make_queue("sjf_id_penalty")
-    assert q.name == "sjf_id_penalty" and hasattr(q, "compiled_key")
+    assert q.name == "sjf_id_penalty" and static_key("sjf_id_penalty") is not None
 
 
 def test_static_policy_errors(static_policies):
@@ -217,11 +217,12 @@ def test_engine_choice_and_errors():
     tr = make_trace("librispeech", rate=5.0, n=200, seed=1)
     assert simulate(tr, "adaptive").params["engine"] == "numba"
     assert simulate(tr, "adaptive", policy_params={"ratio_cap": 2.0}).params["engine"] == "numba"
-    assert "engine" not in simulate(tr, "random", policy_params={"seed": 1}).params  # Python engine
-    assert compiled_policy("random") is None and compiled_policy(make_queue("fcfs")) is None
-    with pytest.raises(ValueError, match="engine='numba' needs"):
+    assert simulate(tr, "random", policy_params={"seed": 1}).params["engine"] == "python"
+    assert "'random'" in compiled_support(["random"]) and "queue object" in compiled_support([make_queue("fcfs")])
+    assert compiled_support(["fcfs", "sjf", "ljf", "hrrn", "adaptive"]) is None
+    with pytest.raises(ValueError, match="engine='numba' cannot run this: policy 'random'"):
         simulate(tr, "random", engine="numba")
-    with pytest.raises(ValueError, match="engine must be"):
+    with pytest.raises(ValueError, match="engine: must be"):
         simulate(tr, "fcfs", engine="gpu")
     for engine in ("python", "auto"):  # the same parameter checks on both paths
         with pytest.raises(ValueError, match="ratio_cap"):
@@ -243,7 +244,7 @@ def test_builtin_name_reregistered_takes_python_engine():
     try:
         register_policy("sjf")(lambda: KeyQueue(lambda j: -j.arrival, name="sjf"))
         tr = make_trace("librispeech", rate=12.0, n=300, seed=2)
-        assert "engine" not in simulate(tr, "sjf", warn_overload=False).params
+        assert simulate(tr, "sjf", warn_overload=False).params["engine"] == "python"
     finally:
         POLICIES["sjf"] = original
 
@@ -272,7 +273,7 @@ def test_trace_chunks_draw_what_make_trace_draws(workload, kw):
 
 
 def test_summary_histogram_is_the_searchsorted_binning():
-    from asrsched.sim.kernels import histogram_add
+    from asrsched.sim.records import histogram_add
 
     bins = SummarySink.BINS
     rng = np.random.default_rng(0)

@@ -31,15 +31,17 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import stats
 
 from asrsched.core.service import ServiceModel, default_service_model
-from asrsched.core.workloads import make_trace
+from asrsched.core.workloads import Drift, Trace, make_source, make_trace
 from asrsched.sim.cache import cache_key, code_key
 
-__all__ = ["Capacity", "measure_capacity", "capacity_code_hash", "regime", "CAPACITY_N", "CAPACITY_SEEDS"]
+__all__ = ["Capacity", "measure_capacity", "capacity_code_hash", "regime", "CAPACITY_N", "CAPACITY_SEEDS",
+           "replica_capacity", "cluster_trace", "FLEET_WORKLOADS"]
 
 CAPACITY_N = 20_000
 CAPACITY_SEEDS = (0, 1, 2)
@@ -83,10 +85,14 @@ class Capacity:
         return d
 
 
-def regime(rho: float | np.ndarray) -> str | np.ndarray:
-    """``"stable"`` for ``rho < 1``, ``"overload"`` otherwise (vectorised)."""
+def regime(rho: float | np.ndarray, overloaded: Any = False) -> str | np.ndarray:
+    """``"stable"`` for ``rho < 1``, ``"overload"`` otherwise (vectorised): the one regime rule.
+
+    ``overloaded``: runs whose queue was seen to grow without bound (a finite run can overload
+    below ``rho = 1`` when capacity was measured on another mix) count as overload too.
+    """
     r = np.asarray(rho, dtype=float)
-    out = np.where(r < 1.0, "stable", "overload")
+    out = np.where((r < 1.0) & ~np.asarray(overloaded, bool), "stable", "overload")
     return str(out) if out.ndim == 0 else out
 
 
@@ -171,3 +177,45 @@ def measure_capacity(
         tmp.write_text(json.dumps(cap.to_dict(), indent=1) + "\n")
         tmp.replace(path)
     return cap
+
+
+# ----------------------------------------------------------------------------- a fleet at a load
+
+FLEET_WORKLOADS = ("librispeech", "uniform", "commonvoice_id", "mix", "drift")
+
+
+def replica_capacity(workload: str = "librispeech", *, service: ServiceModel | None = None,
+                     max_num_seqs: int = 32) -> float:
+    """Capacity (req/s) of one replica on ``workload``: :func:`measure_capacity`'s rate (kept in memory).
+
+    For ``"drift"`` it is the capacity of the heavier phase (uniform 5-30 s), so a drifting
+    fleet stays stable throughout.
+    """
+    if workload not in FLEET_WORKLOADS:
+        raise ValueError(f"workload: {workload!r} not in {', '.join(FLEET_WORKLOADS)}")
+    src = "uniform" if workload == "drift" else workload
+    return measure_capacity(src, service or default_service_model(), max_num_seqs=max_num_seqs, cache_dir=None).rate
+
+
+def cluster_trace(workload: str, *, n_replicas: int, load: float, n_requests: int, seed: int,
+                  service: ServiceModel | None = None, max_num_seqs: int = 32) -> tuple[Trace, float]:
+    """A Poisson trace at ``load`` x fleet capacity; returns ``(trace, total rate)``.
+
+    ``"drift"``: LibriSpeech durations for the first third of the run, a linear ramp over
+    the second third, uniform 5-30 s for the last third (the arrival rate stays constant, so
+    the offered load rises from ~60 % to ``load`` of capacity).
+    """
+    if not (isinstance(load, (int, float)) and 0 < load < 1):
+        raise ValueError(f"load: offered load must be in (0, 1) of the fleet's capacity, got {load!r}")
+    if not isinstance(n_requests, (int, np.integer)) or n_requests < 10:
+        raise ValueError(f"n_requests: need an integer >= 10, got {n_requests!r}")
+    service = service or default_service_model()
+    lam = float(load) * int(n_replicas) * replica_capacity(workload, service=service, max_num_seqs=max_num_seqs)
+    if workload == "drift":
+        T = n_requests / lam
+        src: Any = Drift([(0.0, make_source("librispeech")), (T / 3, make_source("uniform"))], ramp_s=T / 3)
+    else:
+        src = workload
+    tr = make_trace(src, rate=lam, n=int(n_requests), seed=int(seed), kappa=dict(service.kappa))
+    tr.meta["workload"] = workload
+    return tr, lam

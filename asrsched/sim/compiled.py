@@ -20,13 +20,34 @@ from asrsched.core import rulebook as rb
 from asrsched.core.service import WORK_TOKEN_GRID
 from asrsched.sim import kernel as K
 
-__all__ = ["CompiledRun", "single_router"]
+__all__ = ["CompiledRun", "single_router", "router_inputs"]
+
+
+def router_inputs(routers: Sequence[tuple[str, int, np.ndarray, int]], route_arm, cands, n: int,
+                  n_replicas: int) -> K.Routing:
+    """The kernel's :class:`~asrsched.sim.kernel.Routing`: ``routers[arm] = (registry key, d, uniforms, instance)``."""
+    n_inst = max(r[3] for r in routers) + 1
+    U = np.zeros((n_inst, max(1, max(len(r[2]) for r in routers))))
+    code = np.zeros(n_inst, np.int64)
+    d = np.ones(n_inst, np.int64)
+    inst_of_arm = np.zeros(len(routers), np.int64)
+    for arm, (key, dd, u, inst) in enumerate(routers):
+        U[inst, :len(u)] = u
+        code[inst] = K.ROUTER_CODES[key]
+        d[inst] = int(dd)
+        inst_of_arm[arm] = inst
+    C = np.zeros((len(routers), n_replicas), np.int64)
+    nc = np.zeros(len(routers), np.int64)
+    for arm, c in enumerate(cands):
+        C[arm, :len(c)] = c
+        nc[arm] = len(c)
+    arm = np.zeros(n, np.int64) if route_arm is None else np.ascontiguousarray(route_arm, np.int64)
+    return K.Routing(arm, inst_of_arm, code, d, U, np.zeros(n_inst, np.int64), np.zeros(n_inst, np.int64), C, nc,
+                     np.empty(n_replicas, np.int64), np.empty(n_replicas, np.int64), np.empty(n_replicas))
 
 
 def single_router(n: int) -> K.Routing:
     """One replica: a router that always answers it (round robin over one candidate draws nothing)."""
-    from asrsched.sim.inputs import router_inputs
-
     return router_inputs([("round_robin", 1, np.empty(0), 0)], None, [[0]], n, 1)
 
 

@@ -17,17 +17,8 @@ for each arrival in time order, every replica processes its decision points befo
 there; at the end every replica drains (``run_until(inf)``). With one replica this is
 exactly :func:`~asrsched.sim.engine.simulate` (tests check the records are identical).
 
-Routers (registry: :func:`register_router`, :func:`make_router`, :func:`router_names`)
--------------------------------------------------------------------------------------
-``random``       a uniformly random replica.
-``round_robin``  replicas in turn (each router object keeps its own pointer).
-``jsq``          join the shortest queue: fewest requests in the replica (waiting + running),
-                 ties broken uniformly at random (vLLM-router "least outstanding requests").
-``pod<d>``       Power-of-d on queue length: sample ``d`` distinct replicas uniformly, join
-                 the one with the fewest requests (ties: first sampled, i.e. uniformly).
-``least_work``   duration-aware: the replica with the least estimated outstanding work
-                 (:func:`estimated_work`), ties uniformly at random.
-``pod<d>_work``  duration-aware Power-of-d: sample ``d`` replicas, join the least estimated work.
+Routers: :mod:`asrsched.sim.routers` (``random``, ``round_robin``, ``jsq``, ``pod<d>``, ``least_work``,
+``pod<d>_work``, and any registered with :func:`register_router`).
 
 A router's :meth:`Router.route` gets a :class:`FleetView` (``view.n(i)``: requests in
 replica ``i``; ``view.work(i)``: its estimated outstanding work) and the candidate replicas.
@@ -41,10 +32,10 @@ zero remaining work.
 
 Two engines, identical records (``tests/test_fleet_compiled.py`` compares them for every
 router, policy and design): the Python :class:`Fleet` (the readable reference, and
-the path for user-defined policies and routers) and the compiled fleet of
-:mod:`asrsched.sim.fleet_kernels` (one numba kernel, for the built-in policies ``fcfs``,
-``sjf``, ``ljf``, ``hrrn``, ``adaptive`` and every built-in router). :func:`run_fleet` drives
-either (``engine="auto"`` takes the compiled one when :func:`compiled_supported`).
+the path for user-defined policies and routers) and the compiled engine of
+:mod:`asrsched.sim.kernel` (the built-in policies, static-key policies and every built-in
+router). :func:`run_fleet` drives either (``engine="auto"`` takes the compiled one exactly
+when :func:`asrsched.sim.inputs.compiled_support` says it runs them).
 
 A plain fleet (:func:`run_cluster`: one router, one policy everywhere) returns a
 :class:`FleetResult`. A/B experiments on the fleet (designs, arms, the estimators'
@@ -63,11 +54,9 @@ experiment's (every request in the control arm, no switchback block).
 
 from __future__ import annotations
 
-import json
 import math
-import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -77,12 +66,24 @@ import pandas as pd
 
 from asrsched.core.policies import validate_policies
 from asrsched.core.service import ServiceModel, default_service_model
-from asrsched.core.workloads import Drift, Trace, make_source, make_trace
-from asrsched.sim.engine import Engine, SimJob, chunk_jobs, estimated_work, simulate
-from asrsched.sim.inputs import BUILTIN_ROUTERS, choose_engine, clear_trace_cache, run_in_memory, trace_inputs
+from asrsched.core.workloads import Trace
+from asrsched.sim.capacity import cluster_trace, replica_capacity
+from asrsched.sim.engine import Engine, SimJob, chunk_jobs, estimated_work
+from asrsched.sim.inputs import choose_engine, clear_trace_cache, run_in_memory, trace_inputs
+from asrsched.sim.routers import (
+    ROUTERS,
+    Router,
+    make_router,
+    parse_router,
+    register_router,
+    router_names,
+    uniform_uses,
+    validate_router,
+)
 
 __all__ = [
     "Router",
+    "ROUTERS",
     "register_router",
     "router_names",
     "make_router",
@@ -123,185 +124,6 @@ class FleetView:
 
     def work(self, i: int) -> float:
         return self.engines[i].outstanding_work(self.now, self.est_tok)
-
-
-# ----------------------------------------------------------------------------- routers
-
-class Router:
-    """Base class: :meth:`route` returns the replica (an element of ``cands``) for a request.
-
-    Subclasses use :meth:`_u` (a buffered uniform stream from the router's own generator)
-    so that every router's randomness is reproducible and independent of other routers.
-    """
-
-    name = "router"
-
-    def __init__(self, rng: np.random.Generator | None = None) -> None:
-        self.rng = rng if rng is not None else np.random.default_rng(0)
-        self._buf = np.empty(0)
-        self._k = 0
-
-    def _u(self) -> float:
-        if self._k >= self._buf.shape[0]:
-            self._buf = self.rng.random(4096)
-            self._k = 0
-        self._k += 1
-        return float(self._buf[self._k - 1])
-
-    def _pick(self, k: int) -> int:
-        return min(int(self._u() * k), k - 1)
-
-    def _sample(self, cands: list[int], d: int) -> list[int]:
-        """``d`` distinct candidates in uniformly random order (partial Fisher-Yates)."""
-        c = list(cands)
-        n = len(c)
-        d = min(d, n)
-        for i in range(d):
-            j = i + self._pick(n - i)
-            c[i], c[j] = c[j], c[i]
-        return c[:d]
-
-    def _argmin(self, cands: list[int], vals: list) -> int:
-        m = min(vals)
-        ties = [c for c, v in zip(cands, vals) if v == m]
-        return ties[0] if len(ties) == 1 else ties[self._pick(len(ties))]
-
-    def route(self, view: FleetView, cands: list[int]) -> int:  # pragma: no cover - interface
-        raise NotImplementedError
-
-
-class RandomRouter(Router):
-    name = "random"
-
-    def route(self, view, cands):
-        return cands[self._pick(len(cands))]
-
-
-class RoundRobinRouter(Router):
-    name = "round_robin"
-
-    def __init__(self, rng=None):
-        super().__init__(rng)
-        self.next = 0
-
-    def route(self, view, cands):
-        i = cands[self.next % len(cands)]
-        self.next += 1
-        return i
-
-
-class JSQRouter(Router):
-    name = "jsq"
-
-    def route(self, view, cands):
-        return self._argmin(cands, [view.n(i) for i in cands])
-
-
-class LeastWorkRouter(Router):
-    name = "least_work"
-
-    def route(self, view, cands):
-        return self._argmin(cands, [view.work(i) for i in cands])
-
-
-class PowerOfDRouter(Router):
-    """Power-of-d on queue length (``work=False``) or on estimated work (``work=True``)."""
-
-    def __init__(self, rng=None, d: int = 2, work: bool = False):
-        super().__init__(rng)
-        if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
-            raise ValueError(f"d: Power-of-d needs an integer d >= 1, got {d!r}")
-        self.d = int(d)
-        self.work = bool(work)
-        self.name = f"pod{self.d}_work" if work else f"pod{self.d}"
-
-    def route(self, view, cands):
-        s = self._sample(cands, self.d)
-        if len(s) == 1:
-            return s[0]
-        f = view.work if self.work else view.n
-        best, bv = s[0], f(s[0])
-        for i in s[1:]:
-            v = f(i)
-            if v < bv:
-                best, bv = i, v
-        return best
-
-
-ROUTERS: dict[str, Callable[..., Router]] = {}
-
-
-def register_router(name: str) -> Callable[[Callable[..., Router]], Callable[..., Router]]:
-    """Decorator: register a factory ``(rng, **params) -> Router`` under ``name``.
-
-    >>> @register_router("first")
-    ... def _first(rng=None):
-    ...     class First(Router):
-    ...         def route(self, view, cands):
-    ...             return cands[0]
-    ...     return First(rng)
-    >>> make_router("first").route(None, [3, 1])
-    3
-    >>> _ = ROUTERS.pop("first")
-    """
-
-    def deco(factory):
-        ROUTERS[name.lower()] = factory
-        return factory
-
-    return deco
-
-
-register_router("random")(RandomRouter)
-register_router("round_robin")(RoundRobinRouter)
-register_router("jsq")(JSQRouter)
-register_router("least_work")(LeastWorkRouter)
-register_router("pod")(lambda rng=None, d=2: PowerOfDRouter(rng, d=d, work=False))
-register_router("pod_work")(lambda rng=None, d=2: PowerOfDRouter(rng, d=d, work=True))
-
-BUILTIN_ROUTERS.update(ROUTERS)  # what the compiled engine implements (a re-registered name takes the Python path)
-_POD = re.compile(r"^pod(\d+)(_work)?$")
-
-
-def router_names() -> list[str]:
-    """Registered router names (``pod<d>`` and ``pod<d>_work`` stand for ``pod``/``pod_work`` with ``d``)."""
-    return sorted(set(ROUTERS) - {"pod", "pod_work"}) + ["pod<d>", "pod<d>_work"]
-
-
-def _router_info(name: str) -> tuple[str, Any]:
-    """A router name's registry key and the factory registered under it now (the engine-choice rule reads them)."""
-    key = _parse(name)[0]
-    return key, ROUTERS.get(key)
-
-
-def _parse(name: str) -> tuple[str, dict]:
-    key = str(name).strip().lower()
-    m = _POD.match(key)
-    if m:
-        return ("pod_work" if m.group(2) else "pod"), {"d": int(m.group(1))}
-    if key in ROUTERS:
-        return key, {}
-    raise ValueError(f"router: unknown router {name!r}; allowed values: {', '.join(router_names())} "
-                     "(e.g. 'pod2', 'pod3_work')")
-
-
-def validate_router(name: str, n_replicas: int | None = None, param: str = "router") -> str:
-    """The router's canonical name, or ``ValueError`` naming ``param`` and the allowed values."""
-    try:
-        key, kw = _parse(name)
-    except ValueError as e:
-        raise ValueError(str(e).replace("router:", f"{param}:", 1)) from None
-    d = kw.get("d")
-    if d is not None and (d < 1 or (n_replicas is not None and d > n_replicas)):
-        raise ValueError(f"{param}: Power-of-d needs 1 <= d <= n_replicas ({n_replicas}), got {name!r}")
-    return str(name).strip().lower()
-
-
-def make_router(name: str, rng: np.random.Generator | None = None, **params) -> Router:
-    """A fresh router by name (``random``, ``round_robin``, ``jsq``, ``least_work``, ``pod<d>``, ``pod<d>_work``)."""
-    key, kw = _parse(name)
-    kw.update(params)
-    return ROUTERS[key](rng, **kw)
 
 
 # ----------------------------------------------------------------------------- the fleet
@@ -368,11 +190,6 @@ class Fleet:
         return sum(e.events for e in self.engines)
 
 
-def _uniform_uses(key: str, d: int, n_cands: int) -> int:
-    """Most uniforms a router draws per request (Power-of-d: one per sampled replica; argmin routers: one on a tie)."""
-    return {"round_robin": 0, "pod": min(d, n_cands), "pod_work": min(d, n_cands)}.get(key, 1)
-
-
 def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str, Any]], *,
               route_arm: np.ndarray | None = None, cands: Sequence[Sequence[int]] | None = None,
               switches: Sequence[tuple[int, float, str]] = (), service: ServiceModel | None = None,
@@ -387,7 +204,8 @@ def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str
     index, time, policy)`` triples in order; before dispatching that request every replica
     catches up to ``time`` and re-orders its waiting queue under ``policy``
     (:meth:`Fleet.switch_policy`). ``engine``: ``"auto"`` (compiled when
-    :func:`compiled_supported`), ``"python"`` or ``"numba"`` (error when not supported).
+    :func:`asrsched.sim.inputs.compiled_support`), ``"python"`` or ``"numba"`` (an error naming
+    what the compiled engine cannot run).
     ``extra``: more per-request columns (name -> array in request order) for the records.
     """
     n, N = len(trace), len(policies)
@@ -402,9 +220,8 @@ def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str
     service = service or default_service_model()
     names = [str(r[0]) for r in routers]
     for name in names:
-        _parse(name)  # an unknown router: the same error on either engine
-    ok = choose_engine(engine, list(policies) + [s[2] for s in switches], names, policy_params,
-                       router_info=_router_info)
+        parse_router(name)  # an unknown router: the same error on either engine
+    ok = choose_engine(engine, list(policies) + [s[2] for s in switches], names, policy_params)
     if ok:
         rec, events = _run_compiled(trace, list(policies), routers, arm, cands, switches, service, max_num_seqs,
                                     policy_params, extra or {})
@@ -429,9 +246,9 @@ def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_n
     n = len(trace)
     specs = []
     for i, (name, seed) in enumerate(routers):
-        key, kw = _parse(name)
+        key, kw = parse_router(name)
         d = int(kw.get("d", 1))
-        k = n * _uniform_uses(key, d, len(cands[i])) + 1
+        k = n * uniform_uses(key, d, len(cands[i])) + 1
         specs.append((key, d, np.random.default_rng(seed).random(k), i))
     rec, run = run_in_memory(trace, service, policies, max_num_seqs=max_num_seqs, policy_params=policy_params,
                              routers=specs, route_arm=arm, cands=cands, switches=switches, extra=extra)
@@ -517,51 +334,3 @@ def run_cluster(trace: Trace, *, n_replicas: int = 4, router: str = "random", po
                   service=service.name, seed=int(seed), engine=used,
                   **{f"trace_{k}": v for k, v in trace.meta.items()})
     return FleetResult(rec, N, lam, float(warmup_s), time.perf_counter() - t0, events, params)
-
-
-# ----------------------------------------------------------------------------- load helpers
-
-@lru_cache(maxsize=64)
-def _capacity(workload: str, max_num_seqs: int, service_json: str, n: int = 3000) -> float:
-    service = ServiceModel.from_dict(json.loads(service_json))
-    src = "uniform" if workload == "drift" else workload
-    tr = make_trace(src, rate=1e6, n=n, seed=12345, kappa=dict(service.kappa))
-    res = simulate(tr, "fcfs", service, max_num_seqs=max_num_seqs, warn_overload=False)
-    return n / float(res.records["finish"].max() - tr.arrival[0])
-
-
-def replica_capacity(workload: str = "librispeech", *, service: ServiceModel | None = None,
-                     max_num_seqs: int = 32) -> float:
-    """Saturated throughput (req/s) of one replica on ``workload`` (all requests queued at once, FCFS).
-
-    For ``"drift"`` it is the capacity of the heavier phase (uniform 5-30 s), so a drifting
-    fleet stays stable throughout.
-    """
-    if workload not in ("librispeech", "uniform", "commonvoice_id", "mix", "drift"):
-        raise ValueError(f"workload: {workload!r} not in librispeech, uniform, commonvoice_id, mix, drift")
-    service = service or default_service_model()
-    return _capacity(workload, int(max_num_seqs), json.dumps(service.to_dict(), sort_keys=True, default=float))
-
-
-def cluster_trace(workload: str, *, n_replicas: int, load: float, n_requests: int, seed: int,
-                  service: ServiceModel | None = None, max_num_seqs: int = 32) -> tuple[Trace, float]:
-    """A Poisson trace at ``load`` x fleet capacity; returns ``(trace, total rate)``.
-
-    ``"drift"``: LibriSpeech durations for the first third of the run, a linear ramp over
-    the second third, uniform 5-30 s for the last third (the arrival rate stays constant, so
-    the offered load rises from ~60 % to ``load`` of capacity).
-    """
-    if not (isinstance(load, (int, float)) and 0 < load < 1):
-        raise ValueError(f"load: offered load must be in (0, 1) of the fleet's capacity, got {load!r}")
-    if not isinstance(n_requests, (int, np.integer)) or n_requests < 10:
-        raise ValueError(f"n_requests: need an integer >= 10, got {n_requests!r}")
-    service = service or default_service_model()
-    lam = float(load) * int(n_replicas) * replica_capacity(workload, service=service, max_num_seqs=max_num_seqs)
-    if workload == "drift":
-        T = n_requests / lam
-        src: Any = Drift([(0.0, make_source("librispeech")), (T / 3, make_source("uniform"))], ramp_s=T / 3)
-    else:
-        src = workload
-    tr = make_trace(src, rate=lam, n=int(n_requests), seed=int(seed), kappa=dict(service.kappa))
-    tr.meta["workload"] = workload
-    return tr, lam

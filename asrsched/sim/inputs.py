@@ -30,16 +30,22 @@ from asrsched.core.policies import POLICIES, AdaptiveQueue, HRRNQueue, KeyQueue,
 from asrsched.core.service import WORK_TOKEN_GRID, ServiceModel, language_codes, work_tokens
 from asrsched.core.workloads import Trace
 from asrsched.sim import kernel as K
-from asrsched.sim.compiled import CompiledRun
+from asrsched.sim.compiled import CompiledRun, router_inputs
 from asrsched.sim.records import FLOAT_COLUMNS, blocks_frame, names_array
 
 __all__ = ["compiled_support", "choose_engine", "policy_inputs", "static_policy_keys", "router_inputs",
            "BUILTIN_ROUTERS", "TraceInputs", "trace_inputs", "clear_trace_cache", "run_in_memory", "WORK_TOKEN_GRID",
-           "work_tokens"]
+           "work_tokens", "set_router_lookup"]
 
 _BUILTIN_POLICY_FACTORIES = {name: POLICIES[name] for name in rb.POLICY_CODES}
 #: the router registry keys the kernel implements, with their factories as registered at import (:mod:`asrsched.sim.fleet`)
 BUILTIN_ROUTERS: dict[str, Any] = {}
+_ROUTER_INFO: list = []  # the fleet's lookup: router name -> (registry key, factory registered now)
+
+
+def set_router_lookup(info: Callable[[str], tuple[str, Any]]) -> None:
+    """The router registry's lookup (:mod:`asrsched.sim.fleet` sets it at import; :func:`compiled_support` reads it)."""
+    _ROUTER_INFO[:] = [info]
 
 
 # ----------------------------------------------------------------------------- the engine-choice rule
@@ -49,7 +55,9 @@ def _policy_reason(name: Any, params: dict) -> str | None:
         return f"policy {name!r} is a queue object, not a registered name"
     key = name.lower()
     if static_key(key) is not None:
-        return f"static policy {key!r} takes no parameters, got {sorted(params)}" if params else None
+        if params:  # a bad input on either engine, not something the compiled engine lacks
+            raise ValueError(f"static policy {key!r} takes no parameters, got {sorted(params)}")
+        return None
     factory = POLICIES.get(key)
     if key not in rb.POLICY_CODES or factory is not _BUILTIN_POLICY_FACTORIES[key]:
         return f"policy {name!r} is not one the compiled engine implements"
@@ -65,8 +73,8 @@ def compiled_support(policies: Sequence[Any], routers: Sequence[str] = (), polic
     Anything user-defined, ``random``, or a built-in name re-registered with another factory runs
     in the Python engines. ``policy_params`` must suit every policy (each Python queue is built
     with them, so a bad value raises the same error on either engine). ``router_info`` maps a
-    router name to its registry key and the factory registered under it now
-    (:mod:`asrsched.sim.fleet`, whose built-in factories fill :data:`BUILTIN_ROUTERS`).
+    router name to its registry key and the factory registered under it now (default: the lookup
+    of :mod:`asrsched.sim.fleet`, whose built-in factories fill :data:`BUILTIN_ROUTERS`).
     """
     params = dict(policy_params or {})
     for name in dict.fromkeys(policies):
@@ -75,8 +83,9 @@ def compiled_support(policies: Sequence[Any], routers: Sequence[str] = (), polic
             return why
         if static_key(name) is None:
             make_queue(name, **params)  # the Python queue's own check of the parameters
+    info = router_info or (_ROUTER_INFO[0] if _ROUTER_INFO else None)
     for name in routers:
-        key, factory = router_info(name) if router_info is not None else (str(name), None)
+        key, factory = info(name) if info is not None else (str(name), None)
         if key not in BUILTIN_ROUTERS or BUILTIN_ROUTERS[key] is not factory:
             return f"router {name!r} is not one the compiled engine implements"
     return None
@@ -154,29 +163,6 @@ def static_policy_keys(policies: Sequence[str], est, arrival, duration, codes, n
     if np.isnan(k).any():
         raise ValueError(f"the key of static policy {sorted(set(policies))} returned NaN; it must return a number")
     return k
-
-
-def router_inputs(routers: Sequence[tuple[str, int, np.ndarray, int]], route_arm, cands, n: int,
-                  n_replicas: int) -> K.Routing:
-    """The kernel's :class:`~asrsched.sim.kernel.Routing`: ``routers[arm] = (registry key, d, uniforms, instance)``."""
-    n_inst = max(r[3] for r in routers) + 1
-    U = np.zeros((n_inst, max(1, max(len(r[2]) for r in routers))))
-    code = np.zeros(n_inst, np.int64)
-    d = np.ones(n_inst, np.int64)
-    inst_of_arm = np.zeros(len(routers), np.int64)
-    for arm, (key, dd, u, inst) in enumerate(routers):
-        U[inst, :len(u)] = u
-        code[inst] = K.ROUTER_CODES[key]
-        d[inst] = int(dd)
-        inst_of_arm[arm] = inst
-    C = np.zeros((len(routers), n_replicas), np.int64)
-    nc = np.zeros(len(routers), np.int64)
-    for arm, c in enumerate(cands):
-        C[arm, :len(c)] = c
-        nc[arm] = len(c)
-    arm = np.zeros(n, np.int64) if route_arm is None else np.ascontiguousarray(route_arm, np.int64)
-    return K.Routing(arm, inst_of_arm, code, d, U, np.zeros(n_inst, np.int64), np.zeros(n_inst, np.int64), C, nc,
-                     np.empty(n_replicas, np.int64), np.empty(n_replicas, np.int64), np.empty(n_replicas))
 
 
 # ----------------------------------------------------------------------------- per-trace inputs
@@ -271,12 +257,8 @@ def run_in_memory(trace: Trace, service: ServiceModel, policies: Sequence[str], 
     names = [str(p).lower() for p in policies] + [str(s[2]).lower() for s in switches]
     codes, params = policy_inputs(names, policy_params)
     work = routers is not None and any(r[0] in ("least_work", "pod_work") for r in routers)
-    est_q = np.empty(0, np.int64)
-    if work:
-        x = np.asarray(inp.est_tok, np.float64) * WORK_TOKEN_GRID  # exact: a power of two
-        est_q = x.astype(np.int64)
-        if not np.array_equal(est_q, x):
-            raise ValueError("est_tok: the size estimates must lie on the grid of work_tokens")
+    # the estimates in whole grid units (exact: they lie on the grid and the grid is a power of two)
+    est_q = (inp.est_tok * WORK_TOKEN_GRID).astype(np.int64) if work else np.empty(0, np.int64)
     arrival = np.ascontiguousarray(trace.arrival, np.float64)
     key = static_policy_keys(names, est, arrival, trace.duration, *inp.codes) if rb.KEY in codes else np.empty(0)
     req = K.Requests(arrival, est, inp.enc, np.ascontiguousarray(trace.tokens, np.int64), est_q, key)

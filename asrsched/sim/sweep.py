@@ -47,7 +47,7 @@ from asrsched.core.metrics import summarize
 from asrsched.core.policies import validate_policies
 from asrsched.core.service import ServiceModel, check_kappa, default_service_model
 from asrsched.core.workloads import check_rate, make_source, make_trace
-from asrsched.sim.capacity import Capacity, measure_capacity
+from asrsched.sim.capacity import Capacity, measure_capacity, regime
 from asrsched.sim.engine import OverloadWarning, simulate
 from asrsched.sim.parallel import map_tasks
 
@@ -175,10 +175,6 @@ def capacities(workloads: Sequence[str], *, service: ServiceModel | dict | str |
             for w in workloads}
 
 
-def _regime(rho: np.ndarray, overloaded: np.ndarray) -> np.ndarray:
-    return np.where((np.asarray(rho, float) < 1.0) & ~np.asarray(overloaded, bool), "stable", "overload")
-
-
 def run_sweep(
     rates: Sequence[float] | None = None,
     policies: Sequence[str] = ("fcfs", "sjf", "hrrn"),
@@ -263,7 +259,7 @@ def run_sweep(
         df["rho"] = [exact.get((w, round(r, 9)), q) for w, r, q in zip(df.workload, df.rate, df.rho)]
     # a cell's regime is that of all its policies: any overloaded run (or rho >= 1) makes it a transient
     cell_ovl = df.groupby(["workload", "rate"]).overloaded.transform("any").to_numpy(bool)
-    df["regime"] = _regime(df.rho.to_numpy(), cell_ovl)
+    df["regime"] = regime(df.rho.to_numpy(), cell_ovl)
     order = {p: i for i, p in enumerate(policies)}
     df["_o"] = df["policy"].map(order)
     df = df.sort_values(["workload", "rate", "seed", "_o"]).drop(columns="_o").reset_index(drop=True)
@@ -530,7 +526,7 @@ def phase_loads(drift, rate: float, *, service: ServiceModel | dict | str | None
         cap = measure_capacity(name, sm, max_num_seqs=max_num_seqs, cache_dir=cache_dir)
         r = cap.rho(float(rate))
         rows.append({"phase": phase_names[i] if phase_names else i, "workload": name, "capacity_rps": cap.rate,
-                     "rho": r, "regime": "stable" if r < 1 else "overload"})
+                     "rho": r, "regime": regime(r)})
     return pd.DataFrame(rows)
 
 
