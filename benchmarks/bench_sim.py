@@ -58,13 +58,9 @@ sys.path.insert(0, str(ROOT))
 from provenance import lindley_kernel, provenance  # noqa: E402
 from simpy_reference import simulate_simpy  # noqa: E402
 
-from asrsched.core.policies import (  # noqa: E402
-    POLICIES,
-    Job,
-    make_queue,
-    register_static_policy,  # noqa: E402
-)
+from asrsched.core.policies import POLICIES, Job, make_queue  # noqa: E402
 from asrsched.core.service import default_service_model  # noqa: E402
+from asrsched.core.static_policies import register_static_policy  # noqa: E402
 from asrsched.core.workloads import make_trace  # noqa: E402
 from asrsched.sim.engine import OverloadWarning, SummarySink, simulate, trace_chunks  # noqa: E402
 from asrsched.sim.inputs import clear_trace_cache  # noqa: E402

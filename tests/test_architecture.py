@@ -133,3 +133,13 @@ def test_ruff_is_clean_including_notebook_sources():
                          timeout=300)
     assert res.returncode == 0, res.stdout[-6000:]
     assert list((ROOT / "notebooks").glob("*.py")), "notebook sources (jupytext py:percent) are missing"
+
+
+MAX_MODULE_LINES = 600  # CONTRIBUTING: "If a file passes ~600 lines ... split it"
+
+
+def test_no_module_is_over_the_size_limit():
+    sizes = {str(p.relative_to(PKG.parent)): len(p.read_text().splitlines()) for p in PKG.rglob("*.py")}
+    over = {k: v for k, v in sizes.items() if v > MAX_MODULE_LINES}
+    assert not over, f"modules over {MAX_MODULE_LINES} lines (split them by concern): {over}"
+    assert len(sizes) > 50 and max(sizes.values()) > 100  # the scan saw the package

@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from asrsched.core.policies import POLICIES, make_queue, register_static_policy, static_key
+from asrsched.core.policies import POLICIES, make_queue
 from asrsched.core.service import ServiceModel, default_service_model
+from asrsched.core.static_policies import register_static_policy, static_key
 from asrsched.core.workloads import Trace, make_trace
 from asrsched.sim.engine import CollectSink, ParquetSink, SummarySink, simulate, trace_chunks
 from asrsched.sim.inputs import compiled_support

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from asrsched.core.kinetic import kt_new, kt_query, kt_rebuild, kt_set
 from asrsched.core.rulebook import fcfs_argmin, hrrn_argbest
@@ -54,8 +53,6 @@ __all__ = [
     "register_policy",
     "make_queue",
     "policy_names",
-    "register_static_policy",
-    "static_key",
 ]
 
 
@@ -559,56 +556,3 @@ def _random(seed: int = 0) -> WaitingQueue:
 @register_policy("adaptive")
 def _adaptive(low_depth: int = 4, ratio_cap: float = 50.0) -> WaitingQueue:
     return AdaptiveQueue(low_depth=low_depth, ratio_cap=ratio_cap)
-
-
-# ----------------------------------------------------------------------------- static policies, compiled
-
-_STATIC_KEYS: dict[str, tuple[Callable, Any]] = {}  # name -> (factory, numba key) of register_static_policy
-_BUILTIN = frozenset(("fcfs", "sjf", "ljf", "hrrn", "adaptive", "random"))
-
-
-def register_static_policy(name: str, key: Callable | None = None):
-    """Register a static policy given by ``key(estimate, arrival, duration, language) -> float``.
-
-    The job with the smallest key is served first; ties go to the earlier submission
-    (as :class:`KeyQueue`). ``estimate`` is the estimated service time (s), ``arrival`` the
-    arrival time (s), ``duration`` the audio duration (s) and ``language`` a string. The key is
-    compiled with numba (``numba.njit``; pass an already-jitted function to choose options), so
-    it must be numba-compatible code.
-
-    The policy joins the registry under ``name``: the Python engines, the HTTP server and the
-    vLLM plug-in use it as a :class:`KeyQueue`, and the compiled engine
-    (:mod:`asrsched.sim.kernel`: a single server and a fleet) runs it with the same
-    decisions. Usable as a decorator::
-
-        @register_static_policy("longest_wait_first_en")
-        def key(estimate, arrival, duration, language):
-            return arrival if language == "en" else arrival + 60.0
-
-    Returns the compiled key.
-    """
-    if key is None:
-        return lambda f: register_static_policy(name, f)
-    if not callable(key):
-        raise TypeError(f"key must be a function (estimate, arrival, duration, language) -> float, got {key!r}")
-    lname = str(name).lower()
-    if lname in _BUILTIN:
-        raise ValueError(f"{name!r} is a built-in policy name; choose another name")
-    jkey = key if hasattr(key, "py_func") else njit(key)
-
-    def factory() -> KeyQueue:
-        return KeyQueue(lambda j: float(jkey(float(j.est_service), float(j.arrival), float(j.duration),
-                                             str(j.language))), name=lname)
-
-    register_policy(lname)(factory)
-    _STATIC_KEYS[lname] = (factory, jkey)
-    return jkey
-
-
-def static_key(name: str) -> Any:
-    """The compiled key of ``name`` if it is a static policy of :func:`register_static_policy` (and still
-    registered as one), else ``None``."""
-    entry = _STATIC_KEYS.get(str(name).lower())
-    if entry is None or POLICIES.get(str(name).lower()) is not entry[0]:
-        return None
-    return entry[1]

@@ -397,7 +397,7 @@ def simulate(
     replica: same decisions, identical records, timeline, event and mode counts) exactly when it
     implements the policy (:func:`asrsched.sim.compiled.compiled_support`: the built-in
     ``fcfs``, ``sjf``, ``ljf``, ``hrrn``, ``adaptive`` and static policies of
-    :func:`asrsched.core.policies.register_static_policy`), on an in-memory trace or an iterator
+    :func:`asrsched.core.static_policies.register_static_policy`), on an in-memory trace or an iterator
     of chunks, with any sink; other policies take the Python :class:`Engine` (the readable
     reference). ``"python"`` forces the reference; ``"numba"`` the compiled engine, raising
     ``ValueError`` for a policy it does not implement.

@@ -7,7 +7,7 @@ Shared by :func:`asrsched.sim.engine.simulate` (one replica) and :func:`asrsched
   what it cannot run (``engine="numba"`` raises it; :func:`choose_engine`);
 * :func:`policy_inputs`, :func:`static_policy_keys`, :func:`router_inputs` -- the kernel's
   codes and parameters of the policies (a static policy's keys:
-  :func:`asrsched.core.policies.register_static_policy`) and of the routers;
+  :func:`asrsched.core.static_policies.register_static_policy`) and of the routers;
 * :func:`trace_inputs` -- a trace's size estimates (:meth:`ServiceModel.est_service`), encoder
   times, size estimates in tokens and records language column, cached per trace (every policy
   of a sweep cell and every design of a replication replays one trace);
@@ -26,8 +26,9 @@ from numba import njit
 from numba.typed import List as NumbaList
 
 from asrsched.core import rulebook as rb
-from asrsched.core.policies import POLICIES, AdaptiveQueue, HRRNQueue, KeyQueue, make_queue, static_key
+from asrsched.core.policies import POLICIES, AdaptiveQueue, HRRNQueue, KeyQueue, make_queue
 from asrsched.core.service import WORK_TOKEN_GRID, ServiceModel, language_codes, work_tokens
+from asrsched.core.static_policies import static_key
 from asrsched.core.workloads import Trace
 from asrsched.sim import kernel as K
 from asrsched.sim.compiled import CompiledRun, router_inputs
@@ -69,7 +70,7 @@ def compiled_support(policies: Sequence[Any], routers: Sequence[str] = (), polic
     """``None`` when the compiled engine runs every policy and router given; otherwise why not.
 
     Compiled: the built-in policies ``fcfs``, ``sjf``, ``ljf``, ``hrrn``, ``adaptive`` and every
-    static policy of :func:`~asrsched.core.policies.register_static_policy`; the built-in routers.
+    static policy of :func:`~asrsched.core.static_policies.register_static_policy`; the built-in routers.
     Anything user-defined, ``random``, or a built-in name re-registered with another factory runs
     in the Python engines. ``policy_params`` must suit every policy (each Python queue is built
     with them, so a bad value raises the same error on either engine). ``router_info`` maps a
