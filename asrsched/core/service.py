@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -285,15 +285,13 @@ class ServiceModel:
         return cls.from_dict(d, origin=f"profile {path}")
 
     def with_kappa(self, kappa: float | Mapping[str, float]) -> ServiceModel:
-        """A copy with kappa replaced (a number applies to every known language)."""
+        """A copy with kappa replaced (a number applies to every known language); a subclass stays one."""
         if isinstance(kappa, Mapping):
             new = dict(kappa)
         else:
             k = check_kappa(kappa)
             new = {lang: k for lang in self.kappa}
-        kw = {f: getattr(self, f) for f in self.__dataclass_fields__}
-        kw["kappa"] = new
-        return ServiceModel(**kw)
+        return replace(self, kappa=new)
 
 
 def default_service_model() -> ServiceModel:
