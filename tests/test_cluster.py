@@ -4,6 +4,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from sim_oracle import estimated_work
 
 from asrsched.abtest import fleet_experiment as X
 from asrsched.abtest.estimators import littles_law
@@ -15,7 +16,6 @@ from asrsched.sim.engine import Engine, SimJob, simulate
 from asrsched.sim.fleet import (
     Router,
     cluster_trace,
-    estimated_work,
     make_router,
     register_router,
     replica_capacity,

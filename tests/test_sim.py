@@ -28,6 +28,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
+from sim_oracle import estimated_work
 
 from asrsched.core.policies import policy_names
 from asrsched.core.service import ServiceModel
@@ -40,7 +41,6 @@ from asrsched.sim.engine import (
     SimJob,
     SummarySink,
     chunk_jobs,
-    estimated_work,
     simulate,
     trace_chunks,
 )

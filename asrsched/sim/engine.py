@@ -85,7 +85,6 @@ __all__ = [
     "OverloadWarning",
     "Engine",
     "chunk_jobs",
-    "estimated_work",
     "occupancy",
     "time_average",
     "OCCUPANCY_QUANTITIES",
@@ -156,7 +155,7 @@ class Engine:
       does nothing when ``t >= h``, so a driver may skip the call;
     * what a router sees at time ``at`` (after ``run_until(at)``): :meth:`n_waiting`,
       :meth:`n_in_system` and :meth:`outstanding_work` (estimated outstanding work,
-      from the size estimates only; :func:`estimated_work` is its reference loop);
+      from the size estimates only; ``tests/sim_oracle.py`` has its reference loop);
     * :meth:`set_policy`: re-order the waiting queue under another policy (a
       switchback experiment switches every replica's policy at block boundaries).
 
@@ -200,15 +199,6 @@ class Engine:
         extra = self._just_finished if self.t > at else 0
         return len(self.q) + len(self.running) + extra
 
-    def queued_work(self) -> float:
-        """Estimated work (s) of the waiting jobs plus the running jobs' remaining decode time.
-
-        The running part uses the *true* token counts (an oracle view, for diagnostics); what a
-        router may see is :meth:`outstanding_work`.
-        """
-        st = self.steps[max(len(self.running), 1)]
-        return self.queued_est + sum((f - self.G) * st for f, _, _ in self.running)
-
     def outstanding_work(self, at: float, est_tokens: Sequence[float]) -> float:
         """Estimated outstanding work (s) at time ``at``, from the size estimates only.
 
@@ -220,7 +210,7 @@ class Engine:
         ``run_until(at)``: if the clock already jumped past ``at`` (to the next completion),
         the decode steps between ``at`` and that point count as not yet done.
 
-        Equal (to rounding) to :func:`estimated_work` (the reference loop); this version
+        Equal (to rounding) to the reference loop of ``tests/sim_oracle.py``; this version
         keeps the running jobs' sorted estimate ends and their suffix sums, rebuilt only
         when the running set changes, so a query costs O(log b).
         """
@@ -318,26 +308,6 @@ class Engine:
             self.sink.write(self.out)
             self.completed += len(self.out)
             self.out = []
-
-
-def estimated_work(engine: Engine, at: float, est_tokens: Sequence[float]) -> float:
-    """Estimated outstanding work (s) of ``engine`` at time ``at``: the reference loop.
-
-    Same definition as :meth:`Engine.outstanding_work` (which routers use), written as a
-    plain loop over the running jobs: a job that ran past its estimate counts as zero.
-    """
-    running = engine.running
-    work = engine.queued_est
-    if running:
-        st = engine.steps[len(running)]
-        G = engine.G
-        if engine.t > at:
-            G -= int((engine.t - at) / st)
-        for f, rid, job in running:
-            left = est_tokens[rid] - (job.tokens - (f - G))
-            if left > 0:
-                work += left * st
-    return work
 
 
 # ----------------------------------------------------------------------------- simulate

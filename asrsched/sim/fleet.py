@@ -23,7 +23,7 @@ Routers: :mod:`asrsched.sim.routers` (``random``, ``round_robin``, ``jsq``, ``po
 A router's :meth:`Router.route` gets a :class:`FleetView` (``view.n(i)``: requests in
 replica ``i``; ``view.work(i)``: its estimated outstanding work) and the candidate replicas.
 
-Estimated outstanding work of a replica at time ``t`` (:func:`estimated_work`): the sum of
+Estimated outstanding work of a replica at time ``t`` (:meth:`Engine.outstanding_work`): the sum of
 the waiting requests' estimated service times (``est_service``: encoder windows + kappa x
 duration x batch-1 decode step + overhead) plus, for each running request, its estimated
 remaining tokens ``max(kappa x duration - generated so far, 0)`` times the current decode
@@ -68,7 +68,7 @@ from asrsched.core.policies import validate_policies
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Trace
 from asrsched.sim.capacity import cluster_trace, replica_capacity
-from asrsched.sim.engine import Engine, SimJob, chunk_jobs, estimated_work
+from asrsched.sim.engine import Engine, SimJob, chunk_jobs
 from asrsched.sim.inputs import choose_engine, clear_trace_cache, run_in_memory, trace_inputs
 from asrsched.sim.routers import (
     ROUTERS,
@@ -91,7 +91,6 @@ __all__ = [
     "validate_run",
     "design_streams",
     "clear_trace_cache",
-    "estimated_work",
     "FleetView",
     "Fleet",
     "FleetResult",
@@ -109,7 +108,7 @@ class FleetView:
 
     ``n(i)`` is :meth:`Engine.n_in_system <asrsched.sim.engine.Engine.n_in_system>` and
     ``work(i)`` :meth:`Engine.outstanding_work <asrsched.sim.engine.Engine.outstanding_work>`
-    (O(log b) per query; equal to the reference :func:`estimated_work`) of replica ``i``.
+    (O(log b) per query) of replica ``i``.
     """
 
     __slots__ = ("engines", "est_tok", "now")

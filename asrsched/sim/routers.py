@@ -9,7 +9,7 @@ Routers (registry: :func:`register_router`, :func:`make_router`, :func:`router_n
 ``pod<d>``       Power-of-d on queue length: sample ``d`` distinct replicas uniformly, join
                  the one with the fewest requests (ties: first sampled, i.e. uniformly).
 ``least_work``   duration-aware: the replica with the least estimated outstanding work
-                 (:func:`estimated_work`), ties uniformly at random.
+                 (:meth:`asrsched.sim.engine.Engine.outstanding_work`), ties uniformly at random.
 ``pod<d>_work``  duration-aware Power-of-d: sample ``d`` replicas, join the least estimated work.
 
 A router's :meth:`Router.route` gets a view of the fleet at the arrival (``view.n(i)``: requests
