@@ -114,11 +114,13 @@ def test_quick_study_on_the_cpu_server(tmp_path):
     runs = json.loads((tmp_path / "real_engine_run.json").read_text())["runs"]
     assert len(runs) == 1
     run = runs[0]
-    sat = run["parameters"]["per_engine"]["cpu-server"]["saturation"]
-    assert sat["completed"] == 4 and sat["rate_rps"] > 0
+    sat = run["parameters"]["per_engine"]["cpu-server"]["saturation"]  # a Capacity's fields
+    assert sat["completed"] == 4 and sat["n_requests"] == 4 and sat["rate"] > 0 and sat["per_seed"] == [sat["rate"]]
+    assert sat["max_num_seqs"] == 1 and sat["workload"] == "librispeech"
     assert run["command"] == "pytest quick study" and run["cpu_model"]
     # rho is the arrival rate over the measured saturation throughput
-    assert np.allclose(t.rate_rps / sat["rate_rps"], t.rho, rtol=0.01)
+    assert np.allclose(t.rate_rps / sat["rate"], t.rho, rtol=0.01)
+    assert (t.regime == np.where(t.rho < 1, "stable", "overload")).all()
 
 
 def test_vllm_server_command_carries_the_plugin_policy_and_batch():
@@ -172,7 +174,7 @@ def test_vllm_engine_probe_and_saturation(tmp_path):
         tools = compare_load_tools(ours, bench, n_boot=200)
         assert set(tools["metric"]) == {"p50_ttft_s", "p90_ttft_s", "p50_e2el_s", "p90_e2el_s"}
         assert (tools["ratio"] > 0).all() and (tools["n_bench"] == 3).all() and (tools["n_loadgen"] == 3).all()
-    assert sat["completed"] == 6 and sat["rate_rps"] > 0 and "engine full" in sat["method"]
+    assert sat.completed == 6 and sat.rate > 0 and "engine full" in sat.method and sat.max_num_seqs == 2
     steps = read_step_log(steps_path)
     # the probe served 4 requests one at a time: one encoder step each, then one step per further token
     probe_tokens = client_tokens(rec, "base")
@@ -256,6 +258,23 @@ def test_latency_figure_marks_capacity_draws_overload_open_and_names_only_signif
     # too small: says so
     small = results_table(_records(n=10, loads=(0.7,), shift=-0.2), n_boot=200)
     assert verdict_text(small, "p50_e2el").startswith("P50 E2EL: too few requests") and "n=10" in verdict_text(small)
+
+
+def test_calibration_figure_draws_the_models_size_estimate_and_names_a_language_it_lacks():
+    from asrsched.core.service import ServiceModel
+    from asrsched.figures.serving import fig_calibration
+
+    sm = ServiceModel(encode_s_per_window=0.5, decode_s_per_token=0.01, overhead_s=0.05, kappa={"en": 4.0, "es": 5.0})
+    probe = pd.DataFrame({"duration": [4.0, 12.0], "language": "es", "admit": [0.0, 2.0], "finish": [1.0, 3.5],
+                          "tokens": [20, 60]})
+    line = [t for t in fig_calibration(probe, sm).data if t.name == "calibrated model"][0]
+    x = np.asarray(line.x)
+    np.testing.assert_allclose(line.y, 0.5 * np.ceil(x / 30) + 5.0 * x * 0.01 + 0.05, rtol=1e-12)  # Spanish kappa
+    with pytest.raises(ValueError, match=r"no kappa for language 'id'; known: en, es"):
+        fig_calibration(probe.assign(language="id"), sm)
+    en = [t for t in fig_calibration(probe.assign(language="id"), sm, language="en").data
+          if t.name == "calibrated model"][0]
+    np.testing.assert_allclose(en.y, 0.5 * np.ceil(x / 30) + 4.0 * x * 0.01 + 0.05, rtol=1e-12)
 
 
 def test_one_provenance_builder_serves_both_studies():

@@ -318,8 +318,9 @@ def test_config_sources_and_precedence(tmp_path):
     path = sm.to_json(tmp_path / "p.json")
     c = PluginConfig.from_sources(None, env={ENV_VARS["service_model"]: str(path),
                                              ENV_VARS["policy_params"]: json.dumps({"low_depth": 2}),
-                                             ENV_VARS["policy"]: "adaptive"})
+                                             ENV_VARS["policy"]: "adaptive", ENV_VARS["default_language"]: "de"})
     assert c.service_model.name == "measured" and c.policy_params == {"low_depth": 2}
+    assert c.default_language == "de"
 
 
 @pytest.mark.parametrize("src,match", [
@@ -329,6 +330,9 @@ def test_config_sources_and_precedence(tmp_path):
     ({"unknown_duration_s": 0}, "unknown_duration_s must be a positive"),
     ({"policy": "adaptive", "policy_params": {"low_depth": -1}}, "low_depth"),
     ({"service_model": {"kappa": {"en": 3}}}, "missing required field"),
+    # the default language must be one the service model has a kappa for: checked when the config is built
+    ({"default_language": "fr"}, r"default_language 'fr' .*allowed values: de, en, es, id$"),
+    ({"kappa": {"es": 4.0}}, r"default_language 'en' .*allowed values: es$"),
 ])
 def test_config_errors_name_the_problem(src, match):
     with pytest.raises(ValueError, match=match):

@@ -20,6 +20,7 @@ from plotly.subplots import make_subplots
 from asrsched.core.metrics import latency_cdf
 from asrsched.core.service import ServiceModel
 from asrsched.figures.style import policy_color
+from asrsched.sim.capacity import regime
 
 __all__ = ["load_levels", "fig_cdfs", "fig_latency_vs_load", "fig_prediction", "fig_calibration", "verdict_text",
            "fig_step_times", "fig_study"]
@@ -76,7 +77,7 @@ def fig_cdfs(records: pd.DataFrame, sim: pd.DataFrame | None = None, metric: str
     levels = levels or load_levels(records)
     def _sub(lv):
         g = records[records.level == lv]
-        over = " overloaded" if float(g["load"].iloc[0]) >= 1 else ""
+        over = " overloaded" if regime(float(g["load"].iloc[0])) == "overload" else ""
         return f"{lv} ({g['rate'].iloc[0]:.2f} req/s{over})"
 
     fig = make_subplots(rows=1, cols=len(levels), shared_yaxes=True, subplot_titles=[_sub(lv) for lv in levels])
@@ -125,7 +126,7 @@ def fig_latency_vs_load(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_m
     for j, m in enumerate(metrics, start=1):
         for pol, g in table.sort_values("load").groupby("policy", sort=False):
             c = policy_color(pol)
-            over = g["load"].to_numpy(float) >= 1
+            over = regime(g["load"].to_numpy(float)) == "overload"
             err = None
             if res is not None and m in ci_cols and all(x in res for x in ci_cols[m]):
                 lo = np.array([res[ci_cols[m][0]].get((pol, x), np.nan) for x in g["load"]], float)
@@ -196,8 +197,12 @@ def fig_prediction(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms", "
     return fig
 
 
-def fig_calibration(probe_server: pd.DataFrame, service: ServiceModel) -> go.Figure:
-    """Measured service time of the probe requests against audio duration, with the calibrated model."""
+def fig_calibration(probe_server: pd.DataFrame, service: ServiceModel, *, language: str | None = None) -> go.Figure:
+    """Measured service time of the probe requests against audio duration, with the calibrated model.
+
+    The model's line is its size estimate (:meth:`~asrsched.core.service.ServiceModel.est_service`) in
+    ``language`` (default: the probe's first request's); a language ``service`` has no kappa for
+    raises ``ValueError`` naming it (no fallback: the line would be another language's)."""
     d = probe_server
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=d["duration"], y=d["finish"] - d["admit"], mode="markers", name="measured",
@@ -205,9 +210,8 @@ def fig_calibration(probe_server: pd.DataFrame, service: ServiceModel) -> go.Fig
                              text=[f"{int(t)} decoder steps" for t in d["tokens"].fillna(0)],
                              hovertemplate="%{x:.1f} s audio: %{y:.2f} s (%{text})"))
     xs = np.linspace(max(0.5, float(d["duration"].min()) * 0.8), float(d["duration"].max()) * 1.1, 200)
-    lang = str(d["language"].iloc[0]) if len(d) else "en"
-    lang = lang if lang in service.kappa else next(iter(service.kappa))
-    fig.add_trace(go.Scatter(x=xs, y=service.service_time(xs, lang), mode="lines", name="calibrated model",
+    lang = language or (str(d["language"].iloc[0]) if len(d) else "en")
+    fig.add_trace(go.Scatter(x=xs, y=service.est_service(xs, lang), mode="lines", name="calibrated model",
                              line=dict(color="#D55E00", width=2.5)))
     mape = service.fit.get("mape", float("nan"))
     fig.update_layout(title=f"Calibration: service = {service.encode_s_per_window:.2f} s/window + "
@@ -271,7 +275,8 @@ def fig_study(results: pd.DataFrame, metric: str = "p50_e2el") -> go.Figure:
             fig.add_trace(go.Scatter(
                 x=gp["rho"], y=y, mode="lines+markers", name=pol, legendgroup=pol, showlegend=k == 1,
                 line=dict(color=c, width=2), error_y=err,
-                marker=dict(size=9, color=[c if r < 1 else "white" for r in gp["rho"]], line=dict(color=c, width=2)),
+                marker=dict(size=9, color=[c if r == "stable" else "white" for r in regime(gp["rho"].to_numpy(float))],
+                            line=dict(color=c, width=2)),
                 customdata=gp["n_requests"], hovertemplate=f"{pol} ρ=%{{x:g}}: %{{y:.2f}} s (n=%{{customdata}})"),
                 row=1, col=k)
             if f"sim_{metric}_s" in gp:

@@ -20,7 +20,8 @@ How a request travels:
    model, language, format) and the audio duration read from the container header
    (:func:`asrsched.whisper.audio.audio_info`); the size estimate is
    ``windows x encode + kappa x duration x step + overhead``
-   (:func:`asrsched.serving.engine.estimate_service`), where for audio longer than one window
+   (:meth:`asrsched.core.service.ServiceModel.est_service`, called by
+   :meth:`asrsched.serving.scheduler.PolicyServer.make_request`), where for audio longer than one window
    ``windows`` is the engine's real number of windows (the samples are read off the event
    loop and cut as the engine will cut them), not ``ceil(duration / 30 s)``. A bad upload gets a 4xx JSON
    error ``{"error": {"message", "type", "param", "code"}}`` at once.

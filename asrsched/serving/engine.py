@@ -5,8 +5,9 @@ temperature fallback), generating the first token on its own so that it streams 
 it exists; :class:`Cancelled` is what it raises when its request is cancelled between two
 encoder/decoder calls, :class:`HallucinationLoop` when the decoder is caught repeating itself.
 :func:`cpu_service_model` is the size-estimate model for the same engine on this CPU (a
-measured profile when there is one, field-note figures otherwise); :func:`estimate_service`
-sizes one request from its real number of windows.
+measured profile when there is one, field-note figures otherwise); the server sizes a request
+with its :meth:`~asrsched.core.service.ServiceModel.est_service`, from the engine's real number
+of windows (:mod:`asrsched.serving.scheduler`).
 
 Long audio (the long-form path)
 -------------------------------
@@ -49,7 +50,7 @@ from asrsched.core.service import ServiceModel
 from asrsched.whisper.audio import WINDOW_MAX_S, frame_rms, plan_windows
 from asrsched.whisper.backends import MAX_REPEAT, longest_repeat, text_repeat
 
-__all__ = ["SR", "Cancelled", "HallucinationLoop", "WhisperEngine", "cpu_service_model", "estimate_service"]
+__all__ = ["SR", "Cancelled", "HallucinationLoop", "WhisperEngine", "cpu_service_model"]
 
 SR = 16_000  # the engine's sample rate (Hz)
 
@@ -67,20 +68,6 @@ class HallucinationLoop(RuntimeError):
             f"hallucination loop: the model repeated {unit!r} {repeats} times in a row in the audio from "
             f"{start_s:.1f} s to {end_s:.1f} s (more than {MAX_REPEAT} is a decoder loop, not speech); "
             "no transcript is returned")
-
-
-def estimate_service(model: ServiceModel, duration_s: float, language: str | None, windows: int | None = None) -> float:
-    """Estimated service time of one request: ``windows x encode + kappa x duration x step + overhead``.
-
-    ``windows`` is the engine's real number of windows for this audio (from
-    :func:`asrsched.whisper.audio.plan_windows`); ``None`` counts ``ceil(duration / window_s)``.
-    A language without a kappa uses the model's first one.
-    """
-    lang = language if language in model.kappa else next(iter(model.kappa))
-    w = model.windows(duration_s) if windows is None else max(1, int(windows))
-    return float(w * model.encode_s_per_window + model.kappa_for(lang) * float(duration_s) * model.decode_s_per_token
-                 + model.overhead_s)
-
 
 
 def cpu_service_model(model: str = "tiny.en", profile: str | os.PathLike | None = None) -> ServiceModel:

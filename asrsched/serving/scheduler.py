@@ -1,8 +1,8 @@
 """The scheduler behind the HTTP app: a policy-ordered queue in front of a few worker slots.
 
 :class:`PolicyServer` holds every accepted :class:`TranscriptionRequest` on one event loop:
-at arrival it sizes the request (``ServiceModel.service_time(duration, language)``) and
-queues it in the policy's queue (:func:`asrsched.core.policies.make_queue`), refusing it
+at arrival it sizes the request (:meth:`ServiceModel.est_service <asrsched.core.service.ServiceModel.est_service>`
+of its duration, language and the engine's real number of windows) and queues it in the policy's queue (:func:`asrsched.core.policies.make_queue`), refusing it
 with :class:`QueueFull` (with a retry-after estimate) when ``queue_limit`` is reached; when
 a slot is free the policy picks the next request, which runs on a local
 :class:`~asrsched.serving.engine.WhisperEngine` worker or is forwarded to an upstream
@@ -28,11 +28,13 @@ from typing import Any
 import numpy as np
 
 from asrsched.core.policies import Job, make_queue
+from asrsched.core.service import ServiceModel
 from asrsched.serving.config import ServerConfig
-from asrsched.serving.engine import SR, Cancelled, HallucinationLoop, WhisperEngine, cpu_service_model, estimate_service
+from asrsched.serving.engine import SR, Cancelled, HallucinationLoop, WhisperEngine, cpu_service_model
 from asrsched.serving.loadgen import transcription_url
 from asrsched.serving.prometheus import HISTOGRAMS, Histogram
 from asrsched.serving.prometheus import metrics_text as prometheus_text
+from asrsched.vllm_plugin.size_estimate import check_default_language
 from asrsched.whisper.audio import AudioError, load_audio
 
 __all__ = ["OUTCOMES", "PolicyServer", "QueueFull", "TranscriptionRequest"]
@@ -90,16 +92,29 @@ class QueueFull(Exception):
 
 
 class PolicyServer:
-    """The policy-ordered queue and worker slots behind the HTTP app (all state on one event loop)."""
+    """The policy-ordered queue and worker slots behind the HTTP app (all state on one event loop).
 
-    def __init__(self, config: ServerConfig):
+    ``service``: the size-estimate model (default: ``config.profile``, else
+    :func:`~asrsched.serving.engine.cpu_service_model` locally and the study's GPU model
+    :func:`~asrsched.core.service.default_service_model` in upstream mode). A request is sized with
+    its :meth:`~asrsched.core.service.ServiceModel.est_service`; one whose language the model has no
+    kappa for (none given to a multilingual engine, which detects it later, or one the profile did
+    not measure) is sized with the kappa of ``config.default_language``: the server has accepted the
+    request and must rank it, and the deployment's own language is the best guess. So
+    ``default_language`` must be a language of the model (``ValueError`` naming it otherwise).
+    """
+
+    def __init__(self, config: ServerConfig, *, service: ServiceModel | None = None):
         self.config = config.validate()
-        if config.upstream and not config.profile:
+        if service is not None:
+            self.service = service
+        elif config.upstream and not config.profile:
             from asrsched.core.service import default_service_model
 
             self.service = default_service_model()  # an engine elsewhere: the study's GPU setting
         else:
             self.service = cpu_service_model(config.model, config.profile)
+        check_default_language(self.service, config.default_language)
         self.queue = make_queue(config.policy, **config.policy_params)
         self.t0 = time.monotonic()
         self.free_slots = list(range(config.slots))[::-1]
@@ -166,7 +181,9 @@ class PolicyServer:
                      windows: list[tuple[int, int]] | None = None, **kw) -> TranscriptionRequest:
         """A request sized from its duration and, for long audio, the engine's real number of windows."""
         t = time.perf_counter()
-        est = estimate_service(self.service, duration, language, len(windows) if windows else None)
+        est = float(self.service.est_service(duration, language or self.config.default_language,
+                                             windows=len(windows) if windows else None,
+                                             fallback=self.config.default_language))
         self._rid += 1
         job = Job(rid=self._rid, arrival=self.now(), est_service=est, duration=float(duration),
                   language=language or "")

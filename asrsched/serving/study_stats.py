@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from asrsched.core.metrics import summarize
+from asrsched.sim.capacity import regime
 
 __all__ = ["RESULT_COLUMNS", "MIN_N_VERDICT", "cell_statistics", "results_table", "sim_error_summary"]
 
@@ -147,7 +148,7 @@ def results_table(records: pd.DataFrame, sim: pd.DataFrame | None = None, *, n_b
                     sm.get("p50_ttft_ms", np.nan) / 1e3]
     rates = rec.groupby(["engine", "load"])["rate"].first()
     st["rate_rps"] = [float(rates.get((e, x), np.nan)) for e, x in zip(st["engine"], st["rho"])]
-    st["regime"] = np.where(st["rho"] < 1, "stable", "overload")
+    st["regime"] = regime(st["rho"].to_numpy(float))
     for c in ("p50_e2el", "p90_e2el", "p50_ttft"):
         st[f"sim_{c}_err_pct"] = 100 * (st[f"sim_{c}_s"] / st[f"{c}_s"] - 1)
     first = list(RESULT_COLUMNS)
@@ -164,12 +165,12 @@ def sim_error_summary(results: pd.DataFrame, metrics: Sequence[str] = ("p50_e2el
     groups = [("all", results)] + [(k if isinstance(k, str) else "/".join(map(str, k)), g)
                                    for k, g in results.groupby(list(by) if len(by) > 1 else by[0])]
     for name, g in groups:
-        for regime in ("all", "stable", "overload"):
-            gg = g if regime == "all" else g[g["regime"] == regime]
+        for reg in ("all", "stable", "overload"):
+            gg = g if reg == "all" else g[g["regime"] == reg]
             for m in metrics:
                 e = np.abs(gg[f"sim_{m}_err_pct"].to_numpy(float))
                 e = e[np.isfinite(e)]
-                rows.append({"group": name, "regime": regime, "metric": m, "cells": int(len(e)),
+                rows.append({"group": name, "regime": reg, "metric": m, "cells": int(len(e)),
                              "median_abs_err_pct": float(np.median(e)) if len(e) else np.nan,
                              "p25_abs_err_pct": float(np.percentile(e, 25)) if len(e) else np.nan,
                              "p75_abs_err_pct": float(np.percentile(e, 75)) if len(e) else np.nan,

@@ -1,0 +1,114 @@
+"""The size estimate of one vLLM engine request: :class:`SizeEstimator` (what SJF, HRRN and adaptive rank by).
+
+It reads the request's ``sampling_params.extra_args`` (the keys are tabulated in
+:mod:`asrsched.vllm_plugin.scheduler`) and ``max_tokens``, and forms the estimate with
+:meth:`asrsched.core.service.ServiceModel.est_service`, the one size estimate of the package, so a
+``ServiceModel`` subclass that overrides it changes this estimate too. Nothing here imports vLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from asrsched.core.service import ServiceModel, default_service_model
+
+__all__ = ["SizeEstimator", "check_default_language", "XARG_DURATION", "XARG_SPEECH", "XARG_LANGUAGE", "XARG_EST"]
+
+log = logging.getLogger("asrsched.vllm_plugin.scheduler")
+
+# extra_args keys read from each request
+XARG_DURATION = "audio_duration_s"
+XARG_SPEECH = "speech_duration_s"
+XARG_LANGUAGE = "language"
+XARG_EST = "est_service_s"
+
+
+def check_default_language(model: ServiceModel, language: str) -> str:
+    """``language`` if ``model`` has a kappa for it, else ``ValueError`` naming the key ``default_language``
+    and the allowed values (the model's languages)."""
+    if language not in model.kappa:
+        raise ValueError(f"asrsched default_language {language!r} is not a language of the service model "
+                         f"{model.name!r}; allowed values: {', '.join(sorted(model.kappa))}")
+    return language
+
+
+def _positive(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and v >= 0 else None
+
+
+class SizeEstimator:
+    """Estimated service time of one engine request (see :mod:`asrsched.vllm_plugin.scheduler` for the rules).
+
+    ``estimate(request)`` returns ``(est_service_s, info)``; ``info`` records the
+    duration used, the language and ``source``: ``"duration"``, ``"speech"``,
+    ``"client"``, ``"lang_detect"``, ``"unknown"`` or ``"invalid"``.
+
+    The estimate is ``model.est_service(min(d, window_s), language, max_tokens=max_tokens)``.
+    Language: the requested one when the model has a kappa for it, else ``default_language``
+    (which must be a language of the model: ``ValueError`` naming ``default_language`` here and
+    in :class:`~asrsched.vllm_plugin.config.PluginConfig` otherwise). The fallback is legitimate
+    here: vLLM has accepted the request, so it must be ranked, and a language the profile did not
+    measure (or none, before language detection) is best sized like the deployment's own language.
+    ``info["language"]`` (and the job's language) is the language whose kappa was used.
+    """
+
+    def __init__(self, model: ServiceModel | None = None, *, default_language: str = "en",
+                 unknown_duration_s: float = 30.0):
+        self.model = model or default_service_model()
+        self.default_language = check_default_language(self.model, default_language)
+        self.unknown_duration_s = float(unknown_duration_s)
+        self._warned: set[str] = set()
+
+    def language(self, requested: Any) -> str:
+        """The language a request is sized in: ``requested`` if the model knows it, else the default one."""
+        lang = str(requested) if requested else self.default_language
+        return lang if lang in self.model.kappa else self.default_language
+
+    def _warn(self, what: str, msg: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning("asrsched: %s (further cases not logged)", msg)
+
+    def estimate_from(self, extra_args: Mapping[str, Any] | None, max_tokens: int | None) -> tuple[float, dict]:
+        """Estimate from a request's ``extra_args`` and ``max_tokens`` (engine-free, for tests)."""
+        xa = extra_args or {}
+        lang = self.language(xa.get(XARG_LANGUAGE))
+        window = self.model.window_s
+        est_client = _positive(xa.get(XARG_EST)) if XARG_EST in xa else None
+        if est_client is not None:
+            return est_client, {"source": "client", "duration_s": _positive(xa.get(XARG_DURATION)), "language": lang}
+        source = "duration"
+        d = None
+        if XARG_SPEECH in xa:
+            d = _positive(xa.get(XARG_SPEECH))
+            source = "speech"
+        if d is None and XARG_DURATION in xa:
+            d = _positive(xa.get(XARG_DURATION))
+            source = "duration"
+            if d is None:
+                self._warn("bad_duration", f"request extra_args {XARG_DURATION}={xa.get(XARG_DURATION)!r} is not a "
+                                           "non-negative number; treating the request as of unknown size")
+                source = "invalid"
+        if d is None:
+            if max_tokens is not None and max_tokens <= 1:
+                source, d = "lang_detect", window
+            else:
+                source = "unknown" if source != "invalid" else source
+                d = self.unknown_duration_s
+        # every engine request holds at most one window of audio (vLLM cuts long audio into chunks)
+        est = float(self.model.est_service(min(d, window), lang, max_tokens=max_tokens))
+        return est, {"source": source, "duration_s": d, "language": lang}
+
+    def estimate(self, request: Any) -> tuple[float, dict]:
+        """Estimate for a vLLM ``Request`` (reads ``sampling_params.extra_args`` and ``max_tokens``)."""
+        sp = getattr(request, "sampling_params", None)
+        xa = getattr(sp, "extra_args", None) if sp is not None else None
+        mt = getattr(sp, "max_tokens", None) if sp is not None else None
+        return self.estimate_from(xa, mt)
