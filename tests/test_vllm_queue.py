@@ -344,6 +344,19 @@ def test_config_env_json_error():
         PluginConfig.from_sources(None, env={ENV_VARS["policy_params"]: "{low_depth: 2"})
 
 
+def test_a_default_language_without_a_kappa_fails_when_the_config_is_built_not_at_the_first_request():
+    with pytest.raises(ValueError, match=r"default_language 'pt' .*allowed values: de, en, es, id"):
+        PluginConfig.from_sources(None, env={ENV_VARS["default_language"]: "pt"})
+    with pytest.raises(ValueError, match=r"default_language 'en' .*allowed values: id"):  # the estimator checks too
+        SizeEstimator(ServiceModel(encode_s_per_window=0.5, decode_s_per_token=0.01, overhead_s=0.0, kappa={"id": 4.0}))
+    c = PluginConfig.from_sources(None, env={ENV_VARS["default_language"]: "es"})
+    est = SizeEstimator(c.service_model, default_language=c.default_language)
+    # no language, or one without a kappa: sized (and logged) in the default language's kappa
+    for xa in ({"audio_duration_s": 10.0}, {"audio_duration_s": 10.0, "language": "pt"}):
+        e, info = est.estimate_from(xa, 448)
+        assert info["language"] == "es" and e == pytest.approx(c.service_model.est_service(10.0, "es"), rel=1e-12)
+
+
 def test_estimates_are_monotone_in_duration():
     est = SizeEstimator()
     d = np.linspace(0.5, 30, 40)
