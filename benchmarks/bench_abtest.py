@@ -26,9 +26,10 @@ The A/B estimator study (notebook 05), measured against a named baseline in the 
 
 * **ratio**: CPU time of one replication per scenario on the study's path (the ring-buffer
   kernel without unused per-job outputs, the O(n) DQ sweep over every horizon) over the
-  **reference path** kept in the package (``run_replication(..., reference=True)``: the
-  linked-list kernel with every output and numpy DQ one horizon at a time, i.e. the
-  pre-optimisation code), same seeds, estimates asserted equal (1e-9 relative);
+  **reference path** kept as the tests' oracle (``tests/abtest_oracle.py``, run through
+  ``run_replication(..., _paths=(reference_simulate, reference_dq_sweep))``: the linked-list
+  kernel with every output and numpy DQ one horizon at a time, i.e. the pre-optimisation
+  code), same seeds, estimates asserted equal (1e-9 relative);
 * **projected wall time** of the full study on 2 cores: measured CPU per replication
   (every scenario) and per truth job, times the full study's task counts, over 2 cores;
 * with ``--study-full``: the full study itself (``run_study`` with 2 workers), wall and CPU,
@@ -54,8 +55,12 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from abtest_oracle import reference_dq_sweep, reference_simulate  # noqa: E402
 
 from asrsched.abtest import study as S  # noqa: E402
+from asrsched.abtest.full_run import FULL  # noqa: E402
 from asrsched.abtest.model import SystemConfig, simulate  # noqa: E402
 
 N, LAM = 20, 0.8
@@ -68,7 +73,8 @@ STUDY_WALL_TARGET_S = 60.0
 
 def _rep_cpu(scenario: str, rep: int, sd: dict, reference: bool, also: tuple = ()) -> tuple[float, list]:
     c = time.process_time()
-    out = S.run_replication(scenario, rep, sd, reference=reference, also=also)
+    paths = (reference_simulate, reference_dq_sweep) if reference else None
+    out = S.run_replication(scenario, rep, sd, also=also, _paths=paths)
     return time.process_time() - c, out["rows"]
 
 
@@ -76,7 +82,7 @@ def study_ratio(scenarios=("homogeneous", "switchback"), reps: int = 1, n_jobs: 
     """CPU seconds per replication, reference path / study path, same seeds and estimates (see module doc)."""
     sd = S.StudyConfig(base=S.StudyConfig().base.replace(n_jobs=int(n_jobs)), reps=2).to_dict()
     S.run_replication(scenarios[0], 99, sd)  # compile / load both kernels' caches
-    S.run_replication(scenarios[0], 99, sd, reference=True)
+    _rep_cpu(scenarios[0], 99, sd, True)
     t_new = t_ref = 0.0
     for s in scenarios:
         for r in range(reps):
@@ -103,7 +109,7 @@ def projected_study_wall(cores: int = 2, study: S.StudyConfig | None = None, tru
     system (scenarios with the same system share them: ``S.shared_systems``). Perfect packing on
     ``cores`` workers is assumed (a lower bound; the end-to-end run is its own row).
     """
-    sc = study or S.StudyConfig(reps=S.FULL["reps"], truth_jobs=S.FULL["truth_jobs"])
+    sc = study or S.StudyConfig(reps=FULL["reps"], truth_jobs=FULL["truth_jobs"])
     sd = sc.to_dict()
     reps = max(1, int(repeats))
     per = {}
@@ -189,7 +195,7 @@ def full_study(workers: int = 2, runs: int = 3) -> dict:
     """
     from provenance import machine_probe
 
-    sc = S.StudyConfig(reps=S.FULL["reps"], truth_jobs=S.FULL["truth_jobs"]).validate()
+    sc = S.StudyConfig(reps=FULL["reps"], truth_jobs=FULL["truth_jobs"]).validate()
     out = []
     for _ in range(max(1, int(runs))):
         before = machine_probe()

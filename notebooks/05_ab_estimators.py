@@ -88,23 +88,19 @@ import time
 import pandas as pd
 from IPython.display import Markdown, display
 
+from asrsched.abtest.full_run import COST_LABELS, load_full_run, run_wp_curve, wp_table
 from asrsched.abtest.model import SystemConfig
-from asrsched.abtest.study import (
-    COST_LABELS,
+from asrsched.abtest.study import SCENARIOS as SCENARIO_TEXT
+from asrsched.abtest.study import StudyConfig, run_study
+from asrsched.abtest.study_report import (
     ESTIMATOR_LABELS,
-    StudyConfig,
     ablation_table,
     claims_markdown,
     claims_table,
     coverage_table,
-    load_full_run,
-    run_study,
-    run_wp_curve,
     summarize,
     switchback_table,
-    wp_table,
 )
-from asrsched.abtest.study import SCENARIOS as SCENARIO_TEXT
 from asrsched.figures.abtest import (
     fig_ablation,
     fig_coverage,
@@ -252,7 +248,7 @@ estimator_explorer(lam=LAM, d1=D1, d2=D2, p=P, n_servers=N_SERVERS, seed=SEED)
 #
 # The full study (100 replications per scenario and the scenario search) is too long for a default run. Its results
 # are committed under `FULL_RUN_DIR` with a `run.json` (commit, date, CPU model, load average, parameters and the
-# exact command that regenerates them: `python -m asrsched.abtest.study --full --out figures/05_ab_estimators/full`).
+# exact command that regenerates them: `python -m asrsched.abtest.full_run --full --out figures/05_ab_estimators/full`).
 # Everything below is read from those files; no number in this section is typed in.
 
 # %%

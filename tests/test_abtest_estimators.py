@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from abtest_oracle import readable_dq, readable_mixed_dq
 
 from asrsched.abtest import estimators as E
 from asrsched.abtest.estimators import Trajectory, default_L, estimate_all, q_values
@@ -192,8 +193,14 @@ def test_time_integral_cost_matches_the_integral_of_the_number_in_system():
 def test_compiled_dq_family_equals_the_numpy_reference(L):
     tr = simulate(SystemConfig(n_servers=8, lam=0.8, n_jobs=40_000, amp=0.3, period=80.0), 4)
     fam = E.dq_family(tr, L, n_batches=7, alpha_batches=30, costs=("w", "q", "qt"))
-    ref = {"wdq": E.wdq(tr, L, 7), "qdq": E.qdq(tr, L, 7), "mixed_dq": E.mixed_dq(tr, L, n_batches=7, alpha_batches=30)}
+    ref = {"wdq": readable_dq(tr, L, "w", 7), "qdq": readable_dq(tr, L, "q", 7),
+           "mixed_dq": readable_mixed_dq(tr, L, n_batches=7, alpha_batches=30)}
+    members = {"wdq": E.wdq(tr, L, 7), "qdq": E.qdq(tr, L, 7), "mixed_dq": E.mixed_dq(tr, L, n_batches=7, alpha_batches=30)}
+    fixed = E.mixed_dq(tr, L, alpha=0.3, n_batches=7)
+    assert fixed.alpha == 0.3
+    assert fixed.value == pytest.approx(readable_mixed_dq(tr, L, n_batches=7, alpha=0.3).value, rel=1e-9, abs=1e-12)
     for k, r in ref.items():
+        assert members[k].value == pytest.approx(fam[k].value, rel=1e-12), k  # the public members are the family's
         f = fam[k]
         assert f.value == pytest.approx(r.value, rel=1e-9, abs=1e-12), k
         assert np.allclose(f.batches, r.batches, rtol=1e-9, atol=1e-12, equal_nan=True), k
@@ -224,10 +231,10 @@ def test_compiled_sums_are_bit_identical_to_the_plain_numpy_ones():
     assert np.array_equal(E._cumsum0(nb, lam_at), np.concatenate(([0.0], np.cumsum(nb / lam_at))))
     Cw, Cq = E._cumsum0(w, np.ones(1)), E._cumsum0(nb, lam_at)
     seg = np.array([0, 37, 5000, 12_345, n - 300], np.int64)
-    s, s1, n1 = E._segment_sums2(Cw, 0, Cq, 1, 250, z, seg)
+    s, s1, n1 = E._sweep_sums2(Cw, 0, Cq, 1, np.array([250]), z, seg, seg[None, :], np.array([seg.size - 1]))
     for row, (C, o) in enumerate(((Cw, 0), (Cq, 1))):
         a, a1, c1 = E._segment_sums(C, o, 250, z, seg)
-        assert np.array_equal(s[row], a) and np.array_equal(s1[row], a1) and np.array_equal(n1, c1)
+        assert np.array_equal(s[0, row], a) and np.array_equal(s1[0, row], a1) and np.array_equal(n1[0], c1)
     ms, ms1, mn1 = E._masked_sums(w, z, seg)
     for i in range(seg.size - 1):
         part, zp = w[seg[i]:seg[i + 1]], z[seg[i]:seg[i + 1]]

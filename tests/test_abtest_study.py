@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from abtest_oracle import reference_dq_sweep, reference_simulate
 
+from asrsched.abtest import full_run as F
 from asrsched.abtest import study as S
 from asrsched.abtest.model import SystemConfig
 
@@ -213,7 +215,7 @@ def test_search_table_gain_and_bound():
         for name, v, a in (("wdq", w, None), ("qdq", q, None), ("mixed_dq", 0.5 * w + 0.5 * q, 0.5)):
             rows.append(dict(lam=0.8, control="random", treatment="pod2", rep=r, L=100, L_factor=1.0, estimator=name,
                              estimate=v, alpha=a))
-    t = S.search_table(pd.DataFrame(rows), n_boot=500)
+    t = F.search_table(pd.DataFrame(rows), n_boot=500)
     assert len(t) == 1 and t.cost.iloc[0] == "q"
     g = t.iloc[0]
     assert 1.1 < g.gain < 1.8 and g.gain_ci_lo < g.gain < g.gain_ci_hi
@@ -222,16 +224,16 @@ def test_search_table_gain_and_bound():
 
 def test_scenario_search_and_wp_curve_run_small(tmp_path):
     sc = _tiny(scenarios=("homogeneous",))
-    raw = S.scenario_search(sc, lams=(0.7,), pairs=(("random", "pod2"),), L_factors=(1.0,), reps=4, n_jobs=1,
+    raw = F.scenario_search(sc, lams=(0.7,), pairs=(("random", "pod2"),), L_factors=(1.0,), reps=4, n_jobs=1,
                             progress=False)
     assert set(raw.estimator) == {"wdq", "qdq", "qtdq", "mixed_dq", "mixed_dq_qt"} and raw.rep.nunique() == 4
     assert int(raw.L.iloc[0]) == round(30 * 6 * 0.7)
     with pytest.raises(ValueError, match="costs"):
-        S.scenario_search(sc, costs=("w",), reps=4)
-    curve = S.run_wp_curve(sc, ps=(0.0, 0.5, 1.0), jobs_per_point=20_000, n_jobs=1, progress=False)
+        F.scenario_search(sc, costs=("w",), reps=4)
+    curve = F.run_wp_curve(sc, ps=(0.0, 0.5, 1.0), jobs_per_point=20_000, n_jobs=1, progress=False)
     assert list(curve.p) == [0.0, 0.5, 1.0]
     truth = pd.DataFrame([{"scenario": "homogeneous", "gte": -1.0, "gte_se": 0.01, "slope": -0.7, "slope_se": 0.02}])
-    wp = S.wp_table(curve, truth)
+    wp = F.wp_table(curve, truth)
     c = curve.set_index("p").mean_w
     assert wp.chord.iloc[0] == pytest.approx(c[1.0] - c[0.0])
     assert wp.curvature_share.iloc[0] == pytest.approx(1 - (-0.7) / wp.chord.iloc[0])
@@ -239,18 +241,18 @@ def test_scenario_search_and_wp_curve_run_small(tmp_path):
 
 def test_full_run_is_written_with_provenance_and_read_back(tmp_path):
     sc = _tiny(scenarios=("homogeneous",), reps=3, truth_jobs=60_000, L_factors=(1.0,))
-    out = S.write_full_run(tmp_path / "full", sc, wp_jobs=20_000, wp_seeds=1, search_reps=3, search_jobs=30_000,
+    out = F.write_full_run(tmp_path / "full", sc, wp_jobs=20_000, wp_seeds=1, search_reps=3, search_jobs=30_000,
                            n_jobs=1, progress=False, command="python -m asrsched.abtest.study --test")
     run = json.loads((out / "run.json").read_text())
     for k in ("commit", "date_utc", "cpu_model", "load_average_start_1_5_15", "parameters", "command", "timings"):
         assert k in run, k
     assert run["command"].endswith("--test") and run["parameters"]["study"]["reps"] == 3
-    fr = S.load_full_run(out)
+    fr = F.load_full_run(out)
     pd.testing.assert_frame_equal(S.summarize(fr.res)[["estimator", "mean", "sd"]],
                                   fr.summary[["estimator", "mean", "sd"]], check_dtype=False)
     assert "Naive biased low" in (out / "claims.md").read_text()
     with pytest.raises(FileNotFoundError, match="missing"):
-        S.load_full_run(tmp_path)
+        F.load_full_run(tmp_path)
 
 
 @pytest.mark.parametrize("scenario", ["homogeneous", "delayed"])
@@ -258,7 +260,7 @@ def test_fast_replication_equals_the_reference_path(scenario):
     # compiled kernel + O(n) DQ sweep vs the reference kernel + numpy DQ per L: same seeds, same estimates
     sd = _tiny(scenarios=(scenario,)).to_dict()
     a = pd.DataFrame(S.run_replication(scenario, 1, sd)["rows"])
-    b = pd.DataFrame(S.run_replication(scenario, 1, sd, reference=True)["rows"])
+    b = pd.DataFrame(S.run_replication(scenario, 1, sd, _paths=(reference_simulate, reference_dq_sweep))["rows"])
     assert list(a.estimator) == list(b.estimator) and np.array_equal(a.L.fillna(-1), b.L.fillna(-1))
     assert np.allclose(a.estimate, b.estimate, rtol=1e-9, atol=1e-12)
     assert np.allclose(a.ci_lo, b.ci_lo, rtol=1e-9, atol=1e-12, equal_nan=True)

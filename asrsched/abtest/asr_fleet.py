@@ -50,7 +50,7 @@ Every trace is one task for :func:`asrsched.sim.parallel.map_tasks` (joblib or D
 designs of one replication replay the same trace (generated once per task), each design
 seeded from ``(seed, workload, replication, design)``; the ground-truth settings of one truth
 trace likewise. With ``cache_dir`` each finished task is kept as JSON and reused on a rerun.
-The fleet runs compiled (:mod:`asrsched.sim.fleet_kernels`, identical records to the Python
+The fleet runs compiled (:mod:`asrsched.sim.kernel`, identical records to the Python
 fleet) whenever the policies and routers are built-in.
 
 This module holds the configuration, the estimators applied to one run, the tasks and
@@ -74,15 +74,12 @@ import pandas as pd
 from asrsched.abtest.estimators import (
     Estimate,
     Trajectory,
-    batch_alpha,
     batch_ci,
-    batch_diffs,
     default_L,
-    diff_means,
+    dq_sweep,
     group,
     littles_law,
     naive,
-    q_values,
     switchback,
 )
 from asrsched.abtest.fleet_experiment import ABTest, cluster_trace, run_experiment
@@ -338,23 +335,6 @@ def _row(e: Estimate, **kw) -> dict:
     return d
 
 
-def _dq_family(t: Trajectory, L: int, Qq: np.ndarray, nb: int) -> tuple[Estimate, Estimate, Estimate]:
-    """``(qdq, wdq, mixed_dq)`` of ``t`` at horizon ``L``, the horizon sums computed once.
-
-    The same numbers as ``qdq(t, L, nb)``, ``wdq(t, L, nb)`` and ``mixed_dq(t, L, alpha=a, n_batches=nb)``
-    with ``a`` the in-experiment weight of ``mixed_dq(t, L, alpha="batch")`` (:func:`batch_alpha`
-    with its default batch count); ``Qq`` is ``q_values(t, L, "q")``.
-    """
-    Qw = q_values(t, L, "w")
-    z = t.z[: Qw.size]
-    bw = batch_diffs(Qw, z, nb)
-    bq = batch_diffs(Qq, z, nb)
-    a = batch_alpha(Qw, Qq, z, L)
-    dw, dq_ = diff_means(Qw, z), diff_means(Qq, z)
-    return (batch_ci("qdq", dq_, bq), batch_ci("wdq", dw, bw),
-            batch_ci("mixed_dq", a * dw + (1 - a) * dq_, a * bw + (1 - a) * bq, alpha=a))
-
-
 def estimate_run(res, cfg: ASRStudyConfig) -> tuple[list[dict], list[dict]]:
     """Every estimator that applies to one experiment's design, for E2EL/TTFT x mean/P90.
 
@@ -372,15 +352,14 @@ def estimate_run(res, cfg: ASRStudyConfig) -> tuple[list[dict], list[dict]]:
         if design == "bernoulli":
             rows.append(_row(naive(tr, nb), stat="mean", **base))
             rows.append(_row(quantile_estimate(tr, "naive", n_batches=nb), stat="p90", **base))
-            trc = p90_cost_trajectory(tr)
-            for f in sorted(set((*cfg.L_factors, 1.0))):
-                L = cfg.L_for(tr.lam, f)
+            factors = sorted(set((*cfg.L_factors, 1.0)))
+            Ls = [cfg.L_for(tr.lam, f) for f in factors]
+            fams = {stat: dq_sweep(t, Ls, nb) for stat, t in (("mean", tr), ("p90", p90_cost_trajectory(tr)))}
+            for f, L in zip(factors, Ls):
                 kw = dict(metric=metric, L=L, L_factor=f, headline=f == 1.0)
-                # qDQ's cost (number in system / lam) does not depend on the response: one Q for both stats
-                Qq = q_values(tr, L, "q")
-                for stat, t in (("mean", tr), ("p90", trc)):
-                    for e in _dq_family(t, L, Qq, nb):
-                        rows.append(_row(e, stat=stat, **kw))
+                for stat, fam in fams.items():
+                    for name in ("qdq", "wdq", "mixed_dq"):
+                        rows.append(_row(fam[L][name], stat=stat, **kw))
         elif design in ("group", "replica"):
             rows.append(_row(group(tr, nb), stat="mean", **base))
             rows.append(_row(quantile_estimate(tr, "group", n_batches=nb), stat="p90", **base))

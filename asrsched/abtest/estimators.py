@@ -1,42 +1,5 @@
-"""A/B-test estimators for queueing systems, on a simulator-independent trajectory.
-
-The trajectory interface
-------------------------
-Every estimator takes a :class:`Trajectory`: plain per-job numpy arrays in arrival
-order plus a few scalars. Nothing in it depends on how the system was simulated (the
-supermarket model of :mod:`asrsched.abtest.model`, a multi-replica ASR cluster, or a
-production log), so any system that can produce these arrays can be A/B-analysed.
-
-Required (length ``n``, one entry per job, sorted by arrival time):
-
-``arrival``    float, arrival (decision) time of job ``j``.
-``z``          0/1, the arm: 1 = job (or its group / block) got the treatment policy.
-``response``   float, the job's cost ``W_j`` (response time = departure - arrival; any
-               per-job cost works for naive/wDQ, but Little's law, and so qDQ and mixed
-               DQ, link the *mean response time* to the number in system).
-``n_before``   float/int, number of jobs in the whole system just before job ``j``
-               arrives, ``X(t_j-)`` (the queue-length cost sampled at decision epochs).
-``lam``        float scalar, the long-run total arrival rate (jobs per time unit) that
-               converts number in system into response time (Little: X = lam * W).
-
-Optional:
-
-``lam_at``     float array, instantaneous arrival rate at each arrival for a
-               non-stationary arrival process; qDQ then uses ``X(t_j-) / lam_at[j]``
-               whose arrival-average is ``mean X / mean lam = mean W`` (Little's law
-               without PASTA). Missing: ``lam`` is used for every job.
-``area``, ``t_start``, ``t_end``  integral of X(t) over [t_start, t_end] (for the
-               Little's-law check :func:`littles_law`).
-``area_at``    float array, ``A(t_j) = integral of X(t) dt`` from any fixed origin up to
-               each arrival (only differences are used); needed by the time-integral
-               queue-length cost ``cost="qt"`` of :func:`q_values`.
-``block``, ``block_len``  switchback block index of each job and the block length;
-               the block of job j starts at ``block[j] * block_len``.
-``design``, ``p``  the experiment design ("bernoulli", "group", "switchback", ...) and
-               the treatment probability; ``server``, ``q_seen``, ``meta``: free-form.
-
-From records (arrival and finish time per job, as an ASR simulator produces),
-:meth:`Trajectory.from_records` builds ``n_before`` and ``area`` exactly.
+"""A/B-test estimators for queueing systems, on a simulator-independent trajectory
+(:class:`~asrsched.abtest.trajectory.Trajectory`, documented in :mod:`asrsched.abtest.trajectory`).
 
 Estimators (all return an :class:`Estimate` with a batch-means CI)
 ------------------------------------------------------------------
@@ -62,8 +25,8 @@ Estimators (all return an :class:`Estimate` with a batch-means CI)
 
 :func:`dq_family` computes wDQ, the queue-length DQs and their mixes in one compiled pass per
 cost over prefix sums (O(n) for any ``L``), and :func:`dq_sweep` does so for many ``L`` at once;
-:func:`wdq`, :func:`qdq` and :func:`mixed_dq` are the same estimators written with full arrays of
-Q values (tests check the two agree to 1e-9).
+:func:`wdq`, :func:`qdq` and :func:`mixed_dq` are its members (tests compare them with the full
+arrays of Q values, ``tests/abtest_oracle.py``).
 
 Horizon ``L`` counts decisions (jobs); the default ``L = 30 * N * lam_per_server`` is
 ``30 * lam`` here (``lam`` = total rate), i.e. 30 mean service times of future jobs.
@@ -78,12 +41,10 @@ measures its coverage over replications.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import lru_cache
-
 import numpy as np
 from numba import njit
-from scipy import stats
+
+from asrsched.abtest.trajectory import Estimate, Trajectory, batch_ci, littles_law
 
 __all__ = [
     "Trajectory",
@@ -100,7 +61,6 @@ __all__ = [
     "dq_sweep",
     "mixed_dq",
     "optimal_alpha",
-    "batch_alpha",
     "pilot_alpha",
     "estimate_all",
     "littles_law",
@@ -112,144 +72,6 @@ __all__ = [
 ]
 
 ESTIMATORS = ("naive", "group", "switchback", "qdq", "wdq", "mixed_dq")
-
-
-@njit(cache=True)
-def _valid_z_sorted(z, arrival):
-    for j in range(z.shape[0]):
-        if z[j] != 0 and z[j] != 1:
-            return False
-        if j > 0 and arrival[j] < arrival[j - 1]:
-            return False
-    return True
-
-
-@dataclass
-class Trajectory:
-    """Per-job record of one A/B experiment (see the module docstring for every field)."""
-
-    arrival: np.ndarray
-    z: np.ndarray
-    response: np.ndarray
-    n_before: np.ndarray
-    lam: float
-    lam_at: np.ndarray | None = None
-    area: float | None = None
-    area_at: np.ndarray | None = None
-    t_start: float | None = None
-    t_end: float | None = None
-    block: np.ndarray | None = None
-    block_len: float | None = None
-    server: np.ndarray | None = None
-    q_seen: np.ndarray | None = None
-    design: str = "bernoulli"
-    p: float | None = None
-    meta: dict = field(default_factory=dict)
-
-    def __post_init__(self):
-        self.arrival = np.asarray(self.arrival, dtype=np.float64)
-        z = np.asarray(self.z)
-        if z.dtype != np.int8:
-            if not np.all((z == 0) | (z == 1)):
-                raise ValueError("z: treatment indicator must be 0 or 1")
-            z = z.astype(np.int8)
-        self.z = z
-        self.response = np.asarray(self.response, dtype=np.float64)
-        nb = np.asarray(self.n_before)
-        if nb.dtype.kind not in "iuf":
-            nb = nb.astype(np.float64)
-        self.n_before = nb
-        n = self.arrival.shape[0]
-        for name in ("z", "response", "n_before"):
-            if getattr(self, name).shape != (n,):
-                raise ValueError(f"{name}: need one entry per job ({n}), got shape {getattr(self, name).shape}")
-        if self.lam_at is not None:
-            self.lam_at = np.asarray(self.lam_at, dtype=np.float64)
-            if self.lam_at.shape != (n,) or np.any(self.lam_at <= 0):
-                raise ValueError("lam_at: need one positive arrival rate per job")
-        if self.area_at is not None:
-            self.area_at = np.asarray(self.area_at, dtype=np.float64)
-            if self.area_at.shape != (n,):
-                raise ValueError(f"area_at: need one entry per job ({n}), got shape {self.area_at.shape}")
-        if not (np.isfinite(self.lam) and self.lam > 0):
-            raise ValueError(f"lam: need a positive total arrival rate, got {self.lam!r}")
-        if not _valid_z_sorted(self.z, self.arrival):
-            raise ValueError("z, arrival: z must be 0/1 and jobs sorted by arrival time")
-        if self.block is not None:
-            self.block = np.asarray(self.block, dtype=np.int64)
-
-    def __len__(self) -> int:
-        return int(self.arrival.shape[0])
-
-    @property
-    def lam_hat(self) -> float:
-        """Observed arrival rate n / (t_end - t_start) (falls back to ``lam``)."""
-        if self.t_start is None or self.t_end is None or self.t_end <= self.t_start:
-            return float(self.lam)
-        return len(self) / (self.t_end - self.t_start)
-
-    @classmethod
-    def from_records(cls, arrival, finish, z, *, lam: float | None = None, t_start: float | None = None,
-                     t_end: float | None = None, **kw) -> Trajectory:
-        """Build a trajectory from per-job arrival and finish times (any system).
-
-        ``n_before[j]`` = jobs that arrived before ``j`` and finish after ``arrival[j]``;
-        ``area_at[j]`` = integral of their number in system from ``arrival[0]`` to ``arrival[j]``;
-        ``area`` = exact integral of the number in system over ``[t_start, t_end]``
-        (defaults: first and last arrival); ``lam`` defaults to ``n / (t_end - t_start)``.
-        Rows are sorted by arrival first (``kw`` arrays of length n are sorted alongside).
-        """
-        arrival = np.asarray(arrival, dtype=np.float64)
-        finish = np.asarray(finish, dtype=np.float64)
-        z = np.asarray(z)
-        n = arrival.shape[0]
-        if finish.shape != (n,) or z.shape != (n,):
-            raise ValueError("finish, z: need one entry per job, like arrival")
-        if np.any(~np.isfinite(finish)) or np.any(finish < arrival):
-            raise ValueError("finish: every job needs a finite finish time >= its arrival")
-        order = np.argsort(arrival, kind="stable")
-        arrival, finish, z = arrival[order], finish[order], z[order]
-        for k, v in list(kw.items()):
-            if isinstance(v, np.ndarray) and v.shape[:1] == (n,):
-                kw[k] = v[order]
-        ranks_arr = np.arange(n)  # jobs strictly before j in arrival order (ties: earlier rows)
-        fin_sorted = np.sort(finish)
-        departed = np.searchsorted(fin_sorted, arrival, side="right")
-        # jobs before j that finished by arrival[j] (all finishes <= arrival[j] belong to earlier jobs
-        # except zero-length jobs at the same instant, which the 'right' search would also count)
-        n_before = ranks_arr - np.minimum(departed, ranks_arr)
-        # area_at[j] = sum over earlier jobs i of min(finish_i, t_j) - arrival_i (times from arrival[0])
-        a0 = arrival - arrival[0]
-        fsum = np.concatenate(([0.0], np.cumsum(fin_sorted - arrival[0])))
-        asum = np.concatenate(([0.0], np.cumsum(a0)))[:-1]
-        area_at = fsum[np.minimum(departed, ranks_arr)] + a0 * n_before - asum
-        t0 = float(arrival[0]) if t_start is None else float(t_start)
-        t1 = float(arrival[-1]) if t_end is None else float(t_end)
-        area = float(np.sum(np.clip(np.minimum(finish, t1) - np.maximum(arrival, t0), 0, None)))
-        if lam is None:
-            lam = n / (t1 - t0)
-        kw.setdefault("area_at", area_at)
-        return cls(arrival=arrival, z=z, response=finish - arrival, n_before=n_before, lam=float(lam),
-                   area=area, t_start=t0, t_end=t1, **kw)
-
-
-@dataclass
-class Estimate:
-    """One estimator's value on one experiment, with a batch-means confidence interval."""
-
-    name: str
-    value: float
-    se: float
-    lo: float
-    hi: float
-    n_batches: int
-    alpha: float | None = None
-    batches: np.ndarray | None = field(default=None, repr=False)
-
-    def as_dict(self) -> dict:
-        """Scalars only (for DataFrames)."""
-        return {"estimator": self.name, "estimate": self.value, "se": self.se, "ci_lo": self.lo,
-                "ci_hi": self.hi, "n_batches": self.n_batches, "alpha": self.alpha}
 
 
 def default_L(traj_or_lam) -> int:
@@ -377,27 +199,6 @@ def batch_diffs(v: np.ndarray, z: np.ndarray, n_batches: int) -> np.ndarray:
     return d
 
 
-@lru_cache(maxsize=256)
-def _t_quantile(q: float, df: int) -> float:
-    return float(stats.t.ppf(q, df))
-
-
-def batch_ci(name: str, value: float, batches: np.ndarray, level: float = 0.95, alpha=None) -> Estimate:
-    """An :class:`Estimate` of ``value`` with the batch-means CI from the per-batch estimates ``batches``.
-
-    ``value +/- t_{k-1, (1+level)/2} x sd(batches) / sqrt(k)`` over the ``k`` finite batch
-    estimates (NaN bounds when ``k < 2``); ``alpha`` is mixed DQ's weight, if any.
-    """
-    b = batches[np.isfinite(batches)]
-    k = b.size
-    if k >= 2:
-        se = float(b.std(ddof=1) / np.sqrt(k))
-        h = _t_quantile(0.5 + level / 2, k - 1) * se
-    else:
-        se = h = float("nan")
-    return Estimate(name, float(value), se, float(value - h), float(value + h), k, alpha, batches)
-
-
 def naive(traj: Trajectory, n_batches: int = 20, level: float = 0.95, name: str = "naive") -> Estimate:
     """Difference of mean response time, treated minus control jobs (job-level design)."""
     n_batches = _check_batches(n_batches)
@@ -492,11 +293,11 @@ def _kept_sums(arrival, block, block_len, burn_in, w, z, gstarts):
 
 def dq(traj: Trajectory, L: int | None = None, cost: str = "w", n_batches: int = 20,
        level: float = 0.95) -> Estimate:
-    """Differences-in-Q with cost ``"w"`` (response time) or ``"q"`` (number in system / lam)."""
-    n_batches = _check_batches(n_batches)
-    Q = q_values(traj, L, cost)
-    z = traj.z[: Q.size]
-    return batch_ci(f"{cost}dq", diff_means(Q, z), batch_diffs(Q, z, n_batches), level)
+    """Differences-in-Q with cost ``"w"`` (response time), ``"q"`` (number in system / lam) or ``"qt"``
+    (its time integral); :func:`dq_family`'s ``f"{cost}dq"``."""
+    if cost not in COSTS:
+        raise ValueError(f"cost: {cost!r} not in {COSTS}")
+    return dq_family(traj, L, n_batches, costs=("w",) if cost == "w" else ("w", cost), level=level)[f"{cost}dq"]
 
 
 def wdq(traj: Trajectory, L: int | None = None, n_batches: int = 20, level: float = 0.95) -> Estimate:
@@ -529,36 +330,6 @@ def _segment_sums(C, off, L, z, seg):
             c1 += zk
         s[i] = a
         s1[i] = a1
-        n1[i] = c1
-    return s, s1, n1
-
-
-@njit(cache=True)
-def _segment_sums2(Ca, oa, Cb, ob, L, z, seg):
-    """:func:`_segment_sums` of two costs in one pass (each total added up in the same order as alone)."""
-    ns = seg.size - 1
-    s = np.zeros((2, ns))
-    s1 = np.zeros((2, ns))
-    n1 = np.zeros(ns, np.int64)
-    for i in range(ns):
-        a = 0.0
-        a1 = 0.0
-        b = 0.0
-        b1 = 0.0
-        c1 = 0
-        for k in range(seg[i], seg[i + 1]):
-            zk = z[k]
-            qa = Ca[k + oa + L] - Ca[k + oa]
-            qb = Cb[k + ob + L] - Cb[k + ob]
-            a += qa
-            a1 += qa * zk
-            b += qb
-            b1 += qb * zk
-            c1 += zk
-        s[0, i] = a
-        s1[0, i] = a1
-        s[1, i] = b
-        s1[1, i] = b1
         n1[i] = c1
     return s, s1, n1
 
@@ -620,32 +391,15 @@ def _family_from_sums(plan: dict, sums: dict, costs: tuple, level: float, alpha)
 
 
 def dq_family(traj: Trajectory, L: int | None = None, n_batches: int = 20, alpha_batches: int = 100,
-              costs: tuple = ("w", "q"), level: float = 0.95, alpha="batch", _prefixes: dict | None = None
-              ) -> dict[str, Estimate]:
-    """DQ with every cost in ``costs``, and mixed DQ of wDQ with each queue-length DQ, in one O(n) pass per cost.
+              costs: tuple = ("w", "q"), level: float = 0.95, alpha="batch") -> dict[str, Estimate]:
+    """DQ with every cost in ``costs``, and mixed DQ of wDQ with each queue-length DQ, at horizon ``L``.
 
     Returns ``{"wdq", "qdq", "mixed_dq"}`` for the default costs; with ``"qt"`` also
     ``"qtdq"`` (time-integral queue-length cost) and ``"mixed_dq_qt"`` (wDQ mixed with it).
-    The same numbers as :func:`wdq`, :func:`qdq` and :func:`mixed_dq` (which build the full
-    arrays of Q values with numpy; tests compare the two paths to 1e-9 relative), but the
-    horizon sums of each cost come from one compiled pass over its prefix sums
-    (:func:`dq_sweep` does many L in one pass).
+    The horizon sums of each cost come from one compiled O(n) pass over its prefix sums
+    (:func:`dq_sweep` at one horizon; tests compare it with the full arrays of Q values).
     """
-    plan = _sweep_plan(traj, L, n_batches, alpha_batches, costs)
-    L, seg = plan["L"], plan["seg"]
-    pre = _prefixes if _prefixes is not None else {}
-    for c in costs:
-        if c not in pre:
-            pre[c] = _prefix(traj, c)
-    sums = {}
-    for i in range(0, len(costs) - 1, 2):  # two costs per pass over the decisions
-        (Ca, oa), (Cb, ob) = pre[costs[i]], pre[costs[i + 1]]
-        s, s1, n1 = _segment_sums2(Ca, oa, Cb, ob, L, traj.z, seg)
-        sums[costs[i]], sums[costs[i + 1]] = (s[0], s1[0], n1), (s[1], s1[1], n1)
-    if len(costs) % 2:
-        C, o = pre[costs[-1]]
-        sums[costs[-1]] = _segment_sums(C, o, L, traj.z, seg)
-    return _family_from_sums(plan, sums, costs, level, alpha)
+    return _sweep(traj, [L], n_batches, alpha_batches, costs, level, alpha)[0]
 
 
 @njit(cache=True)
@@ -714,31 +468,37 @@ def dq_sweep(traj: Trajectory, Ls, n_batches: int = 20, alpha_batches: int = 100
     once per horizon.
     """
     Ls = list(dict.fromkeys(int(L) for L in Ls))
+    return dict(zip(Ls, _sweep(traj, Ls, n_batches, alpha_batches, costs, level, "batch")))
+
+
+def _sweep(traj: Trajectory, Ls: list, n_batches: int, alpha_batches: int, costs: tuple, level: float,
+           alpha) -> list[dict[str, Estimate]]:
+    """The DQ family at each horizon of ``Ls`` (distinct; ``None``: the default), in ``Ls``' order."""
     if not Ls:
-        return {}
-    plans = sorted((_sweep_plan(traj, L, n_batches, alpha_batches, costs) for L in Ls), key=lambda p: p["L"])
+        return []
+    plans = [_sweep_plan(traj, L, n_batches, alpha_batches, costs) for L in Ls]
+    order = sorted(range(len(plans)), key=lambda i: plans[i]["L"])
     pre = {c: _prefix(traj, c) for c in costs}
-    nseg = np.array([p["seg"].size - 1 for p in plans], np.int64)
+    nseg = np.array([plans[i]["seg"].size - 1 for i in order], np.int64)
     segs = np.zeros((len(plans), int(nseg.max()) + 1), np.int64)
-    for i, p in enumerate(plans):
-        segs[i, : p["seg"].size] = p["seg"]
+    for r, i in enumerate(order):
+        segs[r, : plans[i]["seg"].size] = plans[i]["seg"]
     bps = np.unique(np.concatenate([p["seg"] for p in plans]))
-    Larr = np.array([p["L"] for p in plans], np.int64)
+    Larr = np.array([plans[i]["L"] for i in order], np.int64)
     sums: list[dict] = [{} for _ in plans]
     for j in range(0, len(costs) - 1, 2):  # two costs per pass over the decisions
         ca, cb = costs[j], costs[j + 1]
         (Ca, oa), (Cb, ob) = pre[ca], pre[cb]
         s, s1, n1 = _sweep_sums2(Ca, oa, Cb, ob, Larr, traj.z, bps, segs, nseg)
-        for i in range(len(plans)):
-            ns = int(nseg[i])
-            sums[i][ca] = (s[i, 0, :ns].copy(), s1[i, 0, :ns].copy(), n1[i, :ns].copy())
-            sums[i][cb] = (s[i, 1, :ns].copy(), s1[i, 1, :ns].copy(), n1[i, :ns].copy())
+        for r, i in enumerate(order):
+            ns = int(nseg[r])
+            sums[i][ca] = (s[r, 0, :ns].copy(), s1[r, 0, :ns].copy(), n1[r, :ns].copy())
+            sums[i][cb] = (s[r, 1, :ns].copy(), s1[r, 1, :ns].copy(), n1[r, :ns].copy())
     if len(costs) % 2:
         C, o = pre[costs[-1]]
         for i, p in enumerate(plans):
             sums[i][costs[-1]] = _segment_sums(C, o, p["L"], traj.z, p["seg"])
-    out = {p["L"]: _family_from_sums(p, sums[i], costs, level, "batch") for i, p in enumerate(plans)}
-    return {L: out[L] for L in Ls}  # in the caller's order
+    return [_family_from_sums(p, sums[i], costs, level, alpha) for i, p in enumerate(plans)]
 
 
 def optimal_alpha(w: np.ndarray, q: np.ndarray) -> float:
@@ -763,36 +523,12 @@ def pilot_alpha(trajs, L: int | None = None) -> float:
     return optimal_alpha(np.array(w), np.array(q))
 
 
-def batch_alpha(Qw: np.ndarray, Qq: np.ndarray, z: np.ndarray, L: int, alpha_batches: int = 100) -> float:
-    """In-experiment alpha*: wDQ and qDQ on contiguous batches, then :func:`optimal_alpha`.
-
-    Uses ``alpha_batches`` batches, fewer if a batch would hold under ``5 * L`` decisions
-    (never fewer than 3). No truth and no other run is used.
-    """
-    k = max(3, min(int(alpha_batches), Qw.size // (5 * int(L))))
-    return optimal_alpha(batch_diffs(Qw, z, k), batch_diffs(Qq, z, k))
-
-
 def mixed_dq(traj: Trajectory, L: int | None = None, alpha="batch", n_batches: int = 20,
              level: float = 0.95, alpha_batches: int = 100) -> Estimate:
-    """Mixed DQ, ``alpha*wDQ + (1-alpha)*qDQ``; alpha from :func:`batch_alpha` or fixed."""
-    n_batches = _check_batches(n_batches)
-    L = _check_L(traj, L)
-    Qw = q_values(traj, L, "w")
-    Qq = q_values(traj, L, "q")
-    z = traj.z[: Qw.size]
-    bw = batch_diffs(Qw, z, n_batches)
-    bq = batch_diffs(Qq, z, n_batches)
-    if isinstance(alpha, str):
-        if alpha != "batch":
-            raise ValueError(f"alpha: use 'batch' or a number, got {alpha!r}")
-        a = batch_alpha(Qw, Qq, z, L, alpha_batches)
-    else:
-        a = float(alpha)
-        if not np.isfinite(a):
-            raise ValueError(f"alpha: must be finite, got {alpha!r}")
-    v = a * diff_means(Qw, z) + (1 - a) * diff_means(Qq, z)
-    return batch_ci("mixed_dq", v, a * bw + (1 - a) * bq, level, alpha=a)
+    """Mixed DQ, ``alpha*wDQ + (1-alpha)*qDQ``; alpha estimated in the experiment (``"batch"``: wDQ and
+    qDQ on ``alpha_batches`` contiguous batches, fewer if a batch would hold under ``5 * L`` decisions,
+    never fewer than 3, then :func:`optimal_alpha`) or fixed."""
+    return dq_family(traj, L, n_batches, alpha_batches, ("w", "q"), level, alpha)["mixed_dq"]
 
 
 def estimate_all(traj: Trajectory, L: int | None = None, n_batches: int = 20, burn_in: float = 0.0,
@@ -811,20 +547,3 @@ def estimate_all(traj: Trajectory, L: int | None = None, n_batches: int = 20, bu
         "wdq": wdq(traj, L, n_batches, level),
         "mixed_dq": mixed_dq(traj, L, alpha, n_batches, level, alpha_batches),
     }
-
-
-def littles_law(traj: Trajectory) -> dict:
-    """Little's law check on one run: time-average number in system vs lam_hat * mean W.
-
-    Returns ``time_avg_n`` (area / duration), ``arrival_avg_n`` (mean of ``n_before``,
-    equal to the time average under PASTA), ``lam_hat``, ``mean_response``,
-    ``lam_w`` = lam_hat * mean_response and ``rel_gap`` = lam_w / time_avg_n - 1.
-    """
-    if traj.area is None or traj.t_start is None or traj.t_end is None:
-        raise ValueError("traj: Little's law needs area, t_start and t_end")
-    dur = traj.t_end - traj.t_start
-    xbar = traj.area / dur
-    lam_hat = len(traj) / dur
-    wbar = float(traj.response.mean())
-    return {"time_avg_n": xbar, "arrival_avg_n": float(traj.n_before.mean()), "lam_hat": lam_hat,
-            "mean_response": wbar, "lam_w": lam_hat * wbar, "rel_gap": lam_hat * wbar / xbar - 1.0}

@@ -44,10 +44,10 @@ under the number-in-system curve, the documented input of every estimator. ``are
 the exact integral of the number in system up to arrival ``j`` (departures between arrivals
 are subtracted at their own times), for the time-integral queue-length cost.
 
-Two kernels give identical records (tests compare them field by field): ``_simulate``, the
-reference (per-server linked lists over the job arrays; it also serves the stale dispatcher),
-and ``_simulate_fast`` for ``delay == 0`` (per-server ring buffers of departure times, and the
-per-job outputs the caller does not need are not written).
+One compiled kernel (``_simulate``) runs every design: per-server ring buffers of departure
+times, the rulebook's heap (:mod:`asrsched.core.rulebook`) as the calendar of next departures
+when there are many servers, and links over each server's jobs only for a stale dispatcher.
+Tests compare it field by field with an independent linked-list kernel (``tests/abtest_oracle.py``).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ import numpy as np
 from numba import njit
 
 from asrsched.abtest.estimators import Trajectory
+from asrsched.core.rulebook import heap_pop, heap_push
 from asrsched.sim import rng as _rng
 from asrsched.sim.rng import next_double as _next_double
 from asrsched.sim.rng import std_exp as _std_exp
@@ -294,23 +295,19 @@ def _check_pod_stability(name: str, d: int, rates: np.ndarray, total: float) -> 
 
 
 def simulate(cfg: SystemConfig, seed: int = 0, *, details: bool = True, area_at: bool = True, _scan_max: int = 64,
-             _kernel: str = "auto") -> Trajectory:
+             _kernel=None) -> Trajectory:
     """Simulate one experiment; returns its :class:`Trajectory` (validated before any work).
 
     ``seed`` fixes everything (arrivals, services, sampling, assignments): the same
     config and seed give bit-identical trajectories (one xoshiro256++ stream,
-    :mod:`asrsched.sim.rng`, drawn inside the kernel). Two kernels give identical outputs
-    (tests compare them field by field): the reference ``_simulate`` (linked lists over
-    the job arrays; it also serves a stale dispatcher, ``delay > 0``) and, for
-    ``delay == 0``, the faster ``_simulate_fast`` (per-server ring buffers).
+    :mod:`asrsched.sim.rng`, drawn inside the kernel).
     ``details=False`` skips the per-job ``server`` and ``q_seen`` arrays and ``area_at=False``
     the per-job ``area_at`` (they are then ``None``): less memory traffic, same everything else.
     (``_scan_max``: up to this many servers departures are found by scanning every
-    server, above it by a heap; ``_kernel``: ``"auto"`` or ``"reference"``; tests use both.)
+    server, above it by a heap; ``_kernel``: another kernel with this one's signature, for the
+    tests' and the benchmark's reference kernel.)
     """
     cfg.validate()
-    if _kernel not in ("auto", "reference"):
-        raise ValueError(f"_kernel: {_kernel!r} not in ('auto', 'reference')")
     d0, d1 = cfg.d_pair()
     rates = cfg.rate_array
     code = _DESIGN_CODE[cfg.design]
@@ -320,10 +317,7 @@ def simulate(cfg: SystemConfig, seed: int = 0, *, details: bool = True, area_at:
             group, float(cfg.block_len), bool(cfg.alternate))
     st = _rng.state(int(seed))
     keep = (1 if details else 0) | (2 if area_at else 0)
-    if cfg.delay == 0 and _kernel == "auto":
-        out = _simulate_fast(*args, st, int(_scan_max), keep)
-    else:
-        out = _simulate(*args, float(cfg.delay), st, int(_scan_max), keep)
+    out = (_kernel or _simulate)(*args, float(cfg.delay), st, int(_scan_max), keep)
     arr, dep, z, nb, lam_at, srv, qseen, block, area, t0, t1, a_at = out
     w = int(cfg.warmup_jobs)
     arr, z, nb = arr[w:], z[w:], nb[w:]
@@ -362,37 +356,47 @@ def simulate(cfg: SystemConfig, seed: int = 0, *, details: bool = True, area_at:
 @njit(cache=True)
 def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0, d1, design, p,
               group, block_len, alternate, delay, st, scan_max, keep):
+    """The supermarket model's one kernel (arguments as built by :func:`simulate`).
+
+    Each server keeps the departure times of its jobs in a ring buffer (its FCFS order;
+    cache-resident); the next departure of every busy server is found by a scan (up to
+    ``scan_max`` servers) or from the rulebook's heap (:func:`asrsched.core.rulebook.heap_push`,
+    ``(departure, 0, server)``), so every departure is counted once, in time order, at the
+    first arrival after it. A stale dispatcher (``delay > 0``) also keeps per-server links over
+    the jobs, to count each queue as it was at ``now - delay``.
+    """
     # every draw from ``st`` (xoshiro256++ state, asrsched.sim.rng), inlined into this loop
     N = rates.shape[0]
     total = n_warm + n_jobs
     arr = np.empty(total)
     dep = np.empty(total)
-    nxt = np.full(total, -1, np.int64)
     z = np.zeros(total, np.int8)
     keep_srv = (keep & 1) != 0  # per-job server and queue seen (bit 1), area at each arrival (bit 2)
     keep_area = (keep & 2) != 0
     srv = np.empty(total if keep_srv else 1, np.int32)
     qseen = np.empty(total if keep_srv else 1, np.int32)
+    nb = np.empty(total, np.int32)
+    area_at = np.empty(total if keep_area else 1)  # integral of the number in system from 0 to each arrival
     lam_at = np.empty(total if amp > 0.0 else 1)
     block = np.zeros(total if design == 2 else 1, np.int64)
 
-    first = np.full(N, -1, np.int64)  # first job ever routed to s
-    tail = np.full(N, -1, np.int64)  # last job routed to s
-    n_routed = np.zeros(N, np.int64)
+    cap = 64
+    ring = np.empty((N, cap))
+    head = np.zeros(N, np.int64)
+    cnt = np.zeros(N, np.int64)  # jobs at server s (in service or waiting)
     lastdep = np.zeros(N)
-    # current view: last job on s counted as departed by now, and how many; a binary
-    # min-heap holds each busy server's next departure, so every departure is counted
-    # once, in time order, when the first arrival after it comes
-    cur_d = np.full(N, -1, np.int64)
-    n_cur_d = np.zeros(N, np.int64)
-    hkey = np.empty(N)
-    hsrv = np.empty(N, np.int64)
+    nextdep = np.full(N, np.inf)
+    hk1 = np.empty(N)  # the calendar of next departures (many servers): (departure, 0, server)
+    hk2 = np.zeros(N)
+    hid = np.empty(N, np.int64)
     hsize = 0
     tot_dep = 0
     scan = N <= scan_max
-    nextdep = np.full(N, np.inf)
-    nb = np.empty(total, np.int32)
-    # stale view (time now - delay): arrivals and departures counted by then
+    # stale view (time now - delay): links over each server's jobs; arrivals and departures counted by then
+    stale = delay > 0.0
+    nxt = np.full(total if stale else 1, -1, np.int64)
+    first = np.full(N, -1, np.int64)
+    tail = np.full(N, -1, np.int64)
     st_a = np.full(N, -1, np.int64)
     n_st_a = np.zeros(N, np.int64)
     st_d = np.full(N, -1, np.int64)
@@ -418,7 +422,6 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
     t = 0.0
     cur_block = -1
     block_z = 0
-    area_at = np.empty(total if keep_area else 1)  # integral of the number in system from 0 to each arrival
     acc = 0.0
     acc0 = 0.0
 
@@ -438,48 +441,39 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
         acc += (j - tot_dep) * (t - t_prev)  # then minus (t - d) for each departure d in (t_prev, t]
 
         # ---- departures up to t
+        msk = ring.shape[1] - 1
         if scan:
             # few servers: scan every server's next departure (cheap, branch-predictable)
             for s in range(N):
-                while nextdep[s] <= t:
-                    acc -= t - nextdep[s]
-                    c = first[s] if cur_d[s] == -1 else nxt[cur_d[s]]
-                    cur_d[s] = c
-                    n_cur_d[s] += 1
-                    tot_dep += 1
-                    c = nxt[c]
-                    nextdep[s] = dep[c] if c != -1 else np.inf
+                nd = nextdep[s]
+                if nd <= t:
+                    h = head[s]
+                    c = cnt[s]
+                    while True:
+                        acc -= t - nd
+                        tot_dep += 1
+                        c -= 1
+                        h = (h + 1) & msk
+                        if c == 0:
+                            nd = np.inf
+                            break
+                        nd = ring[s, h]
+                        if nd > t:
+                            break
+                    head[s] = h
+                    cnt[s] = c
+                    nextdep[s] = nd
         else:
-            # many servers: pop servers whose next departure is due from a binary min-heap
-            while hsize > 0 and hkey[0] <= t:
-                s = hsrv[0]
-                acc -= t - hkey[0]
-                c = first[s] if cur_d[s] == -1 else nxt[cur_d[s]]
-                cur_d[s] = c
-                n_cur_d[s] += 1
+            # many servers: take the servers whose next departure is due from the heap
+            while hsize > 0 and hk1[0] <= t:
+                s = hid[0]
+                acc -= t - hk1[0]
+                hsize = heap_pop(hk1, hk2, hid, 0, hsize)
                 tot_dep += 1
-                c = nxt[c]
-                if c != -1:
-                    key = dep[c]
-                else:
-                    hsize -= 1
-                    key = hkey[hsize]
-                    s = hsrv[hsize]
-                i = 0
-                while True:
-                    ch = 2 * i + 1
-                    if ch >= hsize:
-                        break
-                    if ch + 1 < hsize and hkey[ch + 1] < hkey[ch]:
-                        ch += 1
-                    if key <= hkey[ch]:
-                        break
-                    hkey[i] = hkey[ch]
-                    hsrv[i] = hsrv[ch]
-                    i = ch
-                if hsize > 0:
-                    hkey[i] = key
-                    hsrv[i] = s
+                cnt[s] -= 1
+                head[s] = (head[s] + 1) & msk
+                if cnt[s] > 0:
+                    hsize = heap_push(hk1, hk2, hid, 0, hsize, ring[s, head[s]], 0.0, s)
         nb[j] = j - tot_dep
         if keep_area:
             area_at[j] = acc
@@ -520,15 +514,14 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
             if r >= m:
                 r = m - 1
             s = pools[zj, r]
-            if d > 1:
-                pools[zj, r] = pools[zj, i]
-                pools[zj, i] = s
             if d == 1:
                 # one sample: it is the choice whatever its queue; the stale pointers catch up at the
                 # next look (they only move forward, to every event by that look's tau)
                 best = s
                 break
-            if delay > 0.0:
+            pools[zj, r] = pools[zj, i]
+            pools[zj, i] = s
+            if stale:
                 # stale view at tau: arrivals to s by tau minus departures from s by tau
                 c = first[s] if st_a[s] == -1 else nxt[st_a[s]]
                 while c != -1 and arr[c] <= tau:
@@ -542,13 +535,13 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
                     c = nxt[c]
                 q = n_st_a[s] - n_st_d[s]
             else:
-                q = n_routed[s] - n_cur_d[s]
+                q = cnt[s]
             if q < bestq:
                 bestq = q
                 best = s
         s = best
         if keep_srv:
-            qseen[j] = n_routed[s] - n_cur_d[s]
+            qseen[j] = cnt[s]
 
         # ---- service and departure (FCFS: known now)
         if svc_kind == 0:
@@ -563,27 +556,22 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
         lastdep[s] = dj
         if keep_srv:
             srv[j] = s
-        if tail[s] != -1:
-            nxt[tail[s]] = j
-        else:
-            first[s] = j
-        tail[s] = j
-        if n_routed[s] == n_cur_d[s] and scan:
-            nextdep[s] = dj
-        elif n_routed[s] == n_cur_d[s]:
-            # the server was idle: its next departure is this job's; sift it up into the heap
-            i = hsize
-            hsize += 1
-            while i > 0:
-                par = (i - 1) >> 1
-                if hkey[par] <= dj:
-                    break
-                hkey[i] = hkey[par]
-                hsrv[i] = hsrv[par]
-                i = par
-            hkey[i] = dj
-            hsrv[i] = s
-        n_routed[s] += 1
+        if stale:
+            if tail[s] != -1:
+                nxt[tail[s]] = j
+            else:
+                first[s] = j
+            tail[s] = j
+        if cnt[s] == ring.shape[1]:
+            ring = _grow_ring(ring, head, cnt)
+        ring[s, (head[s] + cnt[s]) & (ring.shape[1] - 1)] = dj
+        if cnt[s] == 0:
+            # the server was idle: its next departure is this job's
+            if scan:
+                nextdep[s] = dj
+            else:
+                hsize = heap_push(hk1, hk2, hid, 0, hsize, dj, 0.0, s)
+        cnt[s] += 1
 
     # exact area under the number-in-system curve over [t0, t_end] (t0: first recorded arrival)
     t0 = arr[n_warm]
@@ -603,214 +591,3 @@ def _grow_ring(ring, head, cnt):
             new[s, i] = ring[s, (h + i) & (cap - 1)]
         head[s] = 0
     return new
-
-
-@njit(cache=True)
-def _simulate_fast(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0, d1, design, p,
-                   group, block_len, alternate, st, scan_max, keep):
-    """:func:`_simulate` for an up-to-date dispatcher (``delay == 0``), bit-identical outputs.
-
-    Same random draws in the same order, same decisions; instead of linked lists over the
-    job arrays, each server keeps the departure times of its jobs in a small ring buffer
-    (cache-resident), which is what makes it faster.
-    """
-    # every draw from ``st`` (xoshiro256++ state, asrsched.sim.rng), inlined into this loop
-    N = rates.shape[0]
-    total = n_warm + n_jobs
-    arr = np.empty(total)
-    dep = np.empty(total)
-    z = np.zeros(total, np.int8)
-    keep_srv = (keep & 1) != 0  # per-job server and queue seen (bit 1), area at each arrival (bit 2)
-    keep_area = (keep & 2) != 0
-    srv = np.empty(total if keep_srv else 1, np.int32)
-    qseen = np.empty(total if keep_srv else 1, np.int32)
-    nb = np.empty(total, np.int32)
-    area_at = np.empty(total if keep_area else 1)
-    lam_at = np.empty(total if amp > 0.0 else 1)
-    block = np.zeros(total if design == 2 else 1, np.int64)
-
-    cap = 64
-    ring = np.empty((N, cap))
-    head = np.zeros(N, np.int64)
-    cnt = np.zeros(N, np.int64)  # jobs at server s (in service or waiting)
-    lastdep = np.zeros(N)
-    nextdep = np.full(N, np.inf)
-    hkey = np.empty(N)
-    hsrv = np.empty(N, np.int64)
-    hsize = 0
-    tot_dep = 0
-    scan = N <= scan_max
-
-    pools = np.empty((2, N), np.int64)  # row z: the servers arm z routes to (indexed by row: the loop never
-    m0 = 0                              # rebinds an array variable)
-    m1 = 0
-    for s in range(N):
-        if design != 1 or group[s] == 0:
-            pools[0, m0] = s
-            m0 += 1
-        if design != 1 or group[s] == 1:
-            pools[1, m1] = s
-            m1 += 1
-
-    inv_lam_max = 1.0 / (lam_total * (1.0 + amp))
-    lam_max = lam_total * (1.0 + amp)
-    two_pi = 2.0 * np.pi
-    xm = (shape - 1.0) / shape if svc_kind == 2 else 1.0
-    t = 0.0
-    cur_block = -1
-    block_z = 0
-    acc = 0.0
-    acc0 = 0.0
-
-    for j in range(total):
-        t_prev = t
-        if amp == 0.0:
-            t += _std_exp(st) * inv_lam_max
-        else:
-            while True:
-                t += _std_exp(st) * inv_lam_max
-                lt = lam_total * (1.0 + amp * np.sin(two_pi * t / period))
-                if _next_double(st) * lam_max <= lt:
-                    break
-            lam_at[j] = lt
-        arr[j] = t
-        acc += (j - tot_dep) * (t - t_prev)
-
-        # ---- departures up to t
-        if scan:
-            for s in range(N):
-                nd = nextdep[s]
-                if nd <= t:
-                    h = head[s]
-                    c = cnt[s]
-                    msk = ring.shape[1] - 1
-                    while True:
-                        acc -= t - nd
-                        tot_dep += 1
-                        c -= 1
-                        h = (h + 1) & msk
-                        if c == 0:
-                            nd = np.inf
-                            break
-                        nd = ring[s, h]
-                        if nd > t:
-                            break
-                    head[s] = h
-                    cnt[s] = c
-                    nextdep[s] = nd
-        else:
-            msk = ring.shape[1] - 1
-            while hsize > 0 and hkey[0] <= t:
-                s = hsrv[0]
-                acc -= t - hkey[0]
-                tot_dep += 1
-                cnt[s] -= 1
-                head[s] = (head[s] + 1) & msk
-                if cnt[s] > 0:
-                    key = ring[s, head[s]]
-                else:
-                    hsize -= 1
-                    key = hkey[hsize]
-                    s = hsrv[hsize]
-                i = 0
-                while True:
-                    ch = 2 * i + 1
-                    if ch >= hsize:
-                        break
-                    if ch + 1 < hsize and hkey[ch + 1] < hkey[ch]:
-                        ch += 1
-                    if key <= hkey[ch]:
-                        break
-                    hkey[i] = hkey[ch]
-                    hsrv[i] = hsrv[ch]
-                    i = ch
-                if hsize > 0:
-                    hkey[i] = key
-                    hsrv[i] = s
-        nb[j] = j - tot_dep
-        if keep_area:
-            area_at[j] = acc
-        if j == n_warm:
-            acc0 = acc
-
-        # ---- assignment
-        if design <= 1:
-            zj = 1 if _next_double(st) < p else 0
-        elif design == 2:
-            k = int(np.floor(t / block_len))
-            if k != cur_block:
-                cur_block = k
-                if alternate:
-                    block_z = k % 2
-                else:
-                    block_z = 1 if _next_double(st) < p else 0
-            zj = block_z
-            block[j] = k
-        elif design == 3:
-            zj = 0
-        else:
-            zj = 1
-        z[j] = zj
-        if zj == 1:
-            d = d1
-            m = m1
-        else:
-            d = d0
-            m = m0
-
-        # ---- sample d distinct servers, join the shortest
-        best = -1
-        bestq = 1 << 60
-        for i in range(d):
-            r = i + int(_next_double(st) * (m - i))
-            if r >= m:
-                r = m - 1
-            s = pools[zj, r]
-            if d > 1:
-                pools[zj, r] = pools[zj, i]
-                pools[zj, i] = s
-            q = cnt[s]
-            if q < bestq:
-                bestq = q
-                best = s
-        s = best
-        if keep_srv:
-            qseen[j] = cnt[s]
-
-        # ---- service and departure
-        if svc_kind == 0:
-            x = _std_exp(st)
-        elif svc_kind == 1:
-            x = 1.0
-        else:
-            x = xm * (1.0 - _next_double(st)) ** (-1.0 / shape)
-        start = t if lastdep[s] < t else lastdep[s]
-        dj = start + x / rates[s]
-        dep[j] = dj
-        lastdep[s] = dj
-        if keep_srv:
-            srv[j] = s
-        if cnt[s] == ring.shape[1]:
-            ring = _grow_ring(ring, head, cnt)
-        ring[s, (head[s] + cnt[s]) & (ring.shape[1] - 1)] = dj
-        if cnt[s] == 0:
-            if scan:
-                nextdep[s] = dj
-            else:
-                i = hsize
-                hsize += 1
-                while i > 0:
-                    par = (i - 1) >> 1
-                    if hkey[par] <= dj:
-                        break
-                    hkey[i] = hkey[par]
-                    hsrv[i] = hsrv[par]
-                    i = par
-                hkey[i] = dj
-                hsrv[i] = s
-        cnt[s] += 1
-
-    t0 = arr[n_warm]
-    area = acc - acc0
-
-    return arr, dep, z, nb, lam_at, srv, qseen, block, area, t0, t, area_at
