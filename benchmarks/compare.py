@@ -13,9 +13,9 @@ a ``min`` target such as a speed-up ratio, the smallest of a ``max`` target such
 microseconds per decision) and their ratio, new over base, oriented so that ``> 1`` is better.
 
 ``--write`` saves ``results/compare.json`` (every round's values, both commits, the machine and
-its load, via ``provenance.py``). Targets are matched by name with the digits folded out, so a
-target whose wording changed keeps its pairing when only its numbers did; a target that exists
-on one side only is listed as such.
+its load, via ``provenance.py``). Targets are matched by name; a target whose name exists on one
+side only pairs with an unpaired one whose name differs only in its numbers; any other is listed
+on its side alone.
 """
 
 from __future__ import annotations
@@ -83,12 +83,20 @@ def compare(base: str, rounds: int, python: str) -> dict:
                     print(f"  round {r + 1}/{rounds}: {side} measured in {order[-1][2]} s", flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(wt)], cwd=ROOT, capture_output=True)
+    # pair by the exact name; a name on one side only pairs with an unpaired one whose numbers alone differ
+    names = {side: list(dict.fromkeys(row["name"] for rows in rs for row in rows)) for side, rs in runs.items()}
+    alias = {}
+    for n in names["new"]:
+        if n not in names["base"]:
+            alias[n] = next((b for b in names["base"] if b not in names["new"] and key(b) == key(n)
+                             and b not in alias.values()), n)
     table = {}
     for side, rs in runs.items():
         for rows in rs:
             for row in rows:
-                e = table.setdefault(key(row["name"]), {"name": row["name"], "unit": row["unit"], "kind": row["kind"],
-                                                        "target": row["target"], "base": [], "new": []})
+                k = alias.get(row["name"], row["name"]) if side == "new" else row["name"]
+                e = table.setdefault(k, {"name": row["name"], "unit": row["unit"], "kind": row["kind"],
+                                         "target": row["target"], "base": [], "new": []})
                 e[side].append(row["value"])
                 if side == "new":
                     e["name"], e["target"] = row["name"], row["target"]

@@ -65,6 +65,19 @@ class LanguageCodes(NamedTuple):
     names: list[str]
 
 
+def _num(x: Any) -> np.ndarray | float:
+    """A Python (or numpy) scalar as a float, anything else as a float array: the estimate's formulas then
+    run on floats without numpy for one request, and vectorised for many."""
+    if isinstance(x, (float, int, np.floating, np.integer)) and not isinstance(x, bool):
+        return float(x)
+    return np.asarray(x, dtype=float)
+
+
+def _out(x: Any) -> np.ndarray | float:
+    """A result as the caller gave it: a float for one request, an array for many."""
+    return x if isinstance(x, float) else (float(x) if np.ndim(x) == 0 else x)
+
+
 def language_codes(language: Any) -> LanguageCodes:
     """Integer codes and the table of distinct names of a language column (first-seen order).
 
@@ -161,33 +174,37 @@ class ServiceModel:
             return self.kappa_for(names[0], fallback=fallback)
         return np.array([self.kappa_for(x, fallback=fallback) for x in names])[codes]
 
-    def _windows(self, duration_s: Any) -> np.ndarray:
+    def _windows(self, duration_s: Any) -> np.ndarray | float:
         """``max(1, ceil(duration / window_s))`` as floats (whole numbers); the one windows formula."""
-        return np.maximum(1.0, np.ceil(np.asarray(duration_s, dtype=float) / self.window_s - 1e-9))
+        d = _num(duration_s)
+        if isinstance(d, float):
+            return float(max(1, math.ceil(d / self.window_s - 1e-9)))
+        return np.maximum(1.0, np.ceil(d / self.window_s - 1e-9))
 
     def windows(self, duration_s: np.ndarray | float) -> np.ndarray | int:
         """Number of 30 s encoder windows (at least 1)."""
-        w = self._windows(duration_s).astype(np.int64)
-        return int(w) if w.ndim == 0 else w
+        w = self._windows(duration_s)
+        return int(w) if np.ndim(w) == 0 else w.astype(np.int64)
 
     def encoder_s(self, duration_s: np.ndarray | float, *, windows: Any = None) -> np.ndarray | float:
         """Encoder time (s) of a request: ``windows x encode_s_per_window`` (``windows`` defaults to
         :meth:`windows` of the duration; an engine that plans its own windows passes their number)."""
         w = self._windows(duration_s) if windows is None else np.maximum(np.asarray(windows, np.int64), 1)
         out = w * self.encode_s_per_window
-        return float(out) if np.ndim(out) == 0 else out
+        return _out(out)
 
     def est_tokens(self, duration_s: np.ndarray | float, language: Any = "en", *,
                    fallback: str | None = None) -> np.ndarray | float:
         """Estimated generated tokens, ``kappa[language] * duration`` (``language``: see :meth:`kappas`)."""
-        out = self._kappa_column(language, fallback) * np.asarray(duration_s, dtype=float)
-        return float(out) if np.ndim(out) == 0 else out
+        out = self._kappa_column(language, fallback) * _num(duration_s)
+        return _out(out)
 
     def step_s(self, batch: np.ndarray | int) -> np.ndarray | float:
         """Decode step time with ``batch`` sequences decoding together."""
-        b = np.maximum(np.asarray(batch, dtype=float), 1.0)
+        b = _num(batch)
+        b = max(b, 1.0) if isinstance(b, float) else np.maximum(b, 1.0)
         out = self.decode_s_per_token * (1.0 + self.decode_batch_slope * (b - 1.0))
-        return float(out) if out.ndim == 0 else out
+        return _out(out)
 
     def service_time(self, duration_s: np.ndarray | float, language: Any = "en", *, tokens: Any = None,
                      batch: int = 1, windows: Any = None) -> np.ndarray | float:
@@ -196,10 +213,9 @@ class ServiceModel:
         ``tokens`` defaults to the kappa estimate (:meth:`est_tokens`); pass measured tokens to
         model a known request. For the size estimate a scheduler reads, use :meth:`est_service`.
         """
-        tok = self.est_tokens(duration_s, language) if tokens is None else np.asarray(tokens, dtype=float)
-        out = (np.asarray(self.encoder_s(duration_s, windows=windows))
-               + np.asarray(tok) * self.step_s(batch) + self.overhead_s)
-        return float(out) if np.ndim(out) == 0 else out
+        tok = self.est_tokens(duration_s, language) if tokens is None else _num(tokens)
+        out = self.encoder_s(duration_s, windows=windows) + tok * self.step_s(batch) + self.overhead_s
+        return _out(out)
 
     def est_service(self, duration_s: np.ndarray | float, language: Any = "en", *, windows: Any = None,
                     max_tokens: Any = None, fallback: str | None = None) -> np.ndarray | float:
@@ -210,11 +226,13 @@ class ServiceModel:
         routers, the HTTP server, the vLLM plug-in and the load generator all call it, so a subclass
         that overrides it changes every path alike. ``language``: one string or one per request;
         ``fallback``: see :meth:`kappa_for`; ``windows``: the engine's own window count, when it
-        plans windows itself; ``max_tokens``: the request's decode limit.
+        plans windows itself; ``max_tokens``: the request's decode limit. A Python number in gives a
+        float out without numpy (the plug-in sizes one request at a time).
         """
         tok = self.est_tokens(duration_s, language, fallback=fallback)
         if max_tokens is not None:
-            tok = np.minimum(tok, np.asarray(max_tokens, dtype=float))
+            m = _num(max_tokens)
+            tok = min(tok, m) if isinstance(tok, float) and isinstance(m, float) else np.minimum(tok, m)
         return self.service_time(duration_s, tokens=tok, windows=windows)
 
     def saturation_rate(self, duration_s: np.ndarray, language: np.ndarray | str = "en", *,
