@@ -146,6 +146,8 @@ def _pop(code, r, now, b, arrival, est, low_depth, ratio_cap, min_service, k1, k
     j = slot_take(sid, sarr, sinv, spos, b, n, i)
     slot_n[r] = n - 1
     alive[j] = False
+    if n == 1 and code == ADAPTIVE:
+        heap_n[r] = 0  # nothing waits: every entry left in the SJF heap is dead (no need to pop them one by one)
     return j
 
 
