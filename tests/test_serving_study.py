@@ -279,15 +279,15 @@ def test_calibration_figure_draws_the_models_size_estimate_and_names_a_language_
 
 def test_one_provenance_builder_serves_both_studies():
     """The A/B study and the real-engine study record the same keys (one builder in asrsched.core)."""
-    from asrsched.abtest.study import provenance as ab_provenance
+    from asrsched.abtest.full_run import provenance as ab_provenance
     from asrsched.core.provenance import provenance as core_provenance
 
-    a = ab_provenance("python -m asrsched.abtest.study --full", {"reps": 1}, [0.1, 0.2, 0.3])
+    a = ab_provenance("python -m asrsched.abtest.full_run --full", {"reps": 1}, [0.1, 0.2, 0.3])
     b = provenance("python -m asrsched.serving.experiment", {"n_requests": 4}, load_start=[0.4])
     c = core_provenance(paths=("asrsched/core",))
     assert set(a) == set(b) == set(c)
     assert a["commit"] == b["commit"] and len(a["commit"]) == 40
     assert a["parameters"] == {"reps": 1} and a["load_average_start_1_5_15"] == [0.1, 0.2, 0.3]
-    assert a["command"] == "python -m asrsched.abtest.study --full"
+    assert a["command"] == "python -m asrsched.abtest.full_run --full"
     assert all(isinstance(x, bool) for x in (a["clean_tree"], b["clean_tree"], c["clean_tree"]))
     assert all(p.startswith("asrsched/core") for p in c["dirty_paths"])  # only the watched paths
