@@ -491,3 +491,7 @@ def json_default(o):
     if isinstance(o, np.ndarray):
         return o.tolist()
     raise TypeError(type(o))
+
+
+if __name__ == "__main__":  # the command recorded by runs before the split
+    raise SystemExit("the full run is `python -m asrsched.abtest.full_run --full --out <folder>`")
