@@ -140,7 +140,7 @@ def bench_vs_simpy(n: int, *, cases=SIMPY_CASES, python_engine: bool = True, sim
             t_py = _cpu_time(lambda tr=tr, policy=policy: simulate(tr, policy, engine="python"), 0.0)[0] \
                 if python_engine else math.nan
             # the two sides interleaved: each SimPy call beside a burst of compiled calls, so a change of the
-            # machine's speed during the measurement moves both (timed in two windows, this ratio moved by 30 %)
+            # machine's speed during the measurement moves both (timed in two windows, the ratio moved with it)
             t_fast = t_ref = math.inf
             for _ in range(max(1, simpy_calls)):
                 # cold: every call recomputes the trace's inputs (a new trace each time, as in the reference)

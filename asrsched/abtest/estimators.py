@@ -518,9 +518,8 @@ def optimal_alpha(w: np.ndarray, q: np.ndarray) -> float:
 
 def pilot_alpha(trajs, L: int | None = None) -> float:
     """alpha* from the (co)variance of wDQ and qDQ over pilot experiments (no truth needed)."""
-    w = [dq(t, L, "w").value for t in trajs]
-    q = [dq(t, L, "q").value for t in trajs]
-    return optimal_alpha(np.array(w), np.array(q))
+    fams = [dq_family(t, L) for t in trajs]  # wDQ and qDQ of each pilot from one pass
+    return optimal_alpha(np.array([f["wdq"].value for f in fams]), np.array([f["qdq"].value for f in fams]))
 
 
 def mixed_dq(traj: Trajectory, L: int | None = None, alpha="batch", n_batches: int = 20,
@@ -541,9 +540,5 @@ def estimate_all(traj: Trajectory, L: int | None = None, n_batches: int = 20, bu
         return {"group": group(traj, n_batches, level)}
     if traj.design == "switchback":
         return {"switchback": switchback(traj, burn_in, n_batches, level)}
-    return {
-        "naive": naive(traj, n_batches, level),
-        "qdq": qdq(traj, L, n_batches, level),
-        "wdq": wdq(traj, L, n_batches, level),
-        "mixed_dq": mixed_dq(traj, L, alpha, n_batches, level, alpha_batches),
-    }
+    fam = dq_family(traj, L, n_batches, alpha_batches, ("w", "q"), level, alpha)  # one pass for all three
+    return {"naive": naive(traj, n_batches, level), "qdq": fam["qdq"], "wdq": fam["wdq"], "mixed_dq": fam["mixed_dq"]}

@@ -181,7 +181,7 @@ class HRRNQueue(WaitingQueue):
     clock. The queue keeps arrivals and sizes in contiguous numpy arrays
     (swap-remove, amortised O(1) push) and ranks lazily with one pass of the rulebook's
     compiled scan per decision (:func:`asrsched.core.rulebook.hrrn_argbest`, the one the
-    compiled engine runs; a few microseconds at 1,000 waiting, about 12 at 10,000). Ties go to
+    compiled engine runs; ``benchmarks/bench_vllm_queue.py`` measures it per depth). Ties go to
     the earliest arrival, then to the earliest push
     (a push counter travels with each slot, since swap-remove reorders slots), so
     with equal sizes HRRN reduces to FCFS in submission order. ``peek(now)`` caches

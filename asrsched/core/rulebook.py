@@ -11,8 +11,8 @@ Storage convention: a structure lives in flat 1-D arrays at an offset ``b`` (rep
 ``r`` of a fleet holds ``[r * cap, r * cap + n)``; a single structure uses ``b = 0``), so
 one set of arrays holds every replica's queue and no call builds an array view. Sizes
 are returned, not stored: ``n = heap_push(..., n, ...)``. Indices are taken as unsigned
-(:func:`_u`): numba then omits the negative-index wraparound of every access (measured:
-10-20 % of a fleet run's time spent in the heap).
+(:func:`_u`): numba then omits the negative-index wraparound of every access (a large part
+of a fleet run's time is spent in the heap).
 
 Primitives
 ----------

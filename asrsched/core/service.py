@@ -162,8 +162,9 @@ class ServiceModel:
         """kappa per request: ``language`` a string (a float back), or one language per request (an array,
         or its :func:`language_codes`)."""
         k = self._kappa_column(language, fallback)
-        return np.full(len(language_codes(language).codes), k) if isinstance(k, float) and \
-            not isinstance(language, str) else k
+        if isinstance(language, str) or not isinstance(k, float):
+            return k
+        return np.full(len(language_codes(language).codes), k)  # one language: the column is constant
 
     def _kappa_column(self, language: Any, fallback: str | None) -> np.ndarray | float:
         """kappa for ``language``: one float when every request has the same language."""
@@ -177,7 +178,7 @@ class ServiceModel:
     def _windows(self, duration_s: Any) -> np.ndarray | float:
         """``max(1, ceil(duration / window_s))`` as floats (whole numbers); the one windows formula."""
         d = _num(duration_s)
-        if isinstance(d, float):
+        if isinstance(d, float) and math.isfinite(d):
             return float(max(1, math.ceil(d / self.window_s - 1e-9)))
         return np.maximum(1.0, np.ceil(d / self.window_s - 1e-9))
 

@@ -5,7 +5,7 @@ Shared by :func:`asrsched.sim.engine.simulate` (one replica) and :func:`asrsched
 * :func:`compiled_support` -- **the** rule for ``engine="auto"``: the compiled engine runs a
   set of policies and routers exactly when it returns ``None``; otherwise its answer names
   what it cannot run (``engine="numba"`` raises it; :func:`choose_engine`);
-* :func:`policy_inputs`, :func:`static_policy_keys`, :func:`router_inputs` -- the kernel's
+* :func:`policy_inputs`, :func:`static_policy_keys` (and :func:`asrsched.sim.compiled.router_inputs`) -- the kernel's
   codes and parameters of the policies (a static policy's keys:
   :func:`asrsched.core.static_policies.register_static_policy`) and of the routers;
 * :func:`trace_inputs` -- a trace's size estimates (:meth:`ServiceModel.est_service`), encoder
@@ -34,9 +34,9 @@ from asrsched.sim import kernel as K
 from asrsched.sim.compiled import CompiledRun, router_inputs
 from asrsched.sim.records import FLOAT_COLUMNS, blocks_frame, names_array
 
-__all__ = ["compiled_support", "choose_engine", "policy_inputs", "static_policy_keys", "router_inputs",
-           "BUILTIN_ROUTERS", "TraceInputs", "trace_inputs", "clear_trace_cache", "run_in_memory", "WORK_TOKEN_GRID",
-           "work_tokens", "set_router_lookup"]
+__all__ = ["compiled_support", "choose_engine", "policy_inputs", "static_policy_keys",
+           "BUILTIN_ROUTERS", "TraceInputs", "trace_inputs", "clear_trace_cache", "run_in_memory",
+           "set_router_lookup"]
 
 _BUILTIN_POLICY_FACTORIES = {name: POLICIES[name] for name in rb.POLICY_CODES}
 #: the router registry keys the kernel implements, with their factories as registered at import (:mod:`asrsched.sim.fleet`)

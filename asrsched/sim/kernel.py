@@ -99,8 +99,8 @@ NOSTEP = 1 << 62  # an empty slot's finish step, and the next completion of an e
 # The kernel and its helpers take arrays and scalars as arguments, never the namedtuples, and the
 # loop takes no array slices: numba then proves every reference count redundant and emits none.
 # A tuple argument holding an array, or one slice method call, defeats that proof for the whole
-# function, and every inlined helper call then costs atomic increments and decrements (measured:
-# 1.5-3x the cost of the loop itself).
+# function, and every inlined helper call then costs atomic increments and decrements (more than
+# the loop's own work).
 
 @njit(cache=True, inline="always")
 def _push(code, r, j, b, arrival, est, key, min_service, k1, k2, kid, sid, sarr, sinv, spos, alive, nxt, head, tail,
