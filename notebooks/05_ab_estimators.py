@@ -47,6 +47,10 @@
 # comparison (blocks 50/200/800, burn-in 0 or 25 %); and a small effect (Power-of-2 vs Power-of-3). The switchback
 # comparison runs on the homogeneous system, so it shares that scenario's experiments and truth runs (its other
 # estimators' rows are the homogeneous ones, the same numbers).
+#
+# **References** (the full list with titles: the README's References): Jia, Johari, Si & Zheng 2026
+# (arXiv:2605.29641, mixed DQ); Farias, Li, Peng & Zheng 2022 (arXiv:2206.02371, DQ); Little 1961; Bojinov,
+# Simchi-Levi & Zhao 2023 (switchbacks, arXiv:2009.00148); Mitzenmacher 2001 (Power-of-d).
 
 # %% [markdown]
 # **Parameters.** `QUICK`: `True` runs `REPS` replications per scenario and `TRUTH_JOBS_QUICK`-job truth runs;

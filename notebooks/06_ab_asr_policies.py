@@ -44,6 +44,10 @@
 # **Metrics:** E2EL and TTFT, each as the mean and the P90. Little's law (number in system = arrival rate × mean
 # latency) is what lets qDQ and mixed DQ use queue lengths; it holds for means only, and the P90 rows show what that
 # does to mixed DQ.
+#
+# **References** (the full list with titles: the README's References): Jia, Johari, Si & Zheng 2026
+# (arXiv:2605.29641, mixed DQ); Farias, Li, Peng & Zheng 2022 (arXiv:2206.02371, DQ); Makwana et al. 2026
+# (arXiv:2603.11273, the policies tested); Bojinov, Simchi-Levi & Zhao 2023 (switchbacks, arXiv:2009.00148).
 
 # %% [markdown]
 # **Parameters** (override with papermill or `asrsched run 06 -p NAME VALUE`):

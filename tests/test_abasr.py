@@ -146,7 +146,7 @@ def test_mixed_dq_for_p90_mixes_a_mean_estimate_in():
 
 
 def test_bad_config_fails_before_any_run(monkeypatch):
-    monkeypatch.setattr(A, "map_tasks", lambda *a, **k: pytest.fail("ran before validating"))
+    monkeypatch.setattr(A, "run_tasks", lambda *a, **k: pytest.fail("ran before validating"))
     bad = [
         (dict(load=1.0), "load"),
         (dict(p=0.0), "p: treatment probability"),

@@ -148,7 +148,7 @@ def test_scenarios_of_one_system_share_experiments_and_truth(tiny_result):
     (dict(slope_h=0.6), "slope_h"),
 ])
 def test_bad_study_config_is_refused_before_running(kw, param, monkeypatch):
-    monkeypatch.setattr(S, "map_tasks", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
+    monkeypatch.setattr(S, "run_tasks", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
     with pytest.raises(ValueError, match=param):
         S.run_study(_tiny(**kw), n_jobs=1, progress=False)
 

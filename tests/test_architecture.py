@@ -143,3 +143,12 @@ def test_no_module_is_over_the_size_limit():
     over = {k: v for k, v in sizes.items() if v > MAX_MODULE_LINES}
     assert not over, f"modules over {MAX_MODULE_LINES} lines (split them by concern): {over}"
     assert len(sizes) > 50 and max(sizes.values()) > 100  # the scan saw the package
+
+
+def test_tests_import_the_oracles_without_editing_sys_path():
+    """The SimPy/Ciw oracles and benchmark helpers come in by name (pytest's ``pythonpath``), not by ``sys.path`` edits."""
+    assert set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["pythonpath"]) \
+        >= {"benchmarks", "tests"}
+    hits = [f"{f.name}:{i}" for f in sorted((ROOT / "tests").glob("*.py"))
+            for i, line in enumerate(f.read_text().splitlines(), 1) if "sys.path.insert" in line and "hits" not in line]
+    assert not hits, hits

@@ -87,7 +87,8 @@ def test_closure_follows_imports_and_only_them():
     study = cache.module_closure("asrsched.abtest.study")
     assert "asrsched.abtest.model" in study and "asrsched.core.policies" not in study
     fleet = cache.module_closure("asrsched.abtest.asr_fleet")
-    assert {"asrsched.core.policies", "asrsched.sim.fleet", "asrsched.abtest.study"} <= set(fleet)
+    assert {"asrsched.core.policies", "asrsched.sim.fleet", "asrsched.abtest.estimators"} <= set(fleet)
+    assert "asrsched.abtest.study" not in fleet  # the other study's code is not in this one's key
 
 
 def test_code_key_changes_with_the_source_and_only_with_relevant_sources(sources):

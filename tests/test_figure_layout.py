@@ -9,7 +9,6 @@ broken figure shows the check can fail.
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -197,7 +196,6 @@ def _fleet_figures() -> dict[str, go.Figure]:
 
 
 def _profiling_figures() -> dict[str, go.Figure]:
-    sys.path.insert(0, str(Path(__file__).parent))
     from test_profile import synthetic
 
     from asrsched.figures import profiling as F

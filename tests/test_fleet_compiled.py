@@ -167,10 +167,6 @@ def test_dispatch_compiled_for_builtins_python_for_user_defined():
                                                       (16, "pod2_work", "hrrn"), (4, "pod3", "adaptive")])
 def test_simpy_model_of_the_fleet_gives_the_same_records(n_replicas, router, policy):
     """The step-by-step SimPy fleet (benchmarks/, the speed baseline) agrees request by request."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
     from simpy_fleet_reference import simulate_fleet_simpy
 
     tr, _ = cluster_trace("librispeech", n_replicas=n_replicas, load=0.95, n_requests=1200, seed=5)

@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from asrsched.core.provenance import provenance
 from asrsched.serving.experiment import (
     RESULT_COLUMNS,
     SETTINGS,
     cell_statistics,
-    provenance,
     results_table,
     run_experiment,
     run_study,

@@ -18,9 +18,7 @@
 
 from __future__ import annotations
 
-import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 from sim_oracle import estimated_work
+from simpy_reference import simulate_simpy  # noqa: E402
 
 from asrsched.core.policies import policy_names
 from asrsched.core.service import ServiceModel
@@ -44,9 +43,6 @@ from asrsched.sim.engine import (
     simulate,
     trace_chunks,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from simpy_reference import simulate_simpy  # noqa: E402
 
 ENC, DEC, KAPPA = 0.04, 0.018, 3.3
 # size-independent step cost at batch 1: the slope only matters for batches > 1

@@ -5,7 +5,7 @@
 * :mod:`.estimators` -- naive, group, switchback, qDQ, wDQ, mixed DQ with batch-means
   CIs, on a simulator-independent :class:`Trajectory` (documented there).
 * :mod:`.study` -- scenarios, ground truth, replications fanned out with
-  :func:`asrsched.sim.parallel.map_tasks`, bias/std/MSE tables (paper 2's study).
+  :func:`asrsched.sim.parallel.run_tasks`, bias/std/MSE tables (the study of Jia et al. 2026).
 * :mod:`.fleet_experiment` -- A/B experiments (routing or scheduling; Bernoulli, group,
   replica, switchback designs) on the multi-replica fleet of :mod:`asrsched.sim.fleet`.
 * :mod:`.asr_fleet` -- the ASR-fleet study: configuration, the estimators on one run,

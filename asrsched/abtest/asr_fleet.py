@@ -61,12 +61,9 @@ interactive panel :func:`asrsched.figures.widgets.ab_explorer`.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -83,10 +80,9 @@ from asrsched.abtest.estimators import (
     switchback,
 )
 from asrsched.abtest.fleet_experiment import ABTest, cluster_trace, run_experiment
-from asrsched.abtest.study import json_default
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.sim.fleet import replica_capacity
-from asrsched.sim.parallel import map_tasks
+from asrsched.sim.parallel import run_tasks, task_seed
 
 __all__ = [
     "ASRStudyConfig",
@@ -99,13 +95,11 @@ __all__ = [
     "estimate_run",
     "quantile_estimate",
     "p90_cost_trajectory",
-    "metric_label",
     "WORKLOADS",
     "LARGE_STUDY",
     "ESTIMATOR_ORDER",
     "METRICS",
     "STATS",
-    "METRIC_LABELS",
 ]
 
 WORKLOADS = ("librispeech", "uniform", "drift")
@@ -115,12 +109,6 @@ LARGE_STUDY = dict(reps=400, truth_seeds=50, n_requests=60_000)
 ESTIMATOR_ORDER = ["naive", "group", "switchback", "qdq", "wdq", "mixed_dq"]
 METRICS = ("e2el", "ttft")
 STATS = ("mean", "p90")
-METRIC_LABELS = {"e2el": "E2EL", "ttft": "TTFT"}
-
-
-def metric_label(metric: str, stat: str) -> str:
-    """``"mean E2EL"``, ``"P90 TTFT"``, ...: how tables, prose and figures name a (metric, statistic) cell."""
-    return f"{'mean' if stat == 'mean' else 'P90'} {METRIC_LABELS[metric]}"
 
 
 # ----------------------------------------------------------------------------- config
@@ -261,10 +249,6 @@ class ASRStudyConfig:
         return cls(**d)
 
 
-def _seed(*parts) -> int:
-    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=4).digest(), "little")
-
-
 # ----------------------------------------------------------------------------- estimators on one run
 
 def _quantile(x: np.ndarray, q: float) -> float:
@@ -375,14 +359,14 @@ def estimate_run(res, cfg: ASRStudyConfig) -> tuple[list[dict], list[dict]]:
 
 def _trace(cfg: ASRStudyConfig, workload: str, *seed_parts):
     return cluster_trace(workload, n_replicas=cfg.n_replicas, load=cfg.load, n_requests=cfg.n_requests,
-                         seed=_seed(cfg.seed, workload, *seed_parts), service=cfg.service_model(),
+                         seed=task_seed(cfg.seed, workload, *seed_parts), service=cfg.service_model(),
                          max_num_seqs=cfg.max_num_seqs)
 
 
 def _replication(cfg: ASRStudyConfig, tr, lam: float, workload: str, rep: int, factor: str, design: str) -> dict:
     t0 = time.perf_counter()
     res = run_experiment(tr, cfg.test(factor, design), n_replicas=cfg.n_replicas, service=cfg.service_model(),
-                         max_num_seqs=cfg.max_num_seqs, seed=_seed(cfg.seed, workload, "rep", rep, factor, design),
+                         max_num_seqs=cfg.max_num_seqs, seed=task_seed(cfg.seed, workload, "rep", rep, factor, design),
                          warmup_s=cfg.warmup_s, lam=lam)
     rows, little = estimate_run(res, cfg)
     share = float(res.measured["z"].mean())
@@ -423,7 +407,7 @@ def _truth(cfg: ASRStudyConfig, tr, lam: float, workload: str, router: str, poli
     # (= asrsched.sim.fleet.run_cluster, with the trajectories of the A/B layer)
     setting = ABTest(factor="routing", control=router, treatment=router, design="control", policy=policy)
     res = run_experiment(tr, setting, n_replicas=cfg.n_replicas, service=cfg.service_model(),
-                         max_num_seqs=cfg.max_num_seqs, seed=_seed(cfg.seed, workload, "truth", k),
+                         max_num_seqs=cfg.max_num_seqs, seed=task_seed(cfg.seed, workload, "truth", k),
                          warmup_s=cfg.warmup_s, lam=lam)
     m = res.measured
     out = {"workload": workload, "router": router, "policy": policy, "k": k, "lam": lam,
@@ -492,8 +476,8 @@ def run_study(cfg: ASRStudyConfig, *, n_jobs: int | None = None, address=None, c
               progress: bool = True) -> ASRStudyResult:
     """Run every (workload, design, replication) experiment and the ground-truth runs.
 
-    Validated first (nothing runs on bad input). Tasks fan out with
-    :func:`asrsched.sim.parallel.map_tasks`; with ``cache_dir`` each finished task is stored as
+    Validated first (nothing runs on bad input). The tasks run through
+    :func:`asrsched.sim.parallel.run_tasks`; with ``cache_dir`` each finished task is stored as
     JSON at once, so an interrupted study resumes where it stopped.
     """
     cfg.validate()
@@ -510,53 +494,25 @@ def run_study(cfg: ASRStudyConfig, *, n_jobs: int | None = None, address=None, c
               for k in range(cfg.truth_seeds)]
     etasks = [dict(workload=w, rep=r, designs=[list(x) for x in cfg.designs()], study=sd) for w in cfg.workloads
               for r in range(cfg.reps)]
-    tasks = [("truth", t) for t in ttasks] + [("rep", t) for t in etasks]
-    cache = Path(cache_dir) if cache_dir else None
-    if cache:
-        cache.mkdir(parents=True, exist_ok=True)
+    from asrsched.sim.cache import code_key
 
-    from asrsched.sim.cache import cache_key, code_key
-
-    code = code_key(__name__)  # this module and every asrsched module it imports: new code, new key
-
-    def path(kind, t):
-        return cache / f"abasr-{kind}-{cache_key({'kind': kind, **t}, code=code)}.json"
-
-    results = {"truth": [], "rep": []}
-    todo = []
-    for kind, t in tasks:
-        p = path(kind, t) if cache else None
-        if p is not None and p.exists():
-            _collect(results, kind, json.loads(p.read_text()))
-        else:
-            todo.append(dict(kind=kind, task=t))
-    for task, r in map_tasks(_dispatch, todo, n_jobs=n_jobs, address=address, progress=progress,
-                             desc="ASR A/B runs"):
-        if cache:
-            tmp = path(task["kind"], task["task"]).with_suffix(".tmp")
-            tmp.write_text(json.dumps(r, default=json_default))
-            tmp.rename(path(task["kind"], task["task"]))
-        _collect(results, task["kind"], r)
+    tasks = [dict(kind="truth", task=t) for t in ttasks] + [dict(kind="rep", task=t) for t in etasks]
+    done = run_tasks(_dispatch, tasks, cache_dir=cache_dir, code=code_key(__name__), prefix="abasr", n_jobs=n_jobs,
+                     address=address, progress=progress, desc="ASR A/B runs")
+    truth, reps = done[: len(ttasks)], done[len(ttasks):]
     order = {w: i for i, w in enumerate(cfg.workloads)}
-    truth_runs = pd.DataFrame(results["truth"])
+    truth_runs = pd.DataFrame([row for r in truth for row in r])
     truth_runs = truth_runs.sort_values(["workload", "router", "policy", "k"], key=lambda s: s.map(order)
                                         if s.name == "workload" else s, kind="stable").reset_index(drop=True)
-    est = pd.DataFrame([row for r in results["rep"] for row in r["rows"]])
-    little = pd.DataFrame([row for r in results["rep"] for row in r["little"]])
+    est = pd.DataFrame([row for r in reps for row in r["rows"]])
+    little = pd.DataFrame([row for r in reps for row in r["little"]])
 
-    def in_order(df: pd.DataFrame) -> pd.DataFrame:  # tasks finish in any order; tables come out in one
+    def in_order(df: pd.DataFrame) -> pd.DataFrame:  # by workload, design and replication
         return df.sort_values(["workload", "factor", "design", "rep", "metric"], key=lambda s: s.map(order)
                               if s.name == "workload" else s, kind="stable").reset_index(drop=True)
 
     est, little = in_order(est), in_order(little)
     return ASRStudyResult(cfg, est, truth_runs, _truth_table(truth_runs, cfg), little, time.perf_counter() - t0)
-
-
-def _collect(results: dict, kind: str, r) -> None:
-    if kind == "truth":
-        results["truth"].extend(r)
-    else:
-        results["rep"].append(r)
 
 
 def _dispatch(kind: str, task: dict):

@@ -14,14 +14,16 @@ from it, and returns a DataFrame or markdown text:
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from asrsched.abtest.asr_fleet import ESTIMATOR_ORDER, ASRStudyConfig, ASRStudyResult, metric_label
+from asrsched.abtest.asr_fleet import ESTIMATOR_ORDER, ASRStudyConfig, ASRStudyResult
+from asrsched.core.labels import metric_label
+from asrsched.core.stats import percentile_ci
+from asrsched.sim.parallel import task_seed
 
 __all__ = [
     "summary_table",
@@ -46,8 +48,7 @@ N_BOOT = 2000  # bootstrap draws behind the CIs of sd and RMSE
 
 def _cell_rng(*key) -> np.random.Generator:
     """A generator seeded from a table cell's key (CIs reproducible, independent between cells)."""
-    h = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
-    return np.random.default_rng(int.from_bytes(h, "little"))
+    return np.random.default_rng(task_seed(*key, digest_size=8))
 
 
 def _boot_sd_rmse(v: np.ndarray, gte: float, gte_se: float, rng: np.random.Generator) -> tuple[float, ...]:
@@ -63,9 +64,7 @@ def _boot_sd_rmse(v: np.ndarray, gte: float, gte_se: float, rng: np.random.Gener
     sd = x.std(axis=1, ddof=1)
     g = gte + (gte_se if np.isfinite(gte_se) else 0.0) * rng.standard_normal(N_BOOT)
     rmse = np.sqrt(np.mean((x - g[:, None]) ** 2, axis=1))
-    lo, hi = np.quantile(sd, [0.025, 0.975])
-    rlo, rhi = np.quantile(rmse, [0.025, 0.975])
-    return float(lo), float(hi), float(rlo), float(rhi)
+    return (*percentile_ci(sd), *percentile_ci(rmse))
 
 
 def summary_table(res: ASRStudyResult) -> pd.DataFrame:

@@ -24,12 +24,8 @@ from asrsched.abtest.model import simulate
 from asrsched.abtest.study import (
     StudyConfig,
     StudyResult,
-    batch_mean_se,
-    json_default,
-    keep_freed_memory,
     run_study,
     scenario_config,
-    task_seed,
 )
 from asrsched.abtest.study_report import (
     ablation_table,
@@ -39,7 +35,8 @@ from asrsched.abtest.study_report import (
     summarize,
     switchback_table,
 )
-from asrsched.sim.parallel import in_task_order, map_tasks
+from asrsched.core.stats import batch_mean_se, gain_bound, percentile_ci
+from asrsched.sim.parallel import json_default, keep_freed_memory, run_tasks, task_seed
 
 __all__ = [
     "run_wp_curve",
@@ -97,8 +94,7 @@ def run_wp_curve(study: StudyConfig, ps=(0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.
     sd = study.to_dict()
     tasks = [dict(scenario=s, p=float(p), k=k, study=sd, n_jobs=int(jobs_per_point))
              for s in study.scenarios for p in ps for k in range(int(seeds))]
-    rows = in_task_order(map_tasks(run_wp_point, tasks, n_jobs=n_jobs, address=address, progress=progress,
-                                   desc="W(p) curve"), tasks)
+    rows = run_tasks(run_wp_point, tasks, n_jobs=n_jobs, address=address, progress=progress, desc="W(p) curve")
     d = pd.DataFrame(rows)
     g = d.groupby(["scenario", "p"], sort=False)
     out = g.agg(mean_w=("mean_w", "mean"), n_jobs=("n_jobs", "sum"), cpu_seconds=("cpu_seconds", "sum"))
@@ -197,8 +193,8 @@ def scenario_search(study: StudyConfig, *, lams=None, pairs=None, L_factors=None
     sd = study.to_dict()
     tasks = [dict(lam=float(lam), control=c, treatment=t, rep=r, study=sd, L_factors=tuple(g["L_factors"]),
                   costs=tuple(g["costs"])) for lam in g["lams"] for c, t in g["pairs"] for r in range(reps)]
-    done = map_tasks(run_search_rep, tasks, n_jobs=n_jobs, address=address, progress=progress, desc="scenario search")
-    rows = [row for res in in_task_order(done, tasks) for row in res]
+    done = run_tasks(run_search_rep, tasks, n_jobs=n_jobs, address=address, progress=progress, desc="scenario search")
+    rows = [row for res in done for row in res]
     return pd.DataFrame(rows)
 
 
@@ -221,20 +217,16 @@ def search_table(raw: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.Dat
             X = p[["wdq", f"{cost}dq", mix]].dropna().to_numpy(float)
             R = len(X)
             idx = rng.integers(0, R, size=(n_boot, R))
-            B = X[idx]  # (n_boot, R, 3)
-            sds = B.std(axis=1, ddof=1)
+            sds = X[idx].std(axis=1, ddof=1)  # (n_boot, 3)
             with np.errstate(divide="ignore", invalid="ignore"):
-                gains = np.minimum(sds[:, 0], sds[:, 1]) / sds[:, 2]
-            gains = gains[np.isfinite(gains)]  # a resample of identical replications has sd 0
+                lo, hi = percentile_ci(np.minimum(sds[:, 0], sds[:, 1]) / sds[:, 2])
             s = X.std(axis=0, ddof=1)
             cv = np.cov(X[:, 0], X[:, 1], ddof=1)
-            det = cv[0, 0] * cv[1, 1] - cv[0, 1] ** 2
-            bound = np.sqrt(min(cv[0, 0], cv[1, 1]) * (cv[0, 0] + cv[1, 1] - 2 * cv[0, 1]) / det) if det > 0 else np.inf
             out.append({"lam": lam, "control": c, "treatment": t, "L": int(L),
                         "L_factor": float(g.L_factor.iloc[0]), "cost": cost, "sd_wdq": s[0], "sd_qdq": s[1],
                         "sd_mixed": s[2], "gain": min(s[0], s[1]) / s[2],
-                        "gain_ci_lo": float(np.quantile(gains, 0.025)), "gain_ci_hi": float(np.quantile(gains, 0.975)),
-                        "corr": float(cv[0, 1] / np.sqrt(cv[0, 0] * cv[1, 1])), "gain_bound": float(bound),
+                        "gain_ci_lo": lo, "gain_ci_hi": hi,
+                        "corr": float(cv[0, 1] / np.sqrt(cv[0, 0] * cv[1, 1])), "gain_bound": gain_bound(cv),
                         "alpha_mean": float(g[g.estimator == mix].alpha.mean()), "reps": R})
     return pd.DataFrame(out).sort_values("gain", ascending=False).reset_index(drop=True)
 

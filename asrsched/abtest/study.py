@@ -43,11 +43,8 @@ stored as JSON so an interrupted study resumes without recomputing.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -75,7 +72,9 @@ from asrsched.abtest.study_report import (  # noqa: F401  (the study's tables, i
     summarize,
     switchback_table,
 )
-from asrsched.sim.parallel import in_task_order, map_tasks
+from asrsched.core.stats import batch_mean_se
+from asrsched.sim.cache import code_key
+from asrsched.sim.parallel import keep_freed_memory, run_tasks, task_seed
 
 __all__ = [
     "SCENARIOS",
@@ -97,7 +96,6 @@ __all__ = [
     "lowest_mse",
     "paired_estimates",
     "MSE_CANDIDATES",
-    "json_default",
 ]
 
 #: scenario name -> one-line description (the system changes applied to the base config)
@@ -220,36 +218,6 @@ class StudyConfig:
         return cls(base=SystemConfig(**base), **d)
 
 
-_HEAP_KEPT = False
-
-
-def keep_freed_memory() -> None:
-    """Let glibc keep freed large blocks in the heap (once per process; Linux/glibc only, else no-op).
-
-    Each experiment allocates ~40 MB of per-job arrays; by default glibc returns blocks over
-    128 kB to the OS on free, so the next experiment page-faults all of it again (~5k faults,
-    about 20 % of a 500k-job simulation). Raising the mmap and trim thresholds keeps them.
-    """
-    global _HEAP_KEPT
-    if _HEAP_KEPT:
-        return
-    _HEAP_KEPT = True
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: serve blocks up to 1 GiB from the heap
-        libc.mallopt(-1, (1 << 31) - 1)  # M_TRIM_THRESHOLD: never trim the heap top back to the OS
-    except (OSError, AttributeError):
-        pass
-
-
-def task_seed(*parts) -> int:
-    """The seed of one task: a 32-bit blake2b hash of ``parts`` (stable across runs and processes)."""
-    h = hashlib.blake2b(repr(parts).encode(), digest_size=4).digest()
-    return int.from_bytes(h, "little")
-
-
 def _switchback_plan(scenario: str, sc: StudyConfig) -> list[tuple[float, float, bool]]:
     """``(block length, burn-in, headline)`` of every switchback estimate that ``scenario`` reports, in order."""
     if scenario != "switchback":
@@ -351,12 +319,6 @@ def run_replication(scenario: str, rep: int, study: dict, also: tuple = (), *, _
             "cpu_seconds": time.process_time() - c0}
 
 
-def batch_mean_se(x: np.ndarray, n_batches: int = 50) -> float:
-    """Batch-means standard error of the mean of ``x`` (``n_batches`` contiguous batches)."""
-    b = np.array([v.mean() for v in np.array_split(x, n_batches)])
-    return float(b.std(ddof=1) / np.sqrt(n_batches))
-
-
 def run_truth(scenario: str, arm: str, k: int, study: dict) -> dict:
     """One long run of one arm: ``arm`` in control, treatment, p_minus, p_plus (slope runs)."""
     keep_freed_memory()
@@ -427,7 +389,7 @@ def run_study(study: StudyConfig, *, n_jobs: int | None = None, address=None, ca
               progress: bool = True) -> StudyResult:
     """Run every scenario's replications and ground truth (validated first; nothing runs on bad input).
 
-    Tasks fan out with :func:`asrsched.sim.parallel.map_tasks` (``n_jobs`` local processes or
+    The tasks run through :func:`asrsched.sim.parallel.run_tasks` (``n_jobs`` local processes or
     a Dask ``address``). With ``cache_dir`` each finished task is kept as JSON and reused.
     """
     study.validate()
@@ -439,33 +401,11 @@ def run_study(study: StudyConfig, *, n_jobs: int | None = None, address=None, ca
     arms = ["control", "treatment"] + (["p_minus", "p_plus"] if study.slope_h else [])
     ttasks = [dict(scenario=s, arm=a, k=k, study=sd) for s in groups for a in arms
               for k in range(study.truth_seeds)]
-    cache = Path(cache_dir) if cache_dir else None
-    if cache:
-        cache.mkdir(parents=True, exist_ok=True)
-
-    from asrsched.sim.cache import cache_key, code_key
-
-    code = code_key(__name__)  # this module and every asrsched module it imports: new code, new key
-
-    def key(t):
-        return cache_key(t, code=code)
-
     # one batch of tasks, the longer truth runs first, so the workers start once and stay busy to the end
     every = [dict(fn=fn.__name__, task=t) for fn, tlist in ((run_truth, ttasks), (run_replication, tasks))
              for t in tlist]
-    done, todo = [], []
-    for t in every:
-        p = cache / f"{t['fn']}-{key(t['task'])}.json" if cache else None
-        if p is not None and p.exists():
-            done.append((t, json.loads(p.read_text())))
-        else:
-            todo.append(t)
-    for t, r in map_tasks(_study_task, todo, n_jobs=n_jobs, address=address, progress=progress,
-                          desc="truth runs and replications"):
-        if cache:  # each result kept as it arrives: an interrupted study resumes from here
-            (cache / f"{t['fn']}-{key(t['task'])}.json").write_text(json.dumps(r, default=json_default))
-        done.append((t, r))
-    results = in_task_order(done, every)  # the tasks' order, not the completion order: reproducible to the bit
+    results = run_tasks(_study_task, every, cache_dir=cache_dir, code=code_key(__name__), prefix="abtest",
+                        n_jobs=n_jobs, address=address, progress=progress, desc="truth runs and replications")
     truth, reps = results[: len(ttasks)], results[len(ttasks):]
     rows = [r for res in reps for r in res["rows"]]
     little = [r for res in reps for r in res["little"]]
@@ -480,17 +420,6 @@ def run_study(study: StudyConfig, *, n_jobs: int | None = None, address=None, ca
     return StudyResult(study, est.sort_values(["scenario", "rep"]).reset_index(drop=True),
                        _truth_table(truth_runs, study), pd.DataFrame(little), truth_runs,
                        time.perf_counter() - t0, cpu)
-
-
-def json_default(o):
-    """``json.dumps(..., default=json_default)``: numpy scalars and arrays as plain JSON values."""
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    if isinstance(o, np.bool_):
-        return bool(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(type(o))
 
 
 if __name__ == "__main__":  # the command recorded by runs before the split

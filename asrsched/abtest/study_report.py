@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 
 from asrsched.abtest.estimators import optimal_alpha
+from asrsched.core.labels import ESTIMATOR_LABELS, estimator_label
+from asrsched.core.stats import gain_bound, percentile_ci
 
 if TYPE_CHECKING:
     from asrsched.abtest.study import StudyResult
@@ -58,8 +60,7 @@ def _boot_rmse_ci(v: np.ndarray, truth: float, n_boot: int = 1000, seed: int = 0
     if v.size < 3:
         return float("nan"), float("nan")
     e2 = (v - truth) ** 2
-    b = np.sqrt(e2[np.random.default_rng(seed).integers(0, v.size, (n_boot, v.size))].mean(axis=1))
-    return float(np.quantile(b, 0.025)), float(np.quantile(b, 0.975))
+    return percentile_ci(np.sqrt(e2[np.random.default_rng(seed).integers(0, v.size, (n_boot, v.size))].mean(axis=1)))
 
 
 def summarize(res: StudyResult) -> pd.DataFrame:
@@ -234,24 +235,18 @@ def claims_table(summary: pd.DataFrame, res: StudyResult | None = None, n_boot: 
             sdb = {c: b.std(axis=1, ddof=1) for c, b in B.items()}
             dq_min = np.minimum(sdb["qdq"], sdb["wdq"])
 
-            def ci(b):
-                b = b[np.isfinite(b)]  # a resample of identical replications has sd 0
-                return (float(np.quantile(b, 0.025)), float(np.quantile(b, 0.975))) if b.size else (np.nan, np.nan)
-
             with np.errstate(divide="ignore", invalid="ignore"):
-                sh = ci(B["naive"].mean(axis=1) / truth)
-                dq_n = ci(dq_min / sdb["naive"])
-                mixr = ci(dq_min / sdb["mixed_dq"])
+                sh = percentile_ci(B["naive"].mean(axis=1) / truth)
+                dq_n = percentile_ci(dq_min / sdb["naive"])
+                mixr = percentile_ci(dq_min / sdb["mixed_dq"])
             cv = np.cov(X["wdq"], X["qdq"], ddof=1)
-            det = cv[0, 0] * cv[1, 1] - cv[0, 1] ** 2
             winners, share = lowest_mse(P, truth, n_boot, seed)
             row.update({
                 "naive_share": float(nv["mean"] / truth), "naive_share_ci_lo": sh[0], "naive_share_ci_hi": sh[1],
                 "dq_sd_x_naive_min": min(rq, rw), "dq_sd_x_naive_ci_lo": dq_n[0], "dq_sd_x_naive_ci_hi": dq_n[1],
                 "mixed_sd_reduction_ci_lo": mixr[0], "mixed_sd_reduction_ci_hi": mixr[1],
                 "wq_corr": float(cv[0, 1] / np.sqrt(cv[0, 0] * cv[1, 1])),
-                "gain_bound": float(np.sqrt(min(cv[0, 0], cv[1, 1]) * (cv[0, 0] + cv[1, 1] - 2 * cv[0, 1]) / det))
-                if det > 0 else np.inf,
+                "gain_bound": gain_bound(cv),
                 "lowest_mse": winners[0] if len(winners) == 1 else "tie: " + ", ".join(winners),
                 "lowest_mse_share": share.get("mixed_dq", 0.0),
                 "verdict_naive_low": "holds" if biased_low and sh[1] < 1 else ("fails" if sh[0] >= 1 or sh[1] <= 0
@@ -265,18 +260,6 @@ def claims_table(summary: pd.DataFrame, res: StudyResult | None = None, n_boot: 
             row["mixed_lowest_mse"] = winners == ["mixed_dq"]
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-#: display names (one spelling in tables, figures and prose)
-ESTIMATOR_LABELS = {"naive": "naive", "group": "group", "switchback": "switchback", "qdq": "qDQ", "wdq": "wDQ",
-                    "qtdq": "qDQ (time-integral)", "mixed_dq": "mixed DQ", "mixed_dq_qt": "mixed DQ (time-integral)",
-                    "mixed_dq_oracle": "mixed DQ (oracle α)"}
-
-
-def _lab(e: str) -> str:
-    if e.startswith("tie: "):
-        return "tie (" + ", ".join(ESTIMATOR_LABELS.get(x, x) for x in e[5:].split(", ")) + ")"
-    return ESTIMATOR_LABELS.get(e, e)
 
 
 def _where(claims: pd.DataFrame, col: str, value: str) -> str:
@@ -349,10 +332,10 @@ def claims_markdown(claims: pd.DataFrame, summary: pd.DataFrame, truth: pd.DataF
                      f"{_where(claims, 'verdict_mixed_lowest_mse', 'fails')}; inconclusive (a statistical tie that "
                      f"includes mixed DQ): {_where(claims, 'verdict_mixed_lowest_mse', 'inconclusive')}. Lowest MSE "
                      "per scenario (a tie is named when no estimator wins in 95 % of bootstrap resamples): "
-                     + "; ".join(f"{r.scenario} {_lab(r.lowest_mse)}" for r in claims.itertuples()) + ".")
+                     + "; ".join(f"{r.scenario} {estimator_label(r.lowest_mse)}" for r in claims.itertuples()) + ".")
     else:
         lines.append(f"- **Mixed DQ lowest MSE everywhere**: holds in {int(claims.mixed_lowest_mse.sum())}/{n} "
-                     "scenarios; lowest MSE: " + ", ".join(f"{_lab(w)} ({c})" for w, c in winners.items()) + ".")
+                     "scenarios; lowest MSE: " + ", ".join(f"{estimator_label(w)} ({c})" for w, c in winners.items()) + ".")
     if wp is not None and len(wp):
         parts = []
         for r in wp.itertuples():
@@ -380,6 +363,6 @@ def claims_markdown(claims: pd.DataFrame, summary: pd.DataFrame, truth: pd.DataF
                                       se_ratio=("se_ratio", "median"))
     lines.append(f"- 95 % batch-means CIs, median over scenarios, {reps} replications each (coverage of the truth / "
                  "of the estimator's own mean / mean SE over empirical sd): "
-                 + "; ".join(f"{_lab(e)} {r.cov_truth:.0%} / {r.cov_mean:.0%} / {r.se_ratio:.2f}"
+                 + "; ".join(f"{estimator_label(e)} {r.cov_truth:.0%} / {r.cov_mean:.0%} / {r.se_ratio:.2f}"
                              for e, r in cm.iterrows()) + ".")
     return "\n".join(lines)

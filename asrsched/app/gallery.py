@@ -30,6 +30,7 @@ from typing import Any
 
 from asrsched.app import paths
 from asrsched.app.params import parse_value
+from asrsched.core.provenance import provenance
 from asrsched.figures.style import PNG_SCALE, PRINT_HEIGHT, PRINT_WIDTH, html_figure_parts
 
 __all__ = ["figure_layout", "FigureInfo", "scan_figures", "record_runs", "write_gallery", "render_gallery", "main"]
@@ -173,9 +174,10 @@ def _parse_time(s: str | None) -> float | None:
 def record_runs(run_dir: str | os.PathLike, figures_root: str | os.PathLike) -> list[Path]:
     """Write ``<figures_root>/<notebook>/run.json`` for every executed notebook in ``run_dir``.
 
-    The record holds the effective parameters (the notebook's defaults overlaid with what papermill
-    injected), which of them were injected, the run's start/end time and status, and the path of the
-    executed copy. Notebooks without papermill metadata are skipped.
+    The record is the package's provenance record (:func:`asrsched.core.provenance.provenance`: commit,
+    machine, load, command) with the effective parameters (the notebook's defaults overlaid with what
+    papermill injected), plus which of them were injected, the run's start/end time and status, and
+    the path of the executed copy. Notebooks without papermill metadata are skipped.
     """
     import nbformat
     import papermill as pm
@@ -195,7 +197,7 @@ def record_runs(run_dir: str | os.PathLike, figures_root: str | os.PathLike) -> 
         params = {**{k: parse_value(v) for k, v in defaults.items()}, **injected}
         rec = {
             "notebook": nb_path.stem,
-            "parameters": params,
+            **provenance(params=params),
             "injected": sorted(injected),
             "start_time": meta.get("start_time"),
             "end_time": meta.get("end_time"),

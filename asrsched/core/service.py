@@ -328,8 +328,8 @@ def default_service_model() -> ServiceModel:
     * overhead: 30 ms of audio decode, resampling and detokenisation per request;
     * kappa (text tokens per second of speech, no timestamps): English 3.3
       (LibriSpeech reads at ~2.7 words/s, ~1.2 tokens/word); Spanish and German
-      ~1.3x English (longer BPE splits; the ratio measured on espeak-ng speech
-      in the field notes); Indonesian 4.0.
+      ~1.3x English (longer BPE splits; the ratio seen on espeak-ng speech,
+      notebook 01); Indonesian 4.0.
 
     With ``max_num_seqs = 32`` these put the saturation point of a LibriSpeech
     stream at ~14 req/s and of the uniform 5-30 s split at ~9 req/s (measured with

@@ -17,25 +17,15 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from asrsched.abtest.study import ESTIMATOR_LABELS, ESTIMATOR_ORDER, StudyResult
+from asrsched.abtest.study import ESTIMATOR_ORDER, StudyResult
+from asrsched.core.labels import estimator_label
 from asrsched.figures.style import policy_color
 
 __all__ = ["fig_overview", "fig_scenario", "fig_estimates", "fig_ablation", "fig_coverage", "fig_switchback",
-           "fig_wp", "fig_search", "LABELS", "label", "policy_name", "estimator_color", "ordered_estimators", "log125_ticks",
+           "fig_wp", "fig_search", "policy_name", "estimator_color", "ordered_estimators", "log125_ticks",
            "wrap"]
 
-#: display name of every estimator (one spelling everywhere: tables, plots, prose)
-LABELS = dict(ESTIMATOR_LABELS)
-
 _EXTRA_COLORS = {"mixed_dq_oracle": "#8c2d04", "qtdq": "#56B4E9", "mixed_dq_qt": "#7a3b8f"}
-
-
-def label(name: str) -> str:
-    """Display name of an estimator (``"tie: a, b"`` becomes ``"tie (A, B)"``)."""
-    name = str(name)
-    if name.startswith("tie: "):
-        return "tie (" + ", ".join(LABELS.get(x, x) for x in name[5:].split(", ")) + ")"
-    return LABELS.get(name, name)
 
 
 def estimator_color(name: str) -> str:
@@ -89,8 +79,8 @@ def _winner_text(claims: pd.DataFrame | None, scenario: str | None = None) -> st
     c["scenario"] = c["scenario"].astype(str)
     if scenario is not None:
         row = c[c.scenario == scenario]
-        return None if row.empty else label(row.iloc[0].lowest_mse)
-    return ", ".join(f"{label(k)} in {v}" for k, v in c.lowest_mse.value_counts().items())
+        return None if row.empty else estimator_label(row.iloc[0].lowest_mse)
+    return ", ".join(f"{estimator_label(k)} in {v}" for k, v in c.lowest_mse.value_counts().items())
 
 
 def fig_overview(summary: pd.DataFrame, claims: pd.DataFrame | None = None, include_oracle: bool = False) -> go.Figure:
@@ -110,7 +100,7 @@ def fig_overview(summary: pd.DataFrame, claims: pd.DataFrame | None = None, incl
             err = dict(type="data", symmetric=False, thickness=1.2, width=2,
                        array=[g.loc[x, "rmse_ci_hi"] - g.loc[x, "rmse"] if x in g.index else None for x in scen],
                        arrayminus=[g.loc[x, "rmse"] - g.loc[x, "rmse_ci_lo"] if x in g.index else None for x in scen])
-        fig.add_bar(x=scen, y=y, name=label(name), marker_color=estimator_color(name), error_y=err)
+        fig.add_bar(x=scen, y=y, name=estimator_label(name), marker_color=estimator_color(name), error_y=err)
     won = _winner_text(claims)
     title = f"RMSE per estimator and scenario ({_reps(s)} replications each)"
     sub = f"lowest MSE: {won} scenarios" if won else "error bars: 95 % bootstrap CI"
@@ -126,7 +116,7 @@ def fig_scenario(summary: pd.DataFrame, scenario: str, claims: pd.DataFrame | No
     names = ordered_estimators(s.index)
     fig = go.Figure()
     for col, lab, pat in (("bias", "|bias|", ""), ("sd", "standard deviation", "/"), ("rmse", "RMSE", "x")):
-        fig.add_bar(x=[label(n) for n in names], y=[abs(s.loc[n, col]) for n in names], name=lab,
+        fig.add_bar(x=[estimator_label(n) for n in names], y=[abs(s.loc[n, col]) for n in names], name=lab,
                     marker_color=[estimator_color(n) for n in names], marker_pattern_shape=pat,
                     marker_line_color="#222", marker_line_width=0.6)
     nv = s.loc["naive"]
@@ -150,7 +140,7 @@ def fig_estimates(res: StudyResult, scenario: str) -> go.Figure:
     fig = go.Figure()
     for name in ordered_estimators(e.estimator):
         v = e[e.estimator == name]["estimate"]
-        fig.add_box(y=v, name=label(name), marker_color=estimator_color(name), boxpoints="all", jitter=0.4,
+        fig.add_box(y=v, name=estimator_label(name), marker_color=estimator_color(name), boxpoints="all", jitter=0.4,
                     pointpos=0, line_width=1.5)
     fig.add_hline(y=t["gte"], line_color=policy_color("truth"), line_width=2.5,
                   annotation_text=f"truth GTE {t['gte']:.3g} ± {1.96 * t['gte_se']:.2g}", annotation_position="top left")
@@ -170,9 +160,9 @@ def fig_ablation(abl: pd.DataFrame, scenario: str, L_default: int) -> go.Figure:
     fig = go.Figure()
     for name in [n for n in ("qdq", "wdq", "mixed_dq", "qtdq", "mixed_dq_qt") if n in set(a.estimator)]:
         g = a[a.estimator == name].sort_values("L")
-        fig.add_scatter(x=g.L, y=g.bias.abs(), name=f"{label(name)} |bias|", mode="lines+markers",
+        fig.add_scatter(x=g.L, y=g.bias.abs(), name=f"{estimator_label(name)} |bias|", mode="lines+markers",
                         line=dict(color=estimator_color(name), width=2.5))
-        fig.add_scatter(x=g.L, y=g.sd, name=f"{label(name)} sd", mode="lines+markers",
+        fig.add_scatter(x=g.L, y=g.sd, name=f"{estimator_label(name)} sd", mode="lines+markers",
                         line=dict(color=estimator_color(name), width=2, dash="dot"), marker_symbol="diamond")
     vals = list(a.bias.abs()) + list(a.sd)
     lo = np.nanmin(vals) if len(a) else 0.01
@@ -195,11 +185,11 @@ def fig_coverage(cov: pd.DataFrame) -> go.Figure:
     for name in ordered_estimators(cov.estimator):
         g = cov[cov.estimator == name].set_index(cov[cov.estimator == name].scenario.astype(str))
         fig.add_bar(x=scen, y=[g.loc[x, "coverage"] if x in g.index else None for x in scen],
-                    name=label(name), marker_color=estimator_color(name))
+                    name=estimator_label(name), marker_color=estimator_color(name))
     fig.add_hline(y=0.95, line_dash="dash", line_color="#444", annotation_text="nominal 95 %")
     med = cov.groupby("estimator").coverage.median()
     med = med.reindex(ordered_estimators(med.index))
-    sub = "median over scenarios: " + ", ".join(f"{label(k)} {v:.0%}" for k, v in med.items())
+    sub = "median over scenarios: " + ", ".join(f"{estimator_label(k)} {v:.0%}" for k, v in med.items())
     fig.update_layout(barmode="group", yaxis_range=[0, 1.05], xaxis_title="scenario",
                       yaxis_title="fraction of CIs containing the truth", legend_title="estimator",
                       margin=dict(t=120),

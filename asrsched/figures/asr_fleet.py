@@ -11,8 +11,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from asrsched.abtest.asr_fleet import METRIC_LABELS, STATS, ASRStudyResult, metric_label
+from asrsched.abtest.asr_fleet import STATS, ASRStudyResult
 from asrsched.abtest.asr_fleet_report import sign_verdict, summary_table, tail_table, tied_with
+from asrsched.core.labels import estimator_label, metric_label
 from asrsched.figures.style import policy_color
 
 __all__ = ["fig_truth", "fig_estimates", "fig_rmse", "fig_tail", "fig_ablation"]
@@ -57,8 +58,6 @@ def fig_truth(res: ASRStudyResult, metric: str = "e2el", stat: str = "mean") -> 
 
 
 _DQ = ("qdq", "wdq", "mixed_dq")
-_SHORT = {"naive": "naive", "group": "group", "switchback": "switchback", "qdq": "qDQ", "wdq": "wDQ",
-          "mixed_dq": "mixed DQ"}
 
 
 def fig_estimates(res: ASRStudyResult, factor: str = "routing", metric: str = "e2el", stat: str = "mean",
@@ -84,9 +83,9 @@ def fig_estimates(res: ASRStudyResult, factor: str = "routing", metric: str = "e
         cats: dict[int, list] = {1: [], 2: []}
         for (d, name), g in ew.groupby(["design", "estimator"], sort=False):
             row = 2 if rows == 2 and name in _DQ else 1
-            lab = "replica" if d == "replica" else _SHORT.get(name, name)
+            lab = "replica" if d == "replica" else estimator_label(name)
             cats[row].append(lab)
-            fig.add_trace(go.Box(x=[lab] * len(g), y=g.estimate, name=f"{_SHORT.get(name, name)} ({d})",
+            fig.add_trace(go.Box(x=[lab] * len(g), y=g.estimate, name=f"{estimator_label(name)} ({d})",
                                  legendgroup=name, showlegend=name not in shown, boxpoints="all", jitter=0.4,
                                  pointpos=0, marker=dict(color=policy_color(name), size=5),
                                  line=dict(color=policy_color(name))), row=row, col=j)
@@ -143,7 +142,7 @@ def _winner_phrase(ss: pd.DataFrame, factor: str) -> str:
     if not wins:
         return f"no estimator clearly best (overlapping RMSE CIs on all {n} workloads)"
     top = pd.Series(wins).value_counts()
-    name = "replica design" if top.index[0] == "group" and factor == "scheduling" else _SHORT[top.index[0]]
+    name = "replica design" if top.index[0] == "group" and factor == "scheduling" else estimator_label(top.index[0])
     out = f"{name} has the lowest MSE, clear of the others' CIs, on {top.iloc[0]} of {n} workloads"
     return out + (f" (a statistical tie on {ties})" if ties else "")
 
@@ -151,7 +150,7 @@ def _winner_phrase(ss: pd.DataFrame, factor: str) -> str:
 def fig_rmse(summary: pd.DataFrame, factor: str = "routing") -> go.Figure:
     """RMSE relative to |truth| per design/estimator, grouped by metric, one panel per workload."""
     s = summary[summary.factor == factor].copy()
-    s["cell"] = s.metric.map(METRIC_LABELS) + "<br>" + s.stat.map({"mean": "mean", "p90": "P90"})
+    s["cell"] = s.metric.map(metric_label) + "<br>" + s.stat.map({"mean": "mean", "p90": "P90"})
     wls = list(dict.fromkeys(s.workload))
     fig = _wl_subplots(wls, shared_yaxes=True)
     for j, w in enumerate(wls, start=1):
@@ -161,7 +160,7 @@ def fig_rmse(summary: pd.DataFrame, factor: str = "routing") -> go.Figure:
             err = dict(type="data", symmetric=False, array=(100 * g.rmse_ci_hi / den - g.rmse_pct).clip(lower=0),
                        arrayminus=(g.rmse_pct - 100 * g.rmse_ci_lo / den).clip(lower=0), thickness=1.2, width=2) \
                 if "rmse_ci_hi" in g else None
-            fig.add_trace(go.Bar(x=g.cell, y=g.rmse_pct, name=f"{_SHORT.get(name, name)} ({d})", legendgroup=f"{name}{d}",
+            fig.add_trace(go.Bar(x=g.cell, y=g.rmse_pct, name=f"{estimator_label(name)} ({d})", legendgroup=f"{name}{d}",
                                  showlegend=j == 1, marker_color=policy_color(name), error_y=err,
                                  marker_pattern_shape="/" if d in ("group", "replica") else ""), row=1, col=j)
     fig.update_yaxes(type="log", tickvals=[1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000])
@@ -173,7 +172,7 @@ def fig_rmse(summary: pd.DataFrame, factor: str = "routing") -> go.Figure:
             wins.append(g.loc[g["mse"].idxmin(), "estimator"])
     if wins:
         top = pd.Series(wins).value_counts()
-        title = (f"{factor.capitalize()} A/B: {_SHORT.get(top.index[0], top.index[0])} has the lowest error, clear of "
+        title = (f"{factor.capitalize()} A/B: {estimator_label(top.index[0])} has the lowest error, clear of "
                  f"the others' CIs, in {top.iloc[0]} of {n} workload × metric cells ({n - len(wins)} ties)")
     else:
         title = f"{factor.capitalize()} A/B: no estimator clearly best (overlapping RMSE CIs in all {n} cells)"
@@ -190,7 +189,7 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
     """
     t = tail_table(summary)
     t = t[t.estimator.isin(["qdq", "wdq", "mixed_dq"])].copy()
-    t["cell"] = t.workload + "<br>" + t.metric.map(METRIC_LABELS)
+    t["cell"] = t.workload + "<br>" + t.metric.map(metric_label)
     fig = make_subplots(rows=1, cols=2, subplot_titles=["mean (Little's law holds)", "P90 (no Little's law)"],
                         shared_yaxes=True)
     for j, st in enumerate(STATS, start=1):
@@ -198,7 +197,7 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
         for name, g in ts.groupby("estimator", sort=False):
             den = g.truth.abs().replace(0, np.nan)
             rec = g["mean"] / g.truth
-            fig.add_trace(go.Bar(x=g.cell, y=rec.clip(-3, 3), name=_SHORT[name], legendgroup=name, showlegend=j == 1,
+            fig.add_trace(go.Bar(x=g.cell, y=rec.clip(-3, 3), name=estimator_label(name), legendgroup=name, showlegend=j == 1,
                                  marker_color=policy_color(name),
                                  error_y=dict(type="data", array=(g.sd / den / np.sqrt(_reps(summary))).clip(upper=3),
                                               visible=True,
@@ -231,7 +230,7 @@ def fig_ablation(ab: pd.DataFrame, metric: str = "e2el", stat: str = "mean") -> 
     fig = _wl_subplots(wls, shared_yaxes=True)
     for j, w in enumerate(wls, start=1):
         for name, g in a[a.workload == w].groupby("estimator", sort=False):
-            fig.add_trace(go.Scatter(x=g.L_factor, y=g.rmse, mode="lines+markers", name=_SHORT[name], legendgroup=name,
+            fig.add_trace(go.Scatter(x=g.L_factor, y=g.rmse, mode="lines+markers", name=estimator_label(name), legendgroup=name,
                                      showlegend=j == 1, line=dict(color=policy_color(name), width=2.5)), row=1, col=j)
         fig.update_xaxes(title_text="L / default L", type="log", row=1, col=j)
     fig.update_yaxes(type="log", tickvals=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100])

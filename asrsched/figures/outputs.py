@@ -6,7 +6,7 @@ copy of a notebook, a Voila visit) writes its exports under
     <project>/runs/<notebook>/<YYYYmmdd-HHMMSS>-<parameter hash>/    figures, tables and run.json
 
 and never next to the notebook, never into the report gallery ``figures/``. ``run.json`` records
-the notebook, its parameters, the time, the asrsched version and the git commit of the checkout.
+the notebook, its parameters and the package's provenance record (:func:`asrsched.core.provenance.provenance`).
 A kernel that exports again with the same parameters reuses its folder; changed parameters (or a
 restarted kernel) start a new one, so files made with different parameters are never mixed.
 
@@ -29,11 +29,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from asrsched.core.provenance import provenance
 
 __all__ = ["ROOT_ENV", "RUNS_ENV", "FIGURES_ENV", "RUN_RECORD", "project_root", "runs_root", "runs_path",
            "run_parameters", "parameters_hash", "interactive_run_dir", "gallery_root"]
@@ -169,20 +170,6 @@ def parameters_hash(params: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:8]
 
 
-def _git_commit(root: Path | None) -> str | None:
-    if root is None:
-        return None
-    try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-
-
 _RUN_DIRS: dict[tuple[str, str, str], Path] = {}  # (runs root, notebook, hash) -> folder, per process
 
 
@@ -203,20 +190,9 @@ def interactive_run_dir(notebook: str, params: dict[str, Any] | None = None, *, 
         _RUN_DIRS[key] = d
         if create:
             d.mkdir(parents=True, exist_ok=True)
-            from asrsched import __version__
-
             nb = notebook_file()
-            rec = {
-                "notebook": notebook,
-                "notebook_file": str(nb) if nb else None,
-                "parameters": params,
-                "parameters_hash": h,
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "working_directory": str(Path.cwd()),
-                "asrsched_version": __version__,
-                "git_commit": _git_commit(project_root()),
-                "python": sys.version.split()[0],
-                "kind": "interactive",
-            }
+            rec = {"notebook": notebook, "kind": "interactive", **provenance(f"interactive kernel: {nb or notebook}", params),
+                   "notebook_file": str(nb) if nb else None, "parameters_hash": h,
+                   "working_directory": str(Path.cwd())}
             (d / RUN_RECORD).write_text(json.dumps(rec, indent=1, default=repr) + "\n")
     return d

@@ -17,6 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from asrsched.core.labels import metric_label
 from asrsched.core.metrics import latency_cdf
 from asrsched.core.service import ServiceModel
 from asrsched.figures.style import policy_color
@@ -38,7 +39,6 @@ def load_levels(records: pd.DataFrame) -> list:
 
 _VERDICT_METRIC = {"e2el": "p50_e2el", "ttft": "p50_ttft", "p50_e2el_ms": "p50_e2el", "p90_e2el_ms": "p90_e2el",
                    "p50_ttft_ms": "p50_ttft"}
-_METRIC_LABEL = {"p50_e2el": "P50 E2EL", "p90_e2el": "P90 E2EL", "p50_ttft": "P50 TTFT"}
 
 
 def verdict_text(results: pd.DataFrame | None, metric: str = "p50_e2el", rho: float | None = None) -> str:
@@ -53,7 +53,7 @@ def verdict_text(results: pd.DataFrame | None, metric: str = "p50_e2el", rho: fl
         return ""
     n = sorted(set(int(x) for x in r["n_requests"]))
     ns = f"n={n[0]}" if len(n) == 1 else f"n={n[0]}–{n[-1]}"
-    lab = _METRIC_LABEL.get(metric, metric)
+    lab = metric_label(metric)
     v = r[f"verdict_{metric}"].astype(str)
     sig = r[v.str.startswith("significant")]
     if len(sig):
@@ -116,11 +116,9 @@ def fig_latency_vs_load(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_m
     ``results`` is given) and simulated (dashed). A dotted line marks capacity (rho = 1, the measured
     saturation throughput); overloaded points (rho >= 1) are open. The title reports ``results``'
     verdicts vs FCFS on the first metric (neutral without ``results``)."""
-    label = {"p50_e2el_ms": "P50 E2EL", "p90_e2el_ms": "P90 E2EL", "p50_ttft_ms": "P50 TTFT",
-             "p90_ttft_ms": "P90 TTFT"}
     ci_cols = {"p50_e2el_ms": ("p50_ci_low", "p50_ci_high"), "p90_e2el_ms": ("p90_e2el_ci_low", "p90_e2el_ci_high"),
                "p50_ttft_ms": ("p50_ttft_ci_low", "p50_ttft_ci_high")}
-    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[label.get(m, m) for m in metrics],
+    fig = make_subplots(rows=1, cols=len(metrics), subplot_titles=[metric_label(m) for m in metrics],
                         horizontal_spacing=0.07)
     res = results.set_index(["policy", "rho"]) if results is not None and len(results) else None
     for j, m in enumerate(metrics, start=1):
@@ -288,10 +286,10 @@ def fig_study(results: pd.DataFrame, metric: str = "p50_e2el") -> go.Figure:
         fig.add_vline(x=1.0, line=dict(color="#888", dash="dash", width=1), row=1, col=k)
         fig.update_xaxes(title_text="ρ (arrival rate / measured saturation throughput)", row=1, col=k)
     n = sorted(set(int(x) for x in results["n_requests"]))
-    fig.update_yaxes(title_text=f"{_METRIC_LABEL.get(metric, metric)} (s)", type="log", row=1, col=1)
+    fig.update_yaxes(title_text=f"{metric_label(metric)} (s)", type="log", row=1, col=1)
     for k in range(2, len(engines) + 1):
         fig.update_yaxes(type="log", row=1, col=k)
-    fig.update_layout(title=f"Real engines: {_METRIC_LABEL.get(metric, metric)} by policy and load, 95 % CIs "
+    fig.update_layout(title=f"Real engines: {metric_label(metric)} by policy and load, 95 % CIs "
                             f"(n={n[0] if len(n) == 1 else f'{n[0]}–{n[-1]}'} per point; open markers: overload)",
                       height=460)
     return fig

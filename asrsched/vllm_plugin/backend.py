@@ -28,7 +28,7 @@ How the result fields are measured (vLLM does not time its encoder separately):
   included); ``encode_cpu_s`` / ``decode_cpu_s`` split it in the proportion of
   ``encode_s`` to ``decode_s`` (vLLM gives no per-phase CPU time).
 
-Engine defaults on CPU follow the field notes: ``dtype="float32"``,
+Engine defaults on CPU (what vLLM's CPU build needs on these machines): ``dtype="float32"``,
 ``enforce_eager=True``, ``max_model_len=448``, one audio item per prompt,
 ``max_num_batched_tokens >= 1500`` (one encoder window), a KV cache given in bytes.
 """
