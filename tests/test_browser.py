@@ -490,7 +490,18 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
         boxes = [t.strip()[:300] for t in page.locator(STDERR_SEL).all_text_contents() if t.strip()]
         assert not boxes or nb.stem not in NO_STDERR, f"{nb.stem}: the dashboard shows {len(boxes)} stderr box(es): {boxes}"
         areas = page.locator(".jp-OutputArea").filter(has=page.locator(FIG_SEL)).filter(has=page.locator(CONTROL_SEL))
-        assert areas.count() >= 1, f"{nb.stem}: the dashboard shows no control next to a figure after {run_s:.0f} s"
+        if not areas.count():  # say what the page did show, and what Voila logged, so a timeout can be read
+            state = page.evaluate(
+                "() => ({loading: !!document.querySelector('#loading') && getComputedStyle("
+                "document.querySelector('#loading')).display !== 'none', state: document.readyState, "
+                "outputs: document.querySelectorAll('.jp-OutputArea').length, "
+                f"figures: document.querySelectorAll('{FIG_SEL}').length, "
+                f"controls: document.querySelectorAll('{CONTROL_SEL}').length, "
+                "last: (Array.from(document.querySelectorAll('.jp-OutputArea')).pop() || {}).innerText})")
+            state["last"] = (state.get("last") or "")[-400:]
+            pytest.fail(f"{nb.stem}: the dashboard shows no control next to a figure after {run_s:.0f} s "
+                        f"(alive={proc.poll() is None}); page: {state}; voila log tail:\n"
+                        + log.read_text(errors="replace")[-1500:])
         # Voila has no kernel-status API: the figure's change (then a pause to settle) marks the update
         summary = interact_and_check(page, areas.last, nb.stem, "voila", lambda: False)
         assert not output_errors(page), f"{nb.stem}: error after moving the control: {output_errors(page)}"

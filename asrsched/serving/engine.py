@@ -30,8 +30,9 @@ loop, which is how a 10-minute clip became 3,573 "The" tokens. So this engine:
   more than :data:`asrsched.whisper.backends.MAX_REPEAT` times back to back) or a window with
   several seconds of speech that yields almost no words is split at its quietest point and
   each half decoded again (a loop at most twice, a near-empty window once); a loop that
-  survives that raises :class:`HallucinationLoop` — the server answers an error, never a
-  transcript made of it.
+  survives that (a piece still loops, or the halves joined still repeat one unit more than
+  half of ``MAX_REPEAT`` times: the loop split in two) raises :class:`HallucinationLoop` —
+  the server answers an error, never a transcript made of it.
 """
 
 from __future__ import annotations
@@ -229,7 +230,10 @@ class WhisperEngine:
                 mid = _quiet_cut(level, a, b)
                 st["redecoded"] += 1
                 parts = decode_span(a, mid, depth + 1) + decode_span(mid, b, depth + 1)
-                if loop or sum(len(p["text"].split()) for p in parts) > len(text.split()):
+                if loop:  # cured only if the halves, joined, no longer carry the loop even at half strength
+                    if text_repeat(" ".join(p["text"] for p in parts))[0] <= MAX_REPEAT // 2:
+                        return parts
+                elif sum(len(p["text"].split()) for p in parts) > len(text.split()):
                     return parts
             if loop:
                 raise HallucinationLoop(unit if reps_w >= reps_t else ctx["tok"].decode(toks[at_t:at_t + per_t]).strip(),
