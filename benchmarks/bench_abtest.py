@@ -78,9 +78,9 @@ def _rep_cpu(scenario: str, rep: int, sd: dict, reference: bool, also: tuple = (
     return time.process_time() - c, out["rows"]
 
 
-def study_ratio(scenarios=("homogeneous", "switchback"), reps: int = 1, n_jobs: int = 500_000) -> dict:
+def study_ratio(scenarios=("homogeneous", "switchback"), reps: int = 1, n_requests: int = 500_000) -> dict:
     """CPU seconds per replication, reference path / study path, same seeds and estimates (see module doc)."""
-    sd = S.StudyConfig(base=S.StudyConfig().base.replace(n_jobs=int(n_jobs)), reps=2).to_dict()
+    sd = S.StudyConfig(base=S.StudyConfig().base.replace(n_requests=int(n_requests)), reps=2).to_dict()
     S.run_replication(scenarios[0], 99, sd)  # compile / load both kernels' caches
     _rep_cpu(scenarios[0], 99, sd, True)
     t_new = t_ref = 0.0
@@ -94,56 +94,56 @@ def study_ratio(scenarios=("homogeneous", "switchback"), reps: int = 1, n_jobs: 
                 raise AssertionError(f"{s} rep {r}: study path and reference path disagree")
             t_new += a
             t_ref += b
-    return {"scenarios": list(scenarios), "reps": reps, "n_jobs": n_jobs, "new_cpu_s": t_new, "reference_cpu_s": t_ref,
+    return {"scenarios": list(scenarios), "reps": reps, "n_requests": n_requests, "new_cpu_s": t_new, "reference_cpu_s": t_ref,
             "ratio": t_ref / t_new}
 
 
-def projected_study_wall(cores: int = 2, study: S.StudyConfig | None = None, truth_probe_jobs: int = 1_000_000,
+def projected_study_wall(cores: int = 2, study: S.StudyConfig | None = None, truth_probe_requests: int = 1_000_000,
                          repeats: int = 2) -> dict:
     """Projected wall time of the full study on ``cores`` cores from measured CPU per task.
 
     One replication of every scenario (the full study's experiment length) and one truth-arm
-    run of ``truth_probe_jobs`` jobs are timed, each the best of ``repeats`` runs (a single
+    run of ``truth_probe_requests`` jobs are timed, each the best of ``repeats`` runs (a single
     timing on this shared 2-core machine varied by 10 % from one check to the next); the full
-    study runs ``reps`` replications and ``truth_seeds x 4`` truth runs of ``truth_jobs`` per
+    study runs ``reps`` replications and ``truth_seeds x 4`` truth runs of ``truth_requests`` per
     system (scenarios with the same system share them: ``S.shared_systems``). Perfect packing on
     ``cores`` workers is assumed (a lower bound; the end-to-end run is its own row).
     """
-    sc = study or S.StudyConfig(reps=FULL["reps"], truth_jobs=FULL["truth_jobs"])
+    sc = study or S.StudyConfig(reps=FULL["reps"], truth_requests=FULL["truth_requests"])
     sd = sc.to_dict()
     reps = max(1, int(repeats))
     per = {}
     groups = S.shared_systems(sc)
     for s, also in groups.items():
         per[s] = min(_rep_cpu(s, 0, sd, False, also)[0] for _ in range(reps))
-    probe = S.StudyConfig.from_dict(dict(sd, truth_jobs=int(truth_probe_jobs)))
+    probe = S.StudyConfig.from_dict(dict(sd, truth_requests=int(truth_probe_requests)))
     best = math.inf
     for _ in range(reps):
         c = time.process_time()
         S.run_truth(sc.scenarios[0], "treatment", 0, probe.to_dict())
         best = min(best, time.process_time() - c)
-    per_truth_job = best / (truth_probe_jobs + 50_000)
+    per_truth_job = best / (truth_probe_requests + 50_000)
     arms = 4 if sc.slope_h else 2
-    truth_cpu = len(groups) * arms * sc.truth_seeds * (sc.truth_jobs + 50_000) * per_truth_job
+    truth_cpu = len(groups) * arms * sc.truth_seeds * (sc.truth_requests + 50_000) * per_truth_job
     rep_cpu = sum(per.values()) * sc.reps
     return {"per_replication_cpu_s": per, "replications_cpu_s": rep_cpu, "truth_cpu_s": truth_cpu,
             "cpu_s": rep_cpu + truth_cpu, "cores": cores, "projected_wall_s": (rep_cpu + truth_cpu) / cores,
-            "reps": sc.reps, "truth_jobs": sc.truth_jobs}
+            "reps": sc.reps, "truth_requests": sc.truth_requests}
 
 
 def quick_ratio() -> tuple[float, float]:
     """(speed-up of the study's replication path over the reference path, floor), in a few seconds."""
-    r = study_ratio(("homogeneous", "small_effect"), reps=1, n_jobs=200_000)
+    r = study_ratio(("homogeneous", "small_effect"), reps=1, n_requests=200_000)
     return r["ratio"], STUDY_RATIO_FLOOR
 
 
 def check_targets(quick: bool = True) -> list[dict]:
     """Targets in the format of ``benchmarks/check.py``: the study-path ratio and the projected 2-core wall time."""
-    r = study_ratio(("homogeneous", "small_effect"), reps=1, n_jobs=200_000 if quick else 500_000)
+    r = study_ratio(("homogeneous", "small_effect"), reps=1, n_requests=200_000 if quick else 500_000)
     rows = [{"name": "A/B study replication: reference path / study path", "value": r["ratio"],
              "target": STUDY_RATIO_FLOOR, "unit": "x", "kind": "min", "passed": r["ratio"] >= STUDY_RATIO_FLOOR,
-             "note": f"CPU time, {len(r['scenarios'])} scenarios x {r['n_jobs']:,} jobs, estimates equal"}]
-    p = projected_study_wall(truth_probe_jobs=500_000 if quick else 2_000_000)
+             "note": f"CPU time, {len(r['scenarios'])} scenarios x {r['n_requests']:,} jobs, estimates equal"}]
+    p = projected_study_wall(truth_probe_requests=500_000 if quick else 2_000_000)
     note = (f"{p['cpu_s']:.0f} CPU-s projected from 1 replication of each of {len(p['per_replication_cpu_s'])} "
             "systems and a truth probe, perfect packing on 2 cores")
     rows.append({"name": "full A/B study (100 reps), projected 2-core wall", "value": p["projected_wall_s"],
@@ -195,20 +195,20 @@ def full_study(workers: int = 2, runs: int = 3) -> dict:
     """
     from provenance import machine_probe
 
-    sc = S.StudyConfig(reps=FULL["reps"], truth_jobs=FULL["truth_jobs"]).validate()
+    sc = S.StudyConfig(reps=FULL["reps"], truth_requests=FULL["truth_requests"]).validate()
     out = []
     for _ in range(max(1, int(runs))):
         before = machine_probe()
         t = time.perf_counter()
-        res = S.run_study(sc, n_jobs=workers, progress=False)
+        res = S.run_study(sc, workers=workers, progress=False)
         wall = time.perf_counter() - t
         out.append({"wall_s": wall, "cpu_s": res.cpu_seconds, "probe_ns_per_job": [before, machine_probe()]})
     best = min(out, key=lambda r: r["wall_s"])
     return dict(best, workers=workers, reps=sc.reps, scenarios=len(sc.scenarios), best_of=len(out), runs=out)
 
 
-def simpy_supermarket(n_servers: int, lam: float, d: int, n_jobs: int, warmup: int, seed: int) -> np.ndarray:
-    """Response times of ``n_jobs`` jobs (after ``warmup``) in a SimPy supermarket model."""
+def simpy_supermarket(n_servers: int, lam: float, d: int, n_requests: int, warmup: int, seed: int) -> np.ndarray:
+    """Response times of ``n_requests`` jobs (after ``warmup``) in a SimPy supermarket model."""
     import random
 
     import simpy
@@ -216,7 +216,7 @@ def simpy_supermarket(n_servers: int, lam: float, d: int, n_jobs: int, warmup: i
     rng = random.Random(seed)
     env = simpy.Environment()
     servers = [simpy.Resource(env, capacity=1) for _ in range(n_servers)]
-    resp = np.empty(n_jobs)
+    resp = np.empty(n_requests)
     ids = range(n_servers)
     rate = n_servers * lam
 
@@ -229,7 +229,7 @@ def simpy_supermarket(n_servers: int, lam: float, d: int, n_jobs: int, warmup: i
             resp[i - warmup] = env.now - t0
 
     def source():
-        for i in range(warmup + n_jobs):
+        for i in range(warmup + n_requests):
             yield env.timeout(rng.expovariate(rate))
             cand = rng.sample(ids, d)  # random order: the first shortest is a uniform tie-break
             best = min(cand, key=lambda s: len(servers[s].queue) + servers[s].count)
@@ -286,11 +286,11 @@ def main(argv=None) -> int:
     n_numba = 2_000_000 if args.quick else 10_000_000
     warm = 10_000
 
-    simulate(SystemConfig(n_servers=N, lam=LAM, n_jobs=1000, warmup_jobs=0), 0)  # compile / load cache
+    simulate(SystemConfig(n_servers=N, lam=LAM, n_requests=1000, warmup_requests=0), 0)  # compile / load cache
     rows, ok = [], True
     for d in (1, 2):
-        cfg = SystemConfig(n_servers=N, lam=LAM, control=d, treatment=d, design="control", n_jobs=n_numba,
-                           warmup_jobs=warm)
+        cfg = SystemConfig(n_servers=N, lam=LAM, control=d, treatment=d, design="control", n_requests=n_numba,
+                           warmup_requests=warm)
         t = time.process_time()
         tr = simulate(cfg, seed=1)
         t_numba = time.process_time() - t

@@ -9,12 +9,12 @@ Run from the repository root::
 
 The unit a study repeats is one replication of one scenario of the estimator study
 (:func:`asrsched.abtest.study.run_replication` with the study's default system: three
-experiments of ``n_jobs`` jobs each and every estimator on them). A 10,000-replication
+experiments of ``n_requests`` jobs each and every estimator on them). A 10,000-replication
 study is 10,000 such independent tasks, fanned out by :func:`asrsched.sim.parallel.map_tasks`
 (``run_study(..., address=...)``) over Dask workers. Three measurements, one run:
 
 1. **single-node throughput**: the per-task CPU time (``time.process_time``) and wall time of
-   ``reps x 8`` replications run in-process (``n_jobs=1``), same seeds as the study; run once
+   ``reps x 8`` replications run in-process (``n_requests=1``), same seeds as the study; run once
    before and once after the cluster runs (the machine's load drifts; both passes are kept);
 2. **Dask dispatch overhead**: a real ``LocalCluster`` (1 and 2 worker processes, 1 thread
    each) runs ``n_trivial`` trivial tasks through ``map_tasks(address=client)``. The CPU time
@@ -167,10 +167,10 @@ def _load() -> float:
         return float("nan")
 
 
-def study_tasks(reps: int, n_jobs: int | None = None, seed: int = 0) -> list[dict]:
+def study_tasks(reps: int, n_requests: int | None = None, seed: int = 0) -> list[dict]:
     """The replication tasks of a study (every scenario, ``reps`` each), as ``run_study`` builds them."""
     base = S.StudyConfig().base
-    sc = S.StudyConfig(base=base if n_jobs is None else base.replace(n_jobs=int(n_jobs)), reps=max(2, reps),
+    sc = S.StudyConfig(base=base if n_requests is None else base.replace(n_requests=int(n_requests)), reps=max(2, reps),
                        seed=seed).validate()
     sd = sc.to_dict()
     return [dict(scenario=s, rep=r, study=sd) for s in sc.scenarios for r in range(int(reps))]
@@ -336,7 +336,7 @@ def predict_wall(costs: Sequence[float], workers: int, overhead: float, serial: 
     return max(list_schedule(c, workers, overhead, 0.0, serial), demand / left)
 
 
-def run(quick: bool = False, reps: int | None = None, n_jobs: int | None = None, n_trivial: int | None = None,
+def run(quick: bool = False, reps: int | None = None, n_requests: int | None = None, n_trivial: int | None = None,
         cluster_workers: Sequence[int] | None = None, n_draws: int = 20, seed: int = 0) -> dict:
     """All three parts (see the module doc); returns the JSON-ready record without provenance.
 
@@ -345,10 +345,10 @@ def run(quick: bool = False, reps: int | None = None, n_jobs: int | None = None,
     4 replications per scenario, 1,000 trivial tasks and clusters of 1 and 2 worker processes.
     """
     reps = reps if reps is not None else (1 if quick else 4)
-    n_jobs = n_jobs if n_jobs is not None else (200_000 if quick else None)
+    n_requests = n_requests if n_requests is not None else (200_000 if quick else None)
     n_trivial = n_trivial if n_trivial is not None else (50 if quick else 1000)
     cluster_workers = tuple(cluster_workers or ((2,) if quick else (1, 2)))
-    tasks = study_tasks(reps, n_jobs)
+    tasks = study_tasks(reps, n_requests)
     t_all = time.perf_counter()
     cap = {} if quick else session_capacity()
     # in-process passes before and after the cluster runs: the machine's load drifts, so the cores the
@@ -400,8 +400,8 @@ def run(quick: bool = False, reps: int | None = None, n_jobs: int | None = None,
     cpu = np.asarray(single["cpu_s"])
     return {
         "benchmark": "bench_scaling", "quick": quick, "seconds": time.perf_counter() - t_all,
-        "params": {"reps_per_scenario": reps, "scenarios": list(by_scen), "n_jobs_per_experiment":
-                   tasks[0]["study"]["base"]["n_jobs"], "n_trivial": n_trivial, "cluster_workers": list(cluster_workers),
+        "params": {"reps_per_scenario": reps, "scenarios": list(by_scen), "n_requests_per_experiment":
+                   tasks[0]["study"]["base"]["n_requests"], "n_trivial": n_trivial, "cluster_workers": list(cluster_workers),
                    "cluster_processes": not quick, "n_study": N_STUDY, "workers": list(WORKERS), "n_draws": n_draws,
                    "seed": seed},
         "session_capacity": cap,
@@ -503,7 +503,7 @@ all go through `asrsched.sim.parallel.map_tasks` (`address="tcp://scheduler:8786
 plain arguments, so a worker needs only the package installed.
 
 **Single-node throughput.** One replication of the A/B estimator study (three experiments of
-{par['n_jobs_per_experiment']:,} jobs each, every estimator) costs {s['cpu_s_mean']:.3f} CPU-s on average
+{par['n_requests_per_experiment']:,} jobs each, every estimator) costs {s['cpu_s_mean']:.3f} CPU-s on average
 (95 % CI {ci[0]:.3f}–{ci[1]:.3f}; median {s['cpu_s_median']:.3f}, range {s['cpu_s_min']:.3f}–{s['cpu_s_max']:.3f}
 over {s['n_tasks']} replications of {len(par['scenarios'])} scenarios, in-process, one at a time), i.e.
 {s['replications_per_cpu_s']:.1f} replications per CPU second: a {N_STUDY:,}-replication study is
@@ -552,7 +552,7 @@ def check_targets(quick: bool = True) -> list[dict]:
     return [
         {"name": "10k-replication study: predicted efficiency at 16 workers", "value": e16["efficiency"],
          "target": EFFICIENCY_16_FLOOR, "unit": "", "kind": "min", "passed": e16["efficiency"] >= EFFICIENCY_16_FLOOR,
-         "note": f"{s['cpu_s_mean']:.3f} CPU-s per replication of {rec['params']['n_jobs_per_experiment']:,} jobs, "
+         "note": f"{s['cpu_s_mean']:.3f} CPU-s per replication of {rec['params']['n_requests_per_experiment']:,} jobs, "
                  "measured Dask overhead, list schedule"},
         {"name": "scaling model: |error| vs measured 2-worker LocalCluster", "value": abs(v2["error"]),
          "target": VALIDATION_ERROR_CEILING, "unit": "", "kind": "max",

@@ -96,7 +96,7 @@ def overhead_in_process(wav: bytes, n_ops: int = 3200) -> dict:
 
 def burst_throughput(policy: str, plan, rounds_log: list) -> tuple[float, float]:
     """(requests per wall second, requests per CPU second of this process) for one burst."""
-    with run_in_thread(ServerConfig(policy=policy, workers=1)) as h:
+    with run_in_thread(ServerConfig(policy=policy, local_slots=1)) as h:
         c0 = time.process_time()
         rec = run_coro(run_load(h.url, plan.assign(scheduled=0.0), progress=False))
         cpu = time.process_time() - c0
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     # 2. overhead measured by the real server, sequential requests over loopback
     tr = make_trace("librispeech", rate=1.0, n=8, seed=5)
     plan = plan_requests(tr, pool_size=12, max_s=20.0, progress=False)
-    with run_in_thread(ServerConfig(policy="sjf", workers=1)) as h:
+    with run_in_thread(ServerConfig(policy="sjf", local_slots=1)) as h:
         rec = run_coro(run_load(h.url, plan.assign(scheduled=0.0), max_concurrency=1, progress=False))
         import httpx
 

@@ -367,13 +367,13 @@ def bench_supermarket(n_model: int, ciw_jobs: int, verbose: bool = True) -> list
     from asrsched.abtest.model import simulate as simulate_model
 
     warm_jobs = 2000
-    simulate_model(SystemConfig(n_servers=SUPER_N, lam=SUPER_LAM, n_jobs=1000, warmup_jobs=0), 0)  # warm
+    simulate_model(SystemConfig(n_servers=SUPER_N, lam=SUPER_LAM, n_requests=1000, warmup_requests=0), 0)  # warm
     lindley = lindley_kernel()
     lindley(1000, SUPER_N, SUPER_N * SUPER_LAM, 0)
     rows = []
     for d in (1, 2):
         cfg = SystemConfig(n_servers=SUPER_N, lam=SUPER_LAM, control=d, treatment=d, design="control",
-                           n_jobs=n_model, warmup_jobs=warm_jobs)
+                           n_requests=n_model, warmup_requests=warm_jobs)
         t_model, traj = _cpu_time(lambda cfg=cfg: simulate_model(cfg, seed=1), 0.3)
         rate_model = (n_model + warm_jobs) / t_model
         horizon = ciw_jobs / (SUPER_N * SUPER_LAM)

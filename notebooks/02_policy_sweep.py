@@ -54,7 +54,7 @@
 # | `RUN_LENGTHS`, `RUN_LENGTH_SEEDS` | `n_requests` values of the run-length figure (headline change vs run length), and its number of seeds |
 # | `CDF_LOAD` | load at which latency CDFs and the P50/P90 trade-off are drawn; `CDF_RATE` (req/s) overrides it |
 # | `ADAPTIVE_CAPS` | `ratio_cap` values of the adaptive policy for the trade-off plot |
-# | `N_JOBS`, `DASK_ADDRESS` | parallelism: joblib workers, or a Dask scheduler address (`"local"` for a local cluster) |
+# | `WORKERS`, `DASK_ADDRESS` | parallelism: joblib workers, or a Dask scheduler address (`"local"` for a local cluster) |
 # | `CACHE_DIR` | parquet cache of finished points (resumable; a relative path is under the project's `runs/`); `None` disables it |
 
 # %% tags=["parameters"]
@@ -76,7 +76,7 @@ RUN_LENGTH_SEEDS = 5
 CDF_LOAD = 0.95
 CDF_RATE = None
 ADAPTIVE_CAPS = [5, 20, 50, 200]
-N_JOBS = 2
+WORKERS = 2
 DASK_ADDRESS = None
 CACHE_DIR = "../runs/sweep-cache"
 
@@ -120,7 +120,7 @@ for c in caps.values():
     print(c.describe())
 
 # %%
-sweep_kw = dict(n_requests=N_REQUESTS, max_num_seqs=MAX_NUM_SEQS, service=service, kappa=KAPPA, n_jobs=N_JOBS,
+sweep_kw = dict(n_requests=N_REQUESTS, max_num_seqs=MAX_NUM_SEQS, service=service, kappa=KAPPA, workers=WORKERS,
                 address=DASK_ADDRESS, cache_dir=runs_path(CACHE_DIR))
 with warnings.catch_warnings(record=True) as caught:  # printed below (a stderr box hides in a dashboard)
     warnings.simplefilter("always", OverloadWarning)

@@ -75,7 +75,7 @@
 # | `N_PROBE` | closed-loop probe requests that calibrate the service model and measure capacity |
 # | `WORKLOAD` | duration source of the trace: `librispeech`, `uniform`, `commonvoice_id`, ... |
 # | `MODEL` | `tiny.en` or `base` locally; with `TARGET_URL` the model name the endpoint expects |
-# | `WORKERS` | local faster-whisper workers (on 2 cores, 1) |
+# | `SERVER_SLOTS` | requests the local CPU server transcribes at once (faster-whisper workers; on 2 cores, 1) |
 # | `TARGET_URL` | empty: real Whisper on this CPU. A URL (e.g. `http://gpu-host:8000`, a vLLM server): the policy servers front that endpoint (upstream mode) |
 # | `UPSTREAM_CONCURRENCY` | requests in flight to `TARGET_URL` (the engine batches these) |
 # | `STREAM` | stream the answers (server-sent events) to measure TTFT; without it TTFT = E2EL |
@@ -101,7 +101,7 @@ N_BOOT = 1000
 VLLM_MAX_NUM_SEQS = 4
 WORKLOAD = "librispeech"
 MODEL = "tiny.en"
-WORKERS = 1
+SERVER_SLOTS = 1
 TARGET_URL = ""
 UPSTREAM_CONCURRENCY = 4
 STREAM = True
@@ -146,7 +146,7 @@ NB = "04_real_serving"
 
 # %%
 exp = run_experiment(POLICIES, LOADS, rates=RATES, n_requests=N_REQUESTS, n_probe=N_PROBE, workload=WORKLOAD,
-                     seed=SEED, model=MODEL, workers=WORKERS, target_url=TARGET_URL or None,
+                     seed=SEED, model=MODEL, server_slots=SERVER_SLOTS, target_url=TARGET_URL or None,
                      upstream_concurrency=UPSTREAM_CONCURRENCY, stream=STREAM, profile=PROFILE or None,
                      pool_size=POOL_SIZE, engine=ENGINE, n_saturation=N_SATURATION, n_boot=N_BOOT,
                      vllm_max_num_seqs=VLLM_MAX_NUM_SEQS,

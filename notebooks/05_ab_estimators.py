@@ -53,11 +53,11 @@
 # Simchi-Levi & Zhao 2023 (switchbacks, arXiv:2009.00148); Mitzenmacher 2001 (Power-of-d).
 
 # %% [markdown]
-# **Parameters.** `QUICK`: `True` runs `REPS` replications per scenario and `TRUTH_JOBS_QUICK`-job truth runs;
-# `False` runs the full study, `REPS_FULL` replications and `TRUTH_JOBS_FULL`-job truth runs (its measured time is in
+# **Parameters.** `QUICK`: `True` runs `REPS` replications per scenario and `TRUTH_REQUESTS_QUICK`-request truth runs;
+# `False` runs the full study, `REPS_FULL` replications and `TRUTH_REQUESTS_FULL`-request truth runs (its measured time is in
 # the committed full run's `run.json`, shown at the end). `N_SERVERS`, `LAM` (arrival rate per server λ, service
 # rate 1), `D1` / `D2` (the `d` of the control / treatment Power-of-d; 1 = random), `P` (treatment probability),
-# `N_JOBS` (jobs per experiment after warm-up), `WP_JOBS` (jobs per point of the W(p) curves),
+# `N_REQUESTS` (requests per experiment after warm-up), `WP_REQUESTS` (requests per point of the W(p) curves),
 # `L` (DQ horizon in jobs; 0 = `30·N·λ`), `BLOCK_LEN` / `BURN_IN` (switchback, time units), `SCENARIOS` (subset of
 # the names above), `SEED`, `WORKERS` (parallel processes; 0 = all cores), `DASK_ADDRESS` (`None`, `"local"` or a
 # scheduler address to fan the replications out on Dask), `FULL_RUN_DIR` (the committed full run read at the end,
@@ -67,14 +67,14 @@
 QUICK = True
 REPS = 30
 REPS_FULL = 100
-TRUTH_JOBS_QUICK = 2_000_000
-TRUTH_JOBS_FULL = 4_000_000
+TRUTH_REQUESTS_QUICK = 2_000_000
+TRUTH_REQUESTS_FULL = 4_000_000
 N_SERVERS = 20
 LAM = 0.8
 D1 = 1
 D2 = 2
 P = 0.5
-N_JOBS = 500_000
+N_REQUESTS = 500_000
 L = 0
 BLOCK_LEN = 200.0
 BURN_IN = 50.0
@@ -83,7 +83,7 @@ SCENARIOS = ["homogeneous", "heterogeneous", "nonstationary", "delayed", "consta
 SEED = 0
 WORKERS = 0
 DASK_ADDRESS = None
-WP_JOBS = 400_000
+WP_REQUESTS = 400_000
 FULL_RUN_DIR = "figures/05_ab_estimators/full"
 
 # %%
@@ -123,14 +123,14 @@ from asrsched.figures.widgets import estimator_explorer
 NB = "05_ab_estimators"
 pd.set_option("display.precision", 4)
 pd.set_option("display.width", 160)
-base = SystemConfig(n_servers=N_SERVERS, lam=LAM, control=D1, treatment=D2, p=P, n_jobs=N_JOBS, warmup_jobs=20_000)
+base = SystemConfig(n_servers=N_SERVERS, lam=LAM, control=D1, treatment=D2, p=P, n_requests=N_REQUESTS, warmup_requests=20_000)
 study = StudyConfig(base=base, scenarios=tuple(SCENARIOS), reps=REPS if QUICK else REPS_FULL, L=L or None,
-                    block_len=BLOCK_LEN, burn_in=BURN_IN, truth_jobs=TRUTH_JOBS_QUICK if QUICK else TRUTH_JOBS_FULL,
+                    block_len=BLOCK_LEN, burn_in=BURN_IN, truth_requests=TRUTH_REQUESTS_QUICK if QUICK else TRUTH_REQUESTS_FULL,
                     seed=SEED).validate()
-print(f"{len(SCENARIOS)} scenarios x {study.reps} replications, {N_JOBS:,} jobs per experiment, "
+print(f"{len(SCENARIOS)} scenarios x {study.reps} replications, {N_REQUESTS:,} requests per experiment, "
       f"L = {study.L_default}")
 t0 = time.perf_counter()
-res = run_study(study, n_jobs=WORKERS or None, address=DASK_ADDRESS)
+res = run_study(study, workers=WORKERS or None, address=DASK_ADDRESS)
 STUDY_SECONDS = time.perf_counter() - t0
 print(f"study finished in {STUDY_SECONDS:.0f} s wall, {res.cpu_seconds:.0f} CPU-seconds over all tasks")
 
@@ -170,11 +170,11 @@ for s, g in summary.groupby("scenario", sort=False, observed=True):
 # `W(p)` is the mean response time of the mixed system when a fraction `p` of the jobs gets the treatment policy.
 # The GTE is the chord `W(1) − W(0)`; DQ with Bernoulli(`p`) assignment estimates the tangent slope `dW/dp` at the
 # experiment's `p`. Where `W(p)` is curved the two differ, and DQ stays biased however long the experiment runs.
-# Each point below is one run of `WP_JOBS` jobs (95 % CI bars); the tangent's slope is measured from runs at
+# Each point below is one run of `WP_REQUESTS` requests (95 % CI bars); the tangent's slope is measured from runs at
 # `p ± 0.05` (the truth table's `slope`).
 
 # %%
-curve = run_wp_curve(study, jobs_per_point=WP_JOBS, n_jobs=WORKERS or None, address=DASK_ADDRESS)
+curve = run_wp_curve(study, requests_per_point=WP_REQUESTS, workers=WORKERS or None, address=DASK_ADDRESS)
 wp = wp_table(curve, res.truth, summary, study.base.p)
 display(wp.set_index("scenario"))
 fig_wp(curve, wp).show()
@@ -228,7 +228,7 @@ with export_session():
     export_table(wp, "wp", NB)
     export_table(pd.DataFrame([{"study_seconds": STUDY_SECONDS, "cpu_seconds": res.cpu_seconds,
                                 "reps": study.reps, "quick": QUICK,
-                                "n_jobs": N_JOBS, "scenarios": len(SCENARIOS)}]), "run", NB)
+                                "n_requests": N_REQUESTS, "scenarios": len(SCENARIOS)}]), "run", NB)
 for name in ("overview", f"errors_{SCENARIOS[0]}", "coverage"):
     figs[name].show()
 if "switchback" in SCENARIOS:
@@ -272,8 +272,8 @@ else:
         f"Shown: `{FULL_RUN_DIR}/` — commit `{(r['commit'] or '?')[:10]}`"
         f"{'' if r.get('clean_tree') else ' (uncommitted changes in asrsched/)'}, {r['date_utc']}, {r['cpu_model']} "
         f"({r['cpu_count']} cores), load average at start {r['load_average_start_1_5_15']}; command `{r['command']}`. "
-        f"{prm['reps']} replications per scenario, {prm['base']['n_jobs']:,} jobs per experiment, truth runs of "
-        f"{prm['truth_jobs']:,} jobs × {prm['truth_seeds']}; N = {prm['base']['n_servers']}, "
+        f"{prm['reps']} replications per scenario, {prm['base']['n_requests']:,} jobs per experiment, truth runs of "
+        f"{prm['truth_requests']:,} jobs × {prm['truth_seeds']}; N = {prm['base']['n_servers']}, "
         f"λ = {prm['base']['lam']:g}, p = {prm['base']['p']:g}. The study took {tm['study_seconds']:.0f} s wall "
         f"({tm['study_cpu_seconds']:.0f} CPU-seconds over all tasks) on that machine."))
     display(Markdown((fr.folder / "claims.md").read_text()))

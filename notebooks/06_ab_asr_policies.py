@@ -71,7 +71,7 @@
 # | `REPS`, `TRUTH_SEEDS` | experiments per design (bias, sd and RMSE and their 95 % CIs are over these); traces of the ground truth |
 # | `LARGE` | `True` runs the larger study (`asrsched.abtest.asr_fleet.LARGE_STUDY`: more experiments, truth traces and requests per run; printed when used) |
 # | `SEED` | master seed (every run's seed derives from it) |
-# | `N_JOBS`, `DASK_ADDRESS`, `CACHE_DIR` | parallelism (joblib workers or a Dask scheduler, `"local"` for a local cluster) and a resumable cache folder (`None`: no cache) |
+# | `WORKERS`, `DASK_ADDRESS`, `CACHE_DIR` | parallelism (joblib workers or a Dask scheduler, `"local"` for a local cluster) and a resumable cache folder (`None`: no cache) |
 
 # %% tags=["parameters"]
 WORKLOADS = ["librispeech", "uniform", "drift"]
@@ -93,7 +93,7 @@ REPS = 100
 TRUTH_SEEDS = 20
 LARGE = False
 SEED = 0
-N_JOBS = 2
+WORKERS = 2
 DASK_ADDRESS = None
 CACHE_DIR = None
 
@@ -126,7 +126,7 @@ pd.DataFrame({w: {"total rate (req/s)": cfg.total_rate(w), "L (requests)": cfg.L
 
 # %%
 t0 = time.perf_counter()
-res = run_study(cfg, n_jobs=N_JOBS, address=DASK_ADDRESS, cache_dir=runs_path(CACHE_DIR))
+res = run_study(cfg, workers=WORKERS, address=DASK_ADDRESS, cache_dir=runs_path(CACHE_DIR))
 summary = report.summary_table(res)
 print(f"{len(res.estimates)} estimates from {cfg.reps} experiments x {len(cfg.designs())} designs x "
       f"{len(cfg.workloads)} workloads, plus {len(res.truth_runs)} ground-truth runs, in {time.perf_counter() - t0:.0f} s")

@@ -87,14 +87,14 @@ def reference_simulate(cfg, seed: int = 0, **_ignored) -> Trajectory:
 
 
 @njit(cache=True)
-def linked_list_kernel(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0, d1, design, p,
+def linked_list_kernel(n_requests, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0, d1, design, p,
                        group, block_len, alternate, delay, st, scan_max, keep):
     """The supermarket model on per-server linked lists over the job arrays, with its own heap:
     an independent implementation of :func:`asrsched.abtest.model._simulate` (same signature, same
     random draws in the same order), written before it; the package's kernel must match it bit for bit."""
     # every draw from ``st`` (xoshiro256++ state, asrsched.sim.rng), inlined into this loop
     N = rates.shape[0]
-    total = n_warm + n_jobs
+    total = n_warm + n_requests
     arr = np.empty(total)
     dep = np.empty(total)
     nxt = np.full(total, -1, np.int64)

@@ -32,7 +32,7 @@ def _null_check(res, min_rows):
 def test_identical_policies_centre_every_estimator_on_zero():
     cfg = ASRStudyConfig(**dict(TINY, reps=8, n_requests=2000), routing_control="pod2", routing_treatment="pod2",
                          scheduling_control="hrrn", scheduling_treatment="hrrn", scheduling_router="pod2")
-    res = run_study(cfg, n_jobs=1, progress=False)
+    res = run_study(cfg, workers=1, progress=False)
     # routing: naive, qdq, wdq, mixed, group, switchback; scheduling: replica, switchback; x 2 metrics x 2 stats
     _null_check(res, min_rows=8 * 4)
 
@@ -40,7 +40,7 @@ def test_identical_policies_centre_every_estimator_on_zero():
 def test_random_vs_random_router_shows_no_effect():
     cfg = ASRStudyConfig(**dict(TINY, reps=8, n_requests=2000), routing_control="random", routing_treatment="random",
                          scheduling_designs=())
-    res = run_study(cfg, n_jobs=1, progress=False)
+    res = run_study(cfg, workers=1, progress=False)
     _null_check(res, min_rows=6 * 4)
     # the arms also see the same fleet: treated share equals p and per-arm load is balanced
     assert abs(res.little[res.little.design == "bernoulli"].treated_share.mean() - 0.5) < 0.02
@@ -48,7 +48,7 @@ def test_random_vs_random_router_shows_no_effect():
 
 @pytest.fixture(scope="module")
 def tiny():
-    return run_study(ASRStudyConfig(**TINY), n_jobs=1, progress=False)
+    return run_study(ASRStudyConfig(**TINY), workers=1, progress=False)
 
 
 def test_study_reproducible_from_seed_and_in_parallel(tiny):
@@ -56,8 +56,8 @@ def test_study_reproducible_from_seed_and_in_parallel(tiny):
     sub = dict(TINY, scheduling_designs=("replica",), routing_designs=("bernoulli",))
     # every task's seed derives from (seed, workload, replication, design): a subset study, run on two
     # worker processes, reproduces the same rows
-    b = run_study(ASRStudyConfig(**sub), n_jobs=2, progress=False)
-    c = run_study(ASRStudyConfig(**dict(sub, seed=1)), n_jobs=1, progress=False)
+    b = run_study(ASRStudyConfig(**sub), workers=2, progress=False)
+    c = run_study(ASRStudyConfig(**dict(sub, seed=1)), workers=1, progress=False)
     key = ["workload", "factor", "design", "rep", "metric", "stat", "estimator", "L", "burn_in"]
     sa = a.estimates[a.estimates.design.isin(["bernoulli", "replica"])].sort_values(key).reset_index(drop=True)
     sb = b.estimates.sort_values(key).reset_index(drop=True)
@@ -163,16 +163,16 @@ def test_bad_config_fails_before_any_run(monkeypatch):
     ]
     for kw, match in bad:
         with pytest.raises(ValueError, match=match):
-            run_study(ASRStudyConfig(**dict(TINY, **kw)), n_jobs=1, progress=False)
+            run_study(ASRStudyConfig(**dict(TINY, **kw)), workers=1, progress=False)
 
 
 def test_cache_resumes_without_rerunning(tmp_path, monkeypatch):
     cfg = ASRStudyConfig(**dict(TINY, scheduling_designs=("replica",), routing_designs=("bernoulli",)))
-    a = run_study(cfg, n_jobs=1, progress=False, cache_dir=tmp_path)
+    a = run_study(cfg, workers=1, progress=False, cache_dir=tmp_path)
     n_files = len(list(tmp_path.glob("*.json")))
     assert n_files == 3 + 2  # one task per trace: 3 replications (both designs) + 2 truth traces (3 settings)
     monkeypatch.setattr(A, "_dispatch", lambda **k: pytest.fail("recomputed a cached task"))
-    b = run_study(cfg, n_jobs=1, progress=False, cache_dir=tmp_path)
+    b = run_study(cfg, workers=1, progress=False, cache_dir=tmp_path)
     pd.testing.assert_frame_equal(a.estimates, b.estimates)
     pd.testing.assert_frame_equal(a.truth, b.truth)
 
@@ -198,7 +198,7 @@ def test_notebook_headless(tmp_path):
 
     r = run_notebook("06", {"WORKLOADS": ["librispeech"], "N_REPLICAS": 2, "LOAD": 0.9, "N_REQUESTS": 2500,
                             "WARMUP_S": 5.0, "BLOCK_S": 10.0, "BURN_IN_S": 2.0, "SB_BURN_INS": [0.0, 2.0],
-                            "L": 150, "L_FACTORS": [0.5, 1.0], "REPS": 3, "TRUTH_SEEDS": 2, "N_JOBS": 1},
+                            "L": 150, "L_FACTORS": [0.5, 1.0], "REPS": 3, "TRUTH_SEEDS": 2, "WORKERS": 1},
                      run_dir=tmp_path / "run", figures_root=tmp_path / "fig", progress=False)
     assert r.status == "ok", r.error
     out = tmp_path / "fig" / "06_ab_asr_policies"

@@ -20,7 +20,7 @@ def _mean_w(cfg, seeds=(0,)):
 
 def test_random_routing_is_n_independent_mm1_queues():
     # d = 1: every server is an M/M/1 queue at load lam -> mean response 1/(mu - lam)
-    cfg = SystemConfig(n_servers=5, lam=0.5, control="random", design="control", n_jobs=400_000)
+    cfg = SystemConfig(n_servers=5, lam=0.5, control="random", design="control", n_requests=400_000)
     w = _mean_w(cfg)
     assert w == pytest.approx(mm1_response(0.5), rel=0.03)
     # and not the Power-of-2 value (the check can fail)
@@ -32,7 +32,7 @@ def test_pollaczek_khinchine_for_non_exponential_service(service, shape, es2):
     # d = 1 with general service: M/G/1, W = 1 + lam E[S^2] / (2 (1 - lam)), mean service 1
     lam = 0.5
     cfg = SystemConfig(n_servers=4, lam=lam, control=1, design="control", service=service, pareto_shape=shape,
-                       n_jobs=400_000)
+                       n_requests=400_000)
     assert _mean_w(cfg) == pytest.approx(1 + lam * es2 / (2 * (1 - lam)), rel=0.03)
 
 
@@ -40,7 +40,7 @@ def test_power_of_d_approaches_mean_field_limit_as_n_grows():
     mf = mean_field_response(0.9, 2)
     gaps, ses = [], []
     for n in (4, 16, 100):  # 100 servers also exercises the heap path
-        cfg = SystemConfig(n_servers=n, lam=0.9, control="pod2", design="control", n_jobs=300_000)
+        cfg = SystemConfig(n_servers=n, lam=0.9, control="pod2", design="control", n_requests=300_000)
         w = [simulate(cfg, s).response.mean() for s in range(4)]
         gaps.append(np.mean(w) - mf)
         ses.append(np.std(w, ddof=1) / 2)
@@ -53,7 +53,7 @@ def test_power_of_d_approaches_mean_field_limit_as_n_grows():
 
 
 def test_stale_information_makes_jsq_herd():
-    base = SystemConfig(n_servers=20, lam=0.8, control="jsq", design="control", n_jobs=100_000)
+    base = SystemConfig(n_servers=20, lam=0.8, control="jsq", design="control", n_requests=100_000)
     fresh, stale = _mean_w(base), _mean_w(base.replace(delay=5.0))
     assert stale > 3 * fresh
     assert stale > _mean_w(base.replace(control="random"))  # worse than not looking at all
@@ -61,10 +61,10 @@ def test_stale_information_makes_jsq_herd():
 
 def test_power_of_two_sends_more_work_to_fast_servers():
     rates = tuple(0.9 if i % 2 == 0 else 1.3 for i in range(20))
-    tr = simulate(SystemConfig(rates=rates, lam=0.8, control="pod2", design="control", n_jobs=100_000), 1)
+    tr = simulate(SystemConfig(rates=rates, lam=0.8, control="pod2", design="control", n_requests=100_000), 1)
     fast = np.asarray(rates)[tr.server] > 1
     assert fast.mean() > 0.53
-    tr = simulate(SystemConfig(rates=rates, lam=0.8, control="random", design="control", n_jobs=100_000), 1)
+    tr = simulate(SystemConfig(rates=rates, lam=0.8, control="random", design="control", n_requests=100_000), 1)
     assert np.asarray(rates)[tr.server].mean() == pytest.approx(1.1, abs=0.01)
 
 
@@ -82,8 +82,8 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_littles_law_and_exact_bookkeeping_in_every_run(case):
-    cfg = SystemConfig(n_servers=10, lam=0.8, control="random", treatment="pod2", n_jobs=60_000,
-                       warmup_jobs=0).replace(**CASES[case])
+    cfg = SystemConfig(n_servers=10, lam=0.8, control="random", treatment="pod2", n_requests=60_000,
+                       warmup_requests=0).replace(**CASES[case])
     tr = simulate(cfg, 3)
     ll = littles_law(tr)
     assert abs(ll["rel_gap"]) < 0.01  # time-average number = arrival rate x mean response
@@ -103,8 +103,8 @@ def test_littles_law_and_exact_bookkeeping_in_every_run(case):
 @pytest.mark.parametrize("scan_max", [64, 0])
 def test_kernel_equals_the_linked_list_oracle(case, scan_max):
     # ring buffers and the rulebook's heap (stale view: links) against the independent linked-list kernel
-    cfg = SystemConfig(n_servers=10, lam=0.85, control="random", treatment="pod3", n_jobs=30_000,
-                       warmup_jobs=1000).replace(**CASES[case])
+    cfg = SystemConfig(n_servers=10, lam=0.85, control="random", treatment="pod3", n_requests=30_000,
+                       warmup_requests=1000).replace(**CASES[case])
     a = simulate(cfg, 8, _scan_max=scan_max)
     b = simulate(cfg, 8, _scan_max=scan_max, _kernel=linked_list_kernel)
     for f in ("arrival", "response", "n_before", "q_seen", "server", "z", "area_at"):
@@ -114,28 +114,28 @@ def test_kernel_equals_the_linked_list_oracle(case, scan_max):
 
 def test_ring_buffers_grow_past_their_initial_size():
     # random routing at load 0.97 on 2 servers: queues far longer than the initial 64 slots
-    cfg = SystemConfig(n_servers=2, lam=0.97, control="random", treatment="random", n_jobs=200_000)
+    cfg = SystemConfig(n_servers=2, lam=0.97, control="random", treatment="random", n_requests=200_000)
     a, b = simulate(cfg, 1), simulate(cfg, 1, _kernel=linked_list_kernel)
     assert a.q_seen.max() > 64
     assert np.array_equal(a.response, b.response) and np.array_equal(a.n_before, b.n_before)
 
 
 def test_heap_and_scan_paths_are_identical():
-    cfg = SystemConfig(n_servers=12, lam=0.85, control=1, treatment=3, delay=0.4, n_jobs=30_000)
+    cfg = SystemConfig(n_servers=12, lam=0.85, control=1, treatment=3, delay=0.4, n_requests=30_000)
     a, b = simulate(cfg, 5), simulate(cfg, 5, _scan_max=0)
     for f in ("arrival", "response", "n_before", "q_seen", "server", "z"):
         assert np.array_equal(getattr(a, f), getattr(b, f)), f
 
 
 def test_reproducible_from_the_seed():
-    cfg = SystemConfig(n_servers=8, lam=0.7, n_jobs=20_000, delay=0.5)
+    cfg = SystemConfig(n_servers=8, lam=0.7, n_requests=20_000, delay=0.5)
     a, b, c = simulate(cfg, 11), simulate(cfg, 11), simulate(cfg, 12)
     assert np.array_equal(a.response, b.response) and np.array_equal(a.z, b.z)
     assert not np.array_equal(a.response, c.response)
 
 
 def test_bernoulli_assignment_rate_and_deterministic_service():
-    tr = simulate(SystemConfig(n_servers=8, lam=0.7, p=0.3, service="const", n_jobs=50_000), 2)
+    tr = simulate(SystemConfig(n_servers=8, lam=0.7, p=0.3, service="const", n_requests=50_000), 2)
     assert tr.z.mean() == pytest.approx(0.3, abs=0.01)
     assert tr.response.min() == pytest.approx(1.0)  # never faster than the service time
     assert np.allclose(tr.response[tr.q_seen == 0], 1.0)  # joined an empty server
@@ -144,7 +144,7 @@ def test_bernoulli_assignment_rate_and_deterministic_service():
 def test_group_design_keeps_arms_on_their_own_servers():
     rates = tuple(0.9 if i % 2 == 0 else 1.3 for i in range(20))
     cfg = SystemConfig(n_servers=20, rates=rates, lam=0.8, control="random", treatment="pod2", design="group",
-                       n_jobs=30_000)
+                       n_requests=30_000)
     mask = cfg.group_mask()
     assert mask.sum() == 10
     r = np.asarray(rates)
@@ -154,7 +154,7 @@ def test_group_design_keeps_arms_on_their_own_servers():
 
 
 def test_switchback_assignment_is_constant_within_blocks():
-    cfg = SystemConfig(n_servers=6, lam=0.7, design="switchback", block_len=10.0, n_jobs=30_000)
+    cfg = SystemConfig(n_servers=6, lam=0.7, design="switchback", block_len=10.0, n_requests=30_000)
     tr = simulate(cfg, 1)
     assert np.array_equal(tr.block, np.floor(tr.arrival / 10.0).astype(int))
     for b in np.unique(tr.block)[:50]:
@@ -193,7 +193,7 @@ BAD = [
     (dict(design="cluster"), "design"),
     (dict(design="group", treatment=11), "treatment"),  # d larger than the treatment group
     (dict(design="switchback", block_len=0.0), "block_len"),
-    (dict(n_jobs=0), "n_jobs"),
+    (dict(n_requests=0), "n_requests"),
 ]
 
 

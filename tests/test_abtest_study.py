@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tiny(**kw):
-    base = SystemConfig(n_servers=6, lam=0.8, control="random", treatment="pod2", n_jobs=50_000, warmup_jobs=5_000)
+    base = SystemConfig(n_servers=6, lam=0.8, control="random", treatment="pod2", n_requests=50_000, warmup_requests=5_000)
     d = dict(base=base, scenarios=("homogeneous", "switchback"), reps=3, L_factors=(0.5, 1.0, 2.0),
-             alpha_batches=20, sb_blocks=(20.0, 80.0), block_len=40.0, burn_in=10.0, truth_jobs=100_000,
+             alpha_batches=20, sb_blocks=(20.0, 80.0), block_len=40.0, burn_in=10.0, truth_requests=100_000,
              truth_seeds=1, slope_h=0.1, seed=3)
     d.update(kw)
     return S.StudyConfig(**d)
@@ -32,7 +32,7 @@ def _tiny(**kw):
 
 @pytest.fixture(scope="module")
 def tiny_result():
-    return S.run_study(_tiny(), n_jobs=1, progress=False)
+    return S.run_study(_tiny(), workers=1, progress=False)
 
 
 def test_study_tables(tiny_result):
@@ -81,12 +81,12 @@ def test_study_tables(tiny_result):
 
 def test_study_is_reproducible_and_resumes_from_cache(tmp_path, tiny_result):
     sc = _tiny(scenarios=("homogeneous",), reps=2)
-    a = S.run_study(sc, n_jobs=1, progress=False, cache_dir=tmp_path)
+    a = S.run_study(sc, workers=1, progress=False, cache_dir=tmp_path)
     files = sorted(tmp_path.glob("*.json"))
     assert len(files) == 2 + 4  # 2 replications + 4 truth runs (control, treatment, p +- h)
-    b = S.run_study(sc, n_jobs=1, progress=False, cache_dir=tmp_path)  # all from cache
+    b = S.run_study(sc, workers=1, progress=False, cache_dir=tmp_path)  # all from cache
     pd.testing.assert_frame_equal(a.estimates, b.estimates)
-    c = S.run_study(sc, n_jobs=1, progress=False)  # recomputed: same numbers
+    c = S.run_study(sc, workers=1, progress=False)  # recomputed: same numbers
     pd.testing.assert_frame_equal(a.estimates, c.estimates)
     # the homogeneous replications equal those of the bigger tiny study (same seeds per task)
     big = tiny_result.estimates
@@ -97,7 +97,7 @@ def test_study_is_reproducible_and_resumes_from_cache(tmp_path, tiny_result):
 
 def test_study_results_do_not_depend_on_which_task_finished_first(tiny_result):
     # two worker processes finish tasks in a varying order; the tables come back in the tasks' order, bit for bit
-    b = S.run_study(_tiny(), n_jobs=2, progress=False)
+    b = S.run_study(_tiny(), workers=2, progress=False)
     pd.testing.assert_frame_equal(tiny_result.estimates, b.estimates)
     pd.testing.assert_frame_equal(tiny_result.little, b.little)
     pd.testing.assert_frame_equal(tiny_result.truth, b.truth)
@@ -142,7 +142,7 @@ def test_scenarios_of_one_system_share_experiments_and_truth(tiny_result):
     (dict(burn_in=50.0), "burn_in"),
     (dict(L=0), "L"),
     (dict(L_factors=(0.0, 1.0)), "L_factors"),
-    (dict(base=SystemConfig(n_servers=6, lam=0.8, n_jobs=5_000)), "n_jobs"),
+    (dict(base=SystemConfig(n_servers=6, lam=0.8, n_requests=5_000)), "n_requests"),
     (dict(base=SystemConfig(n_servers=6, lam=0.8, treatment=7)), "treatment"),
     (dict(scenarios=("homogeneous", "rainy")), "scenario"),
     (dict(slope_h=0.6), "slope_h"),
@@ -150,13 +150,13 @@ def test_scenarios_of_one_system_share_experiments_and_truth(tiny_result):
 def test_bad_study_config_is_refused_before_running(kw, param, monkeypatch):
     monkeypatch.setattr(S, "run_tasks", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
     with pytest.raises(ValueError, match=param):
-        S.run_study(_tiny(**kw), n_jobs=1, progress=False)
+        S.run_study(_tiny(**kw), workers=1, progress=False)
 
 
 def test_explorer_reacts_to_sliders_and_reports_bad_input():
     from asrsched.figures.widgets import estimator_explorer
 
-    box = estimator_explorer(lam=0.7, n_servers=6, reps=3, n_jobs=30_000)
+    box = estimator_explorer(lam=0.7, n_servers=6, reps=3, n_requests=30_000)
     fig, table = box.children[1], box.children[2]
     sliders = {w.description: w for row in box.children[0].children for w in row.children}
     assert {"λ (per server)", "control: Power-of-d, d", "treatment: Power-of-d, d", "p (treated)", "L (0 = 30·N·λ)",
@@ -179,7 +179,7 @@ def test_notebook_05_runs_under_papermill(tmp_path):
     try:
         pm.execute_notebook(
             str(ROOT / "notebooks" / "05_ab_estimators.ipynb"), str(tmp_path / "out.ipynb"),
-            parameters=dict(REPS=3, N_SERVERS=6, N_JOBS=50_000, TRUTH_JOBS_QUICK=60_000, WORKERS=1,
+            parameters=dict(REPS=3, N_SERVERS=6, N_REQUESTS=50_000, TRUTH_REQUESTS_QUICK=60_000, WORKERS=1,
                             SCENARIOS=["homogeneous", "switchback"]),
             kernel_name="python3", execution_timeout=600, cwd=str(tmp_path), progress_bar=False)
     finally:
@@ -224,13 +224,13 @@ def test_search_table_gain_and_bound():
 
 def test_scenario_search_and_wp_curve_run_small(tmp_path):
     sc = _tiny(scenarios=("homogeneous",))
-    raw = F.scenario_search(sc, lams=(0.7,), pairs=(("random", "pod2"),), L_factors=(1.0,), reps=4, n_jobs=1,
+    raw = F.scenario_search(sc, lams=(0.7,), pairs=(("random", "pod2"),), L_factors=(1.0,), reps=4, workers=1,
                             progress=False)
     assert set(raw.estimator) == {"wdq", "qdq", "qtdq", "mixed_dq", "mixed_dq_qt"} and raw.rep.nunique() == 4
     assert int(raw.L.iloc[0]) == round(30 * 6 * 0.7)
     with pytest.raises(ValueError, match="costs"):
         F.scenario_search(sc, costs=("w",), reps=4)
-    curve = F.run_wp_curve(sc, ps=(0.0, 0.5, 1.0), jobs_per_point=20_000, n_jobs=1, progress=False)
+    curve = F.run_wp_curve(sc, ps=(0.0, 0.5, 1.0), requests_per_point=20_000, workers=1, progress=False)
     assert list(curve.p) == [0.0, 0.5, 1.0]
     truth = pd.DataFrame([{"scenario": "homogeneous", "gte": -1.0, "gte_se": 0.01, "slope": -0.7, "slope_se": 0.02}])
     wp = F.wp_table(curve, truth)
@@ -240,9 +240,9 @@ def test_scenario_search_and_wp_curve_run_small(tmp_path):
 
 
 def test_full_run_is_written_with_provenance_and_read_back(tmp_path):
-    sc = _tiny(scenarios=("homogeneous",), reps=3, truth_jobs=60_000, L_factors=(1.0,))
-    out = F.write_full_run(tmp_path / "full", sc, wp_jobs=20_000, wp_seeds=1, search_reps=3, search_jobs=30_000,
-                           n_jobs=1, progress=False, command="python -m asrsched.abtest.study --test")
+    sc = _tiny(scenarios=("homogeneous",), reps=3, truth_requests=60_000, L_factors=(1.0,))
+    out = F.write_full_run(tmp_path / "full", sc, wp_requests=20_000, wp_seeds=1, search_reps=3, search_requests=30_000,
+                           workers=1, progress=False, command="python -m asrsched.abtest.study --test")
     run = json.loads((out / "run.json").read_text())
     for k in ("commit", "date_utc", "cpu_model", "load_average_start_1_5_15", "parameters", "command", "timings"):
         assert k in run, k

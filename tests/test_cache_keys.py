@@ -169,7 +169,7 @@ def test_sweep_cache_hits_on_same_code_and_misses_after_a_policy_edit(tmp_path, 
 
     monkeypatch.setattr(sweep, "run_point", counting)
     kw = dict(rates=[3.0], policies=["fcfs", "hrrn"], workloads=["uniform"], seeds=[0, 1], n_requests=150,
-              cache_dir=tmp_path, n_jobs=1, progress=False)
+              cache_dir=tmp_path, workers=1, progress=False)
     a = sweep.run_sweep(**kw)
     assert len(computed) == 4 and len(list(tmp_path.glob("*.parquet"))) == 4
     b = sweep.run_sweep(**kw)  # same code, same parameters: every point from the cache
@@ -187,9 +187,9 @@ def _tiny_study():
     from asrsched.abtest.model import SystemConfig
     from asrsched.abtest.study import StudyConfig
 
-    base = SystemConfig(n_servers=6, lam=0.8, control="random", treatment="pod2", n_jobs=20_000, warmup_jobs=2_000)
+    base = SystemConfig(n_servers=6, lam=0.8, control="random", treatment="pod2", n_requests=20_000, warmup_requests=2_000)
     return StudyConfig(base=base, scenarios=("homogeneous",), reps=2, L_factors=(1.0,), alpha_batches=20,
-                       sb_blocks=(20.0,), block_len=40.0, burn_in=10.0, truth_jobs=20_000, truth_seeds=1,
+                       sb_blocks=(20.0,), block_len=40.0, burn_in=10.0, truth_requests=20_000, truth_seeds=1,
                        slope_h=0.1, seed=3)
 
 
@@ -205,18 +205,18 @@ def test_ab_study_cache_hits_on_same_code_and_misses_after_a_model_edit(tmp_path
     from asrsched.abtest import study as S
 
     sc = _tiny_study()
-    a = S.run_study(sc, n_jobs=1, progress=False, cache_dir=tmp_path)
+    a = S.run_study(sc, workers=1, progress=False, cache_dir=tmp_path)
     n_files = len(list(tmp_path.glob("*.json")))
     assert n_files == 2 + 4  # 2 replications + 4 truth runs
     monkeypatch.setattr(S, "run_truth", _stand_in("run_truth"))
     monkeypatch.setattr(S, "run_replication", _stand_in("run_replication"))
-    b = S.run_study(sc, n_jobs=1, progress=False, cache_dir=tmp_path)  # all hits: the stand-ins never run
+    b = S.run_study(sc, workers=1, progress=False, cache_dir=tmp_path)  # all hits: the stand-ins never run
     pd.testing.assert_frame_equal(a.estimates, b.estimates)
     sources.edit("core/policies.py")  # not imported by the study: still hits
-    S.run_study(sc, n_jobs=1, progress=False, cache_dir=tmp_path)
+    S.run_study(sc, workers=1, progress=False, cache_dir=tmp_path)
     sources.edit("abtest/model.py")  # the queueing model the study simulates: misses
     with pytest.raises(Recomputed):
-        S.run_study(sc, n_jobs=1, progress=False, cache_dir=tmp_path)
+        S.run_study(sc, workers=1, progress=False, cache_dir=tmp_path)
 
 
 def test_asr_fleet_cache_hits_on_same_code_and_misses_after_a_policy_edit(tmp_path, monkeypatch, sources):
@@ -226,11 +226,11 @@ def test_asr_fleet_cache_hits_on_same_code_and_misses_after_a_policy_edit(tmp_pa
                            block_s=10.0, burn_in_s=2.0, sb_burn_ins=(0.0, 2.0), L=150, L_factors=(0.5, 1.0),
                            n_batches=10, alpha_batches=20, reps=2, truth_seeds=2, scheduling_designs=("replica",),
                            routing_designs=("bernoulli",))
-    a = A.run_study(cfg, n_jobs=1, progress=False, cache_dir=tmp_path)
+    a = A.run_study(cfg, workers=1, progress=False, cache_dir=tmp_path)
     assert len(list(tmp_path.glob("*.json"))) > 0
     monkeypatch.setattr(A, "_dispatch", lambda **k: (_ for _ in ()).throw(Recomputed("fleet")))
-    b = A.run_study(cfg, n_jobs=1, progress=False, cache_dir=tmp_path)  # all hits
+    b = A.run_study(cfg, workers=1, progress=False, cache_dir=tmp_path)  # all hits
     pd.testing.assert_frame_equal(a.estimates, b.estimates)
     sources.edit("core/policies.py")  # the replicas' scheduling policies: misses
     with pytest.raises(Recomputed):
-        A.run_study(cfg, n_jobs=1, progress=False, cache_dir=tmp_path)
+        A.run_study(cfg, workers=1, progress=False, cache_dir=tmp_path)

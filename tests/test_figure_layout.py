@@ -144,7 +144,7 @@ def _sim_figures() -> dict[str, go.Figure]:
     from asrsched.figures import sim as F
     from asrsched.sim.sweep import drift_records, point_records, run_sweep
 
-    df = run_sweep([6, 19], ["fcfs", "sjf", "hrrn"], ["librispeech"], [0], n_requests=250, n_jobs=1,
+    df = run_sweep([6, 19], ["fcfs", "sjf", "hrrn"], ["librispeech"], [0], n_requests=250, workers=1,
                    progress=False)
     rc = relative_change(df)
     recs = point_records("librispeech", 19, ["fcfs", "sjf", "hrrn"], n_requests=250)
@@ -165,7 +165,7 @@ def _abtest_figures() -> dict[str, go.Figure]:
     from asrsched.figures import abtest as F
     from asrsched.figures.widgets import small_study
 
-    res, summary = small_study(reps=3, n_servers=6, n_jobs=40_000, scenario="homogeneous")
+    res, summary = small_study(reps=3, n_servers=6, n_requests=40_000, scenario="homogeneous")
     out = {"ab_overview": F.fig_overview(summary), "ab_scenario": F.fig_scenario(summary, "homogeneous"),
            "ab_estimates": F.fig_estimates(res, "homogeneous"), "ab_coverage": F.fig_coverage(coverage_table(summary))}
     abl = ablation_table(res)
@@ -185,7 +185,7 @@ def _fleet_figures() -> dict[str, go.Figure]:
     cfg = ASRStudyConfig(workloads=("librispeech",), n_replicas=2, load=0.9, n_requests=2500, warmup_s=5.0,
                          block_s=10.0, burn_in_s=2.0, sb_burn_ins=(0.0, 2.0), L=150, L_factors=(0.5, 1.0), reps=3,
                          truth_seeds=2)
-    res = run_study(cfg, n_jobs=1, progress=False)
+    res = run_study(cfg, workers=1, progress=False)
     s = summary_table(res)
     out = {"fleet_truth": F.fig_truth(res), "fleet_estimates_routing": F.fig_estimates(res, "routing", summary=s),
            "fleet_estimates_scheduling": F.fig_estimates(res, "scheduling", summary=s),

@@ -28,7 +28,7 @@ SIM_SHAPE = RECORD_COLUMNS + ["queue_delay", "ttft", "e2el"]
 
 @pytest.fixture(scope="module")
 def server():
-    with run_in_thread(ServerConfig(policy="sjf", workers=1)) as h:
+    with run_in_thread(ServerConfig(policy="sjf", local_slots=1)) as h:
         yield h
 
 
@@ -120,7 +120,7 @@ def test_replay_records_every_request_in_the_simulators_shape(server, plan):
 
 def test_refusals_errors_and_timeouts_keep_their_rows(plan):
     burst = plan.assign(scheduled=0.0)
-    with run_in_thread(ServerConfig(policy="fcfs", workers=1, queue_limit=1)) as h:
+    with run_in_thread(ServerConfig(policy="fcfs", local_slots=1, queue_limit=1)) as h:
         rec = run_coro(run_load(h.url, burst, progress=False))
         assert len(rec) == len(burst)
         refused = rec[rec["status"] == 503]

@@ -84,10 +84,10 @@ def test_a_run_stopped_at_its_deadline_records_what_was_cut_short_on_both_sides(
     burst = plan.assign(scheduled=[0.0] * 4 + [5.0] * (len(plan) - 4))
     # the run's deadline: well under the fastest of the first four requests served alone (measured on a
     # server of its own; a fast machine serves such a clip in ~0.2 s), so at most one can finish before it
-    with run_in_thread(ServerConfig(policy="fcfs", workers=1)) as h:
+    with run_in_thread(ServerConfig(policy="fcfs", local_slots=1)) as h:
         alone = run_coro(run_load(h.url, plan.head(4).assign(scheduled=[0.0, 2.0, 4.0, 6.0]), progress=False))
     run_deadline = round(max(0.02, 0.6 * float(alone["e2el"].min())), 3)
-    with run_in_thread(ServerConfig(policy="fcfs", workers=1)) as h:
+    with run_in_thread(ServerConfig(policy="fcfs", local_slots=1)) as h:
         t0 = time.monotonic()
         rec = run_coro(run_load(h.url, burst, run_timeout_s=run_deadline, progress=False))
         wall = time.monotonic() - t0

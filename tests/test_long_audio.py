@@ -69,7 +69,7 @@ def post(url: str, audio: np.ndarray, *, model: str = "base", timeout: float = 1
 
 @pytest.fixture(scope="module")
 def base_server():
-    with run_in_thread(ServerConfig(policy="fcfs", model="base", workers=1), start_timeout=300) as h:
+    with run_in_thread(ServerConfig(policy="fcfs", model="base", local_slots=1), start_timeout=300) as h:
         yield h
 
 

@@ -36,7 +36,7 @@ def _assert_same(a: dict, b: dict) -> None:
 
 @pytest.fixture(scope="module")
 def serial():
-    return _collect(n_jobs=1)
+    return _collect(workers=1)
 
 
 def test_serial_results_match_direct_calls(serial):
@@ -45,14 +45,14 @@ def test_serial_results_match_direct_calls(serial):
 
 
 def test_joblib_processes_give_the_same_results(serial):
-    _assert_same(serial, _collect(n_jobs=2))
+    _assert_same(serial, _collect(workers=2))
 
 
 def test_dask_local_cluster_gives_the_same_results(serial):
     _assert_same(serial, _collect(address="local"))  # ~8 s on 2 cores (LocalCluster start-up)
 
 
-@pytest.mark.parametrize("kw", [dict(n_jobs=1), dict(n_jobs=2)])
+@pytest.mark.parametrize("kw", [dict(workers=1), dict(workers=2)])
 def test_task_errors_reach_the_caller(kw):
     bad = TASKS[:2] + [dict(workload="nope", rate=1.0, n=10, seed=0)]
     with pytest.raises(ValueError, match="unknown workload 'nope'"):
@@ -63,7 +63,7 @@ def test_empty_task_list():
     assert list(map_tasks(make_trace, [], progress=False)) == []
 
 
-@pytest.mark.parametrize("kw", [dict(n_jobs=2), dict(address="local")])
+@pytest.mark.parametrize("kw", [dict(workers=2), dict(address="local")])
 def test_pairs_carry_the_callers_tasks_and_go_back_in_task_order(kw):
     pairs = list(map_tasks(make_trace, TASKS, progress=False, **kw))
     assert sorted(map(id, (t for t, _ in pairs))) == sorted(map(id, TASKS))  # the caller's dicts, not copies
@@ -78,19 +78,19 @@ def _mean_arrival(**task) -> dict:
     return {"mean": np.float64(tr.arrival.mean()), "n": np.int64(len(tr)), "first": tr.arrival[:2]}
 
 
-@pytest.mark.parametrize("n_jobs", [1, 2])
-def test_run_tasks_keeps_task_order_and_resumes_from_its_cache(tmp_path, n_jobs):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_run_tasks_keeps_task_order_and_resumes_from_its_cache(tmp_path, workers):
     direct = [_mean_arrival(**t) for t in TASKS]
-    got = run_tasks(_mean_arrival, TASKS, cache_dir=tmp_path, code="c1", prefix="t", n_jobs=n_jobs, progress=False)
+    got = run_tasks(_mean_arrival, TASKS, cache_dir=tmp_path, code="c1", prefix="t", workers=workers, progress=False)
     assert [g["mean"] for g in got] == [d["mean"] for d in direct]  # the tasks' order, whatever the completion order
     files = sorted(tmp_path.glob("t-*.json"))
     assert len(files) == len(TASKS) and not list(tmp_path.glob("*.tmp"))
     # a rerun reads every result back (numpy values as plain JSON ones) and runs nothing
     again = run_tasks(lambda **t: pytest.fail("ran a cached task"), TASKS, cache_dir=tmp_path, code="c1", prefix="t",
-                      n_jobs=1, progress=False)
+                      workers=1, progress=False)
     assert again == [json.loads(json.dumps(d, default=json_default)) for d in direct]
     # other code: another key, nothing read back; a cache without a code key is refused before any work
-    assert len(run_tasks(_mean_arrival, TASKS[:1], cache_dir=tmp_path, code="c2", prefix="t", n_jobs=1,
+    assert len(run_tasks(_mean_arrival, TASKS[:1], cache_dir=tmp_path, code="c2", prefix="t", workers=1,
                          progress=False)) == 1
     assert len(list(tmp_path.glob("t-*.json"))) == len(TASKS) + 1
     with pytest.raises(ValueError, match="cache_dir needs code="):

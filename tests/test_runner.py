@@ -31,7 +31,7 @@ def test_every_notebook_follows_the_conventions():
 
 def test_policy_sweep_notebook_headless(tmp_path):
     r = run_notebook("02", {"RATES": [6, 19], "SEEDS": [0], "N_REQUESTS": 400, "CDF_RATE": 19,
-                            "ADAPTIVE_CAPS": [50], "N_JOBS": 1, "CACHE_DIR": None},
+                            "ADAPTIVE_CAPS": [50], "WORKERS": 1, "CACHE_DIR": None},
                      run_dir=tmp_path / "run", figures_root=tmp_path / "fig", progress=False)
     assert r.status == "ok", r.error
     out = tmp_path / "fig" / "02_policy_sweep"

@@ -52,7 +52,7 @@ def clips():
 
 @pytest.fixture(scope="module")
 def sjf_server():
-    with run_in_thread(ServerConfig(policy="sjf", workers=1)) as h:
+    with run_in_thread(ServerConfig(policy="sjf", local_slots=1)) as h:
         yield h
 
 
@@ -196,7 +196,7 @@ def _admission_order(url: str, clips: dict, names: list[str]) -> list[str]:
 ])
 def test_policy_order_with_one_worker(policy, expected, clips):
     names = ["long", "medium", "short"]  # arrival order: longest first
-    with run_in_thread(ServerConfig(policy=policy, workers=1)) as h:
+    with run_in_thread(ServerConfig(policy=policy, local_slots=1)) as h:
         rs = asyncio.run(_ordered_burst(h.url, clips, names))
         assert [r.status_code for r in rs] == [200] * 4
         order = _admission_order(h.url, clips, names)
@@ -222,7 +222,7 @@ def test_policy_order_with_one_worker(policy, expected, clips):
 
 def test_overload_refuses_with_503_retry_after_and_loses_nothing(clips):
     n = 7
-    with run_in_thread(ServerConfig(policy="sjf", workers=1, queue_limit=2)) as h:
+    with run_in_thread(ServerConfig(policy="sjf", local_slots=1, queue_limit=2)) as h:
         async def burst():
             async with httpx.AsyncClient(timeout=120) as c:
                 async def one(i):
@@ -248,7 +248,7 @@ def test_overload_refuses_with_503_retry_after_and_loses_nothing(clips):
 
 
 def test_timeout_is_an_explicit_504_and_frees_the_worker(clips):
-    with run_in_thread(ServerConfig(policy="fcfs", workers=1, request_timeout_s=0.5)) as h:
+    with run_in_thread(ServerConfig(policy="fcfs", local_slots=1, request_timeout_s=0.5)) as h:
         async def two():
             async with httpx.AsyncClient(timeout=60) as c:
                 async def one(name):
@@ -289,7 +289,7 @@ def _truncated(clip) -> bytes:
 
 
 def test_bad_uploads_get_4xx_with_messages_and_a_good_request_still_succeeds(clips):
-    cfg = ServerConfig(policy="sjf", workers=1, max_upload_mb=0.25)
+    cfg = ServerConfig(policy="sjf", local_slots=1, max_upload_mb=0.25)
     with run_in_thread(cfg) as h:
         url = h.url
         assert len(clips["blocker"]["bytes"]) > 0.25 * 2**20 > len(clips["medium"]["bytes"])
@@ -346,7 +346,7 @@ def test_bad_uploads_get_4xx_with_messages_and_a_good_request_still_succeeds(cli
 # ----------------------------------------------------------------------------- disconnects
 
 def test_client_disconnect_frees_queued_and_running_slots(clips):
-    with run_in_thread(ServerConfig(policy="fcfs", workers=1)) as h:
+    with run_in_thread(ServerConfig(policy="fcfs", local_slots=1)) as h:
         url = h.url
 
         async def leave_after(name, seconds):
@@ -395,7 +395,7 @@ def test_client_disconnect_frees_queued_and_running_slots(clips):
 # ----------------------------------------------------------------------------- upstream mode
 
 def test_upstream_mode_orders_requests_in_front_of_another_server(clips):
-    with run_in_thread(ServerConfig(policy="fcfs", workers=1)) as backend, \
+    with run_in_thread(ServerConfig(policy="fcfs", local_slots=1)) as backend, \
             run_in_thread(ServerConfig(policy="sjf", upstream=backend.url, max_concurrency=1)) as front:
         names = ["long", "medium", "short"]
         rs = asyncio.run(_ordered_burst(front.url, clips, names))
@@ -443,7 +443,7 @@ def test_engine_matches_faster_whisper_greedy_transcript(clips):
 
 @pytest.mark.parametrize("argv,needle", [
     (["--policy", "bogus"], "fcfs"),
-    (["--workers", "0"], "workers must be an integer >= 1"),
+    (["--slots", "0"], "local_slots must be an integer >= 1"),
     (["--upstream", "ftp://somewhere"], "http://"),
     (["--policy-params", "[1]"], "JSON object"),
     (["--model", "large-v9"], "tiny.en"),

@@ -43,7 +43,7 @@ def quiet_sweep(**kw):
 
 
 def test_sweep_rows_and_throughput_equal_across_policies():
-    df = quiet_sweep(**GRID, cache_dir=None, n_jobs=1, progress=False)
+    df = quiet_sweep(**GRID, cache_dir=None, workers=1, progress=False)
     assert len(df) == 6 and (df.completed == 400).all()
     # same trace for every policy: same audio, so throughput can only differ through the tail of the run
     spread = df.groupby("rate").request_throughput.agg(lambda s: (s.max() - s.min()) / s.mean())
@@ -51,14 +51,14 @@ def test_sweep_rows_and_throughput_equal_across_policies():
 
 
 def test_sjf_beats_fcfs_on_median_under_load_and_not_when_idle():
-    df = quiet_sweep(**GRID, cache_dir=None, n_jobs=1, progress=False)
+    df = quiet_sweep(**GRID, cache_dir=None, workers=1, progress=False)
     rc = relative_change(df).set_index(["rate", "policy"])
     assert rc.loc[(19.0, "sjf"), "p50_e2el_ms_change_pct"] < -30
     assert abs(rc.loc[(6.0, "sjf"), "p50_e2el_ms_change_pct"]) < 5
 
 
 def test_cache_resumes_without_recomputing(tmp_path, monkeypatch):
-    first = run_sweep(**GRID, cache_dir=tmp_path, n_jobs=1, progress=False)
+    first = run_sweep(**GRID, cache_dir=tmp_path, workers=1, progress=False)
     files = sorted(tmp_path.glob("*.parquet"))
     assert len(files) == 6
     # "interrupt": lose two points, then make any recomputation of the others impossible
@@ -74,21 +74,21 @@ def test_cache_resumes_without_recomputing(tmp_path, monkeypatch):
         return real(**kw)
 
     monkeypatch.setattr(sw, "run_point", counting)
-    again = run_sweep(**GRID, cache_dir=tmp_path, n_jobs=1, progress=False)
+    again = run_sweep(**GRID, cache_dir=tmp_path, workers=1, progress=False)
     assert len(calls) == 2
     cols = ["workload", "rate", "policy", "p50_e2el_ms", "p90_e2el_ms"]
     pd.testing.assert_frame_equal(first[cols], again[cols])
 
 
 def test_joblib_processes_match_in_process():
-    a = run_sweep(**GRID, cache_dir=None, n_jobs=1, progress=False)
-    b = run_sweep(**GRID, cache_dir=None, n_jobs=2, progress=False)
+    a = run_sweep(**GRID, cache_dir=None, workers=1, progress=False)
+    b = run_sweep(**GRID, cache_dir=None, workers=2, progress=False)
     pd.testing.assert_frame_equal(a[["policy", "rate", "p90_e2el_ms"]], b[["policy", "rate", "p90_e2el_ms"]])
 
 
 @pytest.mark.slow
 def test_dask_local_cluster_same_results():
-    a = run_sweep(**GRID, cache_dir=None, n_jobs=1, progress=False)
+    a = run_sweep(**GRID, cache_dir=None, workers=1, progress=False)
     b = run_sweep(**GRID, cache_dir=None, address="local", progress=False)
     pd.testing.assert_frame_equal(a[["policy", "rate", "p90_e2el_ms"]], b[["policy", "rate", "p90_e2el_ms"]])
 
@@ -109,12 +109,12 @@ def test_bad_parameters_fail_before_work(bad, match, tmp_path):
     args = {**GRID, **bad}
     kappa = args.pop("kappa", None)
     with pytest.raises(ValueError, match=match):
-        run_sweep(**args, kappa=kappa, cache_dir=tmp_path, n_jobs=1, progress=False)
+        run_sweep(**args, kappa=kappa, cache_dir=tmp_path, workers=1, progress=False)
     assert not list(tmp_path.glob("*.parquet"))
 
 
 SMALL = dict(policies=["fcfs", "sjf", "hrrn"], workloads=["librispeech", "uniform"], seeds=[0, 1],
-             n_requests=800, cache_dir=None, n_jobs=1, progress=False)
+             n_requests=800, cache_dir=None, workers=1, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -187,11 +187,11 @@ def test_loads_are_fractions_of_measured_capacity_and_regimes_follow(small_sweep
 def test_overloaded_sweep_warns_once_and_stable_sweep_not():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        run_sweep(None, ["fcfs", "sjf"], ["uniform"], [0], loads=[0.5], n_requests=400, cache_dir=None, n_jobs=1,
+        run_sweep(None, ["fcfs", "sjf"], ["uniform"], [0], loads=[0.5], n_requests=400, cache_dir=None, workers=1,
                   progress=False)
         assert not [w for w in caught if issubclass(w.category, OverloadWarning)]
         run_sweep(None, ["fcfs", "sjf"], ["uniform"], [0], loads=[0.5, 1.4], n_requests=400, cache_dir=None,
-                  n_jobs=1, progress=False)
+                  workers=1, progress=False)
     over = [w for w in caught if issubclass(w.category, OverloadWarning)]
     assert len(over) == 1 and "1 of 2" in str(over[0].message) and "n_requests=400" in str(over[0].message)
 
@@ -211,7 +211,7 @@ def test_run_length_moves_the_overload_change_more_than_the_stable_one():
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         rl = run_length_effect("librispeech", loads=[0.8, 1.4], n_list=[500, 4000], seeds=[0, 1, 2],
-                               cache_dir=None, n_jobs=1, progress=False)
+                               cache_dir=None, workers=1, progress=False)
     ch = rl.set_index(["rho", "n_requests"]).p50_e2el_ms_change_pct
     assert set(rl.regime) == {"stable", "overload"}
     moved_over = abs(ch[(1.4, 4000)] - ch[(1.4, 500)])
@@ -249,6 +249,6 @@ def test_drift_must_cover_run():
 
 
 def test_point_reproducible():
-    a = run_sweep(**GRID, cache_dir=None, n_jobs=1, progress=False)
-    b = run_sweep(**GRID, cache_dir=None, n_jobs=1, progress=False)
+    a = run_sweep(**GRID, cache_dir=None, workers=1, progress=False)
+    b = run_sweep(**GRID, cache_dir=None, workers=1, progress=False)
     assert np.array_equal(a.p99_e2el_ms.to_numpy(), b.p99_e2el_ms.to_numpy())

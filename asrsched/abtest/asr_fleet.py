@@ -472,7 +472,7 @@ def _truth_table(runs: pd.DataFrame, cfg: ASRStudyConfig) -> pd.DataFrame:
     return df
 
 
-def run_study(cfg: ASRStudyConfig, *, n_jobs: int | None = None, address=None, cache_dir=None,
+def run_study(cfg: ASRStudyConfig, *, workers: int | None = None, address=None, cache_dir=None,
               progress: bool = True) -> ASRStudyResult:
     """Run every (workload, design, replication) experiment and the ground-truth runs.
 
@@ -497,7 +497,7 @@ def run_study(cfg: ASRStudyConfig, *, n_jobs: int | None = None, address=None, c
     from asrsched.sim.cache import code_key
 
     tasks = [dict(kind="truth", task=t) for t in ttasks] + [dict(kind="rep", task=t) for t in etasks]
-    done = run_tasks(_dispatch, tasks, cache_dir=cache_dir, code=code_key(__name__), prefix="abasr", n_jobs=n_jobs,
+    done = run_tasks(_dispatch, tasks, cache_dir=cache_dir, code=code_key(__name__), prefix="abasr", workers=workers,
                      address=address, progress=progress, desc="ASR A/B runs")
     truth, reps = done[: len(ttasks)], done[len(ttasks):]
     order = {w: i for i, w in enumerate(cfg.workloads)}

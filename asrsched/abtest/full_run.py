@@ -56,15 +56,15 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- W(p): why DQ is biased
 
-def run_wp_point(scenario: str, p: float, k: int, study: dict, n_jobs: int) -> dict:
+def run_wp_point(scenario: str, p: float, k: int, study: dict, n_requests: int) -> dict:
     """Mean response time of the mixed system with a fraction ``p`` of jobs on the treatment policy.
 
     ``p = 0`` runs the control policy everywhere, ``p = 1`` the treatment everywhere, otherwise a
-    Bernoulli(p) assignment; ``n_jobs`` jobs after a 50k-job warm-up, batch-means standard error.
+    Bernoulli(p) assignment; ``n_requests`` jobs after a 50k-job warm-up, batch-means standard error.
     """
     keep_freed_memory()
     sc = StudyConfig.from_dict(study)
-    cfg = scenario_config(scenario, sc.base).replace(n_jobs=int(n_jobs), warmup_jobs=50_000)
+    cfg = scenario_config(scenario, sc.base).replace(n_requests=int(n_requests), warmup_requests=50_000)
     if p <= 0:
         cfg = cfg.replace(design="control")
     elif p >= 1:
@@ -74,30 +74,30 @@ def run_wp_point(scenario: str, p: float, k: int, study: dict, n_jobs: int) -> d
     c0 = time.process_time()
     tr = simulate(cfg, task_seed(sc.seed, scenario, "wp", float(p), k), details=False, area_at=False)
     return {"scenario": scenario, "p": float(p), "k": k, "mean_w": float(tr.response.mean()),
-            "se_w": batch_mean_se(tr.response), "n_jobs": len(tr), "cpu_seconds": time.process_time() - c0}
+            "se_w": batch_mean_se(tr.response), "n_requests": len(tr), "cpu_seconds": time.process_time() - c0}
 
 
 def run_wp_curve(study: StudyConfig, ps=(0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0), *,
-                 jobs_per_point: int = 1_000_000, seeds: int = 1, n_jobs: int | None = None, address=None,
+                 requests_per_point: int = 1_000_000, seeds: int = 1, workers: int | None = None, address=None,
                  progress: bool = True) -> pd.DataFrame:
     """W(p) for every scenario of ``study`` at the treatment fractions ``ps`` (see :func:`run_wp_point`).
 
     Returns one row per (scenario, p): ``mean_w``, ``se_w`` (over ``seeds`` runs of
-    ``jobs_per_point`` jobs), ``n_jobs``. The chord from p = 0 to p = 1 has slope GTE; DQ with
+    ``requests_per_point`` jobs), ``workers``. The chord from p = 0 to p = 1 has slope GTE; DQ with
     Bernoulli(p) assignment estimates the tangent slope dW/dp at the experiment's p.
     """
     study.validate()
     if any(not (0 <= p <= 1) for p in ps) or len(ps) < 3:
         raise ValueError(f"ps: need at least 3 treatment fractions in [0, 1], got {ps!r}")
-    if not isinstance(jobs_per_point, (int, np.integer)) or jobs_per_point < 10_000:
-        raise ValueError(f"jobs_per_point: need an integer >= 10000, got {jobs_per_point!r}")
+    if not isinstance(requests_per_point, (int, np.integer)) or requests_per_point < 10_000:
+        raise ValueError(f"requests_per_point: need an integer >= 10000, got {requests_per_point!r}")
     sd = study.to_dict()
-    tasks = [dict(scenario=s, p=float(p), k=k, study=sd, n_jobs=int(jobs_per_point))
+    tasks = [dict(scenario=s, p=float(p), k=k, study=sd, n_requests=int(requests_per_point))
              for s in study.scenarios for p in ps for k in range(int(seeds))]
-    rows = run_tasks(run_wp_point, tasks, n_jobs=n_jobs, address=address, progress=progress, desc="W(p) curve")
+    rows = run_tasks(run_wp_point, tasks, workers=workers, address=address, progress=progress, desc="W(p) curve")
     d = pd.DataFrame(rows)
     g = d.groupby(["scenario", "p"], sort=False)
-    out = g.agg(mean_w=("mean_w", "mean"), n_jobs=("n_jobs", "sum"), cpu_seconds=("cpu_seconds", "sum"))
+    out = g.agg(mean_w=("mean_w", "mean"), n_requests=("n_requests", "sum"), cpu_seconds=("cpu_seconds", "sum"))
     out["se_w"] = g["se_w"].apply(lambda x: float(np.sqrt((x**2).sum()) / len(x)))
     out = out.reset_index()
     out["scenario"] = pd.Categorical(out["scenario"], categories=list(study.scenarios), ordered=True)
@@ -171,7 +171,7 @@ def run_search_rep(lam: float, control: str, treatment: str, rep: int, study: di
 
 
 def scenario_search(study: StudyConfig, *, lams=None, pairs=None, L_factors=None, costs=None, reps: int = 30,
-                    n_jobs: int | None = None, address=None, progress: bool = True) -> pd.DataFrame:
+                    workers: int | None = None, address=None, progress: bool = True) -> pd.DataFrame:
     """Replications of a Bernoulli experiment over (lambda, policy pair): raw DQ-family estimates.
 
     The system is ``study.base`` (N, p, experiment length) with the per-server load and the
@@ -193,7 +193,7 @@ def scenario_search(study: StudyConfig, *, lams=None, pairs=None, L_factors=None
     sd = study.to_dict()
     tasks = [dict(lam=float(lam), control=c, treatment=t, rep=r, study=sd, L_factors=tuple(g["L_factors"]),
                   costs=tuple(g["costs"])) for lam in g["lams"] for c, t in g["pairs"] for r in range(reps)]
-    done = run_tasks(run_search_rep, tasks, n_jobs=n_jobs, address=address, progress=progress, desc="scenario search")
+    done = run_tasks(run_search_rep, tasks, workers=workers, address=address, progress=progress, desc="scenario search")
     rows = [row for res in done for row in res]
     return pd.DataFrame(rows)
 
@@ -234,8 +234,8 @@ def search_table(raw: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.Dat
 # ----------------------------------------------------------------------------- the committed full run
 
 #: the full study of notebook 05 (``QUICK = False``): what ``python -m asrsched.abtest.full_run --full`` runs
-FULL = {"reps": 100, "truth_jobs": 4_000_000, "n_jobs": 500_000, "wp_jobs": 2_000_000, "wp_seeds": 2,
-        "search_reps": 40, "search_jobs": 500_000}
+FULL = {"reps": 100, "truth_requests": 4_000_000, "n_requests": 500_000, "wp_requests": 2_000_000, "wp_seeds": 2,
+        "search_reps": 40, "search_requests": 500_000}
 
 
 def provenance(command: str | None = None, params: dict | None = None, load_start=None) -> dict:
@@ -252,8 +252,8 @@ def provenance(command: str | None = None, params: dict | None = None, load_star
                        params, load_start=load_start, paths=("asrsched",))
 
 
-def write_full_run(out, study: StudyConfig, *, wp_jobs: int, wp_seeds: int, search_reps: int, search_jobs: int,
-                   n_jobs: int | None = None, progress: bool = True, command: str | None = None) -> Path:
+def write_full_run(out, study: StudyConfig, *, wp_requests: int, wp_seeds: int, search_reps: int, search_requests: int,
+                   workers: int | None = None, progress: bool = True, command: str | None = None) -> Path:
     """Run the study, the W(p) curves and the scenario search; write every table and ``run.json`` into ``out``.
 
     Files: ``summary.csv``, ``claims.csv``, ``claims.md``, ``truth.csv``, ``truth_runs.csv``,
@@ -269,14 +269,14 @@ def write_full_run(out, study: StudyConfig, *, wp_jobs: int, wp_seeds: int, sear
     study.validate()
     timings = {}
     t = time.perf_counter()
-    res = run_study(study, n_jobs=n_jobs, progress=progress)
+    res = run_study(study, workers=workers, progress=progress)
     timings.update(study_seconds=res.seconds, study_cpu_seconds=res.cpu_seconds)
     t = time.perf_counter()
-    curve = run_wp_curve(study, jobs_per_point=wp_jobs, seeds=wp_seeds, n_jobs=n_jobs, progress=progress)
+    curve = run_wp_curve(study, requests_per_point=wp_requests, seeds=wp_seeds, workers=workers, progress=progress)
     timings["wp_seconds"] = time.perf_counter() - t
     t = time.perf_counter()
-    sbase = dataclass_replace(study, base=study.base.replace(n_jobs=int(search_jobs)))
-    raw = scenario_search(sbase, reps=search_reps, n_jobs=n_jobs, progress=progress)
+    sbase = dataclass_replace(study, base=study.base.replace(n_requests=int(search_requests)))
+    raw = scenario_search(sbase, reps=search_reps, workers=workers, progress=progress)
     timings["search_seconds"] = time.perf_counter() - t
     summary = summarize(res)
     claims = claims_table(summary, res)
@@ -291,9 +291,9 @@ def write_full_run(out, study: StudyConfig, *, wp_jobs: int, wp_seeds: int, sear
     res.estimates.to_csv(out / "estimates.csv.gz", index=False)
     raw.to_csv(out / "search_raw.csv.gz", index=False)
     (out / "claims.md").write_text(claims_markdown(claims, summary, res.truth, wp) + "\n")
-    params = {"study": study.to_dict(), "wp_jobs": wp_jobs, "wp_seeds": wp_seeds, "search_reps": search_reps,
-              "search_jobs": search_jobs, "search_grid": {k: list(v) for k, v in SEARCH_GRID.items()},
-              "workers": n_jobs}
+    params = {"study": study.to_dict(), "wp_requests": wp_requests, "wp_seeds": wp_seeds, "search_reps": search_reps,
+              "search_requests": search_requests, "search_grid": {k: list(v) for k, v in SEARCH_GRID.items()},
+              "workers": workers}
     run = provenance(command, params, load0)
     run["timings"] = timings
     (out / "run.json").write_text(json.dumps(run, indent=2, default=json_default) + "\n")
@@ -354,26 +354,26 @@ def main(argv=None) -> int:
     ap.add_argument("--full", action="store_true", help=f"the full study: {FULL}")
     ap.add_argument("--out", required=True, help="output folder (e.g. figures/05_ab_estimators/full)")
     ap.add_argument("--reps", type=int, help="replications per scenario (default 100 with --full, else 10)")
-    ap.add_argument("--truth-jobs", type=int, help="jobs per truth run (default 4M with --full, else 1M)")
-    ap.add_argument("--n-jobs", type=int, help="jobs per experiment (default 500k)")
-    ap.add_argument("--wp-jobs", type=int, help="jobs per W(p) point and seed")
+    ap.add_argument("--truth-requests", type=int, help="jobs per truth run (default 4M with --full, else 1M)")
+    ap.add_argument("--n-requests", type=int, help="jobs per experiment (default 500k)")
+    ap.add_argument("--wp-requests", type=int, help="jobs per W(p) point and seed")
     ap.add_argument("--search-reps", type=int, help="replications per scenario-search cell")
-    ap.add_argument("--search-jobs", type=int, help="jobs per scenario-search experiment")
+    ap.add_argument("--search-requests", type=int, help="jobs per scenario-search experiment")
     ap.add_argument("--workers", type=int, default=None, help="parallel processes (default: all cores)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     a = ap.parse_args(argv)
-    small = {"reps": 10, "truth_jobs": 1_000_000, "n_jobs": 500_000, "wp_jobs": 500_000, "wp_seeds": 1,
-             "search_reps": 10, "search_jobs": 200_000}
+    small = {"reps": 10, "truth_requests": 1_000_000, "n_requests": 500_000, "wp_requests": 500_000, "wp_seeds": 1,
+             "search_reps": 10, "search_requests": 200_000}
     d = dict(FULL if a.full else small)
-    for k in ("reps", "truth_jobs", "n_jobs", "wp_jobs", "search_reps", "search_jobs"):
+    for k in ("reps", "truth_requests", "n_requests", "wp_requests", "search_reps", "search_requests"):
         if getattr(a, k) is not None:
             d[k] = getattr(a, k)
-    base = StudyConfig().base.replace(n_jobs=int(d["n_jobs"]))
-    study = StudyConfig(base=base, reps=int(d["reps"]), truth_jobs=int(d["truth_jobs"]), seed=a.seed)
+    base = StudyConfig().base.replace(n_requests=int(d["n_requests"]))
+    study = StudyConfig(base=base, reps=int(d["reps"]), truth_requests=int(d["truth_requests"]), seed=a.seed)
     cmd = " ".join(shlex.quote(x) for x in ["python", "-m", "asrsched.abtest.full_run", *(argv or sys.argv[1:])])
-    out = write_full_run(a.out, study, wp_jobs=int(d["wp_jobs"]), wp_seeds=int(d["wp_seeds"]),
-                         search_reps=int(d["search_reps"]), search_jobs=int(d["search_jobs"]), n_jobs=a.workers,
+    out = write_full_run(a.out, study, wp_requests=int(d["wp_requests"]), wp_seeds=int(d["wp_seeds"]),
+                         search_reps=int(d["search_reps"]), search_requests=int(d["search_requests"]), workers=a.workers,
                          progress=not a.quiet, command=cmd)
     run = json.loads((out / "run.json").read_text())
     print(f"wrote {out}: study {run['timings']['study_seconds']:.1f} s wall, "

@@ -152,7 +152,7 @@ class SystemConfig:
     design: "bernoulli", "group", "switchback", "control" or "treatment".
     p: treatment probability in (0, 1) (per job, per group split, per block).
     block_len: switchback block length (time units); alternate: alternate blocks C,T,C,..
-    n_jobs: recorded jobs; warmup_jobs: jobs simulated first and discarded.
+    n_requests: recorded jobs; warmup_requests: jobs simulated first and discarded.
     """
 
     n_servers: int = 20
@@ -169,8 +169,8 @@ class SystemConfig:
     p: float = 0.5
     block_len: float = 50.0
     alternate: bool = False
-    n_jobs: int = 100_000
-    warmup_jobs: int = 20_000
+    n_requests: int = 100_000
+    warmup_requests: int = 20_000
     extra: dict = field(default_factory=dict, compare=False)
 
     def replace(self, **kw) -> SystemConfig:
@@ -265,10 +265,10 @@ class SystemConfig:
                 _check_pod_stability(name, d, rates[sel], share * self.total_rate)
         if self.design == "switchback" and not (self.block_len > 0):
             raise ValueError(f"block_len: switchback block length must be > 0, got {self.block_len!r}")
-        if not isinstance(self.n_jobs, (int, np.integer)) or self.n_jobs < 1:
-            raise ValueError(f"n_jobs: need an integer >= 1, got {self.n_jobs!r}")
-        if not isinstance(self.warmup_jobs, (int, np.integer)) or self.warmup_jobs < 0:
-            raise ValueError(f"warmup_jobs: need an integer >= 0, got {self.warmup_jobs!r}")
+        if not isinstance(self.n_requests, (int, np.integer)) or self.n_requests < 1:
+            raise ValueError(f"n_requests: need an integer >= 1, got {self.n_requests!r}")
+        if not isinstance(self.warmup_requests, (int, np.integer)) or self.warmup_requests < 0:
+            raise ValueError(f"warmup_requests: need an integer >= 0, got {self.warmup_requests!r}")
         return self
 
 
@@ -312,14 +312,14 @@ def simulate(cfg: SystemConfig, seed: int = 0, *, details: bool = True, area_at:
     rates = cfg.rate_array
     code = _DESIGN_CODE[cfg.design]
     group = cfg.group_mask().astype(np.int8) if cfg.design == "group" else np.zeros(cfg.n_servers, np.int8)
-    args = (int(cfg.n_jobs), int(cfg.warmup_jobs), rates, float(cfg.total_rate), float(cfg.amp), float(cfg.period),
+    args = (int(cfg.n_requests), int(cfg.warmup_requests), rates, float(cfg.total_rate), float(cfg.amp), float(cfg.period),
             SERVICE_KINDS.index(cfg.service), float(cfg.pareto_shape), int(d0), int(d1), int(code), float(cfg.p),
             group, float(cfg.block_len), bool(cfg.alternate))
     st = _rng.state(int(seed))
     keep = (1 if details else 0) | (2 if area_at else 0)
     out = (_kernel or _simulate)(*args, float(cfg.delay), st, int(_scan_max), keep)
     arr, dep, z, nb, lam_at, srv, qseen, block, area, t0, t1, a_at = out
-    w = int(cfg.warmup_jobs)
+    w = int(cfg.warmup_requests)
     arr, z, nb = arr[w:], z[w:], nb[w:]
     srv, qseen = (srv[w:], qseen[w:]) if details else (None, None)
     a_at = a_at[w:] if area_at else None
@@ -354,7 +354,7 @@ def simulate(cfg: SystemConfig, seed: int = 0, *, details: bool = True, area_at:
 
 
 @njit(cache=True)
-def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0, d1, design, p,
+def _simulate(n_requests, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0, d1, design, p,
               group, block_len, alternate, delay, st, scan_max, keep):
     """The supermarket model's one kernel (arguments as built by :func:`simulate`).
 
@@ -367,7 +367,7 @@ def _simulate(n_jobs, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0
     """
     # every draw from ``st`` (xoshiro256++ state, asrsched.sim.rng), inlined into this loop
     N = rates.shape[0]
-    total = n_warm + n_jobs
+    total = n_warm + n_requests
     arr = np.empty(total)
     dep = np.empty(total)
     z = np.zeros(total, np.int8)

@@ -1,7 +1,7 @@
 """The estimator study: scenarios x replications -> bias / standard deviation / MSE / coverage.
 
 One *replication* of a scenario runs three independent experiments of the same length
-(``n_jobs`` jobs after warm-up) on the same system:
+(``n_requests`` jobs after warm-up) on the same system:
 
 * a job-level Bernoulli(p) experiment -> naive, qDQ, wDQ, mixed DQ (and the L ablation:
   the DQ family at every ``L`` in ``L_factors * default L``);
@@ -15,7 +15,7 @@ is the homogeneous system) share one replication task and one set of truth runs:
 experiment is simulated once and gives both scenarios their rows (the same numbers).
 
 The ground truth of a scenario comes from long separate runs of each policy everywhere
-(``truth_seeds`` runs of ``truth_jobs`` jobs per policy): ``GTE = W(treatment) -
+(``truth_seeds`` runs of ``truth_requests`` jobs per policy): ``GTE = W(treatment) -
 W(control)`` with a batch-means standard error, also in its queue-length form
 ``(X_1 - X_0) / lam`` (equal by Little's law). Optionally (``slope_h``) the slope
 ``dW(p)/dp`` of the mixed system at the experiment's p is measured from runs at
@@ -113,7 +113,7 @@ SCENARIOS = {
 
 
 def scenario_config(name: str, base: SystemConfig) -> SystemConfig:
-    """The system of scenario ``name`` built on ``base`` (N, lam, policies, p, n_jobs)."""
+    """The system of scenario ``name`` built on ``base`` (N, lam, policies, p, n_requests)."""
     if name not in SCENARIOS:
         raise ValueError(f"scenario: {name!r} not in {tuple(SCENARIOS)}")
     n = base.n_servers
@@ -141,7 +141,7 @@ class StudyConfig:
     """
 
     base: SystemConfig = field(default_factory=lambda: SystemConfig(
-        n_servers=20, lam=0.8, control="random", treatment="pod2", p=0.5, n_jobs=500_000, warmup_jobs=20_000))
+        n_servers=20, lam=0.8, control="random", treatment="pod2", p=0.5, n_requests=500_000, warmup_requests=20_000))
     scenarios: tuple = tuple(SCENARIOS)
     reps: int = 24
     L: int | None = None
@@ -151,7 +151,7 @@ class StudyConfig:
     block_len: float = 200.0
     burn_in: float = 50.0
     sb_blocks: tuple = (50.0, 200.0, 800.0)
-    truth_jobs: int = 4_000_000
+    truth_requests: int = 4_000_000
     truth_seeds: int = 2
     slope_h: float | None = 0.05
     seed: int = 0
@@ -171,10 +171,10 @@ class StudyConfig:
             raise ValueError(f"L: the truncation horizon must be a positive integer, got {self.L!r}")
         if any(not (f > 0) for f in self.L_factors):
             raise ValueError(f"L_factors: every factor must be > 0, got {self.L_factors!r}")
-        if max(int(round(f * L)) for f in (*self.L_factors, 1.0)) * 4 * self.n_batches > self.base.n_jobs:
+        if max(int(round(f * L)) for f in (*self.L_factors, 1.0)) * 4 * self.n_batches > self.base.n_requests:
             raise ValueError(
-                f"n_jobs: {self.base.n_jobs} jobs is too short for L up to {max(self.L_factors) * L:g} with "
-                f"{self.n_batches} batches (need n_jobs >= 4 * L * n_batches)")
+                f"n_requests: {self.base.n_requests} jobs is too short for L up to {max(self.L_factors) * L:g} with "
+                f"{self.n_batches} batches (need n_requests >= 4 * L * n_batches)")
         if not isinstance(self.n_batches, (int, np.integer)) or self.n_batches < 2:
             raise ValueError(f"n_batches: need an integer >= 2, got {self.n_batches!r}")
         if not isinstance(self.alpha_batches, (int, np.integer)) or self.alpha_batches < 3:
@@ -184,8 +184,8 @@ class StudyConfig:
                              f"block_len={self.block_len}")
         if any(not (b > 0) for b in self.sb_blocks):
             raise ValueError(f"sb_blocks: block lengths must be > 0, got {self.sb_blocks!r}")
-        if not isinstance(self.truth_jobs, (int, np.integer)) or self.truth_jobs < 10_000:
-            raise ValueError(f"truth_jobs: need an integer >= 10000, got {self.truth_jobs!r}")
+        if not isinstance(self.truth_requests, (int, np.integer)) or self.truth_requests < 10_000:
+            raise ValueError(f"truth_requests: need an integer >= 10000, got {self.truth_requests!r}")
         if not isinstance(self.truth_seeds, (int, np.integer)) or self.truth_seeds < 1:
             raise ValueError(f"truth_seeds: need an integer >= 1, got {self.truth_seeds!r}")
         if "w" not in self.costs or any(c not in COSTS for c in self.costs):
@@ -323,7 +323,7 @@ def run_truth(scenario: str, arm: str, k: int, study: dict) -> dict:
     """One long run of one arm: ``arm`` in control, treatment, p_minus, p_plus (slope runs)."""
     keep_freed_memory()
     sc = StudyConfig.from_dict(study)
-    cfg = scenario_config(scenario, sc.base).replace(n_jobs=int(sc.truth_jobs), warmup_jobs=50_000)
+    cfg = scenario_config(scenario, sc.base).replace(n_requests=int(sc.truth_requests), warmup_requests=50_000)
     if arm in ("control", "treatment"):
         cfg = cfg.replace(design=arm)
     elif arm in ("p_minus", "p_plus"):
@@ -336,7 +336,7 @@ def run_truth(scenario: str, arm: str, k: int, study: dict) -> dict:
     ll = littles_law(tr)
     return {"scenario": scenario, "arm": arm, "k": k, "mean_w": ll["mean_response"],
             "se_w": batch_mean_se(tr.response), "time_avg_n": ll["time_avg_n"], "lam_hat": ll["lam_hat"],
-            "little_rel_gap": ll["rel_gap"], "n_jobs": len(tr), "cpu_seconds": time.process_time() - c0}
+            "little_rel_gap": ll["rel_gap"], "n_requests": len(tr), "cpu_seconds": time.process_time() - c0}
 
 
 @dataclass
@@ -385,11 +385,11 @@ def _study_task(fn: str, task: dict) -> dict:
     return {"run_truth": run_truth, "run_replication": run_replication}[fn](**task)
 
 
-def run_study(study: StudyConfig, *, n_jobs: int | None = None, address=None, cache_dir=None,
+def run_study(study: StudyConfig, *, workers: int | None = None, address=None, cache_dir=None,
               progress: bool = True) -> StudyResult:
     """Run every scenario's replications and ground truth (validated first; nothing runs on bad input).
 
-    The tasks run through :func:`asrsched.sim.parallel.run_tasks` (``n_jobs`` local processes or
+    The tasks run through :func:`asrsched.sim.parallel.run_tasks` (``workers`` local processes or
     a Dask ``address``). With ``cache_dir`` each finished task is kept as JSON and reused.
     """
     study.validate()
@@ -405,7 +405,7 @@ def run_study(study: StudyConfig, *, n_jobs: int | None = None, address=None, ca
     every = [dict(fn=fn.__name__, task=t) for fn, tlist in ((run_truth, ttasks), (run_replication, tasks))
              for t in tlist]
     results = run_tasks(_study_task, every, cache_dir=cache_dir, code=code_key(__name__), prefix="abtest",
-                        n_jobs=n_jobs, address=address, progress=progress, desc="truth runs and replications")
+                        workers=workers, address=address, progress=progress, desc="truth runs and replications")
     truth, reps = results[: len(ttasks)], results[len(ttasks):]
     rows = [r for res in reps for r in res["rows"]]
     little = [r for res in reps for r in res["little"]]

@@ -112,7 +112,7 @@ def _cmd_sweep(args) -> int:
 
     df = run_sweep(args.rates, args.policies, args.workloads, args.seeds, n_requests=args.n_requests,
                    max_num_seqs=args.max_num_seqs, service=args.profile, cache_dir=args.cache,
-                   n_jobs=args.n_jobs, address=args.address)
+                   workers=args.workers, address=args.address)
     if args.out:
         df.to_csv(args.out, index=False)
     rc = relative_change(df)
@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--max-num-seqs", type=int, default=32)
     w.add_argument("--profile", default=None, help="service-model JSON")
     w.add_argument("--cache", default="runs/sweep-cache")
-    w.add_argument("--n-jobs", type=int, default=None)
+    w.add_argument("--workers", type=int, default=None, help="parallel processes (default: all cores)")
     w.add_argument("--address", default=None, help="Dask scheduler address, or 'local'")
     w.add_argument("--out", default=None, help="write the full table as CSV")
     w.set_defaults(fn=_cmd_sweep)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from asrsched.app import paths
-from asrsched.app.params import load_params, notebook_parameters, params_for, parse_value
+from asrsched.app.params import check_parameters, load_params, notebook_parameters, params_for, parse_value
 from asrsched.app.runner import resolve
 
 __all__ = ["prepare", "voila_command", "main"]
@@ -67,10 +67,7 @@ def prepare(notebook: str, parameters: Mapping[str, Any] | None = None, *, out_d
 
     nb_path = resolve(str(notebook), root).resolve()
     params = dict(parameters or {})
-    known = notebook_parameters(nb_path)
-    unknown = sorted(set(params) - set(known))
-    if unknown:
-        raise ValueError(f"{nb_path.stem}: unknown parameter(s) {', '.join(unknown)}; allowed: {', '.join(known)}")
+    check_parameters(nb_path, params)
     out_dir = Path(out_dir or paths.runs_dir(root) / "dashboard")
     cwd = paths.kernel_dir(nb_path, fallback=out_dir, root=root)
     nb = parameterize_notebook(load_notebook_node(str(nb_path)), params)

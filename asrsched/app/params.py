@@ -13,7 +13,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["parse_value", "load_params", "notebook_parameters", "params_for"]
+__all__ = ["parse_value", "load_params", "notebook_parameters", "params_for", "check_parameters", "RENAMED"]
+
+#: Notebook parameters renamed to the one vocabulary (CONTRIBUTING, *Vocabulary*): old name → new
+#: name, per notebook. Passing an old name is an error that names the new one.
+RENAMED: dict[str, dict[str, str]] = {
+    "02_policy_sweep": {"N_JOBS": "WORKERS"},
+    "04_real_serving": {"WORKERS": "SERVER_SLOTS"},
+    "05_ab_estimators": {"N_JOBS": "N_REQUESTS", "TRUTH_JOBS_QUICK": "TRUTH_REQUESTS_QUICK",
+                         "TRUTH_JOBS_FULL": "TRUTH_REQUESTS_FULL", "WP_JOBS": "WP_REQUESTS"},
+    "06_ab_asr_policies": {"N_JOBS": "WORKERS"},
+}
 
 
 def parse_value(value: Any) -> Any:
@@ -56,7 +66,25 @@ def params_for(stem: str, params: Mapping[str, Mapping[str, Any]], known: Mappin
     ``"*"`` applies where the notebook has the parameter (``known``: its parameter names), then the
     number prefix (``"02"``), then the full stem; later ones win.
     """
-    p = {k: v for k, v in params.get("*", {}).items() if known is None or k in known}
+    old = RENAMED.get(stem, {})  # an old name is kept, so that check_parameters names its new one
+    p = {k: v for k, v in params.get("*", {}).items() if known is None or k in known or k in old}
     p.update(params.get(stem.split("_")[0], {}))
     p.update(params.get(stem, {}))
     return p
+
+
+def check_parameters(nb: str | os.PathLike, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The notebook's parameters (:func:`notebook_parameters`), after checking the names in ``params``.
+
+    A renamed parameter (:data:`RENAMED`) raises ``ValueError`` naming its new name; any other
+    unknown name raises ``ValueError`` listing the allowed ones. Nothing has run yet when it raises.
+    """
+    stem = Path(nb).stem
+    known = notebook_parameters(nb)
+    old = {k: RENAMED.get(stem, {})[k] for k in params if k not in known and k in RENAMED.get(stem, {})}
+    if old:
+        raise ValueError(f"{stem}: parameter(s) renamed: " + "; ".join(f"{k} is now {v}" for k, v in old.items()))
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(f"{stem}: unknown parameter(s) {', '.join(unknown)}; allowed: {', '.join(known)}")
+    return known

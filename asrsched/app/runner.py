@@ -34,7 +34,7 @@ from typing import Any
 import pandas as pd
 
 from asrsched.app import paths
-from asrsched.app.params import load_params, notebook_parameters, params_for
+from asrsched.app.params import check_parameters, load_params, notebook_parameters, params_for
 
 __all__ = ["notebooks", "resolve", "run_notebook", "run_series", "NotebookRun", "load_params",
            "notebook_parameters", "figures_root_for"]
@@ -128,10 +128,7 @@ def run_notebook(
 
     nb = resolve(str(name), root)
     params = dict(parameters or {})
-    known = notebook_parameters(nb)
-    unknown = sorted(set(params) - set(known))
-    if unknown:
-        raise ValueError(f"{nb.stem}: unknown parameter(s) {', '.join(unknown)}; allowed: {', '.join(known)}")
+    check_parameters(nb, params)
     if formats is not None:
         bad = [f for f in formats if f not in FORMATS]
         if bad or not formats:

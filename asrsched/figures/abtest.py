@@ -254,7 +254,7 @@ def fig_wp(curve: pd.DataFrame, wp: pd.DataFrame, p: float = 0.5, cols: int = 4)
                             name="slope = mean wDQ estimate", legendgroup="d", showlegend=first, row=r, col=c)
     big = wp.loc[wp.curvature_share.abs().idxmax()] if len(wp) else None
     sub = (f"the tangent misses {100 * big.curvature_share:.0f} % of the GTE in {big.scenario} (largest); "
-           f"n = {int(curve.n_jobs.min()):,} jobs per point") if big is not None else ""
+           f"n = {int(curve.n_requests.min()):,} jobs per point") if big is not None else ""
     fig.update_layout(title=wrap("W(p): mean response time of the mixed system against the treatment fraction p", 80)
                       + f"<br><sup>{sub}</sup>", height=330 * rows + 190, width=1200, margin=dict(t=100, b=120),
                       legend=dict(orientation="h", y=-0.1 - 0.1 / rows, yanchor="top", x=0))

@@ -190,7 +190,7 @@ def drift_explorer(rate: float = 9.0, ramp_s: float = 60.0, n_requests: int = 25
 # ----------------------------------------------------------------------------- A/B estimator study (notebook 05)
 
 def small_study(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.5, L: int = 0, n_servers: int = 20,
-                reps: int = 6, n_jobs: int = 100_000, scenario: str = "homogeneous", seed: int = 0):
+                reps: int = 6, n_requests: int = 100_000, scenario: str = "homogeneous", seed: int = 0):
     """A one-scenario study sized for interaction (seconds). ``L=0`` means the default 30*N*lam.
 
     Returns ``(StudyResult, summary DataFrame)``; raises ``ValueError`` on bad input.
@@ -198,15 +198,15 @@ def small_study(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.5, L: i
     Lx = None if not L else int(L)
     Lv = Lx or max(1, round(30 * n_servers * lam))
     base = SystemConfig(n_servers=int(n_servers), lam=float(lam), control=int(d1), treatment=int(d2), p=float(p),
-                        n_jobs=max(int(n_jobs), 100 * Lv), warmup_jobs=10_000)
+                        n_requests=max(int(n_requests), 100 * Lv), warmup_requests=10_000)
     sc = StudyConfig(base=base, scenarios=(scenario,), reps=int(reps), L=Lx, L_factors=(1.0,), alpha_batches=50,
-                     truth_jobs=max(400_000, 4 * base.n_jobs), truth_seeds=1, slope_h=None, seed=seed)
-    res = run_study(sc, n_jobs=1, progress=False)
+                     truth_requests=max(400_000, 4 * base.n_requests), truth_seeds=1, slope_h=None, seed=seed)
+    res = run_study(sc, workers=1, progress=False)
     return res, summarize(res)
 
 
 def estimator_explorer(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.5, L: int = 0, n_servers: int = 20,
-                       reps: int = 6, n_jobs: int = 100_000, seed: int = 0) -> W.VBox:
+                       reps: int = 6, n_requests: int = 100_000, seed: int = 0) -> W.VBox:
     """Sliders (λ, Power-of-d of each arm, p, L, N) over every estimator's replications vs the truth.
 
     The title states the truth with its 95 % CI and the number of replications; it names the
@@ -234,7 +234,7 @@ def estimator_explorer(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.
 
     def update(*_):
         try:
-            res, s = small_study(lam_w.value, d1_w.value, d2_w.value, p_w.value, L_w.value, n_w.value, reps, n_jobs,
+            res, s = small_study(lam_w.value, d1_w.value, d2_w.value, p_w.value, L_w.value, n_w.value, reps, n_requests,
                                  seed=seed)
         except ValueError as err:
             table.value = f"<b style='color:#b00'>{err}</b>"
@@ -273,7 +273,7 @@ def estimator_explorer(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.
 # ----------------------------------------------------------------------------- A/B study on the ASR fleet (notebook 06)
 
 def ab_explorer(cfg: ASRStudyConfig | None = None, *, workload: str = "librispeech", reps: int = 4,
-                n_requests: int = 8000, n_jobs: int = 1):
+                n_requests: int = 8000, workers: int = 1):
     """Sliders for fleet size, load, p and L over a small study of the routing and scheduling tests.
 
     Each change re-runs :func:`asrsched.abtest.asr_fleet.run_study` (the batch path) on one workload with ``reps``
@@ -304,7 +304,7 @@ def ab_explorer(cfg: ASRStudyConfig | None = None, *, workload: str = "librispee
             span = c.warmup_s + max(5 * c.block_s, 2 * c.L_for(lam) / lam + 2 * c.n_batches / lam)
             c = c.replace(n_requests=max(int(n_requests), int(math.ceil(lam * span))))
             msg.value = f"<i>simulating {c.reps} experiments x {len(c.designs())} designs of {c.n_requests} requests</i>"
-            state["res"] = run_fleet_study(c, n_jobs=n_jobs, progress=False)
+            state["res"] = run_fleet_study(c, workers=workers, progress=False)
             state["sum"] = summary_table(state["res"])
             msg.value = ""
         except ValueError as e:

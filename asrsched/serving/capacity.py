@@ -7,7 +7,7 @@ Two ways to a capacity, both a :class:`ServingCapacity` (a ``Capacity``: ``rate`
 * :func:`measure_saturation` measures it on the running server: a closed loop keeps the engine
   full and the served rate is counted where it is full. This is what the real-engine study states
   its loads ``rho`` against.
-* :func:`capacity_rps` computes it from a service model: ``slots`` independent workers serving
+* :func:`capacity_rps` computes it from a service model: ``slots`` independent slots serving
   the workload's requests one at a time, ``slots / E[est_service]``.
 """
 
@@ -77,7 +77,7 @@ class ServingCapacity(Capacity):
 
 def capacity_rps(service: ServiceModel, durations: np.ndarray, languages: np.ndarray | str = "en",
                  slots: int = 1, *, workload: str = "custom") -> ServingCapacity:
-    """Requests per second ``slots`` independent workers sustain on these durations: ``slots / mean
+    """Requests per second ``slots`` independent slots sustain on these durations: ``slots / mean
     est_service`` (:meth:`~asrsched.core.service.ServiceModel.est_service`, one request per worker at a
     time, as this package's CPU server serves them).
 

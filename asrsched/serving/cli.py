@@ -6,7 +6,7 @@ which validates a :class:`~asrsched.serving.config.ServerConfig` from the flags
 with uvicorn until interrupted (the HTTP API and how a request travels:
 :mod:`asrsched.serving.app`).
 
-``asrsched serve --policy sjf --model tiny.en --port 8000 [--workers 1]
+``asrsched serve --policy sjf --model tiny.en --port 8000 [--slots 1]
 [--upstream URL --max-concurrency N] [--queue-limit N] [--timeout S]``.
 """
 
@@ -32,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--served-model-name", action="append", default=[], help="another accepted model name")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    ap.add_argument("--workers", type=int, default=1, help="local faster-whisper workers")
-    ap.add_argument("--cpu-threads", type=int, default=None, help="threads per worker (default cores/workers)")
+    ap.add_argument("--slots", type=int, default=1, help="requests transcribed at once (faster-whisper workers)")
+    ap.add_argument("--cpu-threads", type=int, default=None, help="threads per slot (default cores/slots)")
     ap.add_argument("--compute-type", default="int8")
     ap.add_argument("--upstream", default=None, help="forward admitted requests to this OpenAI-compatible URL")
     ap.add_argument("--upstream-model", default=None, help="model name to send upstream")
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"asrsched serve: error: --policy-params must be a JSON object, got {a.policy_params!r}",
               file=sys.stderr)
         return 2
-    cfg = ServerConfig(policy=a.policy, model=a.model, workers=a.workers, cpu_threads=a.cpu_threads,
+    cfg = ServerConfig(policy=a.policy, model=a.model, local_slots=a.slots, cpu_threads=a.cpu_threads,
                        compute_type=a.compute_type, upstream=a.upstream, upstream_model=a.upstream_model,
                        max_concurrency=a.max_concurrency, queue_limit=a.queue_limit, request_timeout_s=a.timeout,
                        max_upload_mb=a.max_upload_mb, profile=a.profile, policy_params=params,
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def ready(srv: PolicyServer) -> None:
         mode = f"upstream {cfg.upstream} (max {cfg.max_concurrency} in flight)" if cfg.upstream else \
-            f"{cfg.workers} worker(s) x {cfg.threads_per_worker} thread(s), {cfg.model}"
+            f"{cfg.local_slots} slot(s) x {cfg.threads_per_slot} thread(s), {cfg.model}"
         print(f"asrsched serve: listening on {url} policy={cfg.policy} {mode}", flush=True)
 
     app.state.on_ready = ready

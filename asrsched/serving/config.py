@@ -3,7 +3,7 @@
 Local mode (faster-whisper workers on this CPU) or upstream mode (forwarding to another
 OpenAI-compatible server), the policy and its parameters, queue limit, timeouts, upload
 size and the size-estimate profile. :meth:`ServerConfig.validate` names a bad field and its
-allowed values; the derived ``slots``, ``threads_per_worker`` and ``model_names`` are what
+allowed values; the derived ``slots``, ``threads_per_slot`` and ``model_names`` are what
 the scheduler and the HTTP app read.
 """
 
@@ -23,8 +23,8 @@ __all__ = ["ServerConfig"]
 class ServerConfig:
     """Everything the server needs; :meth:`validate` names a bad field and its allowed values.
 
-    ``workers``: local faster-whisper workers (requests transcribed at once); ``cpu_threads``
-    per worker (default: the cores divided by the workers). ``upstream`` switches to
+    ``local_slots``: requests transcribed at once here (faster-whisper workers); ``cpu_threads``
+    per slot (default: the cores divided by the slots). ``upstream`` switches to
     forwarding mode with ``max_concurrency`` requests in flight upstream
     (``upstream_model`` renames the model for the upstream). ``queue_limit``: most
     requests waiting (0 = no limit). ``request_timeout_s``: the longest a request may
@@ -36,7 +36,7 @@ class ServerConfig:
 
     policy: str = "fcfs"
     model: str = "tiny.en"
-    workers: int = 1
+    local_slots: int = 1
     cpu_threads: int | None = None
     compute_type: str = "int8"
     upstream: str | None = None
@@ -67,7 +67,7 @@ class ServerConfig:
             transcription_url(self.upstream)
         if self.compute_type not in COMPUTE_TYPES:
             raise ValueError(f"compute_type must be one of {', '.join(COMPUTE_TYPES)}; got {self.compute_type!r}")
-        for name, lo in (("workers", 1), ("max_concurrency", 1), ("queue_limit", 0), ("keep_records", 1)):
+        for name, lo in (("local_slots", 1), ("max_concurrency", 1), ("queue_limit", 0), ("keep_records", 1)):
             v = getattr(self, name)
             if isinstance(v, bool) or int(v) != v or v < lo:
                 raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
@@ -84,11 +84,11 @@ class ServerConfig:
 
     @property
     def slots(self) -> int:
-        return self.max_concurrency if self.upstream else self.workers
+        return self.max_concurrency if self.upstream else self.local_slots
 
     @property
-    def threads_per_worker(self) -> int:
-        return int(self.cpu_threads or max(1, (os.cpu_count() or 1) // self.workers))
+    def threads_per_slot(self) -> int:
+        return int(self.cpu_threads or max(1, (os.cpu_count() or 1) // self.local_slots))
 
     @property
     def model_names(self) -> set[str]:

@@ -190,7 +190,7 @@ class ServingExperiment:
         return "\n".join(lines)
 
 
-def _check_params(policies, loads, rates, n_requests, n_probe, workers):
+def _check_params(policies, loads, rates, n_requests, n_probe, server_slots):
     validate_policies(list(policies))
     if not policies:
         raise ValueError("policies must name at least one policy")
@@ -199,7 +199,7 @@ def _check_params(policies, loads, rates, n_requests, n_probe, workers):
             raise ValueError(f"rates must be positive numbers (req/s), got {rates!r}")
     elif not loads or any(not (isinstance(x, (int, float)) and x > 0) for x in loads):
         raise ValueError(f"loads must be positive fractions of capacity (e.g. [0.5, 0.9, 1.3]), got {loads!r}")
-    for nm, v, lo in (("n_requests", n_requests, 2), ("n_probe", n_probe, 4), ("workers", workers, 1)):
+    for nm, v, lo in (("n_requests", n_requests, 2), ("n_probe", n_probe, 4), ("server_slots", server_slots, 1)):
         if isinstance(v, bool) or int(v) != v or v < lo:
             raise ValueError(f"{nm} must be an integer >= {lo}, got {v!r}")
 
@@ -216,7 +216,7 @@ def run_experiment(
     seed: int = 0,
     model: str = "tiny.en",
     engine: str = "cpu-server",
-    workers: int = 1,
+    server_slots: int = 1,
     target_url: str | None = None,
     upstream_concurrency: int = 4,
     vllm_max_num_seqs: int = 4,
@@ -234,7 +234,7 @@ def run_experiment(
 ) -> ServingExperiment:
     """Calibrate, measure saturation, then run every policy at every load on real servers, and simulate them.
 
-    ``engine``: ``"cpu-server"`` (this package's server, ``workers`` faster-whisper workers, or in
+    ``engine``: ``"cpu-server"`` (this package's server, ``server_slots`` requests at once (faster-whisper workers), or in
     upstream mode in front of ``target_url``) or ``"vllm"`` (vLLM's OpenAI server with the plug-in,
     one per policy, :class:`VllmServerProcess`, ``vllm_max_num_seqs`` sequences per step,
     ``vllm_engine_args`` to its engine). ``loads`` are ``rho`` = rate / the engine's measured
@@ -257,7 +257,7 @@ def run_experiment(
     recorded in ``params["load_tools_error"]``, the study goes on). See the module docstring.
     """
     rates = list(rates or [])
-    _check_params(policies, loads, rates, n_requests, n_probe, workers)
+    _check_params(policies, loads, rates, n_requests, n_probe, server_slots)
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
     if engine == "vllm" and target_url:
@@ -275,7 +275,7 @@ def run_experiment(
                 prof_model = packaged_profile(model)
     elif profile:
         prof_model = ServiceModel.from_json(profile)
-    slots = int(vllm_max_num_seqs) if engine == "vllm" else int(upstream_concurrency) if target_url else int(workers)
+    slots = int(vllm_max_num_seqs) if engine == "vllm" else int(upstream_concurrency) if target_url else int(server_slots)
     out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="asrsched-serving-"))
     out.mkdir(parents=True, exist_ok=True)
     if engine == "vllm":
@@ -284,7 +284,7 @@ def run_experiment(
                                      step_log=Path(log).with_name(Path(log).stem.replace("server-", "steps-", 1)
                                                                   + ".jsonl"))
     else:
-        skw = dict(model=model, workers=workers, upstream=target_url or None, max_concurrency=upstream_concurrency)
+        skw = dict(model=model, slots=server_slots, upstream=target_url or None, max_concurrency=upstream_concurrency)
         if target_url:
             skw["args"] = ["--served-model-name", model]
 
@@ -383,7 +383,7 @@ def run_experiment(
     sim = pd.concat(sims, ignore_index=True)
     params = dict(engine=engine, policies=policies, loads=list(loads), rates=rates, n_requests=n_requests,
                   n_probe=n_probe, n_saturation=n_saturation, workload=workload, seed=seed, model=model,
-                  workers=workers, target_url=target_url, upstream_concurrency=upstream_concurrency,
+                  server_slots=server_slots, target_url=target_url, upstream_concurrency=upstream_concurrency,
                   vllm_max_num_seqs=vllm_max_num_seqs, vllm_engine_args=vllm_engine_args,
                   service_json=str(service_json) if service_json else None, stream=stream, slots=slots,
                   profile=getattr(prof_model, "name", None), n_boot=n_boot, out_dir=str(out),

@@ -144,10 +144,10 @@ class PolicyServer:
             self.client = httpx.AsyncClient(timeout=httpx.Timeout(c.upstream_timeout_s, connect=10.0),
                                             limits=httpx.Limits(max_connections=c.max_concurrency + 4))
         else:
-            self.pool = ThreadPoolExecutor(max_workers=c.workers, thread_name_prefix="asrsched-worker")
+            self.pool = ThreadPoolExecutor(max_workers=c.local_slots, thread_name_prefix="asrsched-worker")
             self.engine = await self.loop.run_in_executor(
                 self.pool, lambda: WhisperEngine(c.model, compute_type=c.compute_type,
-                                                 cpu_threads=c.threads_per_worker, num_workers=c.workers))
+                                                 cpu_threads=c.threads_per_slot, num_workers=c.local_slots))
             if c.warmup:  # the first call pays one-off initialisation: not a user's request
                 rng = np.random.default_rng(0)
                 noise = (0.01 * rng.standard_normal(SR)).astype(np.float32)

@@ -30,11 +30,11 @@ class ServerProcess:
     goes to ``log`` (a file); :attr:`url` is known once it prints that it listens.
     """
 
-    def __init__(self, policy: str = "fcfs", *, model: str = "tiny.en", workers: int = 1,
+    def __init__(self, policy: str = "fcfs", *, model: str = "tiny.en", slots: int = 1,
                  profile: str | os.PathLike | None = None, upstream: str | None = None, max_concurrency: int = 4,
                  args: Sequence[str] = (), start_timeout: float = 180.0, log: str | os.PathLike | None = None):
         self.cmd = [sys.executable, "-m", "asrsched.serving.cli", "--policy", policy, "--model", model, "--port", "0",
-                    "--workers", str(workers)]
+                    "--slots", str(slots)]
         if profile:
             self.cmd += ["--profile", str(profile)]
         if upstream:

@@ -105,7 +105,7 @@ class CompiledRun:
         self.q: K.Queues | None = None
         self.rows: dict[str, np.ndarray] = {}  # per-request columns of the records the kernel does not read
         self.res: dict[str, np.ndarray] = {}  # admit, first, finish, replica
-        self.n_jobs = 0
+        self.n_requests = 0
         self.pending: list[dict] = []
         self.n_pending = 0
         self.n_written = 0
@@ -199,7 +199,7 @@ class CompiledRun:
                    self.res["replica"][alive])
             self.ctl[K.CTL["j"]] = c
         self.req, self.q, self.res = req, q, res
-        self.n_jobs += n_new
+        self.n_requests += n_new
 
     def _open_timeline(self, arrival: np.ndarray) -> None:
         """Timeline points still counting arrivals (every one of their chunk came by then): count this chunk's too."""

@@ -3,7 +3,7 @@
 ``map_tasks(fn, tasks)`` calls ``fn(**task)`` for each task dict and yields
 ``(task, result)`` pairs as they complete, with a tqdm progress bar.
 
-* ``address=None``: joblib (loky processes, ``n_jobs`` workers; ``n_jobs=1``
+* ``address=None``: joblib (loky processes, ``workers`` of them; ``workers=1``
   runs in-process, which is what tests and tiny runs want);
 * ``address="tcp://host:8786"`` (or a ``distributed.Client``, or ``"local"`` for
   a throw-away ``LocalCluster``): the same tasks on Dask workers.
@@ -29,18 +29,19 @@ from tqdm import auto as tqdm_auto
 
 from asrsched.sim.cache import cache_key
 
-__all__ = ["map_tasks", "default_n_jobs", "in_task_order", "run_tasks", "task_seed", "json_default", "keep_freed_memory"]
+__all__ = ["map_tasks", "default_workers", "in_task_order", "run_tasks", "task_seed", "json_default", "keep_freed_memory"]
 
 
-def default_n_jobs() -> int:
-    return int(os.environ.get("ASRSCHED_N_JOBS", os.cpu_count() or 1))
+def default_workers() -> int:
+    """Parallel worker processes when a caller gives none: ``$ASRSCHED_WORKERS``, else every core."""
+    return int(os.environ.get("ASRSCHED_WORKERS", os.cpu_count() or 1))
 
 
 def map_tasks(
     fn: Callable[..., Any],
     tasks: Iterable[dict],
     *,
-    n_jobs: int | None = None,
+    workers: int | None = None,
     address: Any = None,
     progress: bool | Callable[..., Any] = True,
     desc: str = "tasks",
@@ -55,7 +56,7 @@ def map_tasks(
         if address is not None:
             yield from _dask(fn, tasks, address, bar)
             return
-        n = default_n_jobs() if n_jobs is None else int(n_jobs)
+        n = default_workers() if workers is None else int(workers)
         if n == 1 or len(tasks) <= 1:
             for t in tasks:
                 r = fn(**t)
@@ -79,7 +80,7 @@ def in_task_order(pairs: Iterable[tuple[dict, Any]], tasks: list[dict]) -> list[
 
 
 def run_tasks(fn: Callable[..., Any], tasks: Iterable[dict], *, cache_dir=None, code: str | None = None,
-              prefix: str = "task", n_jobs: int | None = None, address: Any = None,
+              prefix: str = "task", workers: int | None = None, address: Any = None,
               progress: bool | Callable[..., Any] = True, desc: str = "tasks") -> list[Any]:
     """``fn(**task)`` of every task (:func:`map_tasks`), the results in the order of ``tasks``.
 
@@ -105,7 +106,7 @@ def run_tasks(fn: Callable[..., Any], tasks: Iterable[dict], *, cache_dir=None, 
             done.append((t, json.loads(path(t).read_text())))
         else:
             todo.append(t)
-    for t, r in map_tasks(fn, todo, n_jobs=n_jobs, address=address, progress=progress, desc=desc):
+    for t, r in map_tasks(fn, todo, workers=workers, address=address, progress=progress, desc=desc):
         if cache is not None:
             tmp = path(t).with_suffix(".tmp")
             tmp.write_text(json.dumps(r, default=json_default))

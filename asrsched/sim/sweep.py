@@ -24,7 +24,7 @@ parameter that affects it and the simulator version, so an interrupted sweep
 resumes where it stopped and a repeated sweep is free.
 
 >>> df = run_sweep(rates=[4.0], policies=["fcfs", "sjf"], workloads=["uniform"], n_requests=200,
-...                cache_dir=None, n_jobs=1, progress=False)
+...                cache_dir=None, workers=1, progress=False)
 >>> sorted(df.policy), bool((df.completed == 200).all())
 (['fcfs', 'sjf'], True)
 """
@@ -191,7 +191,7 @@ def run_sweep(
     policy_params: dict[str, dict] | None = None,
     warmup_frac: float = WARMUP_FRAC,
     cache_dir: str | os.PathLike | None = "runs/sweep-cache",
-    n_jobs: int | None = None,
+    workers: int | None = None,
     address: Any = None,
     progress: bool = True,
 ) -> pd.DataFrame:
@@ -241,7 +241,7 @@ def run_sweep(
             rows.append(pd.read_parquet(f).iloc[0].to_dict())
         else:
             todo.append(t)
-    for t, res in map_tasks(run_point, todo, n_jobs=n_jobs, address=address, progress=progress,
+    for t, res in map_tasks(run_point, todo, workers=workers, address=address, progress=progress,
                             desc=f"sweep ({len(tasks) - len(todo)} cached)"):
         if cache is not None:
             f = cache / f"{_key(t)}.parquet"
