@@ -3,7 +3,10 @@
 # Extra arguments go to pytest (e.g. -m "not slow" for the quick subset, or a test file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ASRSCHED_EXTRAS="${ASRSCHED_EXTRAS:-dev,vllm}" bash scripts/bootstrap.sh
+EXTRAS="${ASRSCHED_EXTRAS:-dev,vllm}"
+ASRSCHED_EXTRAS="$EXTRAS" bash scripts/bootstrap.sh
+# every extra is installed: a test that skips for a missing one fails (tests/conftest.py)
+if [[ "$EXTRAS" == *dev* && "$EXTRAS" == *vllm* ]]; then export ASRSCHED_ALL_EXTRAS=1; fi
 start=$(date +%s)
 set +e
 .venv/bin/python -m pytest "$@"

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from extras import need
 
 from asrsched.abtest import asr_fleet as A
 from asrsched.abtest import asr_fleet_report as R
@@ -110,6 +111,7 @@ def test_summary_matches_hand_computation_and_tables_are_consistent(tiny):
     assert set(ab.L) == {75, 150} and set(ab.estimator) == {"qdq", "wdq", "mixed_dq"}
     bi = R.burn_in_table(res)
     assert set(bi.burn_in_s) == {0.0, 2.0}
+    need("plotly")
     from asrsched.figures import asr_fleet as F
 
     figs = [F.fig_truth(res), F.fig_estimates(res, summary=s), F.fig_rmse(s), F.fig_rmse(s, "scheduling"),
@@ -178,6 +180,7 @@ def test_cache_resumes_without_rerunning(tmp_path, monkeypatch):
 
 
 def test_explorer_shows_the_study_and_redraws_on_input():
+    need("plotly", "ipywidgets")
     from asrsched.figures.widgets import ab_explorer
 
     box = ab_explorer(ASRStudyConfig(**TINY), reps=2, n_requests=2500)
@@ -235,6 +238,7 @@ def test_no_winner_in_a_tie_and_the_naive_sign_is_worded(tiny):
     text = recommendation(res, s)
     assert "Lowest MSE, clear of the others" not in text and "Statistical tie" in text
     assert "no design/estimator is clearly best" in text
+    need("plotly")
     from asrsched.figures import asr_fleet as F
 
     title = F.fig_estimates(res, summary=s).layout.title.text.replace("<br>", " ")  # titles wrap at spaces

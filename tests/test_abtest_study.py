@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from abtest_oracle import reference_dq_sweep, reference_simulate
+from extras import need
 
 from asrsched.abtest import full_run as F
 from asrsched.abtest import study as S
@@ -154,6 +155,7 @@ def test_bad_study_config_is_refused_before_running(kw, param, monkeypatch):
 
 
 def test_explorer_reacts_to_sliders_and_reports_bad_input():
+    need("plotly", "ipywidgets")
     from asrsched.figures.widgets import estimator_explorer
 
     box = estimator_explorer(lam=0.7, n_servers=6, reps=3, n_requests=30_000)

@@ -5,6 +5,10 @@ import struct
 
 import numpy as np
 import pytest
+from extras import need
+
+need("soundfile")
+
 import soundfile as sf
 
 from asrsched.whisper.audio import AudioError, audio_duration_from_header, audio_info, load_audio

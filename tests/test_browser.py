@@ -38,6 +38,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from extras import need
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -65,7 +66,7 @@ FIG_SEL = ".js-plotly-plot"
 
 if not Path(CHROMIUM).exists():
     pytest.skip(f"Debian chromium not found at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api")
+sync_api = need("playwright.sync_api")
 
 
 # ----------------------------------------------------------------------------------------- helpers

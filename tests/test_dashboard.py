@@ -6,6 +6,10 @@ The dashboards themselves are driven in a real browser in tests/test_browser.py.
 import subprocess
 import sys
 
+from extras import need
+
+need("nbformat")
+
 import nbformat
 import pytest
 

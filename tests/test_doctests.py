@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from extras import need
 
 PKG = Path(__file__).resolve().parents[1] / "asrsched"
 _RUNNABLE = re.compile(r"^\s*>>> (?!.*doctest: \+SKIP)", re.M)
@@ -29,6 +30,8 @@ def _doctest_modules() -> list[str]:
 
 
 MODULES = _doctest_modules()
+#: modules whose examples need an extra beyond the base install
+NEEDS = {"asrsched.whisper.audio": ("soundfile",)}
 
 
 def _runnable_examples(mod) -> int:
@@ -45,6 +48,7 @@ def test_doctests_are_collected():
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
+    need(*NEEDS.get(name, ()))
     mod = importlib.import_module(name)
     runnable = _runnable_examples(mod)
     assert runnable > 0, f"{name}: a '>>>' line in the source, but doctest finds no runnable example"

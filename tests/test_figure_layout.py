@@ -13,6 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from extras import need
+
+need("plotly")
+
 import plotly.graph_objects as go
 import pytest
 from plotly.subplots import make_subplots
@@ -224,7 +228,7 @@ def _stress_figure() -> go.Figure:
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory):
     """Every figure exported as SVG through export_figure, then measured in chromium once."""
-    pytest.importorskip("playwright.sync_api")
+    need("playwright.sync_api")
     if not CHROMIUM.exists() or style._chromium() is None:
         pytest.skip("Debian chromium not installed")
     root = tmp_path_factory.mktemp("layout")

@@ -4,6 +4,10 @@ import json
 import os
 import time
 
+from extras import need
+
+need("nbformat", "plotly")
+
 import nbformat
 import plotly.graph_objects as go
 import pytest
@@ -13,7 +17,10 @@ from asrsched.app.gallery import figure_layout, record_runs, render_gallery, sca
 from asrsched.figures import style as plots
 from asrsched.figures.style import export_figure, export_session, export_table, policy_color
 
-needs_chromium = pytest.mark.skipif(plots._chromium() is None, reason="Debian chromium not installed")
+
+def needs_chromium(fn):
+    """Slow (exports through a real browser), needs Debian chromium."""
+    return pytest.mark.slow(pytest.mark.skipif(plots._chromium() is None, reason="Debian chromium not installed")(fn))
 
 
 def _fig(title, x="arrival rate (req/s)", y="P50 E2EL (s)"):

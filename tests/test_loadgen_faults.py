@@ -15,6 +15,10 @@ import sys
 import threading
 import time
 
+from extras import need
+
+need("httpx")
+
 import httpx
 import pytest
 

@@ -14,6 +14,10 @@ import json
 import math
 import time
 
+from extras import need
+
+need("httpx", "soundfile")
+
 import httpx
 import numpy as np
 import pytest

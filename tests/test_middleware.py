@@ -15,6 +15,10 @@ import time
 
 import numpy as np
 import pytest
+from extras import need
+
+need("soundfile")
+
 import soundfile as sf
 
 from asrsched.vllm_plugin.middleware import STATS, DurationMiddleware, parse_multipart, rewrite_multipart
@@ -65,7 +69,7 @@ def echo_server():
 
 
 def test_openai_client_without_xargs_gets_the_duration_injected(echo_server):
-    OpenAI = pytest.importorskip("openai").OpenAI  # noqa: N806 (installed with vLLM; the client under test)
+    OpenAI = need("openai").OpenAI  # noqa: N806 (installed with vLLM; the client under test)
 
     client = OpenAI(base_url=echo_server + "/v1", api_key="none")
     raw = client.audio.transcriptions.with_raw_response.create(model="whisper", file=("a.wav", wav(7.25)),
@@ -78,7 +82,7 @@ def test_openai_client_without_xargs_gets_the_duration_injected(echo_server):
 
 
 def test_bracketed_fields_from_a_dict_are_merged_into_one_json_field(echo_server):
-    OpenAI = pytest.importorskip("openai").OpenAI  # noqa: N806
+    OpenAI = need("openai").OpenAI  # noqa: N806
 
     client = OpenAI(base_url=echo_server + "/v1", api_key="none")
     r = client.audio.transcriptions.create(

@@ -17,6 +17,10 @@ import re
 import shutil
 from pathlib import Path
 
+from extras import need
+
+need("jupytext", "nbformat")
+
 import jupytext
 import nbformat
 import pytest

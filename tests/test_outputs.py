@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from extras import need
+
+need("nbformat")
+
 import nbformat
 import pandas as pd
 import pytest
@@ -174,7 +178,7 @@ def test_exporter_log_tracebacks_become_one_line(tmp_path, monkeypatch, capsys, 
 
     from asrsched.figures import progress, style
 
-    pytest.importorskip("kaleido")
+    need("kaleido")
     monkeypatch.setenv(progress.PROGRESS_ENV, "text")
     caplog.set_level(logging.DEBUG)
     with style.export_session():

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from extras import need
 
 from asrsched.core.workloads import make_trace
 from asrsched.sim.parallel import in_task_order, json_default, map_tasks, run_tasks, task_seed
@@ -49,6 +50,7 @@ def test_joblib_processes_give_the_same_results(serial):
 
 
 def test_dask_local_cluster_gives_the_same_results(serial):
+    need("distributed")
     _assert_same(serial, _collect(address="local"))  # ~8 s on 2 cores (LocalCluster start-up)
 
 
@@ -65,6 +67,8 @@ def test_empty_task_list():
 
 @pytest.mark.parametrize("kw", [dict(workers=2), dict(address="local")])
 def test_pairs_carry_the_callers_tasks_and_go_back_in_task_order(kw):
+    if "address" in kw:
+        need("distributed")
     pairs = list(map_tasks(make_trace, TASKS, progress=False, **kw))
     assert sorted(map(id, (t for t, _ in pairs))) == sorted(map(id, TASKS))  # the caller's dicts, not copies
     ordered = in_task_order(pairs, TASKS)

@@ -4,6 +4,10 @@ import re
 import struct
 import warnings
 
+from extras import need
+
+need("plotly")
+
 import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
@@ -23,7 +27,12 @@ from asrsched.figures.style import (
     policy_color,
 )
 
-needs_chromium = pytest.mark.skipif(plots._chromium() is None, reason="Debian chromium not installed")
+
+def needs_chromium(fn):
+    """Slow (exports through a real browser), needs Debian chromium."""
+    return pytest.mark.slow(pytest.mark.skipif(plots._chromium() is None, reason="Debian chromium not installed")(fn))
+
+
 OKABE_ITO = {"#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7"}
 
 
@@ -35,7 +44,7 @@ def png_size(path):
 
 
 def test_png_header_reader_agrees_with_pil(tmp_path):
-    PIL = pytest.importorskip("PIL.Image")
+    PIL = need("PIL.Image")
     PIL.new("RGB", (37, 11)).save(tmp_path / "a.png")
     assert png_size(tmp_path / "a.png") == (37, 11)
 

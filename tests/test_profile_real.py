@@ -9,6 +9,10 @@ import struct
 import numpy as np
 import pandas as pd
 import pytest
+from extras import need
+
+need("soundfile")
+
 import soundfile as sf
 
 from asrsched.core.service import ServiceModel

@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from extras import need
 
 from asrsched.profiling.text_kappa import (
     GAP_STEPS,
@@ -16,7 +17,7 @@ from asrsched.profiling.text_kappa import (
     whisper_text,
 )
 
-pytest.importorskip("tokenizers")
+need("tokenizers")
 
 
 def test_known_sentences_tokenise_to_whisper_counts():

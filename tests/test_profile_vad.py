@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from extras import need
 
 from asrsched.whisper.corpus import synthesize
 from asrsched.whisper.vad import energy_segments, speech_duration
@@ -39,6 +40,7 @@ def test_energy_detector_merges_short_gaps_and_drops_clicks():
 
 
 def test_silero_on_real_speech_with_silence_around_it():
+    need("faster_whisper")
     sp = synthesize("the quick brown fox jumps over the lazy dog", "en", rate_wpm=160)
     x = np.concatenate([np.zeros(3 * SR, np.float32), sp, np.zeros(4 * SR, np.float32)])
     r = speech_duration(x, method="silero")
@@ -50,6 +52,7 @@ def test_silero_on_real_speech_with_silence_around_it():
 
 
 def test_bad_arguments():
+    need("faster_whisper")
     x = np.zeros(SR, np.float32)
     with pytest.raises(ValueError, match="method must be one of silero, energy, none"):
         speech_duration(x, method="webrtc")

@@ -5,6 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from extras import need
+
+need("nbformat")
+
 import nbformat
 import pandas as pd
 import pytest
@@ -29,6 +33,7 @@ def test_every_notebook_follows_the_conventions():
         assert any(c.cell_type == "markdown" and "Parameters" in c.source for c in book.cells), nb.name
 
 
+@pytest.mark.slow  # runs a notebook in a Jupyter kernel
 def test_policy_sweep_notebook_headless(tmp_path):
     r = run_notebook("02", {"RATES": [6, 19], "SEEDS": [0], "N_REQUESTS": 400, "CDF_RATE": 19,
                             "ADAPTIVE_CAPS": [50], "WORKERS": 1, "CACHE_DIR": None},
@@ -46,6 +51,7 @@ def test_policy_sweep_notebook_headless(tmp_path):
     assert any("paper" in "".join(o.get("text", "")) for c in executed.cells for o in c.get("outputs", []))
 
 
+@pytest.mark.slow  # runs a notebook in a Jupyter kernel
 def test_drift_notebook_headless(tmp_path):
     df = run_series(["03"], {"03": {"N_REQUESTS": 1500, "PHASES": [[0, "librispeech"], [60, "uniform"]]}},
                     run_dir=tmp_path / "run", figures_root=tmp_path / "fig")
@@ -63,6 +69,7 @@ def test_unknown_parameter_and_notebook_fail_fast(tmp_path):
     assert not list(tmp_path.glob("*.ipynb"))
 
 
+@pytest.mark.slow  # runs a notebook in a Jupyter kernel
 def test_failed_notebook_is_reported_not_raised(tmp_path):
     r = run_notebook("02", {"RATES": [-1]}, run_dir=tmp_path, figures_root=tmp_path / "f", progress=False)
     assert r.status == "failed" and "rate must be a positive number" in r.error
@@ -133,6 +140,7 @@ def test_cli_version(capsys):
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"asrsched {asrsched.__version__}"
 
 
+@pytest.mark.slow  # runs a notebook in a Jupyter kernel
 def test_cli_run_writes_under_the_current_directory(tmp_path, monkeypatch):
     """``asrsched run 03 -p ...`` from an empty folder: everything in ./runs/<timestamp>/ (executed copy,
     figures, tables, run.json); the report gallery ./figures/ is not touched. ``--gallery`` writes it."""

@@ -10,6 +10,10 @@ import math
 import re
 import time
 
+from extras import need
+
+need("httpx", "soundfile")
+
 import httpx
 import numpy as np
 import pytest

