@@ -61,7 +61,7 @@ from abtest_oracle import reference_dq_sweep, reference_simulate  # noqa: E402
 
 from asrsched.abtest import study as S  # noqa: E402
 from asrsched.abtest.full_run import FULL  # noqa: E402
-from asrsched.abtest.model import SystemConfig, simulate  # noqa: E402
+from asrsched.abtest.model import SystemConfig, simulate_supermarket  # noqa: E402
 
 N, LAM = 20, 0.8
 #: the study targets. The wall-time budget is the issue's target (full study <= 60 s on 2 cores). The ratio
@@ -286,13 +286,13 @@ def main(argv=None) -> int:
     n_numba = 2_000_000 if args.quick else 10_000_000
     warm = 10_000
 
-    simulate(SystemConfig(n_servers=N, lam=LAM, n_requests=1000, warmup_requests=0), 0)  # compile / load cache
+    simulate_supermarket(SystemConfig(n_servers=N, lam=LAM, n_requests=1000, warmup_requests=0), 0)  # compile / load cache
     rows, ok = [], True
     for d in (1, 2):
         cfg = SystemConfig(n_servers=N, lam=LAM, control=d, treatment=d, design="control", n_requests=n_numba,
                            warmup_requests=warm)
         t = time.process_time()
-        tr = simulate(cfg, seed=1)
+        tr = simulate_supermarket(cfg, seed=1)
         t_numba = time.process_time() - t
         t = time.process_time()
         rs = simpy_supermarket(N, LAM, d, n_simpy, warm, seed=1)

@@ -364,7 +364,7 @@ def _mean_se(x: np.ndarray, batches: int = 20) -> tuple[float, float]:
 
 def bench_supermarket(n_model: int, ciw_jobs: int, verbose: bool = True) -> list[dict]:
     from asrsched.abtest.model import SystemConfig
-    from asrsched.abtest.model import simulate as simulate_model
+    from asrsched.abtest.model import simulate_supermarket as simulate_model
 
     warm_jobs = 2000
     simulate_model(SystemConfig(n_servers=SUPER_N, lam=SUPER_LAM, n_requests=1000, warmup_requests=0), 0)  # warm

@@ -138,14 +138,14 @@ from asrsched.serving.experiment import (
     RUN_JSON,
     STEP_MODEL_JSON,
     STEP_TIMES_CSV,
-    run_experiment,
+    run_engine_experiment,
 )
 from asrsched.serving.study_stats import sim_error_summary
 
 NB = "04_real_serving"
 
 # %%
-exp = run_experiment(POLICIES, LOADS, rates=RATES, n_requests=N_REQUESTS, n_probe=N_PROBE, workload=WORKLOAD,
+exp = run_engine_experiment(POLICIES, LOADS, rates=RATES, n_requests=N_REQUESTS, n_probe=N_PROBE, workload=WORKLOAD,
                      seed=SEED, model=MODEL, server_slots=SERVER_SLOTS, target_url=TARGET_URL or None,
                      upstream_concurrency=UPSTREAM_CONCURRENCY, stream=STREAM, profile=PROFILE or None,
                      pool_size=POOL_SIZE, engine=ENGINE, n_saturation=N_SATURATION, n_boot=N_BOOT,

@@ -102,7 +102,7 @@ from asrsched.abtest.study_report import (
     claims_markdown,
     claims_table,
     coverage_table,
-    summarize,
+    summary_table,
     switchback_table,
 )
 from asrsched.figures.abtest import (
@@ -156,7 +156,7 @@ print("max |Little's-law gap| over all experiment runs:", f"{res.little.rel_gap.
 # the mean reported SE over the empirical sd, `alpha_mean` the mean in-experiment α of mixed DQ.
 
 # %%
-summary = summarize(res)
+summary = summary_table(res)
 claims = claims_table(summary, res)
 cols = ["scenario", "estimator", "truth", "mean", "bias", "bias_ci_lo", "bias_ci_hi", "sd", "rmse", "rmse_ci_lo",
         "rmse_ci_hi", "sd_vs_naive", "coverage", "coverage_of_mean", "se_ratio", "alpha_mean", "reps"]

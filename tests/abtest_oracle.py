@@ -2,12 +2,12 @@
 baseline of ``benchmarks/bench_abtest.py`` (the pre-optimisation path of the study).
 
 * :func:`linked_list_kernel`: the supermarket model on linked lists (pass it to
-  ``simulate(..., _kernel=linked_list_kernel)``);
+  ``simulate_supermarket(..., _kernel=linked_list_kernel)``);
 * :func:`readable_dq`, :func:`readable_mixed_dq`: DQ and mixed DQ from the full numpy arrays of Q
   values and numpy masks, one horizon at a time (the package computes them from per-segment sums in
   one compiled pass, :func:`asrsched.abtest.estimators.dq_sweep`);
 * :func:`reference_dq_sweep`: ``dq_sweep``'s output from the readable estimators;
-* :func:`reference_simulate`: ``simulate`` on the linked-list kernel with every per-job output.
+* :func:`reference_simulate`: ``simulate_supermarket`` on the linked-list kernel with every per-job output.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from asrsched.abtest.estimators import Trajectory, batch_ci, optimal_alpha, q_values
-from asrsched.abtest.model import simulate
+from asrsched.abtest.model import simulate_supermarket
 from asrsched.sim.rng import next_double as _next_double
 from asrsched.sim.rng import std_exp as _std_exp
 
@@ -82,8 +82,8 @@ def reference_dq_sweep(tr: Trajectory, Ls, n_batches: int = 20, alpha_batches: i
 
 
 def reference_simulate(cfg, seed: int = 0, **_ignored) -> Trajectory:
-    """``simulate`` on :func:`linked_list_kernel` with every per-job output (the flags are ignored)."""
-    return simulate(cfg, seed, _kernel=linked_list_kernel)
+    """``simulate_supermarket`` on :func:`linked_list_kernel` with every per-job output (the flags are ignored)."""
+    return simulate_supermarket(cfg, seed, _kernel=linked_list_kernel)
 
 
 @njit(cache=True)

@@ -11,7 +11,7 @@ from abtest_oracle import readable_dq, readable_mixed_dq
 
 from asrsched.abtest import estimators as E
 from asrsched.abtest.estimators import Trajectory, default_L, estimate_all, q_values
-from asrsched.abtest.model import SystemConfig, simulate
+from asrsched.abtest.model import SystemConfig, simulate_supermarket
 
 
 def _toy(n=400, seed=0, lam_at=False):
@@ -144,7 +144,7 @@ def _reps(cfg, designs, R, L):
     out = {}
     for r in range(R):
         for design in designs:
-            tr = simulate(cfg.replace(design=design), 1000 * r + len(design))
+            tr = simulate_supermarket(cfg.replace(design=design), 1000 * r + len(design))
             for k, e in estimate_all(tr, L=L, burn_in=10.0).items():
                 out.setdefault(k, []).append(e.value)
     return {k: np.array(v) for k, v in out.items()}
@@ -162,8 +162,8 @@ def test_same_policy_in_both_arms_centres_every_estimator_on_zero():
 
 def test_naive_shrinks_the_effect_and_dq_removes_much_of_that_bias():
     cfg = SystemConfig(n_servers=10, lam=0.8, control="random", treatment="pod2", n_requests=150_000)
-    truth = (np.mean([simulate(cfg.replace(design="treatment", n_requests=1_000_000), s).response.mean() for s in (1, 2)])
-             - np.mean([simulate(cfg.replace(design="control", n_requests=1_000_000), s).response.mean() for s in (1, 2)]))
+    truth = (np.mean([simulate_supermarket(cfg.replace(design="treatment", n_requests=1_000_000), s).response.mean() for s in (1, 2)])
+             - np.mean([simulate_supermarket(cfg.replace(design="control", n_requests=1_000_000), s).response.mean() for s in (1, 2)]))
     assert truth < -2  # Power-of-2 beats random by a lot
     res = _reps(cfg, ("bernoulli",), R=6, L=None)
     naive, wdq = res["naive"].mean(), res["wdq"].mean()
@@ -179,7 +179,7 @@ def test_time_integral_cost_matches_the_integral_of_the_number_in_system():
     assert np.allclose(tr.area_at, [0.0, 1.0, 1.0 + 1.0 + 0.5])
     assert np.allclose(q_values(tr, 1, "qt"), [1.0, 1.5])  # integral over [t_k, t_{k+1}]
     # on a simulated run: the kernel's area_at differences equal a recount from the records
-    sim = simulate(SystemConfig(n_servers=6, lam=0.8, n_requests=20_000, warmup_requests=0), 2)
+    sim = simulate_supermarket(SystemConfig(n_servers=6, lam=0.8, n_requests=20_000, warmup_requests=0), 2)
     rec = Trajectory.from_records(sim.arrival, sim.arrival + sim.response, sim.z)
     assert np.allclose(np.diff(sim.area_at), np.diff(rec.area_at), rtol=0, atol=1e-6)
     assert sim.area_at[-1] - sim.area_at[0] == pytest.approx(sim.area, rel=1e-12)
@@ -191,7 +191,7 @@ def test_time_integral_cost_matches_the_integral_of_the_number_in_system():
 
 @pytest.mark.parametrize("L", [3, 40, 400])
 def test_compiled_dq_family_equals_the_numpy_reference(L):
-    tr = simulate(SystemConfig(n_servers=8, lam=0.8, n_requests=40_000, amp=0.3, period=80.0), 4)
+    tr = simulate_supermarket(SystemConfig(n_servers=8, lam=0.8, n_requests=40_000, amp=0.3, period=80.0), 4)
     fam = E.dq_family(tr, L, n_batches=7, alpha_batches=30, costs=("w", "q", "qt"))
     ref = {"wdq": readable_dq(tr, L, "w", 7), "qdq": readable_dq(tr, L, "q", 7),
            "mixed_dq": readable_mixed_dq(tr, L, n_batches=7, alpha_batches=30)}
@@ -254,7 +254,7 @@ def test_switchback_in_one_pass_equals_the_masked_copies_and_refuses_unordered_b
     """The fused switchback estimator against the plain recipe (boolean mask, np.unique, searchsorted,
     masked sums per batch), bit for bit, with and without burn-in; blocks out of order are an error."""
     cfg = SystemConfig(n_servers=10, lam=0.8, n_requests=40_000, warmup_requests=2_000, design="switchback", block_len=40.0)
-    tr = simulate(cfg, 5)
+    tr = simulate_supermarket(cfg, 5)
     for burn in (0.0, 10.0):
         keep = (tr.arrival - tr.block * tr.block_len) >= burn
         w, z, blk = tr.response[keep], tr.z[keep], tr.block[keep]
@@ -276,7 +276,7 @@ def test_switchback_in_one_pass_equals_the_masked_copies_and_refuses_unordered_b
 def test_dq_sweep_one_pass_gives_the_bits_of_dq_family_per_horizon(costs):
     """Every horizon in one pass (each horizon's segments end at their own points, the longest L drops out
     first): every estimate, CI, batch and alpha equal to dq_family's, bit for bit."""
-    tr = simulate(SystemConfig(n_servers=8, lam=0.8, n_requests=30_000), 5)
+    tr = simulate_supermarket(SystemConfig(n_servers=8, lam=0.8, n_requests=30_000), 5)
     Ls = [900, 3, 40, 40, 401, 1]
     sweep = E.dq_sweep(tr, Ls, n_batches=7, alpha_batches=30, costs=costs)
     assert list(sweep) == [900, 3, 40, 401, 1]

@@ -11,11 +11,11 @@ from abtest_oracle import linked_list_kernel
 
 from asrsched.abtest import model
 from asrsched.abtest.estimators import Trajectory, littles_law
-from asrsched.abtest.model import SystemConfig, mean_field_response, mm1_response, parse_policy, simulate
+from asrsched.abtest.model import SystemConfig, mean_field_response, mm1_response, parse_policy, simulate_supermarket
 
 
 def _mean_w(cfg, seeds=(0,)):
-    return float(np.mean([simulate(cfg, s).response.mean() for s in seeds]))
+    return float(np.mean([simulate_supermarket(cfg, s).response.mean() for s in seeds]))
 
 
 def test_random_routing_is_n_independent_mm1_queues():
@@ -41,7 +41,7 @@ def test_power_of_d_approaches_mean_field_limit_as_n_grows():
     gaps, ses = [], []
     for n in (4, 16, 100):  # 100 servers also exercises the heap path
         cfg = SystemConfig(n_servers=n, lam=0.9, control="pod2", design="control", n_requests=300_000)
-        w = [simulate(cfg, s).response.mean() for s in range(4)]
+        w = [simulate_supermarket(cfg, s).response.mean() for s in range(4)]
         gaps.append(np.mean(w) - mf)
         ses.append(np.std(w, ddof=1) / 2)
     assert gaps[0] > gaps[1] > gaps[2]
@@ -61,10 +61,10 @@ def test_stale_information_makes_jsq_herd():
 
 def test_power_of_two_sends_more_work_to_fast_servers():
     rates = tuple(0.9 if i % 2 == 0 else 1.3 for i in range(20))
-    tr = simulate(SystemConfig(rates=rates, lam=0.8, control="pod2", design="control", n_requests=100_000), 1)
+    tr = simulate_supermarket(SystemConfig(rates=rates, lam=0.8, control="pod2", design="control", n_requests=100_000), 1)
     fast = np.asarray(rates)[tr.server] > 1
     assert fast.mean() > 0.53
-    tr = simulate(SystemConfig(rates=rates, lam=0.8, control="random", design="control", n_requests=100_000), 1)
+    tr = simulate_supermarket(SystemConfig(rates=rates, lam=0.8, control="random", design="control", n_requests=100_000), 1)
     assert np.asarray(rates)[tr.server].mean() == pytest.approx(1.1, abs=0.01)
 
 
@@ -84,7 +84,7 @@ CASES = {
 def test_littles_law_and_exact_bookkeeping_in_every_run(case):
     cfg = SystemConfig(n_servers=10, lam=0.8, control="random", treatment="pod2", n_requests=60_000,
                        warmup_requests=0).replace(**CASES[case])
-    tr = simulate(cfg, 3)
+    tr = simulate_supermarket(cfg, 3)
     ll = littles_law(tr)
     assert abs(ll["rel_gap"]) < 0.01  # time-average number = arrival rate x mean response
     if cfg.amp == 0:
@@ -105,8 +105,8 @@ def test_kernel_equals_the_linked_list_oracle(case, scan_max):
     # ring buffers and the rulebook's heap (stale view: links) against the independent linked-list kernel
     cfg = SystemConfig(n_servers=10, lam=0.85, control="random", treatment="pod3", n_requests=30_000,
                        warmup_requests=1000).replace(**CASES[case])
-    a = simulate(cfg, 8, _scan_max=scan_max)
-    b = simulate(cfg, 8, _scan_max=scan_max, _kernel=linked_list_kernel)
+    a = simulate_supermarket(cfg, 8, _scan_max=scan_max)
+    b = simulate_supermarket(cfg, 8, _scan_max=scan_max, _kernel=linked_list_kernel)
     for f in ("arrival", "response", "n_before", "q_seen", "server", "z", "area_at"):
         assert np.array_equal(getattr(a, f), getattr(b, f)), f
     assert a.area == b.area and a.t_end == b.t_end
@@ -115,27 +115,27 @@ def test_kernel_equals_the_linked_list_oracle(case, scan_max):
 def test_ring_buffers_grow_past_their_initial_size():
     # random routing at load 0.97 on 2 servers: queues far longer than the initial 64 slots
     cfg = SystemConfig(n_servers=2, lam=0.97, control="random", treatment="random", n_requests=200_000)
-    a, b = simulate(cfg, 1), simulate(cfg, 1, _kernel=linked_list_kernel)
+    a, b = simulate_supermarket(cfg, 1), simulate_supermarket(cfg, 1, _kernel=linked_list_kernel)
     assert a.q_seen.max() > 64
     assert np.array_equal(a.response, b.response) and np.array_equal(a.n_before, b.n_before)
 
 
 def test_heap_and_scan_paths_are_identical():
     cfg = SystemConfig(n_servers=12, lam=0.85, control=1, treatment=3, delay=0.4, n_requests=30_000)
-    a, b = simulate(cfg, 5), simulate(cfg, 5, _scan_max=0)
+    a, b = simulate_supermarket(cfg, 5), simulate_supermarket(cfg, 5, _scan_max=0)
     for f in ("arrival", "response", "n_before", "q_seen", "server", "z"):
         assert np.array_equal(getattr(a, f), getattr(b, f)), f
 
 
 def test_reproducible_from_the_seed():
     cfg = SystemConfig(n_servers=8, lam=0.7, n_requests=20_000, delay=0.5)
-    a, b, c = simulate(cfg, 11), simulate(cfg, 11), simulate(cfg, 12)
+    a, b, c = simulate_supermarket(cfg, 11), simulate_supermarket(cfg, 11), simulate_supermarket(cfg, 12)
     assert np.array_equal(a.response, b.response) and np.array_equal(a.z, b.z)
     assert not np.array_equal(a.response, c.response)
 
 
 def test_bernoulli_assignment_rate_and_deterministic_service():
-    tr = simulate(SystemConfig(n_servers=8, lam=0.7, p=0.3, service="const", n_requests=50_000), 2)
+    tr = simulate_supermarket(SystemConfig(n_servers=8, lam=0.7, p=0.3, service="const", n_requests=50_000), 2)
     assert tr.z.mean() == pytest.approx(0.3, abs=0.01)
     assert tr.response.min() == pytest.approx(1.0)  # never faster than the service time
     assert np.allclose(tr.response[tr.q_seen == 0], 1.0)  # joined an empty server
@@ -149,17 +149,17 @@ def test_group_design_keeps_arms_on_their_own_servers():
     assert mask.sum() == 10
     r = np.asarray(rates)
     assert sorted(r[mask]) == sorted(r[~mask])  # stratified: both groups get the same mix of rates
-    tr = simulate(cfg, 4)
+    tr = simulate_supermarket(cfg, 4)
     assert np.all(mask[tr.server[tr.z == 1]]) and not np.any(mask[tr.server[tr.z == 0]])
 
 
 def test_switchback_assignment_is_constant_within_blocks():
     cfg = SystemConfig(n_servers=6, lam=0.7, design="switchback", block_len=10.0, n_requests=30_000)
-    tr = simulate(cfg, 1)
+    tr = simulate_supermarket(cfg, 1)
     assert np.array_equal(tr.block, np.floor(tr.arrival / 10.0).astype(int))
     for b in np.unique(tr.block)[:50]:
         assert np.unique(tr.z[tr.block == b]).size == 1
-    alt = simulate(cfg.replace(alternate=True), 1)
+    alt = simulate_supermarket(cfg.replace(alternate=True), 1)
     assert np.array_equal(alt.z, alt.block % 2)
 
 
@@ -204,4 +204,4 @@ def test_bad_input_is_refused_before_simulating(kw, param, monkeypatch):
 
     monkeypatch.setattr(model, "_simulate", boom)
     with pytest.raises(ValueError, match=param):
-        simulate(SystemConfig(**kw), 0)
+        simulate_supermarket(SystemConfig(**kw), 0)

@@ -38,7 +38,7 @@ def tiny_result():
 
 def test_study_tables(tiny_result):
     res = tiny_result
-    summ = S.summarize(res)
+    summ = S.summary_table(res)
     assert set(summ.scenario) == {"homogeneous", "switchback"}
     assert set(summ.estimator) == set(S.ESTIMATOR_ORDER) - {"qtdq", "mixed_dq_qt"}  # "qt" cost not asked for
     head = res.estimates[res.estimates.headline.astype(bool)]
@@ -250,7 +250,7 @@ def test_full_run_is_written_with_provenance_and_read_back(tmp_path):
         assert k in run, k
     assert run["command"].endswith("--test") and run["parameters"]["study"]["reps"] == 3
     fr = F.load_full_run(out)
-    pd.testing.assert_frame_equal(S.summarize(fr.res)[["estimator", "mean", "sd"]],
+    pd.testing.assert_frame_equal(S.summary_table(fr.res)[["estimator", "mean", "sd"]],
                                   fr.summary[["estimator", "mean", "sd"]], check_dtype=False)
     assert "Naive biased low" in (out / "claims.md").read_text()
     with pytest.raises(FileNotFoundError, match="missing"):

@@ -152,3 +152,29 @@ def test_tests_import_the_oracles_without_editing_sys_path():
     hits = [f"{f.name}:{i}" for f in sorted((ROOT / "tests").glob("*.py"))
             for i, line in enumerate(f.read_text().splitlines(), 1) if "sys.path.insert" in line and "hits" not in line]
     assert not hits, hits
+
+
+#: one name per concept (CONTRIBUTING, *Vocabulary*): a public function or class is defined in one module.
+#: Command-line entry points are the exception by convention; the studies' shared steps still carry one
+#: name per study until the one study runner takes them (each entry is the module pair that has it).
+MAY_REPEAT = {"main", "build_parser"}
+ONE_PER_STUDY = {"run_study", "run_replication", "run_truth", "summary_table", "ablation_table", "fig_ablation",
+                 "fig_estimates"}
+
+
+def _public_definitions() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for p in sorted(PKG.rglob("*.py")):
+        for node in ast.parse(p.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                out.setdefault(node.name, []).append(str(p.relative_to(ROOT)))
+    return out
+
+
+def test_no_public_name_is_defined_twice():
+    defs = _public_definitions()
+    twice = {k: v for k, v in defs.items() if len(v) > 1 and k not in MAY_REPEAT | ONE_PER_STUDY}
+    assert not twice, f"public names defined in more than one module (give each concept one name): {twice}"
+    assert len(defs) > 300 and "simulate" in defs and len(defs["simulate"]) == 1  # the scan saw the package
+    stale = {k for k in ONE_PER_STUDY if len(defs.get(k, [])) < 2}
+    assert not stale, f"no longer defined twice, drop from ONE_PER_STUDY: {stale}"

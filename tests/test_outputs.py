@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from asrsched.figures import outputs
-from asrsched.figures.style import export_table, figures_dir
+from asrsched.figures.style import export_dir, export_table
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,13 +85,13 @@ def test_run_folder_per_notebook_and_parameters_with_run_json(tmp_path, clean_en
 
 def test_exports_go_to_the_run_folder_unless_a_gallery_run_asks(tmp_path, clean_env):
     clean_env.chdir(tmp_path)
-    d = figures_dir("03_workload_drift")
+    d = export_dir("03_workload_drift")
     assert d.parent == tmp_path.resolve() / "runs" / "03_workload_drift" and (d / "run.json").exists()
     p = export_table(pd.DataFrame({"a": [1]}), "t", "03_workload_drift")
     assert p.parent == d
     clean_env.setenv(outputs.FIGURES_ENV, str(tmp_path / "gallery"))
-    assert figures_dir("03_workload_drift") == tmp_path / "gallery" / "03_workload_drift"
-    assert figures_dir("03_workload_drift", root=tmp_path / "x") == tmp_path / "x" / "03_workload_drift"
+    assert export_dir("03_workload_drift") == tmp_path / "gallery" / "03_workload_drift"
+    assert export_dir("03_workload_drift", root=tmp_path / "x") == tmp_path / "x" / "03_workload_drift"
     assert not (tmp_path / "figures").exists()
 
 

@@ -14,7 +14,7 @@ from asrsched.serving.experiment import (
     calibrate,
     capacity_rps,
     comparison_table,
-    run_experiment,
+    run_engine_experiment,
     simulate_run,
 )
 from asrsched.sim.capacity import Capacity
@@ -93,7 +93,7 @@ def test_comparison_table_is_simulated_minus_real_in_percent_of_real():
 def test_run_experiment_rejects_bad_parameters_before_any_work(kw, msg):
     t = time.monotonic()
     with pytest.raises(ValueError, match=msg):
-        run_experiment(**kw, progress=False)
+        run_engine_experiment(**kw, progress=False)
     assert time.monotonic() - t < 2
 
 

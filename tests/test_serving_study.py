@@ -13,7 +13,7 @@ from asrsched.serving.experiment import (
     SETTINGS,
     cell_statistics,
     results_table,
-    run_experiment,
+    run_engine_experiment,
     run_study,
 )
 
@@ -85,11 +85,11 @@ def test_results_table_columns_regime_and_simulator_columns():
 def test_settings_full_has_enough_requests_and_bad_engine_is_named():
     assert SETTINGS["full"]["n_requests"] >= 150 and SETTINGS["full"]["loads"] == (0.7, 0.9, 1.2)
     with pytest.raises(ValueError, match="engine must be one of"):
-        run_experiment(engine="triton", progress=False)
+        run_engine_experiment(engine="triton", progress=False)
     with pytest.raises(ValueError, match="setting must be one of"):
         run_study("medium")
     with pytest.raises(ValueError, match="n_saturation"):
-        run_experiment(n_saturation=2, progress=False)
+        run_engine_experiment(n_saturation=2, progress=False)
 
 
 def test_provenance_records_commit_cpu_load_and_command():
@@ -282,7 +282,7 @@ def test_calibration_figure_draws_the_models_size_estimate_and_names_a_language_
 
 def test_one_provenance_builder_serves_both_studies():
     """The A/B study and the real-engine study record the same keys (one builder in asrsched.core)."""
-    from asrsched.abtest.full_run import provenance as ab_provenance
+    from asrsched.abtest.full_run import full_run_provenance as ab_provenance
     from asrsched.core.provenance import provenance as core_provenance
 
     a = ab_provenance("python -m asrsched.abtest.full_run --full", {"reps": 1}, [0.1, 0.2, 0.3])

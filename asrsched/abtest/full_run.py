@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from asrsched.abtest.estimators import COSTS, default_L, dq_sweep
-from asrsched.abtest.model import simulate
+from asrsched.abtest.model import simulate_supermarket
 from asrsched.abtest.study import (
     StudyConfig,
     StudyResult,
@@ -32,7 +32,7 @@ from asrsched.abtest.study_report import (
     claims_markdown,
     claims_table,
     coverage_table,
-    summarize,
+    summary_table,
     switchback_table,
 )
 from asrsched.core.stats import batch_mean_se, gain_bound, percentile_ci
@@ -44,7 +44,7 @@ __all__ = [
     "FullRun",
     "load_full_run",
     "write_full_run",
-    "provenance",
+    "full_run_provenance",
     "wp_table",
     "scenario_search",
     "search_table",
@@ -72,7 +72,7 @@ def run_wp_point(scenario: str, p: float, k: int, study: dict, n_requests: int) 
     else:
         cfg = cfg.replace(design="bernoulli", p=float(p))
     c0 = time.process_time()
-    tr = simulate(cfg, task_seed(sc.seed, scenario, "wp", float(p), k), details=False, area_at=False)
+    tr = simulate_supermarket(cfg, task_seed(sc.seed, scenario, "wp", float(p), k), details=False, area_at=False)
     return {"scenario": scenario, "p": float(p), "k": k, "mean_w": float(tr.response.mean()),
             "se_w": batch_mean_se(tr.response), "n_requests": len(tr), "cpu_seconds": time.process_time() - c0}
 
@@ -159,7 +159,7 @@ def run_search_rep(lam: float, control: str, treatment: str, rep: int, study: di
     sc = StudyConfig.from_dict(study)
     cfg = sc.base.replace(lam=float(lam), control=control, treatment=treatment, design="bernoulli")
     L0 = default_L(cfg.total_rate)
-    tr = simulate(cfg, task_seed(sc.seed, "search", float(lam), control, treatment, rep), details=False,
+    tr = simulate_supermarket(cfg, task_seed(sc.seed, "search", float(lam), control, treatment, rep), details=False,
                   area_at="qt" in costs)
     fac = {max(1, int(round(f * L0))): float(f) for f in L_factors}  # L -> its nominal factor
     rows = []
@@ -238,7 +238,7 @@ FULL = {"reps": 100, "truth_requests": 4_000_000, "n_requests": 500_000, "wp_req
         "search_reps": 40, "search_requests": 500_000}
 
 
-def provenance(command: str | None = None, params: dict | None = None, load_start=None) -> dict:
+def full_run_provenance(command: str | None = None, params: dict | None = None, load_start=None) -> dict:
     """Commit (and whether ``asrsched/`` was clean), UTC date, CPU model and count, load average, Python,
     the parameters and the exact command: what a committed result needs to be trusted
     (:func:`asrsched.core.provenance.provenance`, watching ``asrsched/``)."""
@@ -278,7 +278,7 @@ def write_full_run(out, study: StudyConfig, *, wp_requests: int, wp_seeds: int, 
     sbase = dataclass_replace(study, base=study.base.replace(n_requests=int(search_requests)))
     raw = scenario_search(sbase, reps=search_reps, workers=workers, progress=progress)
     timings["search_seconds"] = time.perf_counter() - t
-    summary = summarize(res)
+    summary = summary_table(res)
     claims = claims_table(summary, res)
     wp = wp_table(curve, res.truth, summary, study.base.p)
     search = search_table(raw)
@@ -294,7 +294,7 @@ def write_full_run(out, study: StudyConfig, *, wp_requests: int, wp_seeds: int, 
     params = {"study": study.to_dict(), "wp_requests": wp_requests, "wp_seeds": wp_seeds, "search_reps": search_reps,
               "search_requests": search_requests, "search_grid": {k: list(v) for k, v in SEARCH_GRID.items()},
               "workers": workers}
-    run = provenance(command, params, load0)
+    run = full_run_provenance(command, params, load0)
     run["timings"] = timings
     (out / "run.json").write_text(json.dumps(run, indent=2, default=json_default) + "\n")
     return out

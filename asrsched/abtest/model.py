@@ -65,7 +65,7 @@ from asrsched.sim.rng import std_exp as _std_exp
 
 __all__ = [
     "SystemConfig",
-    "simulate",
+    "simulate_supermarket",
     "parse_policy",
     "policy_label",
     "mean_field_response",
@@ -294,7 +294,7 @@ def _check_pod_stability(name: str, d: int, rates: np.ndarray, total: float) -> 
             )
 
 
-def simulate(cfg: SystemConfig, seed: int = 0, *, details: bool = True, area_at: bool = True, _scan_max: int = 64,
+def simulate_supermarket(cfg: SystemConfig, seed: int = 0, *, details: bool = True, area_at: bool = True, _scan_max: int = 64,
              _kernel=None) -> Trajectory:
     """Simulate one experiment; returns its :class:`Trajectory` (validated before any work).
 
@@ -356,7 +356,7 @@ def simulate(cfg: SystemConfig, seed: int = 0, *, details: bool = True, area_at:
 @njit(cache=True)
 def _simulate(n_requests, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0, d1, design, p,
               group, block_len, alternate, delay, st, scan_max, keep):
-    """The supermarket model's one kernel (arguments as built by :func:`simulate`).
+    """The supermarket model's one kernel (arguments as built by :func:`simulate_supermarket`).
 
     Each server keeps the departure times of its jobs in a ring buffer (its FCFS order;
     cache-resident); the next departure of every busy server is found by a scan (up to

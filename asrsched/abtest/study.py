@@ -58,7 +58,7 @@ from asrsched.abtest.estimators import (
     switchback,
 )
 from asrsched.abtest.estimators import group as group_estimator
-from asrsched.abtest.model import SystemConfig, simulate
+from asrsched.abtest.model import SystemConfig, simulate_supermarket
 from asrsched.abtest.study_report import (  # noqa: F401  (the study's tables, importable from here)
     ESTIMATOR_LABELS,
     ESTIMATOR_ORDER,
@@ -69,7 +69,7 @@ from asrsched.abtest.study_report import (  # noqa: F401  (the study's tables, i
     coverage_table,
     lowest_mse,
     paired_estimates,
-    summarize,
+    summary_table,
     switchback_table,
 )
 from asrsched.core.stats import batch_mean_se
@@ -85,7 +85,7 @@ __all__ = [
     "run_truth",
     "run_study",
     "shared_systems",
-    "summarize",
+    "summary_table",
     "ablation_table",
     "claims_table",
     "coverage_table",
@@ -253,7 +253,7 @@ def run_replication(scenario: str, rep: int, study: dict, also: tuple = (), *, _
     """One replication of one scenario: three experiments -> rows of estimates + Little checks.
 
     ``study`` is :meth:`StudyConfig.to_dict` (plain data, so the task pickles to any worker).
-    ``_paths``: ``(simulate, dq_sweep)`` to run instead of the package's (the tests' and the
+    ``_paths``: ``(simulate_supermarket, dq_sweep)`` to run instead of the package's (the tests' and the
     benchmark's reference path, ``tests/abtest_oracle.py``: same random numbers, same estimates
     to floating-point rounding).
     ``also``: other scenarios with the same system (:func:`shared_systems`); their rows come from
@@ -272,7 +272,7 @@ def run_replication(scenario: str, rep: int, study: dict, also: tuple = (), *, _
     t0, c0 = time.perf_counter(), time.process_time()
 
     # 1. Bernoulli(p) job-level experiment
-    simulate_, dq_sweep_ = _paths or (simulate, dq_sweep)
+    simulate_, dq_sweep_ = _paths or (simulate_supermarket, dq_sweep)
     kw = dict(details=False, area_at=False)
     tr = simulate_(cfg.replace(design="bernoulli"), task_seed(sc.seed, scenario, rep, "bernoulli"),
                   **(dict(kw, area_at=True) if "qt" in sc.costs else kw))
@@ -332,7 +332,7 @@ def run_truth(scenario: str, arm: str, k: int, study: dict) -> dict:
     else:
         raise ValueError(f"arm: {arm!r} not in control, treatment, p_minus, p_plus")
     c0 = time.process_time()
-    tr = simulate(cfg, task_seed(sc.seed, scenario, "truth", arm, k), details=False, area_at=False)
+    tr = simulate_supermarket(cfg, task_seed(sc.seed, scenario, "truth", arm, k), details=False, area_at=False)
     ll = littles_law(tr)
     return {"scenario": scenario, "arm": arm, "k": k, "mean_w": ll["mean_response"],
             "se_w": batch_mean_se(tr.response), "time_avg_n": ll["time_avg_n"], "lam_hat": ll["lam_hat"],

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from asrsched.abtest.study import StudyResult
 
 __all__ = [
-    "summarize",
+    "summary_table",
     "ablation_table",
     "claims_table",
     "coverage_table",
@@ -63,7 +63,7 @@ def _boot_rmse_ci(v: np.ndarray, truth: float, n_boot: int = 1000, seed: int = 0
     return percentile_ci(np.sqrt(e2[np.random.default_rng(seed).integers(0, v.size, (n_boot, v.size))].mean(axis=1)))
 
 
-def summarize(res: StudyResult) -> pd.DataFrame:
+def summary_table(res: StudyResult) -> pd.DataFrame:
     """Per scenario and estimator: truth, mean, bias, sd, RMSE, MSE, sd ratio to naive, CI coverage.
 
     ``bias_ci_lo/hi``: 95 % CI of the bias (replication spread and the truth's SE);

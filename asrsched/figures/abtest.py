@@ -1,6 +1,6 @@
 """Plotly figures of the estimator study (house style; titles computed from the data or neutral).
 
-All builders take the tables of :mod:`asrsched.abtest.study` (``summarize``, ``claims_table``,
+All builders take the tables of :mod:`asrsched.abtest.study` (``summary_table``, ``claims_table``,
 ``ablation_table``, ``switchback_table``, ``coverage_table``, ``wp_table``, ``search_table``)
 or a :class:`~asrsched.abtest.study.StudyResult`, and return a ``go.Figure``. A title names a
 winner only when :func:`asrsched.abtest.study.lowest_mse` finds one (a statistical tie is

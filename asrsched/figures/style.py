@@ -15,7 +15,7 @@
   :func:`figure_from_html` and :func:`reexport` turn an exported HTML back into a figure
   and write it in other formats (``asrsched export``).
 
-Where exports go (:func:`figures_dir`): an explicit ``root``; else ``$ASRSCHED_FIGURES``
+Where exports go (:func:`export_dir`): an explicit ``root``; else ``$ASRSCHED_FIGURES``
 (set by ``asrsched run --gallery`` / ``scripts/main.sh``: the report gallery
 ``figures/<notebook>/``); else the run folder ``runs/<notebook>/<time>-<hash>/`` with its
 ``run.json`` (:mod:`asrsched.figures.outputs`): interactive runs never write next to
@@ -60,7 +60,7 @@ __all__ = [
     "figure_from_html",
     "html_figure_parts",
     "reexport",
-    "figures_dir",
+    "export_dir",
     "fit_title",
     "FORMATS",
     "default_formats",
@@ -190,7 +190,7 @@ def _lay_out_shown_figures() -> None:
 _lay_out_shown_figures()
 
 
-def figures_dir(notebook: str, root: str | os.PathLike | None = None) -> Path:
+def export_dir(notebook: str, root: str | os.PathLike | None = None) -> Path:
     """The folder ``notebook``'s exports go to (created).
 
     ``<root>/<notebook>/`` when ``root`` is given; else ``$ASRSCHED_FIGURES/<notebook>/`` (a gallery
@@ -337,7 +337,7 @@ def export_figure(
 ) -> dict[str, Path]:
     """Write ``fig`` as ``<folder>/<name>.{html,png,svg}`` (and ``.pdf`` on request); returns the paths.
 
-    * ``<folder>`` is :func:`figures_dir` (the run's folder under ``runs/``, or the gallery in a
+    * ``<folder>`` is :func:`export_dir` (the run's folder under ``runs/``, or the gallery in a
       ``--gallery`` batch run, or ``<root>/<notebook>``).
     * ``formats`` defaults to :func:`default_formats` (``html, png, svg``, or ``$ASRSCHED_FORMATS``);
       any of ``html``, ``png``, ``svg``, ``pdf``.
@@ -359,7 +359,7 @@ def export_figure(
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
         raise ValueError(f"formats: unknown {bad or formats!r}; allowed: {', '.join(FORMATS)}")
-    out = figures_dir(notebook, root)
+    out = export_dir(notebook, root)
     paths: dict[str, Path] = {}
     # a FigureWidget exports as a plain figure; the caller's figure is untouched
     fig = apply_layout(go.Figure(fig), width, height)
@@ -414,14 +414,14 @@ def _write_image(fig: go.Figure, path: Path, fmt: str, width: int, height: int) 
 
 
 def export_table(df, name: str, notebook: str, *, root: str | os.PathLike | None = None) -> Path:
-    """Write a table as ``<folder>/<name>.csv`` (the folder of :func:`figures_dir`); returns the path.
+    """Write a table as ``<folder>/<name>.csv`` (the folder of :func:`export_dir`); returns the path.
 
     A named index (or any named level of a MultiIndex, e.g. from ``pivot_table``) is written as
     columns; an unnamed RangeIndex is not.
     """
     _check_name(name, "name")
     _check_name(notebook, "notebook")
-    p = figures_dir(notebook, root) / f"{name}.csv"
+    p = export_dir(notebook, root) / f"{name}.csv"
     df.to_csv(p, index=any(n is not None for n in getattr(df.index, "names", [None])))
     return p
 
@@ -485,7 +485,7 @@ def export_view_button(fig: go.Figure, notebook: str, *, name: str = "view",
 
     Returns an ``ipywidgets.HBox`` (button + a status line). A click writes
     ``<name>_<title words>_<HHMMSS>.{html,png,svg}`` (house style and layout, as
-    :func:`export_figure`) into the run's folder (:func:`figures_dir`) and says where. It also
+    :func:`export_figure`) into the run's folder (:func:`export_dir`) and says where. It also
     carries the CSS that lets the explorer's tables wrap and scroll instead of clipping, and keeps
     the live figure laid out as it redraws (:func:`asrsched.figures.layout.live_layout`).
     """

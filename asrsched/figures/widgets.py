@@ -30,10 +30,10 @@ from asrsched.abtest.asr_fleet import ASRStudyConfig
 from asrsched.abtest.asr_fleet import run_study as run_fleet_study
 from asrsched.abtest.asr_fleet_report import summary_table
 from asrsched.abtest.model import SystemConfig
-from asrsched.abtest.study import StudyConfig, run_study, summarize
+from asrsched.abtest.study import StudyConfig, run_study
+from asrsched.abtest.study import summary_table as estimator_summary
 from asrsched.core.labels import estimator_label
-from asrsched.core.metrics import latency_cdf
-from asrsched.core.metrics import summarize as summarize_records
+from asrsched.core.metrics import latency_cdf, summarize
 from asrsched.core.policies import policy_names
 from asrsched.core.service import default_service_model
 from asrsched.core.workloads import workload_names
@@ -105,7 +105,7 @@ def policy_explorer(rate: float = 15.0, policy: str = "sjf", kappa: float = 3.3,
         for w in caught:
             if not issubclass(w.category, OverloadWarning):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        summ = {p: summarize_records(r.records) for p, r in res.items()}
+        summ = {p: summarize(r.records) for p, r in res.items()}
         rho = cap.rho(rate_w.value)
         flagged = [p for p, r in res.items() if r.overloaded]
         over = rho >= 1 or bool(flagged)
@@ -170,7 +170,7 @@ def drift_explorer(rate: float = 9.0, ramp_s: float = 60.0, n_requests: int = 25
             fig.layout.title = (f"drift at {rate_w.value:g} req/s (ρ librispeech {rhos['librispeech']:.2f}, uniform "
                                 f"{rhos['uniform']:.2f}), ramp {ramp_w.value:g} s; worst-window P90: "
                                 + ", ".join(f"{p.upper()} {v:.1f} s" for p, v in worst.items()))
-        served = np.mean([summarize_records(r.records)["request_throughput"] for r in res.values()])
+        served = np.mean([summarize(r.records)["request_throughput"] for r in res.values()])
         over = {w: x for w, x in rhos.items() if x >= 1}
         flagged = [p for p, r in res.items() if r.overloaded]
         badge.value = ("" if not over and not flagged else
@@ -202,7 +202,7 @@ def small_study(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.5, L: i
     sc = StudyConfig(base=base, scenarios=(scenario,), reps=int(reps), L=Lx, L_factors=(1.0,), alpha_batches=50,
                      truth_requests=max(400_000, 4 * base.n_requests), truth_seeds=1, slope_h=None, seed=seed)
     res = run_study(sc, workers=1, progress=False)
-    return res, summarize(res)
+    return res, estimator_summary(res)
 
 
 def estimator_explorer(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.5, L: int = 0, n_servers: int = 20,

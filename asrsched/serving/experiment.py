@@ -1,6 +1,6 @@
 """Real-serving experiments: policy-ordered server x load levels, and the simulator predicting them.
 
-One experiment (:func:`run_experiment`), as notebook 04 runs it:
+One experiment (:func:`run_engine_experiment`), as notebook 04 runs it:
 
 1. **Calibrate and measure capacity** (:func:`probe`): a FCFS server takes ``n_probe``
    requests of the workload one after another (closed loop); the server's own
@@ -95,7 +95,7 @@ __all__ = [
     "calibrate",
     "capacity_rps",
     "simulate_run",
-    "run_experiment",
+    "run_engine_experiment",
     "ServingExperiment",
     "comparison_table",
     "TABLE_METRICS",
@@ -138,7 +138,7 @@ SETTINGS = {
 
 @dataclass
 class ServingExperiment:
-    """Everything :func:`run_experiment` measured and predicted."""
+    """Everything :func:`run_engine_experiment` measured and predicted."""
 
     records: pd.DataFrame  # real runs: loadgen records + policy, load, rate
     sim: pd.DataFrame  # simulated runs, same keys; mode "sim" (the engine's fitted model, tokens = kappa x d),
@@ -204,7 +204,7 @@ def _check_params(policies, loads, rates, n_requests, n_probe, server_slots):
             raise ValueError(f"{nm} must be an integer >= {lo}, got {v!r}")
 
 
-def run_experiment(
+def run_engine_experiment(
     policies: Sequence[str] = ("fcfs", "sjf", "hrrn"),
     loads: Sequence[float] = (0.7, 0.9, 1.2),
     *,
@@ -407,10 +407,10 @@ def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), 
               out_dir: str | os.PathLike = "figures/04_real_serving", policies: Sequence[str] = ("fcfs", "sjf", "hrrn"),
               command: str | None = None, progress: bool = True, service_jsons: dict | None = None,
               merge: bool = False, **overrides) -> pd.DataFrame:
-    """The real-engine study: :func:`run_experiment` for each engine at the setting's loads, one results table.
+    """The real-engine study: :func:`run_engine_experiment` for each engine at the setting's loads, one results table.
 
     ``setting``: a key of :data:`SETTINGS` (``overrides`` replace its values, and take any other
-    :func:`run_experiment` argument, e.g. ``vllm_engine_args``); ``service_jsons`` maps an engine to the
+    :func:`run_engine_experiment` argument, e.g. ``vllm_engine_args``); ``service_jsons`` maps an engine to the
     :class:`ServiceModel` JSON fitted for it (e.g. notebook 01 with ``BACKEND="vllm"`` and
     ``PROFILE_JSON``), used for that engine's ``sim_*`` prediction. Writes into
     ``out_dir``: ``real_engine_results.csv`` (:func:`results_table` for all engines), per engine a
@@ -442,7 +442,7 @@ def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), 
         if eng == "vllm" and vllm_model and "model" not in overrides:
             kw["model"] = vllm_model
         kw.setdefault("compare_bench_serve", eng == "vllm")
-        exp = run_experiment(policies, out_dir=out / eng, engine=eng, progress=progress,
+        exp = run_engine_experiment(policies, out_dir=out / eng, engine=eng, progress=progress,
                              service_json=sj.get(eng), **kw)
         if exp.load_tools is not None:
             exp.load_tools.to_csv(out / LOAD_TOOLS_CSV, index=False)
