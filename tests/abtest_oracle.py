@@ -87,7 +87,7 @@ def reference_simulate(cfg, seed: int = 0, **_ignored) -> Trajectory:
 
 
 @njit(cache=True)
-def linked_list_kernel(n_requests, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0, d1, design, p,
+def linked_list_kernel(n_requests, n_warm, rates, total_rate, amp, period, svc_kind, shape, d0, d1, design, p,
                        group, block_len, alternate, delay, st, scan_max, keep):
     """The supermarket model on per-server linked lists over the job arrays, with its own heap:
     an independent implementation of :func:`asrsched.abtest.model._simulate` (same signature, same
@@ -103,7 +103,7 @@ def linked_list_kernel(n_requests, n_warm, rates, lam_total, amp, period, svc_ki
     keep_area = (keep & 2) != 0
     srv = np.empty(total if keep_srv else 1, np.int32)
     qseen = np.empty(total if keep_srv else 1, np.int32)
-    lam_at = np.empty(total if amp > 0.0 else 1)
+    total_rate_at = np.empty(total if amp > 0.0 else 1)
     block = np.zeros(total if design == 2 else 1, np.int64)
 
     first = np.full(N, -1, np.int64)  # first job ever routed to s
@@ -141,8 +141,8 @@ def linked_list_kernel(n_requests, n_warm, rates, lam_total, amp, period, svc_ki
             pools[1, m1] = s
             m1 += 1
 
-    inv_lam_max = 1.0 / (lam_total * (1.0 + amp))
-    lam_max = lam_total * (1.0 + amp)
+    inv_rate_max = 1.0 / (total_rate * (1.0 + amp))
+    rate_max = total_rate * (1.0 + amp)
     two_pi = 2.0 * np.pi
     xm = (shape - 1.0) / shape if svc_kind == 2 else 1.0
     t = 0.0
@@ -156,14 +156,14 @@ def linked_list_kernel(n_requests, n_warm, rates, lam_total, amp, period, svc_ki
         t_prev = t
         # ---- next arrival (thinning for the cyclic rate)
         if amp == 0.0:
-            t += _std_exp(st) * inv_lam_max
+            t += _std_exp(st) * inv_rate_max
         else:
             while True:
-                t += _std_exp(st) * inv_lam_max
-                lt = lam_total * (1.0 + amp * np.sin(two_pi * t / period))
-                if _next_double(st) * lam_max <= lt:
+                t += _std_exp(st) * inv_rate_max
+                lt = total_rate * (1.0 + amp * np.sin(two_pi * t / period))
+                if _next_double(st) * rate_max <= lt:
                     break
-            lam_at[j] = lt
+            total_rate_at[j] = lt
         arr[j] = t
         acc += (j - tot_dep) * (t - t_prev)  # then minus (t - d) for each departure d in (t_prev, t]
 
@@ -319,4 +319,4 @@ def linked_list_kernel(n_requests, n_warm, rates, lam_total, amp, period, svc_ki
     t0 = arr[n_warm]
     area = acc - acc0
 
-    return arr, dep, z, nb, lam_at, srv, qseen, block, area, t0, t, area_at
+    return arr, dep, z, nb, total_rate_at, srv, qseen, block, area, t0, t, area_at

@@ -125,7 +125,7 @@ def test_p90_influence_cost_tracks_quantile_differences():
     n = 200_000
     z = (rng.random(n) < 0.5).astype(np.int8)
     w = rng.lognormal(0.0, 0.5, n) * np.where(z == 1, 0.9, 1.0)
-    tr = Trajectory(arrival=np.arange(n, dtype=float), z=z, response=w, n_before=np.zeros(n), lam=1.0)
+    tr = Trajectory(arrival=np.arange(n, dtype=float), z=z, response=w, n_before=np.zeros(n), total_rate=1.0)
     c = p90_cost_trajectory(tr).response
     direct = np.quantile(w[z == 1], 0.9) - np.quantile(w[z == 0], 0.9)
     linear = c[z == 1].mean() - c[z == 0].mean()
@@ -139,7 +139,7 @@ def test_mixed_dq_for_p90_mixes_a_mean_estimate_in():
     from asrsched.abtest.fleet_experiment import ABTest, cluster_trace, run_experiment
 
     tr, lam = cluster_trace("librispeech", n_replicas=2, load=0.9, n_requests=3000, seed=2)
-    res = run_experiment(tr, ABTest(control="random", treatment="least_work"), n_replicas=2, seed=1, lam=lam)
+    res = run_experiment(tr, ABTest(control="random", treatment="least_work"), n_replicas=2, seed=1, total_rate=lam)
     t = res.trajectory("e2el")
     tc = p90_cost_trajectory(t)
     assert qdq(tc, 100).value == qdq(t, 100).value

@@ -14,24 +14,24 @@ from asrsched.abtest.estimators import Trajectory, default_L, estimate_all, q_va
 from asrsched.abtest.model import SystemConfig, simulate_supermarket
 
 
-def _toy(n=400, seed=0, lam_at=False):
+def _toy(n=400, seed=0, total_rate_at=False):
     rng = np.random.default_rng(seed)
     arr = np.cumsum(rng.exponential(0.5, n))
     z = (rng.random(n) < 0.4).astype(np.int8)
     resp = rng.exponential(1.0, n) + 0.3 * z
     nb = rng.integers(0, 6, n)
-    la = 2.0 + np.sin(arr) if lam_at else None
-    return Trajectory(arrival=arr, z=z, response=resp, n_before=nb, lam=2.0, lam_at=la)
+    la = 2.0 + np.sin(arr) if total_rate_at else None
+    return Trajectory(arrival=arr, z=z, response=resp, n_before=nb, total_rate=2.0, total_rate_at=la)
 
 
-@pytest.mark.parametrize("lam_at", [False, True])
-def test_q_values_match_brute_force_sums(lam_at):
-    tr = _toy(lam_at=lam_at)
+@pytest.mark.parametrize("total_rate_at", [False, True])
+def test_q_values_match_brute_force_sums(total_rate_at):
+    tr = _toy(total_rate_at=total_rate_at)
     L = 7
     qw, qq = q_values(tr, L, "w"), q_values(tr, L, "q")
     n = len(tr)
     assert qw.size == qq.size == n - L
-    lam = tr.lam_at if lam_at else np.full(n, tr.lam)
+    lam = tr.total_rate_at if total_rate_at else np.full(n, tr.total_rate)
     for k in (0, 1, 50, n - L - 1):
         assert qw[k] == pytest.approx(tr.response[k:k + L].sum())
         assert qq[k] == pytest.approx((tr.n_before[k + 1:k + L + 1] / lam[k + 1:k + L + 1]).sum())
@@ -79,7 +79,7 @@ def test_batch_means_ci_has_nominal_coverage_on_independent_data():
         n = 2000
         z = (rng.random(n) < 0.5).astype(np.int8)
         resp = rng.exponential(1.0, n) + 0.5 * z
-        tr = Trajectory(arrival=np.arange(n, dtype=float), z=z, response=resp, n_before=np.zeros(n), lam=1.0)
+        tr = Trajectory(arrival=np.arange(n, dtype=float), z=z, response=resp, n_before=np.zeros(n), total_rate=1.0)
         e = E.naive(tr, n_batches=20)
         hits.append(e.lo <= 0.5 <= e.hi)
     assert 0.91 <= np.mean(hits) <= 0.98
@@ -91,12 +91,12 @@ def test_switchback_drops_burn_in_and_compares_blocks():
     z = (block % 2).astype(np.int8)
     t_in = arr - block * 10
     resp = np.where(t_in < 3, 100.0, 1.0 + z)  # the first 3 time units of each block are carry-over
-    tr = Trajectory(arrival=arr, z=z, response=resp, n_before=np.zeros(40), lam=1.0, block=block, block_len=10.0,
+    tr = Trajectory(arrival=arr, z=z, response=resp, n_before=np.zeros(40), total_rate=1.0, block=block, block_len=10.0,
                     design="switchback")
     assert E.switchback(tr, burn_in=3.0, n_batches=2).value == pytest.approx(1.0)
     assert E.switchback(tr, burn_in=0.0, n_batches=2).value == pytest.approx(0.7)  # diluted by the carry-over jobs
     resp2 = np.where((t_in < 3) & (z == 1), 100.0, 1.0 + z)  # carry-over only after switching to treatment
-    tr2 = Trajectory(arrival=arr, z=z, response=resp2, n_before=np.zeros(40), lam=1.0, block=block, block_len=10.0)
+    tr2 = Trajectory(arrival=arr, z=z, response=resp2, n_before=np.zeros(40), total_rate=1.0, block=block, block_len=10.0)
     assert E.switchback(tr2, burn_in=3.0, n_batches=2).value == pytest.approx(1.0)
     assert E.switchback(tr2, burn_in=0.0, n_batches=2).value > 20
 
@@ -107,7 +107,7 @@ def test_from_records_counts_jobs_in_system_and_area():
     assert np.array_equal(tr.n_before, [0, 1, 1])
     assert np.array_equal(tr.response, [3.0, 0.5, 0.5])
     assert tr.area == pytest.approx(4.0)
-    assert tr.lam == pytest.approx(1.0)
+    assert tr.total_rate == pytest.approx(1.0)
 
 
 def test_default_L_is_30_N_lam():
@@ -131,11 +131,11 @@ def test_bad_estimator_inputs_are_refused():
     with pytest.raises(ValueError, match="traj"):
         E.switchback(tr)
     with pytest.raises(ValueError, match="z"):
-        Trajectory(arrival=[0, 1], z=[0, 2], response=[1, 1], n_before=[0, 0], lam=1.0)
+        Trajectory(arrival=[0, 1], z=[0, 2], response=[1, 1], n_before=[0, 0], total_rate=1.0)
     with pytest.raises(ValueError, match="arrival"):
-        Trajectory(arrival=[1, 0], z=[0, 1], response=[1, 1], n_before=[0, 0], lam=1.0)
-    with pytest.raises(ValueError, match="lam"):
-        Trajectory(arrival=[0, 1], z=[0, 1], response=[1, 1], n_before=[0, 0], lam=0.0)
+        Trajectory(arrival=[1, 0], z=[0, 1], response=[1, 1], n_before=[0, 0], total_rate=1.0)
+    with pytest.raises(ValueError, match="total_rate"):
+        Trajectory(arrival=[0, 1], z=[0, 1], response=[1, 1], n_before=[0, 0], total_rate=0.0)
     with pytest.raises(ValueError, match="finish"):
         Trajectory.from_records([0, 1], [2, 0.5], [0, 1])
 
@@ -224,12 +224,12 @@ def test_compiled_sums_are_bit_identical_to_the_plain_numpy_ones():
     n = 20_000
     w = rng.exponential(size=n)
     nb = rng.integers(0, 40, n).astype(np.int32)
-    lam_at = rng.uniform(10.0, 20.0, n)
+    total_rate_at = rng.uniform(10.0, 20.0, n)
     z = (rng.random(n) < 0.5).astype(np.int8)
     assert np.array_equal(E._cumsum0(w, np.ones(1)), np.concatenate(([0.0], np.cumsum(w))))
     assert np.array_equal(E._cumsum0(nb, np.array([16.0])), np.concatenate(([0.0], np.cumsum(nb / 16.0))))
-    assert np.array_equal(E._cumsum0(nb, lam_at), np.concatenate(([0.0], np.cumsum(nb / lam_at))))
-    Cw, Cq = E._cumsum0(w, np.ones(1)), E._cumsum0(nb, lam_at)
+    assert np.array_equal(E._cumsum0(nb, total_rate_at), np.concatenate(([0.0], np.cumsum(nb / total_rate_at))))
+    Cw, Cq = E._cumsum0(w, np.ones(1)), E._cumsum0(nb, total_rate_at)
     seg = np.array([0, 37, 5000, 12_345, n - 300], np.int64)
     s, s1, n1 = E._sweep_sums2(Cw, 0, Cq, 1, np.array([250]), z, seg, seg[None, :], np.array([seg.size - 1]))
     for row, (C, o) in enumerate(((Cw, 0), (Cq, 1))):

@@ -90,7 +90,7 @@ def test_littles_law_and_exact_bookkeeping_in_every_run(case):
     if cfg.amp == 0:
         assert ll["arrival_avg_n"] == pytest.approx(ll["time_avg_n"], rel=0.03)  # PASTA
     else:  # arrivals oversample the busy phase; X / lam(t) at arrivals averages to mean W
-        assert (tr.n_before / tr.lam_at).mean() == pytest.approx(ll["mean_response"], rel=0.03)
+        assert (tr.n_before / tr.total_rate_at).mean() == pytest.approx(ll["mean_response"], rel=0.03)
     # the kernel's number-in-system and area agree exactly with a recount from the records
     rec = Trajectory.from_records(tr.arrival, tr.arrival + tr.response, tr.z, t_start=tr.t_start, t_end=tr.t_end)
     assert np.array_equal(rec.n_before, tr.n_before)

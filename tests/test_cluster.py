@@ -170,7 +170,7 @@ def test_littles_law_on_cluster_trajectories(busy, factor, design):
     t = ABTest(factor=factor, control="random" if factor == "routing" else "fcfs",
                treatment="least_work" if factor == "routing" else "hrrn", design=design, router="pod2",
                block_s=15.0)
-    res = run_experiment(tr, t, n_replicas=4, seed=3, warmup_s=10, lam=lam)
+    res = run_experiment(tr, t, n_replicas=4, seed=3, warmup_s=10, total_rate=lam)
     for metric in ("e2el", "ttft"):
         ll = littles_law(res.trajectory(metric))
         assert abs(ll["rel_gap"]) < 0.03, (metric, ll)

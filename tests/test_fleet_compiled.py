@@ -58,8 +58,8 @@ def _designs():
 @pytest.mark.parametrize("test", _designs(), ids=lambda t: f"{t.factor}-{t.design}-{t.control}-{t.treatment}")
 def test_every_design_gives_identical_records(busy, test):
     tr, lam = busy
-    a = run_experiment(tr, test, n_replicas=4, seed=5, warmup_s=10, lam=lam, engine="python")
-    b = run_experiment(tr, test, n_replicas=4, seed=5, warmup_s=10, lam=lam, engine="numba")
+    a = run_experiment(tr, test, n_replicas=4, seed=5, warmup_s=10, total_rate=lam, engine="python")
+    b = run_experiment(tr, test, n_replicas=4, seed=5, warmup_s=10, total_rate=lam, engine="numba")
     _same(a, b)
     assert np.array_equal(a.replica_arm, b.replica_arm)
     if test.design == "switchback":

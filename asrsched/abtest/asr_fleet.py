@@ -213,15 +213,15 @@ class ASRStudyConfig:
         self.service_model()
         # horizon vs run length, per workload
         for w in self.workloads:
-            lam = self.total_rate(w)
-            Lmax = max(self.L_for(lam, f) for f in (*self.L_factors, 1.0))
-            n_meas = self.n_requests - self.warmup_s * lam
+            total_rate = self.total_rate(w)
+            Lmax = max(self.L_for(total_rate, f) for f in (*self.L_factors, 1.0))
+            n_meas = self.n_requests - self.warmup_s * total_rate
             if n_meas < 2 * Lmax + 2 * self.n_batches:
                 raise ValueError(
                     f"n_requests: {self.n_requests} requests leave {n_meas:.0f} after the warm-up on {w}, too few for "
                     f"a DQ horizon of {Lmax} requests (need >= 2 L); raise n_requests or lower L / L_factors")
-            if self.n_requests / lam < 4 * self.block_s and any(d == "switchback" for _, d in self.designs()):
-                raise ValueError(f"block_s: a run of {self.n_requests / lam:.0f} s on {w} holds fewer than 4 "
+            if self.n_requests / total_rate < 4 * self.block_s and any(d == "switchback" for _, d in self.designs()):
+                raise ValueError(f"block_s: a run of {self.n_requests / total_rate:.0f} s on {w} holds fewer than 4 "
                                  f"switchback blocks of {self.block_s} s; lower block_s or raise n_requests")
         return self
 
@@ -230,9 +230,9 @@ class ASRStudyConfig:
         return float(self.load) * self.n_replicas * replica_capacity(workload, service=self.service_model(),
                                                                      max_num_seqs=self.max_num_seqs)
 
-    def L_for(self, lam: float, factor: float = 1.0) -> int:
+    def L_for(self, total_rate: float, factor: float = 1.0) -> int:
         """DQ horizon (requests) at ``factor`` x the headline ``L``."""
-        L0 = int(self.L) if self.L is not None else default_L(lam)
+        L0 = int(self.L) if self.L is not None else default_L(total_rate)
         return max(1, int(round(factor * L0)))
 
     def to_dict(self) -> dict:
@@ -331,13 +331,13 @@ def estimate_run(res, cfg: ASRStudyConfig) -> tuple[list[dict], list[dict]]:
     for metric in METRICS:
         tr = res.trajectory(metric)
         ll = littles_law(tr)
-        little.append(dict(metric=metric, rel_gap=ll["rel_gap"], time_avg_n=ll["time_avg_n"], lam_w=ll["lam_w"]))
+        little.append(dict(metric=metric, rel_gap=ll["rel_gap"], time_avg_n=ll["time_avg_n"], little_n=ll["little_n"]))
         base = dict(metric=metric, L=np.nan, L_factor=np.nan, burn_in=np.nan, headline=True)
         if design == "bernoulli":
             rows.append(_row(naive(tr, nb), stat="mean", **base))
             rows.append(_row(quantile_estimate(tr, "naive", n_batches=nb), stat="p90", **base))
             factors = sorted(set((*cfg.L_factors, 1.0)))
-            Ls = [cfg.L_for(tr.lam, f) for f in factors]
+            Ls = [cfg.L_for(tr.total_rate, f) for f in factors]
             fams = {stat: dq_sweep(t, Ls, nb) for stat, t in (("mean", tr), ("p90", p90_cost_trajectory(tr)))}
             for f, L in zip(factors, Ls):
                 kw = dict(metric=metric, L=L, L_factor=f, headline=f == 1.0)
@@ -363,11 +363,11 @@ def _trace(cfg: ASRStudyConfig, workload: str, *seed_parts):
                          max_num_seqs=cfg.max_num_seqs)
 
 
-def _replication(cfg: ASRStudyConfig, tr, lam: float, workload: str, rep: int, factor: str, design: str) -> dict:
+def _replication(cfg: ASRStudyConfig, tr, total_rate: float, workload: str, rep: int, factor: str, design: str) -> dict:
     t0 = time.perf_counter()
     res = run_experiment(tr, cfg.test(factor, design), n_replicas=cfg.n_replicas, service=cfg.service_model(),
                          max_num_seqs=cfg.max_num_seqs, seed=task_seed(cfg.seed, workload, "rep", rep, factor, design),
-                         warmup_s=cfg.warmup_s, lam=lam)
+                         warmup_s=cfg.warmup_s, total_rate=total_rate)
     rows, little = estimate_run(res, cfg)
     share = float(res.measured["z"].mean())
     for r in rows + little:
@@ -380,8 +380,8 @@ def _replication(cfg: ASRStudyConfig, tr, lam: float, workload: str, rep: int, f
 def run_replication(workload: str, rep: int, factor: str, design: str, study: dict) -> dict:
     """One A/B experiment (one design, one replication): estimate rows and Little's-law checks."""
     cfg = ASRStudyConfig.from_dict(study)
-    tr, lam = _trace(cfg, workload, "rep", rep)
-    return _replication(cfg, tr, lam, workload, rep, factor, design)
+    tr, total_rate = _trace(cfg, workload, "rep", rep)
+    return _replication(cfg, tr, total_rate, workload, rep, factor, design)
 
 
 def run_replications(workload: str, rep: int, designs: list, study: dict) -> dict:
@@ -392,25 +392,25 @@ def run_replications(workload: str, rep: int, designs: list, study: dict) -> dic
     """
     cfg = ASRStudyConfig.from_dict(study)
     t0 = time.perf_counter()
-    tr, lam = _trace(cfg, workload, "rep", rep)
+    tr, total_rate = _trace(cfg, workload, "rep", rep)
     rows, little = [], []
     for factor, design in designs:
-        r = _replication(cfg, tr, lam, workload, rep, factor, design)
+        r = _replication(cfg, tr, total_rate, workload, rep, factor, design)
         rows += r["rows"]
         little += r["little"]
     return {"rows": rows, "little": little, "seconds": time.perf_counter() - t0}
 
 
-def _truth(cfg: ASRStudyConfig, tr, lam: float, workload: str, router: str, policy: str, k: int) -> dict:
+def _truth(cfg: ASRStudyConfig, tr, total_rate: float, workload: str, router: str, policy: str, k: int) -> dict:
     t0 = time.perf_counter()
     # the whole fleet under one setting: the control arm of an experiment with that router and policy
     # (= asrsched.sim.fleet.run_cluster, with the trajectories of the A/B layer)
     setting = ABTest(factor="routing", control=router, treatment=router, design="control", policy=policy)
     res = run_experiment(tr, setting, n_replicas=cfg.n_replicas, service=cfg.service_model(),
                          max_num_seqs=cfg.max_num_seqs, seed=task_seed(cfg.seed, workload, "truth", k),
-                         warmup_s=cfg.warmup_s, lam=lam)
+                         warmup_s=cfg.warmup_s, total_rate=total_rate)
     m = res.measured
-    out = {"workload": workload, "router": router, "policy": policy, "k": k, "lam": lam,
+    out = {"workload": workload, "router": router, "policy": policy, "k": k, "total_rate": total_rate,
            "n": int(len(m)), "seconds": 0.0}
     for metric in METRICS:
         v = m[metric].to_numpy(float)
@@ -424,15 +424,15 @@ def _truth(cfg: ASRStudyConfig, tr, lam: float, workload: str, router: str, poli
 def run_truth(workload: str, router: str, policy: str, k: int, study: dict) -> dict:
     """One full run of a fleet setting (router, policy) on truth trace ``k``: mean/P90 of E2EL and TTFT."""
     cfg = ASRStudyConfig.from_dict(study)
-    tr, lam = _trace(cfg, workload, "truth", k)
-    return _truth(cfg, tr, lam, workload, router, policy, k)
+    tr, total_rate = _trace(cfg, workload, "truth", k)
+    return _truth(cfg, tr, total_rate, workload, router, policy, k)
 
 
 def run_truths(workload: str, k: int, settings: list, study: dict) -> list[dict]:
     """Every setting ``(router, policy)`` on truth trace ``k`` (generated once): one :func:`run_truth` row each."""
     cfg = ASRStudyConfig.from_dict(study)
-    tr, lam = _trace(cfg, workload, "truth", k)
-    return [_truth(cfg, tr, lam, workload, r, p, k) for r, p in settings]
+    tr, total_rate = _trace(cfg, workload, "truth", k)
+    return [_truth(cfg, tr, total_rate, workload, r, p, k) for r, p in settings]
 
 
 # ----------------------------------------------------------------------------- study

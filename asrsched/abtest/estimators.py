@@ -29,7 +29,7 @@ cost over prefix sums (O(n) for any ``L``), and :func:`dq_sweep` does so for man
 arrays of Q values, ``tests/abtest_oracle.py``).
 
 Horizon ``L`` counts decisions (jobs); the default ``L = 30 * N * lam_per_server`` is
-``30 * lam`` here (``lam`` = total rate), i.e. 30 mean service times of future jobs.
+``30 * total_rate`` here, i.e. 30 mean service times of future jobs.
 Only decisions with a full horizon (the first ``n - L``) enter the DQ estimators.
 
 Confidence intervals: batch means. The estimator is recomputed on each of
@@ -74,10 +74,10 @@ __all__ = [
 ESTIMATORS = ("naive", "group", "switchback", "qdq", "wdq", "mixed_dq")
 
 
-def default_L(traj_or_lam) -> int:
+def default_L(traj_or_rate) -> int:
     """``L = 30 * N * lam`` decisions = 30 x the total arrival rate (30 mean service times)."""
-    lam = traj_or_lam.lam if isinstance(traj_or_lam, Trajectory) else float(traj_or_lam)
-    return max(1, int(round(30.0 * lam)))
+    rate = traj_or_rate.total_rate if isinstance(traj_or_rate, Trajectory) else float(traj_or_rate)
+    return max(1, int(round(30.0 * rate)))
 
 
 def _check_L(traj: Trajectory, L) -> int:
@@ -120,8 +120,8 @@ def _prefix(traj: Trajectory, cost: str) -> tuple[np.ndarray, int]:
     if cost == "w":
         return _cumsum0(np.ascontiguousarray(traj.response, np.float64), np.ones(1)), 0
     if cost == "q":
-        lam = traj.lam_at if traj.lam_at is not None else traj.lam
-        return _cumsum0(np.ascontiguousarray(traj.n_before), np.atleast_1d(np.asarray(lam, np.float64))), 1
+        rate = traj.total_rate_at if traj.total_rate_at is not None else traj.total_rate
+        return _cumsum0(np.ascontiguousarray(traj.n_before), np.atleast_1d(np.asarray(rate, np.float64))), 1
     if cost == "qt":
         if traj.area_at is None:
             raise ValueError("cost: 'qt' (time-integral of the number in system) needs a trajectory with area_at")
@@ -293,7 +293,7 @@ def _kept_sums(arrival, block, block_len, burn_in, w, z, gstarts):
 
 def dq(traj: Trajectory, L: int | None = None, cost: str = "w", n_batches: int = 20,
        level: float = 0.95) -> Estimate:
-    """Differences-in-Q with cost ``"w"`` (response time), ``"q"`` (number in system / lam) or ``"qt"``
+    """Differences-in-Q with cost ``"w"`` (response time), ``"q"`` (number in system / total_rate) or ``"qt"``
     (its time integral); :func:`dq_family`'s ``f"{cost}dq"``."""
     if cost not in COSTS:
         raise ValueError(f"cost: {cost!r} not in {COSTS}")

@@ -179,7 +179,7 @@ class ExperimentResult(FleetResult):
 
     ``replica_arm[i]`` is 1 if replica ``i`` belonged to the treatment (group/replica
     designs, or its policy under ``treatment``); ``block_arms[b]`` the arm of switchback
-    block ``b``. ``lam`` is the nominal total arrival rate (req/s); requests arriving before
+    block ``b``. ``total_rate`` is the nominal total arrival rate (req/s); requests arriving before
     ``warmup_s`` are simulated but left out of :meth:`summary` and :meth:`trajectory`.
     """
 
@@ -221,14 +221,14 @@ class ExperimentResult(FleetResult):
         kw: dict[str, Any] = dict(server=r["replica"].to_numpy(np.int64))
         if sb:
             kw.update(block=r["block"].to_numpy(np.int64))
-        full = Trajectory.from_records(arr, fin, r["z"].to_numpy(np.int8), lam=self.lam, t_start=self.warmup_s,
+        full = Trajectory.from_records(arr, fin, r["z"].to_numpy(np.int8), total_rate=self.total_rate, t_start=self.warmup_s,
                                        t_end=float(arr.max()), **kw)
         keep = full.arrival >= self.warmup_s
         if keep.sum() < 2:
             raise ValueError(f"warmup_s: {self.warmup_s} s leaves fewer than 2 measured requests")
         return Trajectory(
             arrival=full.arrival[keep], z=full.z[keep], response=full.response[keep],
-            n_before=full.n_before[keep], lam=self.lam, area=full.area, t_start=full.t_start, t_end=full.t_end,
+            n_before=full.n_before[keep], total_rate=self.total_rate, area=full.area, t_start=full.t_start, t_end=full.t_end,
             block=full.block[keep] if sb else None, block_len=float(self.test.block_s) if sb else None,
             server=full.server[keep], design=design, p=float(self.test.p),
             meta=dict(metric=metric, factor=self.test.factor, design=self.test.design))
@@ -237,11 +237,11 @@ class ExperimentResult(FleetResult):
 # ----------------------------------------------------------------------------- driver
 
 def run_experiment(trace: Trace, test: ABTest, *, n_replicas: int = 4, service: ServiceModel | None = None,
-                   max_num_seqs: int = 32, seed: int = 0, warmup_s: float = 0.0, lam: float | None = None,
+                   max_num_seqs: int = 32, seed: int = 0, warmup_s: float = 0.0, total_rate: float | None = None,
                    policy_params: dict | None = None, engine: str = "auto") -> ExperimentResult:
     """Run one A/B experiment (or a ground-truth arm) of ``test`` on ``trace`` (see module docstring).
 
-    ``lam`` is the nominal total arrival rate (default: the trace's empirical rate);
+    ``total_rate`` is the nominal total arrival rate (default: the trace's empirical rate);
     ``policy_params`` go to every replica's waiting queue. ``engine`` (``"auto"``, ``"python"``,
     ``"numba"``): which fleet runs it (:func:`asrsched.sim.fleet.run_fleet`; identical records).
     The design is realised here (arms of requests, replicas and blocks, the policy switches);
@@ -312,10 +312,10 @@ def run_experiment(trace: Trace, test: ABTest, *, n_replicas: int = 4, service: 
     else:
         rec["z"] = z[rid]
     rec["block"] = block[rid]
-    if lam is None:
-        lam = float(trace.rate) if len(trace) > 1 and trace.arrival[-1] > trace.arrival[0] else 1.0
+    if total_rate is None:
+        total_rate = float(trace.rate) if len(trace) > 1 and trace.arrival[-1] > trace.arrival[0] else 1.0
     params = dict(test.to_dict(), n_replicas=N, max_num_seqs=int(max_num_seqs), service=service.name,
                   seed=int(seed), engine=used, **{f"trace_{k}": v for k, v in trace.meta.items()})
-    return ExperimentResult(records=rec, n_replicas=N, lam=float(lam), warmup_s=float(warmup_s),
+    return ExperimentResult(records=rec, n_replicas=N, total_rate=float(total_rate), warmup_s=float(warmup_s),
                             seconds=time.perf_counter() - t0, events=events, params=params, test=test,
                             replica_arm=replica_arm, block_arms=block_arms)

@@ -39,7 +39,7 @@ event calendar; a heap of each busy server's next departure counts departures in
 order, so the number in system seen by each arrival is exact.
 
 Output: :class:`~asrsched.abtest.estimators.Trajectory` with per-job arrays
-(arrival, z, response, n_before, lam_at, server, q_seen, block, area_at) and the exact area
+(arrival, z, response, n_before, total_rate_at, server, q_seen, block, area_at) and the exact area
 under the number-in-system curve, the documented input of every estimator. ``area_at[j]`` is
 the exact integral of the number in system up to arrival ``j`` (departures between arrivals
 are subtracted at their own times), for the time-integral queue-length cost.
@@ -318,14 +318,14 @@ def simulate_supermarket(cfg: SystemConfig, seed: int = 0, *, details: bool = Tr
     st = _rng.state(int(seed))
     keep = (1 if details else 0) | (2 if area_at else 0)
     out = (_kernel or _simulate)(*args, float(cfg.delay), st, int(_scan_max), keep)
-    arr, dep, z, nb, lam_at, srv, qseen, block, area, t0, t1, a_at = out
+    arr, dep, z, nb, total_rate_at, srv, qseen, block, area, t0, t1, a_at = out
     w = int(cfg.warmup_requests)
     arr, z, nb = arr[w:], z[w:], nb[w:]
     srv, qseen = (srv[w:], qseen[w:]) if details else (None, None)
     a_at = a_at[w:] if area_at else None
     resp = dep[w:]
     resp -= arr  # in place: departure - arrival
-    lam_at = lam_at[w:] if cfg.amp > 0 else None
+    total_rate_at = total_rate_at[w:] if cfg.amp > 0 else None
     block = block[w:] if cfg.design == "switchback" else None
     meta = dict(cfg.to_dict(), seed=int(seed), d_control=d0, d_treatment=d1)
     meta["rates"] = None if cfg.rates is None else list(map(float, cfg.rates))
@@ -334,8 +334,8 @@ def simulate_supermarket(cfg: SystemConfig, seed: int = 0, *, details: bool = Tr
         z=z,
         response=resp,
         n_before=nb,
-        lam=float(cfg.total_rate),
-        lam_at=lam_at,
+        total_rate=float(cfg.total_rate),
+        total_rate_at=total_rate_at,
         area=float(area),
         area_at=a_at,
         t_start=float(t0),
@@ -354,7 +354,7 @@ def simulate_supermarket(cfg: SystemConfig, seed: int = 0, *, details: bool = Tr
 
 
 @njit(cache=True)
-def _simulate(n_requests, n_warm, rates, lam_total, amp, period, svc_kind, shape, d0, d1, design, p,
+def _simulate(n_requests, n_warm, rates, total_rate, amp, period, svc_kind, shape, d0, d1, design, p,
               group, block_len, alternate, delay, st, scan_max, keep):
     """The supermarket model's one kernel (arguments as built by :func:`simulate_supermarket`).
 
@@ -377,7 +377,7 @@ def _simulate(n_requests, n_warm, rates, lam_total, amp, period, svc_kind, shape
     qseen = np.empty(total if keep_srv else 1, np.int32)
     nb = np.empty(total, np.int32)
     area_at = np.empty(total if keep_area else 1)  # integral of the number in system from 0 to each arrival
-    lam_at = np.empty(total if amp > 0.0 else 1)
+    total_rate_at = np.empty(total if amp > 0.0 else 1)
     block = np.zeros(total if design == 2 else 1, np.int64)
 
     cap = 64
@@ -415,8 +415,8 @@ def _simulate(n_requests, n_warm, rates, lam_total, amp, period, svc_kind, shape
             pools[1, m1] = s
             m1 += 1
 
-    inv_lam_max = 1.0 / (lam_total * (1.0 + amp))
-    lam_max = lam_total * (1.0 + amp)
+    inv_rate_max = 1.0 / (total_rate * (1.0 + amp))
+    rate_max = total_rate * (1.0 + amp)
     two_pi = 2.0 * np.pi
     xm = (shape - 1.0) / shape if svc_kind == 2 else 1.0
     t = 0.0
@@ -429,14 +429,14 @@ def _simulate(n_requests, n_warm, rates, lam_total, amp, period, svc_kind, shape
         t_prev = t
         # ---- next arrival (thinning for the cyclic rate)
         if amp == 0.0:
-            t += _std_exp(st) * inv_lam_max
+            t += _std_exp(st) * inv_rate_max
         else:
             while True:
-                t += _std_exp(st) * inv_lam_max
-                lt = lam_total * (1.0 + amp * np.sin(two_pi * t / period))
-                if _next_double(st) * lam_max <= lt:
+                t += _std_exp(st) * inv_rate_max
+                lt = total_rate * (1.0 + amp * np.sin(two_pi * t / period))
+                if _next_double(st) * rate_max <= lt:
                     break
-            lam_at[j] = lt
+            total_rate_at[j] = lt
         arr[j] = t
         acc += (j - tot_dep) * (t - t_prev)  # then minus (t - d) for each departure d in (t_prev, t]
 
@@ -577,7 +577,7 @@ def _simulate(n_requests, n_warm, rates, lam_total, amp, period, svc_kind, shape
     t0 = arr[n_warm]
     area = acc - acc0
 
-    return arr, dep, z, nb, lam_at, srv, qseen, block, area, t0, t, area_at
+    return arr, dep, z, nb, total_rate_at, srv, qseen, block, area, t0, t, area_at
 
 
 @njit(cache=True)

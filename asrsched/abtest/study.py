@@ -17,7 +17,7 @@ experiment is simulated once and gives both scenarios their rows (the same numbe
 The ground truth of a scenario comes from long separate runs of each policy everywhere
 (``truth_seeds`` runs of ``truth_requests`` jobs per policy): ``GTE = W(treatment) -
 W(control)`` with a batch-means standard error, also in its queue-length form
-``(X_1 - X_0) / lam`` (equal by Little's law). Optionally (``slope_h``) the slope
+``(X_1 - X_0) / (N lam)`` (equal by Little's law). Optionally (``slope_h``) the slope
 ``dW(p)/dp`` of the mixed system at the experiment's p is measured from runs at
 ``p +- h``: this is what DQ estimates (Farias et al.), so ``GTE - slope`` is the part of
 DQ's bias due to the curvature of W(p), and ``slope - E[DQ]`` the part due to truncation.
@@ -335,7 +335,7 @@ def run_truth(scenario: str, arm: str, k: int, study: dict) -> dict:
     tr = simulate_supermarket(cfg, task_seed(sc.seed, scenario, "truth", arm, k), details=False, area_at=False)
     ll = littles_law(tr)
     return {"scenario": scenario, "arm": arm, "k": k, "mean_w": ll["mean_response"],
-            "se_w": batch_mean_se(tr.response), "time_avg_n": ll["time_avg_n"], "lam_hat": ll["lam_hat"],
+            "se_w": batch_mean_se(tr.response), "time_avg_n": ll["time_avg_n"], "observed_rate": ll["observed_rate"],
             "little_rel_gap": ll["rel_gap"], "n_requests": len(tr), "cpu_seconds": time.process_time() - c0}
 
 
@@ -358,7 +358,7 @@ class StudyResult:
 
 def _truth_table(runs: pd.DataFrame, sc: StudyConfig) -> pd.DataFrame:
     out = []
-    lam = sc.base.total_rate
+    total_rate = sc.base.total_rate
     for s, g in runs.groupby("scenario", sort=False):
         arm = {a: gg for a, gg in g.groupby("arm")}
 
@@ -372,7 +372,7 @@ def _truth_table(runs: pd.DataFrame, sc: StudyConfig) -> pd.DataFrame:
         row = {"scenario": s, "w_control": m("control"), "w_treatment": m("treatment"),
                "gte": m("treatment") - m("control"),
                "gte_se": float(np.hypot(se("treatment"), se("control"))),
-               "gte_q": (m("treatment", "time_avg_n") - m("control", "time_avg_n")) / lam}
+               "gte_q": (m("treatment", "time_avg_n") - m("control", "time_avg_n")) / total_rate}
         if "p_plus" in arm:
             row["slope"] = (m("p_plus") - m("p_minus")) / (2 * sc.slope_h)
             row["slope_se"] = float(np.hypot(se("p_plus"), se("p_minus")) / (2 * sc.slope_h))

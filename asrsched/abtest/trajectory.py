@@ -17,15 +17,15 @@ Required (length ``n``, one entry per job, sorted by arrival time):
                DQ, link the *mean response time* to the number in system).
 ``n_before``   float/int, number of jobs in the whole system just before job ``j``
                arrives, ``X(t_j-)`` (the queue-length cost sampled at decision epochs).
-``lam``        float scalar, the long-run total arrival rate (jobs per time unit) that
-               converts number in system into response time (Little: X = lam * W).
+``total_rate``        float scalar, the long-run total arrival rate (jobs per time unit) that
+               converts number in system into response time (Little: X = total_rate * W).
 
 Optional:
 
-``lam_at``     float array, instantaneous arrival rate at each arrival for a
-               non-stationary arrival process; qDQ then uses ``X(t_j-) / lam_at[j]``
-               whose arrival-average is ``mean X / mean lam = mean W`` (Little's law
-               without PASTA). Missing: ``lam`` is used for every job.
+``total_rate_at``     float array, instantaneous arrival rate at each arrival for a
+               non-stationary arrival process; qDQ then uses ``X(t_j-) / total_rate_at[j]``
+               whose arrival-average is ``mean X / mean total_rate = mean W`` (Little's law
+               without PASTA). Missing: ``total_rate`` is used for every job.
 ``area``, ``t_start``, ``t_end``  integral of X(t) over [t_start, t_end] (for the
                Little's-law check :func:`littles_law`).
 ``area_at``    float array, ``A(t_j) = integral of X(t) dt`` from any fixed origin up to
@@ -70,8 +70,8 @@ class Trajectory:
     z: np.ndarray
     response: np.ndarray
     n_before: np.ndarray
-    lam: float
-    lam_at: np.ndarray | None = None
+    total_rate: float
+    total_rate_at: np.ndarray | None = None
     area: float | None = None
     area_at: np.ndarray | None = None
     t_start: float | None = None
@@ -101,16 +101,16 @@ class Trajectory:
         for name in ("z", "response", "n_before"):
             if getattr(self, name).shape != (n,):
                 raise ValueError(f"{name}: need one entry per job ({n}), got shape {getattr(self, name).shape}")
-        if self.lam_at is not None:
-            self.lam_at = np.asarray(self.lam_at, dtype=np.float64)
-            if self.lam_at.shape != (n,) or np.any(self.lam_at <= 0):
-                raise ValueError("lam_at: need one positive arrival rate per job")
+        if self.total_rate_at is not None:
+            self.total_rate_at = np.asarray(self.total_rate_at, dtype=np.float64)
+            if self.total_rate_at.shape != (n,) or np.any(self.total_rate_at <= 0):
+                raise ValueError("total_rate_at: need one positive arrival rate per job")
         if self.area_at is not None:
             self.area_at = np.asarray(self.area_at, dtype=np.float64)
             if self.area_at.shape != (n,):
                 raise ValueError(f"area_at: need one entry per job ({n}), got shape {self.area_at.shape}")
-        if not (np.isfinite(self.lam) and self.lam > 0):
-            raise ValueError(f"lam: need a positive total arrival rate, got {self.lam!r}")
+        if not (np.isfinite(self.total_rate) and self.total_rate > 0):
+            raise ValueError(f"total_rate: need a positive total arrival rate, got {self.total_rate!r}")
         if not _valid_z_sorted(self.z, self.arrival):
             raise ValueError("z, arrival: z must be 0/1 and jobs sorted by arrival time")
         if self.block is not None:
@@ -120,21 +120,21 @@ class Trajectory:
         return int(self.arrival.shape[0])
 
     @property
-    def lam_hat(self) -> float:
-        """Observed arrival rate n / (t_end - t_start) (falls back to ``lam``)."""
+    def observed_rate(self) -> float:
+        """Observed arrival rate n / (t_end - t_start) (falls back to ``total_rate``)."""
         if self.t_start is None or self.t_end is None or self.t_end <= self.t_start:
-            return float(self.lam)
+            return float(self.total_rate)
         return len(self) / (self.t_end - self.t_start)
 
     @classmethod
-    def from_records(cls, arrival, finish, z, *, lam: float | None = None, t_start: float | None = None,
+    def from_records(cls, arrival, finish, z, *, total_rate: float | None = None, t_start: float | None = None,
                      t_end: float | None = None, **kw) -> Trajectory:
         """Build a trajectory from per-job arrival and finish times (any system).
 
         ``n_before[j]`` = jobs that arrived before ``j`` and finish after ``arrival[j]``;
         ``area_at[j]`` = integral of their number in system from ``arrival[0]`` to ``arrival[j]``;
         ``area`` = exact integral of the number in system over ``[t_start, t_end]``
-        (defaults: first and last arrival); ``lam`` defaults to ``n / (t_end - t_start)``.
+        (defaults: first and last arrival); ``total_rate`` defaults to ``n / (t_end - t_start)``.
         Rows are sorted by arrival first (``kw`` arrays of length n are sorted alongside).
         """
         arrival = np.asarray(arrival, dtype=np.float64)
@@ -164,10 +164,10 @@ class Trajectory:
         t0 = float(arrival[0]) if t_start is None else float(t_start)
         t1 = float(arrival[-1]) if t_end is None else float(t_end)
         area = float(np.sum(np.clip(np.minimum(finish, t1) - np.maximum(arrival, t0), 0, None)))
-        if lam is None:
-            lam = n / (t1 - t0)
+        if total_rate is None:
+            total_rate = n / (t1 - t0)
         kw.setdefault("area_at", area_at)
-        return cls(arrival=arrival, z=z, response=finish - arrival, n_before=n_before, lam=float(lam),
+        return cls(arrival=arrival, z=z, response=finish - arrival, n_before=n_before, total_rate=float(total_rate),
                    area=area, t_start=t0, t_end=t1, **kw)
 
 
@@ -213,17 +213,17 @@ def batch_ci(name: str, value: float, batches: np.ndarray, level: float = 0.95, 
 
 
 def littles_law(traj: Trajectory) -> dict:
-    """Little's law check on one run: time-average number in system vs lam_hat * mean W.
+    """Little's law check on one run: time-average number in system vs observed_rate * mean W.
 
     Returns ``time_avg_n`` (area / duration), ``arrival_avg_n`` (mean of ``n_before``,
-    equal to the time average under PASTA), ``lam_hat``, ``mean_response``,
-    ``lam_w`` = lam_hat * mean_response and ``rel_gap`` = lam_w / time_avg_n - 1.
+    equal to the time average under PASTA), ``observed_rate``, ``mean_response``,
+    ``little_n`` = observed_rate * mean_response and ``rel_gap`` = little_n / time_avg_n - 1.
     """
     if traj.area is None or traj.t_start is None or traj.t_end is None:
         raise ValueError("traj: Little's law needs area, t_start and t_end")
     dur = traj.t_end - traj.t_start
     xbar = traj.area / dur
-    lam_hat = len(traj) / dur
+    observed_rate = len(traj) / dur
     wbar = float(traj.response.mean())
-    return {"time_avg_n": xbar, "arrival_avg_n": float(traj.n_before.mean()), "lam_hat": lam_hat,
-            "mean_response": wbar, "lam_w": lam_hat * wbar, "rel_gap": lam_hat * wbar / xbar - 1.0}
+    return {"time_avg_n": xbar, "arrival_avg_n": float(traj.n_before.mean()), "observed_rate": observed_rate,
+            "mean_response": wbar, "little_n": observed_rate * wbar, "rel_gap": observed_rate * wbar / xbar - 1.0}

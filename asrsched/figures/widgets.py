@@ -300,9 +300,9 @@ def ab_explorer(cfg: ASRStudyConfig | None = None, *, workload: str = "librispee
         try:
             c = base.replace(n_replicas=int(n_w.value), load=float(load_w.value), p=float(p_w.value),
                              L=int(L_w.value) if L_w.value > 0 else None)
-            lam = c.total_rate(workload)  # enough requests for 5 switchback blocks and a 2 L horizon
-            span = c.warmup_s + max(5 * c.block_s, 2 * c.L_for(lam) / lam + 2 * c.n_batches / lam)
-            c = c.replace(n_requests=max(int(n_requests), int(math.ceil(lam * span))))
+            total_rate = c.total_rate(workload)  # enough requests for 5 switchback blocks and a 2 L horizon
+            span = c.warmup_s + max(5 * c.block_s, 2 * c.L_for(total_rate) / total_rate + 2 * c.n_batches / total_rate)
+            c = c.replace(n_requests=max(int(n_requests), int(math.ceil(total_rate * span))))
             msg.value = f"<i>simulating {c.reps} experiments x {len(c.designs())} designs of {c.n_requests} requests</i>"
             state["res"] = run_fleet_study(c, workers=workers, progress=False)
             state["sum"] = summary_table(state["res"])

@@ -258,13 +258,13 @@ def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_n
 class FleetResult:
     """Output of :func:`run_cluster`: per-request records of a fleet run.
 
-    ``lam`` is the nominal total arrival rate (req/s); requests arriving before ``warmup_s``
+    ``total_rate`` is the nominal total arrival rate (req/s); requests arriving before ``warmup_s``
     are simulated but left out of :attr:`measured` and :meth:`summary`.
     """
 
     records: pd.DataFrame
     n_replicas: int
-    lam: float
+    total_rate: float
     warmup_s: float
     seconds: float
     events: int
@@ -328,8 +328,8 @@ def run_cluster(trace: Trace, *, n_replicas: int = 4, router: str = "random", po
     rec, events, used = run_fleet(trace, [policy] * N, [(router, s_router)], service=service,
                                   max_num_seqs=max_num_seqs, policy_params=policy_params, engine=engine,
                                   extra={"z": np.zeros(n, np.int8), "block": np.full(n, -1, np.int64)})
-    lam = float(trace.rate) if len(trace) > 1 and trace.arrival[-1] > trace.arrival[0] else 1.0
+    total_rate = float(trace.rate) if len(trace) > 1 and trace.arrival[-1] > trace.arrival[0] else 1.0
     params = dict(router=str(router), policy=str(policy), n_replicas=N, max_num_seqs=int(max_num_seqs),
                   service=service.name, seed=int(seed), engine=used,
                   **{f"trace_{k}": v for k, v in trace.meta.items()})
-    return FleetResult(rec, N, lam, float(warmup_s), time.perf_counter() - t0, events, params)
+    return FleetResult(rec, N, total_rate, float(warmup_s), time.perf_counter() - t0, events, params)
