@@ -11,7 +11,7 @@ replicas), the same trace runs through
 
 * ``benchmarks/simpy_fleet_reference.py``: a step-by-step SimPy model of the fleet (the
   baseline), and
-* :func:`asrsched.sim.fleet.run_cluster` (the compiled engine, :mod:`asrsched.sim.kernel`),
+* :func:`asrsched.sim.fleet.simulate_fleet` (the compiled engine, :mod:`asrsched.sim.kernel`),
 
 and the per-request records must agree: the same replica and token count for every
 request, admit / first token / finish within 1e-9 s (the SimPy clock adds one step at a
@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from simpy_fleet_reference import simulate_fleet_simpy  # noqa: E402
 
-from asrsched.sim.fleet import clear_trace_cache, cluster_trace, run_cluster  # noqa: E402
+from asrsched.sim.fleet import clear_trace_cache, fleet_trace, simulate_fleet  # noqa: E402
 
 TARGET = 100.0
 SIZES = (4, 16)
@@ -77,18 +77,18 @@ def fleet_ratios(n_requests: int = QUICK_N, sizes=SIZES, *, router: str = "least
     """
     out = []
     for N in sizes:
-        tr, lam = cluster_trace("librispeech", n_replicas=int(N), load=load, n_requests=int(n_requests), seed=seed)
+        tr, lam = fleet_trace("librispeech", n_replicas=int(N), load=load, n_requests=int(n_requests), seed=seed)
         for _ in range(max(1, int(warmup))):  # compile / load the kernel, then warm the process (see above)
             clear_trace_cache()
-            run_cluster(tr, n_replicas=N, router=router, policy=policy, seed=seed)
+            simulate_fleet(tr, n_replicas=N, router=router, policy=policy, seed=seed)
         best_w = best_c = np.inf
         got = None
         for _ in range(int(repeats)):
             clear_trace_cache()  # cold: per-trace inputs recomputed, as on a new trace
-            got, w, c = _timed(run_cluster, tr, n_replicas=N, router=router, policy=policy, seed=seed)
+            got, w, c = _timed(simulate_fleet, tr, n_replicas=N, router=router, policy=policy, seed=seed)
             best_w, best_c = min(best_w, w), min(best_c, c)
         # the baseline warm too: one short SimPy run first (imports, first-call costs), then the timed one
-        simulate_fleet_simpy(cluster_trace("librispeech", n_replicas=int(N), load=load, n_requests=200, seed=seed)[0],
+        simulate_fleet_simpy(fleet_trace("librispeech", n_replicas=int(N), load=load, n_requests=200, seed=seed)[0],
                              n_replicas=N, router=router, policy=policy, seed=seed)
         ref, sw, sc = _timed(simulate_fleet_simpy, tr, n_replicas=N, router=router, policy=policy, seed=seed)
         rec = got.records

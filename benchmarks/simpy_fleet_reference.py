@@ -1,4 +1,4 @@
-"""A straightforward SimPy model of the fleet that :func:`asrsched.sim.fleet.run_cluster` models.
+"""A straightforward SimPy model of the fleet that :func:`asrsched.sim.fleet.simulate_fleet` models.
 
 The baseline of ``benchmarks/bench_fleet.py`` and an independent check of the fleet
 simulators (the compiled engine of :mod:`asrsched.sim.kernel` and the Python
@@ -137,7 +137,7 @@ class _View:
 def simulate_fleet_simpy(trace: Trace, *, n_replicas: int = 4, router: str = "random", policy: str = "fcfs",
                          service: ServiceModel | None = None, max_num_seqs: int = 32, seed: int = 0,
                          policy_params: dict | None = None) -> pd.DataFrame:
-    """Per-request records (columns of :func:`asrsched.sim.fleet.run_cluster`'s, without ``z``/``block``)."""
+    """Per-request records (columns of :func:`asrsched.sim.fleet.simulate_fleet`'s, without ``z``/``block``)."""
     service = service or default_service_model()
     M, N = int(max_num_seqs), int(n_replicas)
     env = simpy.Environment()
@@ -152,7 +152,7 @@ def simulate_fleet_simpy(trace: Trace, *, n_replicas: int = 4, router: str = "ra
     steps = [0.0] + [float(service.step_s(b)) for b in range(1, M + 1)]
     reps = [_Replica(env, policy, policy_params) for _ in range(N)]
     view = _View(reps, steps, M)
-    _, s_router, _ = np.random.SeedSequence(int(seed)).spawn(3)  # run_cluster's router stream
+    _, s_router, _ = np.random.SeedSequence(int(seed)).spawn(3)  # simulate_fleet's router stream
     rt = make_router(router, np.random.default_rng(s_router))
     cands = list(range(N))
 

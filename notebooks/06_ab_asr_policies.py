@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 06 · A/B-testing ASR routing and scheduling policies on a multi-replica cluster
+# # 06 · A/B-testing ASR routing and scheduling policies on a multi-replica fleet
 #
 # *If I roll out duration-aware routing or scheduling across my ASR fleet, what will the A/B test say, and which
 # estimator should I trust?* This notebook joins the two source studies. The queueing system is a fleet of

@@ -136,9 +136,9 @@ def test_p90_influence_cost_tracks_quantile_differences():
 
 def test_mixed_dq_for_p90_mixes_a_mean_estimate_in():
     """qDQ ignores the per-request cost: for P90, mixed DQ = alpha*wDQ(P90 cost) + (1-alpha)*qDQ(mean)."""
-    from asrsched.abtest.fleet_experiment import ABTest, cluster_trace, run_experiment
+    from asrsched.abtest.fleet_experiment import ABTest, fleet_trace, run_experiment
 
-    tr, lam = cluster_trace("librispeech", n_replicas=2, load=0.9, n_requests=3000, seed=2)
+    tr, lam = fleet_trace("librispeech", n_replicas=2, load=0.9, n_requests=3000, seed=2)
     res = run_experiment(tr, ABTest(control="random", treatment="least_work"), n_replicas=2, seed=1, total_rate=lam)
     t = res.trajectory("e2el")
     tc = p90_cost_trajectory(t)

@@ -79,11 +79,11 @@ def test_code_hash_covers_the_engine_and_the_policies():
 def test_the_fleet_loads_are_fractions_of_this_capacity():
     """One capacity definition: the fleet's per-replica capacity is this measurement, and its traces
     arrive at ``load x replicas x capacity`` (the heavier phase's for a drift)."""
-    from asrsched.sim.capacity import cluster_trace, replica_capacity
+    from asrsched.sim.capacity import fleet_trace, replica_capacity
 
     cap = measure_capacity("uniform", SM, cache_dir=None)
     assert replica_capacity("uniform", service=SM) == cap.rate == replica_capacity("drift", service=SM)
-    tr, lam = cluster_trace("uniform", n_replicas=3, load=0.6, n_requests=4000, seed=2, service=SM)
+    tr, lam = fleet_trace("uniform", n_replicas=3, load=0.6, n_requests=4000, seed=2, service=SM)
     assert lam == 0.6 * 3 * cap.rate
     assert (len(tr) - 1) / (tr.arrival[-1] - tr.arrival[0]) == pytest.approx(lam, rel=0.05)
 

@@ -11,7 +11,7 @@ import pytest
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import make_trace
 from asrsched.sim.engine import simulate
-from asrsched.sim.fleet import run_cluster
+from asrsched.sim.fleet import simulate_fleet
 
 
 class ShortClipsPadded(ServiceModel):
@@ -49,14 +49,14 @@ def test_every_engine_records_the_subclass_estimate_and_orders_by_it(trace):
 def test_the_fleet_and_its_work_routers_read_the_subclass_estimate(trace, router):
     svc = _subclass()
     want = np.broadcast_to(svc.est_service(trace.duration, trace.language), (len(trace),))
-    a = run_cluster(trace, n_replicas=3, router=router, policy="sjf", service=svc, seed=1, engine="python")
-    b = run_cluster(trace, n_replicas=3, router=router, policy="sjf", service=svc, seed=1, engine="numba")
+    a = simulate_fleet(trace, n_replicas=3, router=router, policy="sjf", service=svc, seed=1, engine="python")
+    b = simulate_fleet(trace, n_replicas=3, router=router, policy="sjf", service=svc, seed=1, engine="numba")
     np.testing.assert_array_equal(b.records["est_service"].to_numpy(), want)
     np.testing.assert_array_equal(a.records["replica"].to_numpy(), b.records["replica"].to_numpy())
     np.testing.assert_array_equal(a.records["finish"].to_numpy(), b.records["finish"].to_numpy())
     # and the cached per-trace inputs are the subclass's, not the base model's cached before
-    run_cluster(trace, n_replicas=3, router=router, policy="sjf", service=default_service_model(), seed=1)
-    c = run_cluster(trace, n_replicas=3, router=router, policy="sjf", service=svc, seed=1)
+    simulate_fleet(trace, n_replicas=3, router=router, policy="sjf", service=default_service_model(), seed=1)
+    c = simulate_fleet(trace, n_replicas=3, router=router, policy="sjf", service=svc, seed=1)
     np.testing.assert_array_equal(c.records["est_service"].to_numpy(), want)
 
 

@@ -14,7 +14,7 @@ from asrsched.core.policies import POLICIES, KeyQueue, register_policy
 from asrsched.core.rulebook import POLICY_CODES as COMPILED_POLICIES
 from asrsched.core.workloads import Trace, make_trace
 from asrsched.sim import fleet as C
-from asrsched.sim.fleet import Router, cluster_trace, register_router, run_cluster, run_fleet
+from asrsched.sim.fleet import Router, fleet_trace, register_router, run_fleet, simulate_fleet
 from asrsched.sim.inputs import BUILTIN_ROUTERS, compiled_support
 
 ROUTERS = ["random", "round_robin", "jsq", "least_work", "pod2", "pod2_work", "pod3", "pod4_work"]
@@ -23,7 +23,7 @@ ROUTERS = ["random", "round_robin", "jsq", "least_work", "pod2", "pod2_work", "p
 @pytest.fixture(scope="module")
 def busy():
     """LibriSpeech at 95 % of a 4-replica fleet's capacity: long queues, many routing ties and decisions."""
-    return cluster_trace("librispeech", n_replicas=4, load=0.95, n_requests=2500, seed=11)
+    return fleet_trace("librispeech", n_replicas=4, load=0.95, n_requests=2500, seed=11)
 
 
 def _same(a, b):
@@ -36,8 +36,8 @@ def _same(a, b):
 @pytest.mark.parametrize("router", ROUTERS)
 def test_every_router_and_policy_gives_identical_records(busy, router, policy):
     tr, _ = busy
-    a = run_cluster(tr, n_replicas=4, router=router, policy=policy, seed=3, warmup_s=10, engine="python")
-    b = run_cluster(tr, n_replicas=4, router=router, policy=policy, seed=3, warmup_s=10, engine="numba")
+    a = simulate_fleet(tr, n_replicas=4, router=router, policy=policy, seed=3, warmup_s=10, engine="python")
+    b = simulate_fleet(tr, n_replicas=4, router=router, policy=policy, seed=3, warmup_s=10, engine="numba")
     _same(a, b)
     assert a.records.replica.nunique() == 4  # every replica served requests: the router really chose
 
@@ -69,19 +69,19 @@ def test_every_design_gives_identical_records(busy, test):
 
 
 def test_adaptive_policy_params_and_odd_and_large_fleets():
-    tr, lam = cluster_trace("uniform", n_replicas=3, load=0.97, n_requests=2000, seed=4)
+    tr, lam = fleet_trace("uniform", n_replicas=3, load=0.97, n_requests=2000, seed=4)
     kw = dict(policy_params={"low_depth": 2, "ratio_cap": 5.0})
     for router in ("jsq", "pod2_work"):
-        a = run_cluster(tr, n_replicas=3, router=router, policy="adaptive", seed=1, engine="python", **kw)
-        b = run_cluster(tr, n_replicas=3, router=router, policy="adaptive", seed=1, engine="numba", **kw)
+        a = simulate_fleet(tr, n_replicas=3, router=router, policy="adaptive", seed=1, engine="python", **kw)
+        b = simulate_fleet(tr, n_replicas=3, router=router, policy="adaptive", seed=1, engine="numba", **kw)
         _same(a, b)
     t = ABTest(factor="routing", control="round_robin", treatment="pod2_work", design="group", p=0.34)
     _same(run_experiment(tr, t, n_replicas=3, seed=2, engine="python"),
           run_experiment(tr, t, n_replicas=3, seed=2, engine="numba"))
-    big, _ = cluster_trace("librispeech", n_replicas=16, load=0.95, n_requests=6000, seed=8)
+    big, _ = fleet_trace("librispeech", n_replicas=16, load=0.95, n_requests=6000, seed=8)
     for router in ("pod3_work", "least_work"):
-        a = run_cluster(big, n_replicas=16, router=router, policy="hrrn", seed=2, engine="python")
-        b = run_cluster(big, n_replicas=16, router=router, policy="hrrn", seed=2, engine="numba")
+        a = simulate_fleet(big, n_replicas=16, router=router, policy="hrrn", seed=2, engine="python")
+        b = simulate_fleet(big, n_replicas=16, router=router, policy="hrrn", seed=2, engine="numba")
         _same(a, b)
         assert b.records.replica.nunique() == 16
 
@@ -92,7 +92,7 @@ def test_small_batches_and_simultaneous_arrivals_tie_break_in_submission_order()
     tr = Trace(arrival=np.zeros(n), duration=np.full(n, 8.0), language=np.array(["en"] * n, dtype=object),
                tokens=np.full(n, 40, np.int64))
     for policy in ("fcfs", "sjf", "hrrn", "adaptive"):
-        recs = [run_cluster(tr, n_replicas=1, policy=policy, max_num_seqs=1, engine=e).records for e in
+        recs = [simulate_fleet(tr, n_replicas=1, policy=policy, max_num_seqs=1, engine=e).records for e in
                 ("python", "numba")]
         pd.testing.assert_frame_equal(*recs)
         assert list(recs[1].sort_values("admit").rid) == list(range(n)), policy
@@ -110,9 +110,9 @@ def test_work_routers_never_see_true_token_counts():
     tok_a = np.asarray(tr.tokens, np.int64) * 50 + 5000
     rng = np.random.default_rng(0)
     tok_b = tok_a + rng.integers(0, 4000, size=tok_a.size)
-    a = run_cluster(Trace(tr.arrival, tr.duration, tr.language, tok_a), n_replicas=4, router="least_work",
+    a = simulate_fleet(Trace(tr.arrival, tr.duration, tr.language, tok_a), n_replicas=4, router="least_work",
                     max_num_seqs=128, engine="numba").records
-    b = run_cluster(Trace(tr.arrival, tr.duration, tr.language, tok_b), n_replicas=4, router="least_work",
+    b = simulate_fleet(Trace(tr.arrival, tr.duration, tr.language, tok_b), n_replicas=4, router="least_work",
                     max_num_seqs=128, engine="numba").records
     assert a.finish.min() > tr.arrival[-1] and b.finish.min() > tr.arrival[-1]
     assert (a.replica.to_numpy() == b.replica.to_numpy()).all()
@@ -126,7 +126,7 @@ def test_dispatch_compiled_for_builtins_python_for_user_defined():
     with pytest.raises(TypeError, match="low_depth"):  # params only for adaptive: an error on either engine
         compiled_support(["fcfs"], ["jsq"], {"low_depth": 2})
     tr = make_trace("uniform", rate=8, n=300, seed=1)
-    assert run_cluster(tr, n_replicas=2, router="jsq").params["engine"] == "numba"
+    assert simulate_fleet(tr, n_replicas=2, router="jsq").params["engine"] == "numba"
 
     @register_policy("lifo_test")
     def _lifo():
@@ -141,16 +141,16 @@ def test_dispatch_compiled_for_builtins_python_for_user_defined():
         return First(rng)
 
     try:
-        assert run_cluster(tr, n_replicas=2, policy="lifo_test").params["engine"] == "python"
-        res = run_cluster(tr, n_replicas=2, router="first_test")
+        assert simulate_fleet(tr, n_replicas=2, policy="lifo_test").params["engine"] == "python"
+        res = simulate_fleet(tr, n_replicas=2, router="first_test")
         assert res.params["engine"] == "python" and (res.records.replica == 0).all()
         with pytest.raises(ValueError, match="engine='numba' cannot run this: policy 'lifo_test'"):
-            run_cluster(tr, n_replicas=2, policy="lifo_test", engine="numba")
+            simulate_fleet(tr, n_replicas=2, policy="lifo_test", engine="numba")
         with pytest.raises(ValueError, match="engine='numba' cannot run this: router 'first_test'"):
-            run_cluster(tr, n_replicas=2, router="first_test", engine="numba")
+            simulate_fleet(tr, n_replicas=2, router="first_test", engine="numba")
         # a built-in name re-registered with other behaviour must not run the built-in kernel
         C.ROUTERS["jsq"] = _first
-        assert run_cluster(tr, n_replicas=2, router="jsq").params["engine"] == "python"
+        assert simulate_fleet(tr, n_replicas=2, router="jsq").params["engine"] == "python"
     finally:
         POLICIES.pop("lifo_test")
         C.ROUTERS.pop("first_test")
@@ -169,9 +169,9 @@ def test_simpy_model_of_the_fleet_gives_the_same_records(n_replicas, router, pol
     """The step-by-step SimPy fleet (benchmarks/, the speed baseline) agrees request by request."""
     from simpy_fleet_reference import simulate_fleet_simpy
 
-    tr, _ = cluster_trace("librispeech", n_replicas=n_replicas, load=0.95, n_requests=1200, seed=5)
+    tr, _ = fleet_trace("librispeech", n_replicas=n_replicas, load=0.95, n_requests=1200, seed=5)
     ref = simulate_fleet_simpy(tr, n_replicas=n_replicas, router=router, policy=policy, seed=4)
-    got = run_cluster(tr, n_replicas=n_replicas, router=router, policy=policy, seed=4).records
+    got = simulate_fleet(tr, n_replicas=n_replicas, router=router, policy=policy, seed=4).records
     for k in ("rid", "replica", "tokens"):
         assert (ref[k].to_numpy() == got[k].to_numpy()).all(), k
     for k in ("admit", "first_token", "finish"):
@@ -188,8 +188,8 @@ def test_deep_queues_of_an_overloaded_fleet_stay_identical():
     # (its router's draws rewound): every queue kind and every kind of router state crosses a doubling
     for policy, router in (("hrrn", "jsq"), ("adaptive", "jsq"), ("sjf", "round_robin"), ("fcfs", "pod2_work"),
                            ("ljf", "random")):
-        a = run_cluster(tr, n_replicas=2, router=router, policy=policy, engine="python")
-        b = run_cluster(tr, n_replicas=2, router=router, policy=policy, engine="numba")
+        a = simulate_fleet(tr, n_replicas=2, router=router, policy=policy, engine="python")
+        b = simulate_fleet(tr, n_replicas=2, router=router, policy=policy, engine="numba")
         _same(a, b)
         if policy in ("hrrn", "adaptive"):
             assert b.records.queue_delay.max() > 60  # deep queues really formed
@@ -250,12 +250,12 @@ def test_the_engine_reads_size_estimates_on_the_grid(busy):
 def test_records_are_each_runs_own_even_where_their_inputs_are_cached(busy):
     """The compiled fleet builds its records from blocks without a copy; no two frames share one."""
     tr, _ = busy
-    a = run_cluster(tr, n_replicas=4, router="least_work", seed=2).records
-    ref = run_cluster(tr, n_replicas=4, router="least_work", seed=2, engine="python").records
+    a = simulate_fleet(tr, n_replicas=4, router="least_work", seed=2).records
+    ref = simulate_fleet(tr, n_replicas=4, router="least_work", seed=2, engine="python").records
     a.loc[0, "language"] = "xx"
     a.loc[0, "est_service"] = -1.0
     a.loc[0, "replica"] = 99
-    b = run_cluster(tr, n_replicas=4, router="least_work", seed=2).records  # the same cached per-trace inputs
+    b = simulate_fleet(tr, n_replicas=4, router="least_work", seed=2).records  # the same cached per-trace inputs
     pd.testing.assert_frame_equal(b, ref, check_exact=True)
     assert a.loc[0, "language"] == "xx" and b.loc[0, "language"] == ref.loc[0, "language"]
     # a frame like any other: it filters, groups and grows

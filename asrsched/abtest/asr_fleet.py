@@ -16,7 +16,7 @@ Two A/B tests per workload (:class:`ASRStudyConfig`):
 
 Workloads: ``librispeech`` (real test-clean durations), ``uniform`` (5-30 s) and
 ``drift`` (LibriSpeech -> uniform during the run), Poisson arrivals at ``load`` x fleet
-capacity (:func:`asrsched.sim.fleet.cluster_trace`); the experiments are
+capacity (:func:`asrsched.sim.fleet.fleet_trace`); the experiments are
 :func:`asrsched.abtest.fleet_experiment.run_experiment`.
 
 Metrics: E2EL and TTFT, each as the mean and the P90 over requests that arrive after
@@ -79,7 +79,7 @@ from asrsched.abtest.estimators import (
     naive,
     switchback,
 )
-from asrsched.abtest.fleet_experiment import ABTest, cluster_trace, run_experiment
+from asrsched.abtest.fleet_experiment import ABTest, fleet_trace, run_experiment
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.sim.fleet import replica_capacity
 from asrsched.sim.parallel import run_tasks, task_seed
@@ -358,7 +358,7 @@ def estimate_run(res, cfg: ASRStudyConfig) -> tuple[list[dict], list[dict]]:
 # ----------------------------------------------------------------------------- tasks
 
 def _trace(cfg: ASRStudyConfig, workload: str, *seed_parts):
-    return cluster_trace(workload, n_replicas=cfg.n_replicas, load=cfg.load, n_requests=cfg.n_requests,
+    return fleet_trace(workload, n_replicas=cfg.n_replicas, load=cfg.load, n_requests=cfg.n_requests,
                          seed=task_seed(cfg.seed, workload, *seed_parts), service=cfg.service_model(),
                          max_num_seqs=cfg.max_num_seqs)
 
@@ -404,7 +404,7 @@ def run_replications(workload: str, rep: int, designs: list, study: dict) -> dic
 def _truth(cfg: ASRStudyConfig, tr, total_rate: float, workload: str, router: str, policy: str, k: int) -> dict:
     t0 = time.perf_counter()
     # the whole fleet under one setting: the control arm of an experiment with that router and policy
-    # (= asrsched.sim.fleet.run_cluster, with the trajectories of the A/B layer)
+    # (= asrsched.sim.fleet.simulate_fleet, with the trajectories of the A/B layer)
     setting = ABTest(factor="routing", control=router, treatment=router, design="control", policy=policy)
     res = run_experiment(tr, setting, n_replicas=cfg.n_replicas, service=cfg.service_model(),
                          max_num_seqs=cfg.max_num_seqs, seed=task_seed(cfg.seed, workload, "truth", k),

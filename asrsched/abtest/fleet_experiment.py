@@ -45,7 +45,7 @@ between a "treated" and a "control" request is neither policy's decision. So:
 
 ``control`` / ``treatment`` (either factor): the whole fleet under one arm -- the separate
 full runs that define the ground truth. ``control`` is exactly
-:func:`asrsched.sim.fleet.run_cluster` with the control setting (same seeds, same records).
+:func:`asrsched.sim.fleet.simulate_fleet` with the control setting (same seeds, same records).
 
 Seeds: one ``seed`` drives the design's randomisation and each router's own random
 stream (:class:`numpy.random.SeedSequence` children), so a run is reproducible from
@@ -77,13 +77,13 @@ from asrsched.abtest.estimators import Trajectory
 from asrsched.core.policies import validate_policies
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Trace
-from asrsched.sim.fleet import FleetResult, cluster_trace, design_streams, run_fleet, validate_router, validate_run
+from asrsched.sim.fleet import FleetResult, design_streams, fleet_trace, run_fleet, validate_router, validate_run
 
 __all__ = [
     "ABTest",
     "ExperimentResult",
     "run_experiment",
-    "cluster_trace",
+    "fleet_trace",
     "FACTORS",
     "DESIGNS",
 ]
@@ -206,7 +206,7 @@ class ExperimentResult(FleetResult):
         """The estimators' :class:`Trajectory` for ``metric`` (``"e2el"`` or ``"ttft"``).
 
         ``response`` is the metric per measured request; ``n_before`` counts requests in the
-        *whole cluster* not yet done with that metric (E2EL: not finished; TTFT: no first
+        *whole fleet* not yet done with that metric (E2EL: not finished; TTFT: no first
         token yet), including warm-up requests still inside, so Little's law links the two
         exactly (``area`` over ``[warmup_s, last arrival]``). ``design`` is ``"group"`` for the
         group and replica designs (difference of means is the group estimator).

@@ -5,7 +5,7 @@ The trajectory interface
 ------------------------
 Every estimator takes a :class:`Trajectory`: plain per-job numpy arrays in arrival
 order plus a few scalars. Nothing in it depends on how the system was simulated (the
-supermarket model of :mod:`asrsched.abtest.model`, a multi-replica ASR cluster, or a
+supermarket model of :mod:`asrsched.abtest.model`, a multi-replica ASR fleet, or a
 production log), so any system that can produce these arrays can be A/B-analysed.
 
 Required (length ``n``, one entry per job, sorted by arrival time):

@@ -41,7 +41,7 @@ from asrsched.core.workloads import Drift, Trace, make_source, make_trace
 from asrsched.sim.cache import cache_key, code_key
 
 __all__ = ["Capacity", "measure_capacity", "capacity_code_hash", "regime", "CAPACITY_N", "CAPACITY_SEEDS",
-           "replica_capacity", "cluster_trace", "FLEET_WORKLOADS"]
+           "replica_capacity", "fleet_trace", "FLEET_WORKLOADS"]
 
 CAPACITY_N = 20_000
 CAPACITY_SEEDS = (0, 1, 2)
@@ -197,7 +197,7 @@ def replica_capacity(workload: str = "librispeech", *, service: ServiceModel | N
     return measure_capacity(src, service or default_service_model(), max_num_seqs=max_num_seqs, cache_dir=None).rate
 
 
-def cluster_trace(workload: str, *, n_replicas: int, load: float, n_requests: int, seed: int,
+def fleet_trace(workload: str, *, n_replicas: int, load: float, n_requests: int, seed: int,
                   service: ServiceModel | None = None, max_num_seqs: int = 32) -> tuple[Trace, float]:
     """A Poisson trace at ``load`` x fleet capacity; returns ``(trace, total rate)``.
 

@@ -37,7 +37,7 @@ the path for user-defined policies and routers) and the compiled engine of
 router). :func:`run_fleet` drives either (``engine="auto"`` takes the compiled one exactly
 when :func:`asrsched.sim.inputs.compiled_support` says it runs them).
 
-A plain fleet (:func:`run_cluster`: one router, one policy everywhere) returns a
+A plain fleet (:func:`simulate_fleet`: one router, one policy everywhere) returns a
 :class:`FleetResult`. A/B experiments on the fleet (designs, arms, the estimators'
 trajectories) are the A/B layer's: :mod:`asrsched.abtest.fleet_experiment`.
 
@@ -47,7 +47,7 @@ run is reproducible from ``(trace, router, policy, seed)``.
 
 Records: the simulator's per-request columns (``rid, arrival, duration, language,
 est_service, tokens, admit, first_token, finish`` and derived ``queue_delay, ttft, e2el``,
-so :func:`asrsched.core.metrics.summarize` works) plus ``replica``; :func:`run_cluster` also
+so :func:`asrsched.core.metrics.summarize` works) plus ``replica``; :func:`simulate_fleet` also
 writes ``z = 0`` and ``block = -1``, so a plain fleet's records have the columns of an
 experiment's (every request in the control arm, no switchback block).
 """
@@ -67,7 +67,7 @@ import pandas as pd
 from asrsched.core.policies import validate_policies
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Trace
-from asrsched.sim.capacity import cluster_trace, replica_capacity
+from asrsched.sim.capacity import fleet_trace, replica_capacity
 from asrsched.sim.engine import Engine, SimJob, chunk_jobs
 from asrsched.sim.inputs import choose_engine, clear_trace_cache, run_in_memory, trace_inputs
 from asrsched.sim.routers import (
@@ -94,10 +94,10 @@ __all__ = [
     "FleetView",
     "Fleet",
     "FleetResult",
-    "run_cluster",
+    "simulate_fleet",
     "run_fleet",
     "replica_capacity",
-    "cluster_trace",
+    "fleet_trace",
 ]
 
 
@@ -256,7 +256,7 @@ def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_n
 
 @dataclass
 class FleetResult:
-    """Output of :func:`run_cluster`: per-request records of a fleet run.
+    """Output of :func:`simulate_fleet`: per-request records of a fleet run.
 
     ``total_rate`` is the nominal total arrival rate (req/s); requests arriving before ``warmup_s``
     are simulated but left out of :attr:`measured` and :meth:`summary`.
@@ -308,7 +308,7 @@ def validate_run(trace: Trace, n_replicas, warmup_s) -> None:
         raise ValueError("trace: need at least one request")
 
 
-def run_cluster(trace: Trace, *, n_replicas: int = 4, router: str = "random", policy: str = "fcfs",
+def simulate_fleet(trace: Trace, *, n_replicas: int = 4, router: str = "random", policy: str = "fcfs",
                 service: ServiceModel | None = None, max_num_seqs: int = 32, seed: int = 0,
                 warmup_s: float = 0.0, policy_params: dict | None = None, engine: str = "auto") -> FleetResult:
     """A plain fleet (no experiment): every request routed by ``router``, every replica running ``policy``.

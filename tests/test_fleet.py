@@ -15,12 +15,12 @@ from asrsched.sim import fleet as C
 from asrsched.sim.engine import Engine, SimJob, simulate
 from asrsched.sim.fleet import (
     Router,
-    cluster_trace,
+    fleet_trace,
     make_router,
     register_router,
     replica_capacity,
     router_names,
-    run_cluster,
+    simulate_fleet,
 )
 
 SVC = default_service_model()
@@ -29,7 +29,7 @@ SVC = default_service_model()
 @pytest.fixture(scope="module")
 def busy():
     """A LibriSpeech trace at 95 % of a 4-replica fleet's capacity."""
-    return cluster_trace("librispeech", n_replicas=4, load=0.95, n_requests=4000, seed=11)
+    return fleet_trace("librispeech", n_replicas=4, load=0.95, n_requests=4000, seed=11)
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "hrrn", "sjf"])
@@ -37,16 +37,16 @@ def busy():
 def test_one_replica_is_simulate_exactly(policy, router):
     tr = make_trace("librispeech", rate=13.5, n=1500, seed=4)
     ref = simulate(tr, policy, SVC).records
-    got = run_cluster(tr, n_replicas=1, router=router, policy=policy, service=SVC).records
+    got = simulate_fleet(tr, n_replicas=1, router=router, policy=policy, service=SVC).records
     pd.testing.assert_frame_equal(ref, got[ref.columns])
     assert (got.replica == 0).all() and (got.z == 0).all()
 
 
 @pytest.mark.parametrize("router,policy", [("least_work", "hrrn"), ("pod2", "fcfs")])
 def test_plain_fleet_is_the_control_arm_of_an_experiment(busy, router, policy):
-    """run_cluster (sim layer) and run_experiment's control design (A/B layer) are the same run."""
+    """simulate_fleet (sim layer) and run_experiment's control design (A/B layer) are the same run."""
     tr, lam = busy
-    a = run_cluster(tr, n_replicas=4, router=router, policy=policy, seed=9, warmup_s=10)
+    a = simulate_fleet(tr, n_replicas=4, router=router, policy=policy, seed=9, warmup_s=10)
     b = run_experiment(tr, ABTest(control=router, treatment="random", design="control", policy=policy),
                        n_replicas=4, seed=9, warmup_s=10)
     pd.testing.assert_frame_equal(a.records, b.records)
@@ -56,7 +56,7 @@ def test_plain_fleet_is_the_control_arm_of_an_experiment(busy, router, policy):
 
 def test_records_have_simulator_columns_and_summarize(busy):
     tr, lam = busy
-    res = run_cluster(tr, n_replicas=4, router="pod2", warmup_s=10)
+    res = simulate_fleet(tr, n_replicas=4, router="pod2", warmup_s=10)
     from asrsched.sim.engine import RECORD_COLUMNS
 
     assert set(RECORD_COLUMNS + ["queue_delay", "ttft", "e2el", "replica", "z", "block"]) <= set(res.records)
@@ -89,7 +89,7 @@ def test_router_registry_names_and_errors():
 
     try:
         tr = make_trace("uniform", rate=8, n=300, seed=1)
-        res = run_cluster(tr, n_replicas=3, router="first_replica")
+        res = simulate_fleet(tr, n_replicas=3, router="first_replica")
         assert (res.records.replica == 0).all()
     finally:
         C.ROUTERS.pop("first_replica")
@@ -158,7 +158,7 @@ def test_cached_work_equals_reference_during_a_run(busy, monkeypatch):
         return v
 
     monkeypatch.setattr(C.FleetView, "work", checked)
-    run_cluster(tr, n_replicas=4, router="least_work", engine="python")  # the Python fleet's view
+    simulate_fleet(tr, n_replicas=4, router="least_work", engine="python")  # the Python fleet's view
     a = np.array(seen)
     assert len(a) > 10_000 and np.allclose(a[:, 0], a[:, 1], rtol=1e-9, atol=1e-9) and (a[:, 1] > 0).mean() > 0.9
 
@@ -201,7 +201,7 @@ def test_designs_follow_their_definitions(busy):
 
 def test_scheduling_switchback_changes_the_queue_order():
     """FCFS blocks admit waiting requests in arrival order; HRRN blocks do not."""
-    tr, lam = cluster_trace("uniform", n_replicas=2, load=0.97, n_requests=5000, seed=3, max_num_seqs=4)
+    tr, lam = fleet_trace("uniform", n_replicas=2, load=0.97, n_requests=5000, seed=3, max_num_seqs=4)
     t = ABTest(factor="scheduling", control="fcfs", treatment="hrrn", design="switchback", block_s=40.0,
                router="random")
     res = run_experiment(tr, t, n_replicas=2, seed=5, max_num_seqs=4)
@@ -233,7 +233,7 @@ def test_reproducible_from_seed(busy):
 
 def test_duration_aware_routing_beats_random_at_high_load(busy):
     tr, lam = busy
-    e2el = {r: run_cluster(tr, n_replicas=4, router=r, warmup_s=10).summary()["mean_e2el_ms"]
+    e2el = {r: simulate_fleet(tr, n_replicas=4, router=r, warmup_s=10).summary()["mean_e2el_ms"]
             for r in ("random", "least_work", "pod2_work")}
     assert e2el["least_work"] < 0.93 * e2el["random"]
     assert e2el["pod2_work"] < 0.93 * e2el["random"]
@@ -248,7 +248,7 @@ def test_capacity_and_trace_load():
     fluid = 1 / (np.mean(sm.windows(big.duration)) * sm.encode_s_per_window + big.tokens.mean() * sm.step_s(32) / 32)
     assert cap == pytest.approx(fluid, rel=0.03)
     assert replica_capacity("drift") == replica_capacity("uniform") < cap
-    tr, lam = cluster_trace("drift", n_replicas=3, load=0.8, n_requests=3000, seed=0)
+    tr, lam = fleet_trace("drift", n_replicas=3, load=0.8, n_requests=3000, seed=0)
     assert lam == pytest.approx(0.8 * 3 * replica_capacity("uniform"))
     third = len(tr) // 3
     assert tr.duration[:third].mean() < 10 < tr.duration[-third:].mean()  # LibriSpeech first, uniform 5-30 s last
@@ -275,16 +275,16 @@ def test_group_designs_need_two_replicas():
     with pytest.raises(ValueError, match="n_replicas: the group design splits"):
         run_experiment(tr, ABTest(control="random", design="group"), n_replicas=1)
     with pytest.raises(ValueError, match="n_replicas"):
-        run_cluster(tr, n_replicas=0)
+        simulate_fleet(tr, n_replicas=0)
     with pytest.raises(ValueError, match="load"):
-        cluster_trace("librispeech", n_replicas=2, load=1.2, n_requests=100, seed=0)
+        fleet_trace("librispeech", n_replicas=2, load=1.2, n_requests=100, seed=0)
     with pytest.raises(ValueError, match="warmup_s"):
-        run_cluster(tr, n_replicas=2, warmup_s=-1)
+        simulate_fleet(tr, n_replicas=2, warmup_s=-1)
     with pytest.raises(ValueError, match="router: unknown router 'fastest'"):
-        run_cluster(tr, n_replicas=2, router="fastest")
+        simulate_fleet(tr, n_replicas=2, router="fastest")
     with pytest.raises(ValueError, match="unknown policy 'fifo'"):
-        run_cluster(tr, n_replicas=2, policy="fifo")
+        simulate_fleet(tr, n_replicas=2, policy="fifo")
     with pytest.raises(ValueError, match="warmup_s"):
         run_experiment(tr, ABTest(), n_replicas=2, warmup_s=-1)
     with pytest.raises(ValueError, match="trace: need at least one request"):
-        run_cluster(Trace.from_frame(tr.to_frame().iloc[:0]), n_replicas=2)
+        simulate_fleet(Trace.from_frame(tr.to_frame().iloc[:0]), n_replicas=2)
