@@ -77,7 +77,7 @@ def fleet_ratios(n_requests: int = QUICK_N, sizes=SIZES, *, router: str = "least
     """
     out = []
     for N in sizes:
-        tr, lam = fleet_trace("librispeech", n_replicas=int(N), load=load, n_requests=int(n_requests), seed=seed)
+        tr, lam = fleet_trace("librispeech", n_replicas=int(N), rho=load, n_requests=int(n_requests), seed=seed)
         for _ in range(max(1, int(warmup))):  # compile / load the kernel, then warm the process (see above)
             clear_trace_cache()
             simulate_fleet(tr, n_replicas=N, router=router, policy=policy, seed=seed)
@@ -88,7 +88,7 @@ def fleet_ratios(n_requests: int = QUICK_N, sizes=SIZES, *, router: str = "least
             got, w, c = _timed(simulate_fleet, tr, n_replicas=N, router=router, policy=policy, seed=seed)
             best_w, best_c = min(best_w, w), min(best_c, c)
         # the baseline warm too: one short SimPy run first (imports, first-call costs), then the timed one
-        simulate_fleet_simpy(fleet_trace("librispeech", n_replicas=int(N), load=load, n_requests=200, seed=seed)[0],
+        simulate_fleet_simpy(fleet_trace("librispeech", n_replicas=int(N), rho=load, n_requests=200, seed=seed)[0],
                              n_replicas=N, router=router, policy=policy, seed=seed)
         ref, sw, sc = _timed(simulate_fleet_simpy, tr, n_replicas=N, router=router, policy=policy, seed=seed)
         rec = got.records

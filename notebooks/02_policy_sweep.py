@@ -40,8 +40,8 @@
 #
 # | name | meaning |
 # |---|---|
-# | `LOADS` | loads swept, `rho` = rate / measured capacity, per workload |
-# | `RATES` | arrival rates swept (req/s) instead of `LOADS`; `None` sweeps `LOADS` |
+# | `RHOS` | loads swept, `rho` = rate / measured capacity, per workload |
+# | `RATES` | arrival rates swept (req/s) instead of `RHOS`; `None` sweeps `RHOS` |
 # | `POLICIES` | policies from the registry (`asrsched.core.policies.policy_names()`) |
 # | `WORKLOADS` | duration sources: `librispeech`, `uniform`, `commonvoice_id`, `mix` |
 # | `SEEDS` | one trace per seed; all policies replay the same trace |
@@ -49,16 +49,16 @@
 # | `MAX_NUM_SEQS` | concurrent sequences in the engine |
 # | `PROFILE` | service-model JSON (from notebook 01); empty = the assumed Whisper-large-v3/A100 model |
 # | `KAPPA` | override kappa (tokens per second of audio) for every language; `None` keeps the profile's |
-# | `HEADLINE_LOAD`, `OVERLOAD_LOAD` | loads at which the study's claims are matched: the stable cell nearest `HEADLINE_LOAD` and the overload cell nearest `OVERLOAD_LOAD` |
+# | `HEADLINE_RHO`, `OVERLOAD_RHO` | loads at which the study's claims are matched: the stable cell nearest `HEADLINE_RHO` and the overload cell nearest `OVERLOAD_RHO` |
 # | `CI_TARGET_PP`, `MAX_SEEDS` | seeds are added to the stable headline cells until their 95 % CI half-width is below `CI_TARGET_PP` percentage points (at most `MAX_SEEDS`) |
 # | `RUN_LENGTHS`, `RUN_LENGTH_SEEDS` | `n_requests` values of the run-length figure (headline change vs run length), and its number of seeds |
-# | `CDF_LOAD` | load at which latency CDFs and the P50/P90 trade-off are drawn; `CDF_RATE` (req/s) overrides it |
+# | `CDF_RHO` | load at which latency CDFs and the P50/P90 trade-off are drawn; `CDF_RATE` (req/s) overrides it |
 # | `ADAPTIVE_CAPS` | `ratio_cap` values of the adaptive policy for the trade-off plot |
 # | `WORKERS`, `DASK_ADDRESS` | parallelism: joblib workers, or a Dask scheduler address (`"local"` for a local cluster) |
 # | `CACHE_DIR` | parquet cache of finished points (resumable; a relative path is under the project's `runs/`); `None` disables it |
 
 # %% tags=["parameters"]
-LOADS = [0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 1.1, 1.3, 1.6]
+RHOS = [0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 1.1, 1.3, 1.6]
 RATES = None
 POLICIES = ["fcfs", "sjf", "hrrn", "adaptive"]
 WORKLOADS = ["librispeech", "uniform"]
@@ -67,13 +67,13 @@ N_REQUESTS = 2000
 MAX_NUM_SEQS = 32
 PROFILE = ""
 KAPPA = None
-HEADLINE_LOAD = 0.95
-OVERLOAD_LOAD = 1.3
+HEADLINE_RHO = 0.95
+OVERLOAD_RHO = 1.3
 CI_TARGET_PP = 5.0
 MAX_SEEDS = 64
 RUN_LENGTHS = [500, 1000, 2000, 4000, 8000]
 RUN_LENGTH_SEEDS = 5
-CDF_LOAD = 0.95
+CDF_RHO = 0.95
 CDF_RATE = None
 ADAPTIVE_CAPS = [5, 20, 50, 200]
 WORKERS = 2
@@ -124,8 +124,8 @@ sweep_kw = dict(n_requests=N_REQUESTS, max_num_seqs=MAX_NUM_SEQS, service=servic
                 address=DASK_ADDRESS, cache_dir=runs_path(CACHE_DIR))
 with warnings.catch_warnings(record=True) as caught:  # printed below (a stderr box hides in a dashboard)
     warnings.simplefilter("always", OverloadWarning)
-    df = run_sweep(RATES, POLICIES, WORKLOADS, SEEDS, loads=None if RATES else LOADS, **sweep_kw)
-    df = refine_headline(df, rho=HEADLINE_LOAD, target_halfwidth_pp=CI_TARGET_PP, max_seeds=MAX_SEEDS, **sweep_kw)
+    df = run_sweep(RATES, POLICIES, WORKLOADS, SEEDS, rhos=None if RATES else RHOS, **sweep_kw)
+    df = refine_headline(df, rho=HEADLINE_RHO, target_halfwidth_pp=CI_TARGET_PP, max_seeds=MAX_SEEDS, **sweep_kw)
 for w in caught:
     print(f"{w.category.__name__}: {w.message}")
 rc = change_ci(df)
@@ -137,19 +137,19 @@ main_table.round(0)
 # %% [markdown]
 # ## The study's headline numbers next to ours
 #
-# Each claim is matched at a stated load: the stable cell nearest `HEADLINE_LOAD` (mean over seeds,
-# 95 % CI) and the overload cell nearest `OVERLOAD_LOAD` (a finite-run transient of `n_requests`
+# Each claim is matched at a stated load: the stable cell nearest `HEADLINE_RHO` (mean over seeds,
+# 95 % CI) and the overload cell nearest `OVERLOAD_RHO` (a finite-run transient of `n_requests`
 # requests). The study reports "up to" over its own 1–25 req/s sweep on its GPU; it states no load
 # relative to capacity.
 
 # %%
-hl = headline(df, rho=HEADLINE_LOAD, overload_rho=OVERLOAD_LOAD)
+hl = headline(df, rho=HEADLINE_RHO, overload_rho=OVERLOAD_RHO)
 display(hl.round({"ours_pct": 1, "ours_ci_low": 1, "ours_ci_high": 1, "rho": 2, "rate": 2}))
 
 # %%
-# CDFs and the P50/P90 trade-off: one run per policy at CDF_LOAD (or CDF_RATE), per workload
-at = {w: float(CDF_RATE) if CDF_RATE else float(caps[w].rate_at(CDF_LOAD)) for w in WORKLOADS}
-tag = {w: f"rate{at[w]:g}" if CDF_RATE else f"rho{CDF_LOAD:g}" for w in WORKLOADS}
+# CDFs and the P50/P90 trade-off: one run per policy at CDF_RHO (or CDF_RATE), per workload
+at = {w: float(CDF_RATE) if CDF_RATE else float(caps[w].rate_at(CDF_RHO)) for w in WORKLOADS}
+tag = {w: f"rate{at[w]:g}" if CDF_RATE else f"rho{CDF_RHO:g}" for w in WORKLOADS}
 where = {w: f"{w}, {at[w]:.2f} req/s, ρ = {caps[w].rho(at[w]):.2f}, one run of {N_REQUESTS} requests"
          for w in WORKLOADS}
 recs = {w: point_records(w, at[w], POLICIES, n_requests=N_REQUESTS, max_num_seqs=MAX_NUM_SEQS, service=service,
@@ -167,10 +167,10 @@ tradeoff = pd.DataFrame(variants).assign(service_model=service.name)
 tradeoff[["workload", "label", "p50_e2el_ms", "p90_e2el_ms", "max_queue_delay_ms"]].round(0)
 
 # %%
-# the headline change against run length: stable (HEADLINE_LOAD) vs overload (OVERLOAD_LOAD), first workload
+# the headline change against run length: stable (HEADLINE_RHO) vs overload (OVERLOAD_RHO), first workload
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always", OverloadWarning)
-    rl = run_length_effect(WORKLOADS[0], loads=[HEADLINE_LOAD, OVERLOAD_LOAD], n_list=RUN_LENGTHS,
+    rl = run_length_effect(WORKLOADS[0], rhos=[HEADLINE_RHO, OVERLOAD_RHO], n_list=RUN_LENGTHS,
                            seeds=list(range(RUN_LENGTH_SEEDS)), **{k: v for k, v in sweep_kw.items() if k != "n_requests"})
 for w in caught:
     print(f"{w.category.__name__}: {w.message}")

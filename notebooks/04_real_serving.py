@@ -66,11 +66,11 @@
 # |---|---|
 # | `POLICIES` | policies from the registry (`asrsched.core.policies.policy_names()`) |
 # | `ENGINE` | `cpu-server` (this package's server) or `vllm` (vLLM's OpenAI server with the scheduler plug-in; needs the vllm extra) |
-# | `LOADS` | load levels ρ: fractions of the engine's measured saturation throughput (below 1, near 1, above 1) |
+# | `RHOS` | load levels ρ: fractions of the engine's measured saturation throughput (below 1, near 1, above 1) |
 # | `N_SATURATION` | requests of the closed-loop run that measures the saturation throughput (0: use the calibrated model's capacity) |
 # | `N_BOOT` | bootstrap resamples for the CIs and verdicts |
 # | `VLLM_MAX_NUM_SEQS` | sequences vLLM batches per step (`ENGINE = "vllm"`) |
-# | `RATES` | arrival rates in req/s; when not empty they replace `LOADS` (use this against a remote engine) |
+# | `RATES` | arrival rates in req/s; when not empty they replace `RHOS` (use this against a remote engine) |
 # | `N_REQUESTS` | requests per run (each policy x load); the same trace for every policy at a load |
 # | `N_PROBE` | closed-loop probe requests that calibrate the service model and measure capacity |
 # | `WORKLOAD` | duration source of the trace: `librispeech`, `uniform`, `commonvoice_id`, ... |
@@ -92,7 +92,7 @@
 # %% tags=["parameters"]
 POLICIES = ["fcfs", "sjf", "hrrn"]
 ENGINE = "cpu-server"
-LOADS = [0.7, 0.9, 1.2]
+RHOS = [0.7, 0.9, 1.2]
 RATES = []
 N_REQUESTS = 12
 N_PROBE = 6
@@ -145,7 +145,7 @@ from asrsched.serving.study_stats import sim_error_summary
 NB = "04_real_serving"
 
 # %%
-exp = run_engine_experiment(POLICIES, LOADS, rates=RATES, n_requests=N_REQUESTS, n_probe=N_PROBE, workload=WORKLOAD,
+exp = run_engine_experiment(POLICIES, RHOS, rates=RATES, n_requests=N_REQUESTS, n_probe=N_PROBE, workload=WORKLOAD,
                      seed=SEED, model=MODEL, server_slots=SERVER_SLOTS, target_url=TARGET_URL or None,
                      upstream_concurrency=UPSTREAM_CONCURRENCY, stream=STREAM, profile=PROFILE or None,
                      pool_size=POOL_SIZE, engine=ENGINE, n_saturation=N_SATURATION, n_boot=N_BOOT,
@@ -181,7 +181,7 @@ print(f"{n_cell} requests per cell; the P50 E2EL 95 % CI half-width is {half.med
 
 # %%
 t = exp.table
-real = t[["load", "rate", "policy", "completed", "failed"]].assign(
+real = t[["rho", "rate", "policy", "completed", "failed"]].assign(
     p50_e2el_s=t.p50_e2el_ms / 1e3, p90_e2el_s=t.p90_e2el_ms / 1e3, p50_ttft_s=t.p50_ttft_ms / 1e3,
     p90_ttft_s=t.p90_ttft_ms / 1e3, throughput_rps=t.request_throughput, mean_service_s=t.mean_service_ms / 1e3)
 display(real.round(3))
@@ -195,7 +195,7 @@ display(real.round(3))
 # each request's measured service time. `*_err_pct`: simulated minus real, in % of real.
 
 # %%
-cols = ["load", "policy"] + [c for c in t if c.endswith("_err_pct") and ("e2el" in c or "ttft" in c)]
+cols = ["rho", "policy"] + [c for c in t if c.endswith("_err_pct") and ("e2el" in c or "ttft" in c)]
 display(t[cols].round(1))
 
 # %%
@@ -227,9 +227,9 @@ for rho in sorted(res.rho.unique()):
     for r in res[(res.rho == rho) & (res.policy != "fcfs")].itertuples():
         print(f"    {r.policy.upper()} P50 E2EL {r.d_p50_e2el_pct:+.0f} % [{r.d_p50_e2el_pct_ci_low:+.0f}, "
               f"{r.d_p50_e2el_pct_ci_high:+.0f}] vs FCFS: {r.verdict_p50_e2el}")
-spread = t.groupby("load").request_throughput.agg(lambda s: 100 * (s.max() - s.min()) / s.mean())
+spread = t.groupby("rho").request_throughput.agg(lambda s: 100 * (s.max() - s.min()) / s.mean())
 print(f"throughput spread across policies per load: {', '.join(f'ρ={level:g} {v:.0f} %' for level, v in spread.items())}")
-drift = t.groupby("load").mean_service_ms.agg(lambda s: 100 * (s.max() / s.min() - 1))
+drift = t.groupby("rho").mean_service_ms.agg(lambda s: 100 * (s.max() / s.min() - 1))
 print(f"machine drift (largest/smallest mean service time of the same clips across policies): "
       f"{', '.join(f'ρ={level:g} +{v:.0f} %' for level, v in drift.items())}")
 names = {"sim": "prediction, engine's fitted model", "probe": "prediction, one-at-a-time probe",

@@ -56,7 +56,7 @@
 # |---|---|
 # | `WORKLOADS` | duration mixes: `librispeech` (real test-clean durations), `uniform` (5–30 s), `drift` (LibriSpeech → uniform during the run) |
 # | `N_REPLICAS` | fleet size N |
-# | `LOAD` | offered load, as a fraction of the fleet's capacity on the workload (drift: of its heavier phase) |
+# | `RHO` | offered load, as a fraction of the fleet's capacity on the workload (drift: of its heavier phase) |
 # | `N_REQUESTS` | requests per run (every experiment and every ground-truth run) |
 # | `WARMUP_S` | seconds of traffic simulated but left out of every metric |
 # | `P` | treatment probability (per request, per replica split, per switchback block mix) |
@@ -76,7 +76,7 @@
 # %% tags=["parameters"]
 WORKLOADS = ["librispeech", "uniform", "drift"]
 N_REPLICAS = 4
-LOAD = 0.95
+RHO = 0.95
 N_REQUESTS = 20000
 WARMUP_S = 30.0
 P = 0.5
@@ -111,7 +111,7 @@ from asrsched.figures.style import export_figure, export_session, export_table
 from asrsched.figures.widgets import ab_explorer
 
 NB = "06_ab_asr_policies"
-cfg = ASRStudyConfig(workloads=tuple(WORKLOADS), n_replicas=N_REPLICAS, load=LOAD, n_requests=N_REQUESTS,
+cfg = ASRStudyConfig(workloads=tuple(WORKLOADS), n_replicas=N_REPLICAS, rho=RHO, n_requests=N_REQUESTS,
                      warmup_s=WARMUP_S, p=P, routing_control=ROUTING[0], routing_treatment=ROUTING[1],
                      routing_policy=ROUTING_POLICY, scheduling_control=SCHEDULING[0],
                      scheduling_treatment=SCHEDULING[1], scheduling_router=SCHEDULING_ROUTER, block_s=BLOCK_S,

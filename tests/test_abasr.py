@@ -13,7 +13,7 @@ from asrsched.abtest.asr_fleet import ASRStudyConfig, p90_cost_trajectory, quant
 from asrsched.abtest.asr_fleet_report import best_table, recommendation, summary_table
 from asrsched.abtest.estimators import Trajectory, mixed_dq, qdq, wdq
 
-TINY = dict(workloads=("librispeech",), n_replicas=2, load=0.9, n_requests=2500, warmup_s=5.0, block_s=10.0,
+TINY = dict(workloads=("librispeech",), n_replicas=2, rho=0.9, n_requests=2500, warmup_s=5.0, block_s=10.0,
             burn_in_s=2.0, sb_burn_ins=(0.0, 2.0), L=150, L_factors=(0.5, 1.0), n_batches=10, alpha_batches=20,
             reps=3, truth_seeds=2)
 
@@ -138,7 +138,7 @@ def test_mixed_dq_for_p90_mixes_a_mean_estimate_in():
     """qDQ ignores the per-request cost: for P90, mixed DQ = alpha*wDQ(P90 cost) + (1-alpha)*qDQ(mean)."""
     from asrsched.abtest.fleet_experiment import ABTest, fleet_trace, run_experiment
 
-    tr, lam = fleet_trace("librispeech", n_replicas=2, load=0.9, n_requests=3000, seed=2)
+    tr, lam = fleet_trace("librispeech", n_replicas=2, rho=0.9, n_requests=3000, seed=2)
     res = run_experiment(tr, ABTest(control="random", treatment="least_work"), n_replicas=2, seed=1, total_rate=lam)
     t = res.trajectory("e2el")
     tc = p90_cost_trajectory(t)
@@ -150,7 +150,7 @@ def test_mixed_dq_for_p90_mixes_a_mean_estimate_in():
 def test_bad_config_fails_before_any_run(monkeypatch):
     monkeypatch.setattr(A, "run_tasks", lambda *a, **k: pytest.fail("ran before validating"))
     bad = [
-        (dict(load=1.0), "load"),
+        (dict(rho=1.0), "rho"),
         (dict(p=0.0), "p: treatment probability"),
         (dict(L=0), "L: the DQ horizon"),
         (dict(L=5000), "n_requests: .* too few for a DQ horizon"),
@@ -199,7 +199,7 @@ def test_explorer_shows_the_study_and_redraws_on_input():
 def test_notebook_headless(tmp_path):
     from asrsched.app.runner import run_notebook
 
-    r = run_notebook("06", {"WORKLOADS": ["librispeech"], "N_REPLICAS": 2, "LOAD": 0.9, "N_REQUESTS": 2500,
+    r = run_notebook("06", {"WORKLOADS": ["librispeech"], "N_REPLICAS": 2, "RHO": 0.9, "N_REQUESTS": 2500,
                             "WARMUP_S": 5.0, "BLOCK_S": 10.0, "BURN_IN_S": 2.0, "SB_BURN_INS": [0.0, 2.0],
                             "L": 150, "L_FACTORS": [0.5, 1.0], "REPS": 3, "TRUTH_SEEDS": 2, "WORKERS": 1},
                      run_dir=tmp_path / "run", figures_root=tmp_path / "fig", progress=False)

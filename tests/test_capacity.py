@@ -83,7 +83,7 @@ def test_the_fleet_loads_are_fractions_of_this_capacity():
 
     cap = measure_capacity("uniform", SM, cache_dir=None)
     assert replica_capacity("uniform", service=SM) == cap.rate == replica_capacity("drift", service=SM)
-    tr, lam = fleet_trace("uniform", n_replicas=3, load=0.6, n_requests=4000, seed=2, service=SM)
+    tr, lam = fleet_trace("uniform", n_replicas=3, rho=0.6, n_requests=4000, seed=2, service=SM)
     assert lam == 0.6 * 3 * cap.rate
     assert (len(tr) - 1) / (tr.arrival[-1] - tr.arrival[0]) == pytest.approx(lam, rel=0.05)
 

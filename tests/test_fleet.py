@@ -29,7 +29,7 @@ SVC = default_service_model()
 @pytest.fixture(scope="module")
 def busy():
     """A LibriSpeech trace at 95 % of a 4-replica fleet's capacity."""
-    return fleet_trace("librispeech", n_replicas=4, load=0.95, n_requests=4000, seed=11)
+    return fleet_trace("librispeech", n_replicas=4, rho=0.95, n_requests=4000, seed=11)
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "hrrn", "sjf"])
@@ -201,7 +201,7 @@ def test_designs_follow_their_definitions(busy):
 
 def test_scheduling_switchback_changes_the_queue_order():
     """FCFS blocks admit waiting requests in arrival order; HRRN blocks do not."""
-    tr, lam = fleet_trace("uniform", n_replicas=2, load=0.97, n_requests=5000, seed=3, max_num_seqs=4)
+    tr, lam = fleet_trace("uniform", n_replicas=2, rho=0.97, n_requests=5000, seed=3, max_num_seqs=4)
     t = ABTest(factor="scheduling", control="fcfs", treatment="hrrn", design="switchback", block_s=40.0,
                router="random")
     res = run_experiment(tr, t, n_replicas=2, seed=5, max_num_seqs=4)
@@ -248,7 +248,7 @@ def test_capacity_and_trace_load():
     fluid = 1 / (np.mean(sm.windows(big.duration)) * sm.encode_s_per_window + big.tokens.mean() * sm.step_s(32) / 32)
     assert cap == pytest.approx(fluid, rel=0.03)
     assert replica_capacity("drift") == replica_capacity("uniform") < cap
-    tr, lam = fleet_trace("drift", n_replicas=3, load=0.8, n_requests=3000, seed=0)
+    tr, lam = fleet_trace("drift", n_replicas=3, rho=0.8, n_requests=3000, seed=0)
     assert lam == pytest.approx(0.8 * 3 * replica_capacity("uniform"))
     third = len(tr) // 3
     assert tr.duration[:third].mean() < 10 < tr.duration[-third:].mean()  # LibriSpeech first, uniform 5-30 s last
@@ -276,8 +276,8 @@ def test_group_designs_need_two_replicas():
         run_experiment(tr, ABTest(control="random", design="group"), n_replicas=1)
     with pytest.raises(ValueError, match="n_replicas"):
         simulate_fleet(tr, n_replicas=0)
-    with pytest.raises(ValueError, match="load"):
-        fleet_trace("librispeech", n_replicas=2, load=1.2, n_requests=100, seed=0)
+    with pytest.raises(ValueError, match="rho"):
+        fleet_trace("librispeech", n_replicas=2, rho=1.2, n_requests=100, seed=0)
     with pytest.raises(ValueError, match="warmup_s"):
         simulate_fleet(tr, n_replicas=2, warmup_s=-1)
     with pytest.raises(ValueError, match="router: unknown router 'fastest'"):

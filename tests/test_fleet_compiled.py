@@ -23,7 +23,7 @@ ROUTERS = ["random", "round_robin", "jsq", "least_work", "pod2", "pod2_work", "p
 @pytest.fixture(scope="module")
 def busy():
     """LibriSpeech at 95 % of a 4-replica fleet's capacity: long queues, many routing ties and decisions."""
-    return fleet_trace("librispeech", n_replicas=4, load=0.95, n_requests=2500, seed=11)
+    return fleet_trace("librispeech", n_replicas=4, rho=0.95, n_requests=2500, seed=11)
 
 
 def _same(a, b):
@@ -69,7 +69,7 @@ def test_every_design_gives_identical_records(busy, test):
 
 
 def test_adaptive_policy_params_and_odd_and_large_fleets():
-    tr, lam = fleet_trace("uniform", n_replicas=3, load=0.97, n_requests=2000, seed=4)
+    tr, lam = fleet_trace("uniform", n_replicas=3, rho=0.97, n_requests=2000, seed=4)
     kw = dict(policy_params={"low_depth": 2, "ratio_cap": 5.0})
     for router in ("jsq", "pod2_work"):
         a = simulate_fleet(tr, n_replicas=3, router=router, policy="adaptive", seed=1, engine="python", **kw)
@@ -78,7 +78,7 @@ def test_adaptive_policy_params_and_odd_and_large_fleets():
     t = ABTest(factor="routing", control="round_robin", treatment="pod2_work", design="group", p=0.34)
     _same(run_experiment(tr, t, n_replicas=3, seed=2, engine="python"),
           run_experiment(tr, t, n_replicas=3, seed=2, engine="numba"))
-    big, _ = fleet_trace("librispeech", n_replicas=16, load=0.95, n_requests=6000, seed=8)
+    big, _ = fleet_trace("librispeech", n_replicas=16, rho=0.95, n_requests=6000, seed=8)
     for router in ("pod3_work", "least_work"):
         a = simulate_fleet(big, n_replicas=16, router=router, policy="hrrn", seed=2, engine="python")
         b = simulate_fleet(big, n_replicas=16, router=router, policy="hrrn", seed=2, engine="numba")
@@ -169,7 +169,7 @@ def test_simpy_model_of_the_fleet_gives_the_same_records(n_replicas, router, pol
     """The step-by-step SimPy fleet (benchmarks/, the speed baseline) agrees request by request."""
     from simpy_fleet_reference import simulate_fleet_simpy
 
-    tr, _ = fleet_trace("librispeech", n_replicas=n_replicas, load=0.95, n_requests=1200, seed=5)
+    tr, _ = fleet_trace("librispeech", n_replicas=n_replicas, rho=0.95, n_requests=1200, seed=5)
     ref = simulate_fleet_simpy(tr, n_replicas=n_replicas, router=router, policy=policy, seed=4)
     got = simulate_fleet(tr, n_replicas=n_replicas, router=router, policy=policy, seed=4).records
     for k in ("rid", "replica", "tokens"):

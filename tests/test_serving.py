@@ -71,7 +71,7 @@ def test_model_capacity_is_a_capacity_of_slots_over_the_mean_estimate_and_names_
 
 
 def test_comparison_table_is_simulated_minus_real_in_percent_of_real():
-    real = pd.DataFrame({"load": 1.0, "rate": 2.0, "policy": "sjf", "arrival": [0.0, 1.0, 2.0, 3.0],
+    real = pd.DataFrame({"rho": 1.0, "rate": 2.0, "policy": "sjf", "arrival": [0.0, 1.0, 2.0, 3.0],
                          "duration": 5.0, "first_token": [1.0, 2.0, 3.0, 4.0], "finish": [2.0, 3.5, 5.0, np.nan]})
     sim = real.assign(finish=[3.0, 4.5, 6.0, 6.5], mode="sim")
     t = comparison_table(real, sim)
@@ -85,8 +85,8 @@ def test_comparison_table_is_simulated_minus_real_in_percent_of_real():
 
 @pytest.mark.parametrize("kw,msg", [
     (dict(policies=["fcfs", "sjff"]), "sjff"),
-    (dict(loads=[0.5, -1]), "loads"),
-    (dict(loads=[], rates=[0]), "rates"),
+    (dict(rhos=[0.5, -1]), "rhos"),
+    (dict(rhos=[], rates=[0]), "rates"),
     (dict(n_requests=1), "n_requests"),
     (dict(n_probe=2), "n_probe"),
 ])
@@ -101,13 +101,13 @@ def test_run_experiment_rejects_bad_parameters_before_any_work(kw, msg):
 def test_real_serving_notebook_headless(tmp_path):
     from asrsched.app.runner import run_notebook
 
-    params = {"POLICIES": ["fcfs", "sjf"], "LOADS": [0.8, 1.5], "N_REQUESTS": 4, "N_PROBE": 4, "N_SATURATION": 4,
+    params = {"POLICIES": ["fcfs", "sjf"], "RHOS": [0.8, 1.5], "N_REQUESTS": 4, "N_PROBE": 4, "N_SATURATION": 4,
               "N_BOOT": 200, "POOL_SIZE": 6, "OUT_DIR": str(tmp_path / "out")}
     r = run_notebook("04", params, run_dir=tmp_path / "run", figures_root=tmp_path / "fig", progress=False)
     assert r.status == "ok", r.error
     d = tmp_path / "fig" / "04_real_serving"
     t = pd.read_csv(d / "real_vs_sim.csv")
-    assert len(t) == 4 and set(t.policy) == {"fcfs", "sjf"} and t["load"].nunique() == 2
+    assert len(t) == 4 and set(t.policy) == {"fcfs", "sjf"} and t["rho"].nunique() == 2
     assert (t.completed == 4).all() and (t.failed == 0).all()
     assert (t.p50_e2el_ms > 0).all() and (t.p90_e2el_ms >= t.p50_e2el_ms).all()
     for mode, m in (("sim", "p50_e2el_ms"), ("replay", "p90_e2el_ms"), ("sim", "p50_ttft_ms"),
@@ -119,7 +119,7 @@ def test_real_serving_notebook_headless(tmp_path):
     # the same trace per load level for both policies
     rec = pd.read_csv(d / "real_records.csv")
     assert len(rec) == 16 and rec["status"].eq(200).all()
-    for _, g in rec.groupby("load"):
+    for _, g in rec.groupby("rho"):
         a, b = (x.sort_values("rid")["duration"].to_numpy() for _, x in g.groupby("policy"))
         assert np.array_equal(a, b)
     for f in ("cdf_e2el", "cdf_ttft", "latency_vs_load", "prediction", "calibration"):

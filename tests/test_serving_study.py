@@ -18,17 +18,17 @@ from asrsched.serving.experiment import (
 )
 
 
-def _records(n=120, shift=0.0, scale=1.0, seed=0, loads=(0.7,), fail=()):
+def _records(n=120, shift=0.0, scale=1.0, seed=0, rhos=(0.7,), fail=()):
     """Two policies serving the same requests: sjf's latency = fcfs's x scale + shift (paired)."""
     rng = np.random.default_rng(seed)
     rows = []
-    for load in loads:
+    for rho in rhos:
         base = rng.lognormal(0.5, 0.6, n)
         for pol, e2 in (("fcfs", base), ("sjf", base * scale + shift)):
             fin = e2.copy()
             for i in fail:
                 fin[i] = np.nan
-            rows.append(pd.DataFrame({"engine": "cpu-server", "load": load, "rate": load * 2.0, "policy": pol,
+            rows.append(pd.DataFrame({"engine": "cpu-server", "rho": rho, "rate": rho * 2.0, "policy": pol,
                                       "rid": np.arange(n), "arrival": np.zeros(n), "finish": fin,
                                       "e2el": fin, "ttft": fin * 0.8}))
     return pd.concat(rows, ignore_index=True)
@@ -71,7 +71,7 @@ def test_failed_requests_count_as_infinitely_long():
 
 
 def test_results_table_columns_regime_and_simulator_columns():
-    rec = _records(loads=(0.7, 1.2), shift=-0.1)
+    rec = _records(rhos=(0.7, 1.2), shift=-0.1)
     sim = rec.assign(mode="sim", e2el=rec.e2el * 1.1, ttft=rec.ttft * 1.1, finish=rec.finish * 1.1)
     sim = sim.assign(admit=0.0, first_token=sim.ttft, duration=5.0, tokens=10, language="en", est_service=1.0)
     t = results_table(rec, sim, n_boot=300)
@@ -83,7 +83,7 @@ def test_results_table_columns_regime_and_simulator_columns():
 
 
 def test_settings_full_has_enough_requests_and_bad_engine_is_named():
-    assert SETTINGS["full"]["n_requests"] >= 150 and SETTINGS["full"]["loads"] == (0.7, 0.9, 1.2)
+    assert SETTINGS["full"]["n_requests"] >= 150 and SETTINGS["full"]["rhos"] == (0.7, 0.9, 1.2)
     with pytest.raises(ValueError, match="engine must be one of"):
         run_engine_experiment(engine="triton", progress=False)
     with pytest.raises(ValueError, match="setting must be one of"):
@@ -103,7 +103,7 @@ def test_provenance_records_commit_cpu_load_and_command():
 @pytest.mark.slow
 def test_quick_study_on_the_cpu_server(tmp_path):
     """The quick path end to end on real Whisper (tiny.en): results table and run.json."""
-    res = run_study("quick", ["cpu-server"], out_dir=tmp_path, policies=["fcfs", "sjf"], loads=(0.7, 1.2),
+    res = run_study("quick", ["cpu-server"], out_dir=tmp_path, policies=["fcfs", "sjf"], rhos=(0.7, 1.2),
                     n_requests=4, n_probe=4, n_saturation=4, pool_size=6, n_boot=200, progress=False,
                     command="pytest quick study")
     t = pd.read_csv(tmp_path / "real_engine_results.csv")
@@ -201,7 +201,7 @@ def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_
     other.to_csv(tmp_path / "real_engine_results.csv", index=False)
     (tmp_path / RUN_JSON).write_text(json.dumps({"runs": [{"commit": "earlier",
                                                             "parameters": {"engines": ["cpu-server"]}}]}))
-    res = run_study("quick", ["vllm"], out_dir=tmp_path, policies=["fcfs", "sjf"], loads=(0.7,), n_requests=6,
+    res = run_study("quick", ["vllm"], out_dir=tmp_path, policies=["fcfs", "sjf"], rhos=(0.7,), n_requests=6,
                     n_probe=4, n_saturation=6, pool_size=6, n_boot=200, vllm_max_num_seqs=2, progress=False,
                     merge=True, command="pytest quick vllm study")
     t = pd.read_csv(tmp_path / "real_engine_results.csv")
@@ -244,7 +244,7 @@ def test_latency_figure_marks_capacity_draws_overload_open_and_names_only_signif
     need("plotly")
     from asrsched.figures.serving import fig_latency_vs_load, verdict_text
 
-    rec = _records(loads=(0.7, 1.2), shift=-0.2)
+    rec = _records(rhos=(0.7, 1.2), shift=-0.2)
     table, _ = _table_for(rec)
     res = results_table(rec, n_boot=300)
     fig = fig_latency_vs_load(table, results=res)
@@ -254,11 +254,11 @@ def test_latency_figure_marks_capacity_draws_overload_open_and_names_only_signif
     assert real.error_y.array is not None and (np.asarray(real.error_y.array) >= 0).all()
     assert "SJF" in fig.layout.title.text and "significant" in fig.layout.title.text
     # a tie: no winner named
-    tie = results_table(_records(loads=(0.7, 1.2)), n_boot=300)
+    tie = results_table(_records(rhos=(0.7, 1.2)), n_boot=300)
     t = fig_latency_vs_load(table, results=tie).layout.title.text
     assert "no policy differs significantly" in t and "SJF" not in t and "n=120" in t
     # too small: says so
-    small = results_table(_records(n=10, loads=(0.7,), shift=-0.2), n_boot=200)
+    small = results_table(_records(n=10, rhos=(0.7,), shift=-0.2), n_boot=200)
     assert verdict_text(small, "p50_e2el").startswith("P50 E2EL: too few requests") and "n=10" in verdict_text(small)
 
 

@@ -31,7 +31,7 @@ from asrsched.sim.sweep import change_ci, point_records, run_length_effect, run_
 def sweep():
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always", OverloadWarning)
-        return run_sweep(None, ["fcfs", "sjf", "hrrn"], ["uniform"], [0, 1, 2], loads=[0.5, 0.9, 1.3],
+        return run_sweep(None, ["fcfs", "sjf", "hrrn"], ["uniform"], [0, 1, 2], rhos=[0.5, 0.9, 1.3],
                          n_requests=600, cache_dir=None, workers=1, progress=False)
 
 
@@ -100,7 +100,7 @@ def test_drift_title_lists_every_policy():
 def test_run_length_figure_reports_both_ends():
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
-        rl = run_length_effect("uniform", loads=[0.8, 1.3], n_list=[300, 1200], seeds=[0, 1], cache_dir=None,
+        rl = run_length_effect("uniform", rhos=[0.8, 1.3], n_list=[300, 1200], seeds=[0, 1], cache_dir=None,
                                workers=1, progress=False)
     fig = fig_run_length(rl)
     title = fig.layout.title.text

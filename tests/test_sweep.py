@@ -101,8 +101,8 @@ def test_dask_local_cluster_same_results():
     (dict(kappa=0.0), "kappa"),
     (dict(n_requests=0), "n_requests"),
     (dict(max_num_seqs=0), "max_num_seqs"),
-    (dict(loads=[0.5]), "either rates"),
-    (dict(rates=None, loads=[0.0]), "loads must be positive fractions of capacity"),
+    (dict(rhos=[0.5]), "either rates"),
+    (dict(rates=None, rhos=[0.0]), "rhos must be positive fractions of capacity"),
     (dict(warmup_frac=1.5), "warmup_frac"),
 ])
 def test_bad_parameters_fail_before_work(bad, match, tmp_path):
@@ -120,7 +120,7 @@ SMALL = dict(policies=["fcfs", "sjf", "hrrn"], workloads=["librispeech", "unifor
 @pytest.fixture(scope="module")
 def small_sweep():
     """Loads on both sides of capacity, with the headline cells refined to a 5-point CI half-width."""
-    df = quiet_sweep(rates=None, loads=[0.5, 0.9, 1.3], **SMALL)
+    df = quiet_sweep(rates=None, rhos=[0.5, 0.9, 1.3], **SMALL)
     kw = {k: v for k, v in SMALL.items() if k not in ("policies", "workloads", "seeds")}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -187,10 +187,10 @@ def test_loads_are_fractions_of_measured_capacity_and_regimes_follow(small_sweep
 def test_overloaded_sweep_warns_once_and_stable_sweep_not():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        run_sweep(None, ["fcfs", "sjf"], ["uniform"], [0], loads=[0.5], n_requests=400, cache_dir=None, workers=1,
+        run_sweep(None, ["fcfs", "sjf"], ["uniform"], [0], rhos=[0.5], n_requests=400, cache_dir=None, workers=1,
                   progress=False)
         assert not [w for w in caught if issubclass(w.category, OverloadWarning)]
-        run_sweep(None, ["fcfs", "sjf"], ["uniform"], [0], loads=[0.5, 1.4], n_requests=400, cache_dir=None,
+        run_sweep(None, ["fcfs", "sjf"], ["uniform"], [0], rhos=[0.5, 1.4], n_requests=400, cache_dir=None,
                   workers=1, progress=False)
     over = [w for w in caught if issubclass(w.category, OverloadWarning)]
     assert len(over) == 1 and "1 of 2" in str(over[0].message) and "n_requests=400" in str(over[0].message)
@@ -210,7 +210,7 @@ def test_warmup_is_left_out_of_latency_metrics_not_throughput():
 def test_run_length_moves_the_overload_change_more_than_the_stable_one():
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
-        rl = run_length_effect("librispeech", loads=[0.8, 1.4], n_list=[500, 4000], seeds=[0, 1, 2],
+        rl = run_length_effect("librispeech", rhos=[0.8, 1.4], n_list=[500, 4000], seeds=[0, 1, 2],
                                cache_dir=None, workers=1, progress=False)
     ch = rl.set_index(["rho", "n_requests"]).p50_e2el_ms_change_pct
     assert set(rl.regime) == {"stable", "overload"}

@@ -15,7 +15,7 @@ Two A/B tests per workload (:class:`ASRStudyConfig`):
   ``switchback`` (request-level randomisation is ill-defined inside one shared queue).
 
 Workloads: ``librispeech`` (real test-clean durations), ``uniform`` (5-30 s) and
-``drift`` (LibriSpeech -> uniform during the run), Poisson arrivals at ``load`` x fleet
+``drift`` (LibriSpeech -> uniform during the run), Poisson arrivals at ``rho`` x fleet
 capacity (:func:`asrsched.sim.fleet.fleet_trace`); the experiments are
 :func:`asrsched.abtest.fleet_experiment.run_experiment`.
 
@@ -117,7 +117,7 @@ STATS = ("mean", "p90")
 class ASRStudyConfig:
     """Parameters of the ASR A/B study (see the module docstring).
 
-    ``load`` is the offered load as a fraction of the fleet's capacity on the workload
+    ``rho`` is the offered load as a fraction of the fleet's capacity on the workload
     (:func:`asrsched.sim.fleet.replica_capacity`); ``n_requests`` per run (experiments and
     truth alike); ``L`` the DQ horizon in requests (``None``: ``30 x`` the total arrival
     rate, i.e. 30 s of arrivals); ``L_factors`` the ablation around it; ``block_s`` and
@@ -127,7 +127,7 @@ class ASRStudyConfig:
 
     workloads: tuple = WORKLOADS
     n_replicas: int = 4
-    load: float = 0.95
+    rho: float = 0.95
     n_requests: int = 20_000
     warmup_s: float = 30.0
     p: float = 0.5
@@ -182,8 +182,8 @@ class ASRStudyConfig:
         if bad or not self.workloads:
             raise ValueError(f"workloads: {bad or '()'} not allowed; use librispeech, uniform, drift, "
                              "commonvoice_id, mix")
-        if not (isinstance(self.load, (int, float)) and 0 < self.load < 1):
-            raise ValueError(f"load: offered load must be in (0, 1) of fleet capacity, got {self.load!r}")
+        if not (isinstance(self.rho, (int, float)) and 0 < self.rho < 1):
+            raise ValueError(f"rho: offered load must be in (0, 1) of fleet capacity, got {self.rho!r}")
         if not isinstance(self.n_requests, (int, np.integer)) or self.n_requests < 500:
             raise ValueError(f"n_requests: need an integer >= 500 per run, got {self.n_requests!r}")
         if not (isinstance(self.warmup_s, (int, float)) and self.warmup_s >= 0):
@@ -227,7 +227,7 @@ class ASRStudyConfig:
 
     def total_rate(self, workload: str) -> float:
         """Total arrival rate (req/s) of the fleet on ``workload``."""
-        return float(self.load) * self.n_replicas * replica_capacity(workload, service=self.service_model(),
+        return float(self.rho) * self.n_replicas * replica_capacity(workload, service=self.service_model(),
                                                                      max_num_seqs=self.max_num_seqs)
 
     def L_for(self, total_rate: float, factor: float = 1.0) -> int:
@@ -358,7 +358,7 @@ def estimate_run(res, cfg: ASRStudyConfig) -> tuple[list[dict], list[dict]]:
 # ----------------------------------------------------------------------------- tasks
 
 def _trace(cfg: ASRStudyConfig, workload: str, *seed_parts):
-    return fleet_trace(workload, n_replicas=cfg.n_replicas, load=cfg.load, n_requests=cfg.n_requests,
+    return fleet_trace(workload, n_replicas=cfg.n_replicas, rho=cfg.rho, n_requests=cfg.n_requests,
                          seed=task_seed(cfg.seed, workload, *seed_parts), service=cfg.service_model(),
                          max_num_seqs=cfg.max_num_seqs)
 

@@ -319,7 +319,7 @@ def recommendation(res: ASRStudyResult, summary: pd.DataFrame | None = None) -> 
         t = cfg.test(factor)
         fixed = f"every replica {t.policy.upper()}" if factor == "routing" else f"router {t.router}"
         lines.append(f"**{factor.capitalize()} test: {t.control} → {t.treatment} ({fixed}; {cfg.n_replicas} "
-                     f"replicas, load {cfg.load:g} of capacity, {reps} experiments of {cfg.n_requests} requests per "
+                     f"replicas, load ρ = {cfg.rho:g} of capacity, {reps} experiments of {cfg.n_requests} requests per "
                      f"design; 95 % CIs).**")
         cells = []
         for (m, st), g in sf.groupby(["metric", "stat"], sort=False):

@@ -18,11 +18,12 @@ __all__ = ["parse_value", "load_params", "notebook_parameters", "params_for", "c
 #: Notebook parameters renamed to the one vocabulary (CONTRIBUTING, *Vocabulary*): old name → new
 #: name, per notebook. Passing an old name is an error that names the new one.
 RENAMED: dict[str, dict[str, str]] = {
-    "02_policy_sweep": {"N_JOBS": "WORKERS"},
-    "04_real_serving": {"WORKERS": "SERVER_SLOTS"},
+    "02_policy_sweep": {"N_JOBS": "WORKERS", "LOADS": "RHOS", "HEADLINE_LOAD": "HEADLINE_RHO",
+                        "OVERLOAD_LOAD": "OVERLOAD_RHO", "CDF_LOAD": "CDF_RHO"},
+    "04_real_serving": {"WORKERS": "SERVER_SLOTS", "LOADS": "RHOS"},
     "05_ab_estimators": {"N_JOBS": "N_REQUESTS", "TRUTH_JOBS_QUICK": "TRUTH_REQUESTS_QUICK",
                          "TRUTH_JOBS_FULL": "TRUTH_REQUESTS_FULL", "WP_JOBS": "WP_REQUESTS"},
-    "06_ab_asr_policies": {"N_JOBS": "WORKERS"},
+    "06_ab_asr_policies": {"N_JOBS": "WORKERS", "LOAD": "RHO"},
 }
 
 

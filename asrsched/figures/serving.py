@@ -34,7 +34,7 @@ _SHORT = {"sim": "simulated", "profile": "simulated from the profile", "replay":
 
 
 def load_levels(records: pd.DataFrame) -> list:
-    return list(records.sort_values("load")["level"].drop_duplicates())
+    return list(records.sort_values("rho")["level"].drop_duplicates())
 
 
 _VERDICT_METRIC = {"e2el": "p50_e2el", "ttft": "p50_ttft", "p50_e2el_ms": "p50_e2el", "p90_e2el_ms": "p90_e2el",
@@ -77,7 +77,7 @@ def fig_cdfs(records: pd.DataFrame, sim: pd.DataFrame | None = None, metric: str
     levels = levels or load_levels(records)
     def _sub(lv):
         g = records[records.level == lv]
-        over = " overloaded" if regime(float(g["load"].iloc[0])) == "overload" else ""
+        over = " overloaded" if regime(float(g["rho"].iloc[0])) == "overload" else ""
         return f"{lv} ({g['rate'].iloc[0]:.2f} req/s{over})"
 
     fig = make_subplots(rows=1, cols=len(levels), shared_yaxes=True, subplot_titles=[_sub(lv) for lv in levels])
@@ -101,7 +101,7 @@ def fig_cdfs(records: pd.DataFrame, sim: pd.DataFrame | None = None, metric: str
     top = levels[-1]
     g = records[records.level == top]
     n = int(g.groupby("policy").size().min()) if len(g) else 0
-    v = verdict_text(results, _VERDICT_METRIC.get(metric, ""), float(g["load"].iloc[0])) if len(g) else ""
+    v = verdict_text(results, _VERDICT_METRIC.get(metric, ""), float(g["rho"].iloc[0])) if len(g) else ""
     title = (f"{_NAMES[metric]} at {top}: {v}" if v else
              f"{_NAMES[metric]} CDFs on the real server at {top} (n={n} per policy)")
     if s is not None:
@@ -122,17 +122,17 @@ def fig_latency_vs_load(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_m
                         horizontal_spacing=0.07)
     res = results.set_index(["policy", "rho"]) if results is not None and len(results) else None
     for j, m in enumerate(metrics, start=1):
-        for pol, g in table.sort_values("load").groupby("policy", sort=False):
+        for pol, g in table.sort_values("rho").groupby("policy", sort=False):
             c = policy_color(pol)
-            over = regime(g["load"].to_numpy(float)) == "overload"
+            over = regime(g["rho"].to_numpy(float)) == "overload"
             err = None
             if res is not None and m in ci_cols and all(x in res for x in ci_cols[m]):
-                lo = np.array([res[ci_cols[m][0]].get((pol, x), np.nan) for x in g["load"]], float)
-                hi = np.array([res[ci_cols[m][1]].get((pol, x), np.nan) for x in g["load"]], float)
+                lo = np.array([res[ci_cols[m][0]].get((pol, x), np.nan) for x in g["rho"]], float)
+                hi = np.array([res[ci_cols[m][1]].get((pol, x), np.nan) for x in g["rho"]], float)
                 y = g[m].to_numpy(float) / 1e3
                 err = dict(type="data", symmetric=False, array=np.clip(hi - y, 0, None),
                            arrayminus=np.clip(y - lo, 0, None), color=c, thickness=1.2, width=4)
-            fig.add_trace(go.Scatter(x=g["load"], y=g[m] / 1e3, name=pol, legendgroup=pol, showlegend=j == 1,
+            fig.add_trace(go.Scatter(x=g["rho"], y=g[m] / 1e3, name=pol, legendgroup=pol, showlegend=j == 1,
                                      mode="lines+markers", line=dict(color=c, width=2.5), error_y=err,
                                      marker=dict(size=9, color=np.where(over, "white", c).tolist(),
                                                  line=dict(color=c, width=2)),
@@ -141,7 +141,7 @@ def fig_latency_vs_load(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_m
                                                    "%{y:.2f} s" if "rate" in g else None),
                           row=1, col=j)
             if f"{mode}_{m}" in g:
-                fig.add_trace(go.Scatter(x=g["load"], y=g[f"{mode}_{m}"] / 1e3, name=f"{pol} (simulated)",
+                fig.add_trace(go.Scatter(x=g["rho"], y=g[f"{mode}_{m}"] / 1e3, name=f"{pol} (simulated)",
                                          legendgroup=pol, showlegend=j == 1, mode="lines+markers",
                                          marker=dict(symbol="x"),
                                          line=dict(color=c, width=1.5, dash="dash")), row=1, col=j)
@@ -178,7 +178,7 @@ def fig_prediction(table: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms", "
                     legendgroup=f"{pol}{m}", showlegend=j == 1,
                     marker=dict(color=policy_color(pol), symbol=symbols.get(m, "circle"), size=10,
                                 line=dict(color="white", width=1)),
-                    text=[f"{x:g}x" for x in g["load"]], hovertemplate="%{text}: real %{x:.2f} s, sim %{y:.2f} s"),
+                    text=[f"{x:g}x" for x in g["rho"]], hovertemplate="%{text}: real %{x:.2f} s, sim %{y:.2f} s"),
                     row=1, col=j)
             allerr.extend(np.abs(table[f"{mode}_{m}_err_pct"].to_numpy(float)).tolist())
         errs[mode] = float(np.nanmedian(allerr)) if allerr else float("nan")

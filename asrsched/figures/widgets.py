@@ -283,7 +283,7 @@ def ab_explorer(cfg: ASRStudyConfig | None = None, *, workload: str = "librispee
     base = (cfg or ASRStudyConfig()).replace(workloads=(workload,), reps=reps, truth_seeds=reps,
                                              n_requests=n_requests, L_factors=(1.0,))
     n_w = W.IntSlider(value=base.n_replicas, min=2, max=12, step=1, description="replicas", continuous_update=False)
-    load_w = W.FloatSlider(value=base.load, min=0.5, max=0.98, step=0.01, description="load", continuous_update=False)
+    rho_w = W.FloatSlider(value=base.rho, min=0.5, max=0.98, step=0.01, description="load ρ", continuous_update=False)
     p_w = W.FloatSlider(value=base.p, min=0.1, max=0.9, step=0.05, description="p", continuous_update=False)
     L_w = W.IntSlider(value=0, min=0, max=5000, step=50, description="L (0 = 30 s)", continuous_update=False)
     f_w = W.Dropdown(options=["routing", "scheduling"], value="routing", description="test")
@@ -298,7 +298,7 @@ def ab_explorer(cfg: ASRStudyConfig | None = None, *, workload: str = "librispee
 
     def compute(*_):
         try:
-            c = base.replace(n_replicas=int(n_w.value), load=float(load_w.value), p=float(p_w.value),
+            c = base.replace(n_replicas=int(n_w.value), rho=float(rho_w.value), p=float(p_w.value),
                              L=int(L_w.value) if L_w.value > 0 else None)
             total_rate = c.total_rate(workload)  # enough requests for 5 switchback blocks and a 2 L horizon
             span = c.warmup_s + max(5 * c.block_s, 2 * c.L_for(total_rate) / total_rate + 2 * c.n_batches / total_rate)
@@ -327,12 +327,12 @@ def ab_explorer(cfg: ASRStudyConfig | None = None, *, workload: str = "librispee
         table.value = s[["design", "estimator", "reps", "truth", "mean", "bias", "bias_ci_lo", "bias_ci_hi", "sd",
                          "rmse", "rmse_ci_lo", "rmse_ci_hi"]].round(4).to_html(index=False)
 
-    for w in (n_w, load_w, p_w, L_w):
+    for w in (n_w, rho_w, p_w, L_w):
         w.observe(compute, names="value")
     for w in (f_w, m_w):
         w.observe(draw, names="value")
     compute()
-    return W.VBox([W.HBox([n_w, load_w, p_w]), W.HBox([L_w, f_w, m_w]), msg, fig, table,
+    return W.VBox([W.HBox([n_w, rho_w, p_w]), W.HBox([L_w, f_w, m_w]), msg, fig, table,
                    export_view_button(fig, "06_ab_asr_policies", name="ab_explorer")])
 
 
@@ -398,7 +398,7 @@ def serving_explorer(records: pd.DataFrame, sim: pd.DataFrame | None = None, res
 
     def _status(lv):
         g = records[records.level == lv]
-        rho, rate = float(g["load"].iloc[0]), float(g["rate"].iloc[0])
+        rho, rate = float(g["rho"].iloc[0]), float(g["rate"].iloc[0])
         served = []
         for pol, gp in g.groupby("policy", sort=False):
             fin = gp["finish"].to_numpy(float)

@@ -30,7 +30,7 @@ def simulate_run(records: pd.DataFrame, policy: str, service: ServiceModel, *, s
     return out
 
 
-def comparison_table(real: pd.DataFrame, sim: pd.DataFrame, keys: Sequence[str] = ("load", "rate", "policy"),
+def comparison_table(real: pd.DataFrame, sim: pd.DataFrame, keys: Sequence[str] = ("rho", "rate", "policy"),
                      metrics: Sequence[str] = TABLE_METRICS) -> pd.DataFrame:
     """One row per run: the real metrics ``<m>``, and per simulation mode (``sim["mode"]``:
     ``sim`` / ``profile`` = a-priori predictions, ``replay`` = measured service times) ``<mode>_<m>`` and

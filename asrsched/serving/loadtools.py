@@ -147,7 +147,7 @@ def recompute_load_tools(study_dir: str | os.PathLike, engine: str = "vllm", *, 
     d = Path(study_dir) / engine
     rec = pd.read_parquet(d / "real_records.parquet")
     params = json.loads((d / "params.json").read_text())
-    lvl0 = rec.loc[rec["load"] == rec["load"].min(), "level"].iloc[0]
+    lvl0 = rec.loc[rec["rho"] == rec["rho"].min(), "level"].iloc[0]
     ours = rec[(rec["policy"] == "fcfs") & (rec["level"] == lvl0)].sort_values("rid")
     clips = [json.loads(x)["audio"] for x in (d / "bench_serve" / "bench_serve_clips.jsonl").read_text().splitlines()]
     bench = bench_serve_records(d / "bench_serve" / "bench_serve.json", pd.DataFrame({"path": clips}))

@@ -49,7 +49,7 @@ def _verdict(lo: float, hi: float) -> str:
 MIN_N_VERDICT = 30
 
 
-def cell_statistics(records: pd.DataFrame, *, keys: Sequence[str] = ("engine", "load"), baseline: str = "fcfs",
+def cell_statistics(records: pd.DataFrame, *, keys: Sequence[str] = ("engine", "rho"), baseline: str = "fcfs",
                     n_boot: int = 2000, ci: float = 0.95, seed: int = 0,
                     min_n_verdict: int = MIN_N_VERDICT) -> pd.DataFrame:
     """Per (``keys``, policy): P50/P90 E2EL and P50 TTFT (s) with paired bootstrap CIs, and each
@@ -127,12 +127,12 @@ def results_table(records: pd.DataFrame, sim: pd.DataFrame | None = None, *, n_b
     :func:`cell_statistics`, the regime (``stable`` below rho = 1, ``overload`` at or above: finite-run
     transients whose latencies grow with the run length) and the arrival rate.
 
-    ``records`` need ``engine, load, rate, policy, rid, e2el, ttft, finish``; ``sim`` (mode ``"sim"``:
+    ``records`` need ``engine, rho, rate, policy, rid, e2el, ttft, finish``; ``sim`` (mode ``"sim"``:
     the a-priori prediction from the engine's fitted service model) gives ``sim_*``.
     """
     rec = records if "engine" in records else records.assign(engine="cpu-server")
-    st = cell_statistics(rec, keys=("engine", "load"), n_boot=n_boot, ci=ci, seed=seed, baseline=baseline)
-    st = st.rename(columns={"load": "rho", "p50_e2el_s": "p50_e2el_s", "p50_e2el_ci_low": "p50_ci_low",
+    st = cell_statistics(rec, keys=("engine", "rho"), n_boot=n_boot, ci=ci, seed=seed, baseline=baseline)
+    st = st.rename(columns={"p50_e2el_s": "p50_e2el_s", "p50_e2el_ci_low": "p50_ci_low",
                             "p50_e2el_ci_high": "p50_ci_high"})
     for c in ("sim_p50_e2el_s", "sim_p90_e2el_s", "sim_p50_ttft_s"):
         st[c] = np.nan
@@ -140,13 +140,13 @@ def results_table(records: pd.DataFrame, sim: pd.DataFrame | None = None, *, n_b
         s = sim[sim["mode"] == "sim"] if "mode" in sim else sim
         s = s if "engine" in s else s.assign(engine="cpu-server")
         for i, r in st.iterrows():
-            g = s[(s["engine"] == r["engine"]) & (s["load"] == r["rho"]) & (s["policy"] == r["policy"])]
+            g = s[(s["engine"] == r["engine"]) & (s["rho"] == r["rho"]) & (s["policy"] == r["policy"])]
             if len(g):
                 sm = summarize(g)
                 st.loc[i, ["sim_p50_e2el_s", "sim_p90_e2el_s", "sim_p50_ttft_s"]] = [
                     sm.get("p50_e2el_ms", np.nan) / 1e3, sm.get("p90_e2el_ms", np.nan) / 1e3,
                     sm.get("p50_ttft_ms", np.nan) / 1e3]
-    rates = rec.groupby(["engine", "load"])["rate"].first()
+    rates = rec.groupby(["engine", "rho"])["rate"].first()
     st["rate_rps"] = [float(rates.get((e, x), np.nan)) for e, x in zip(st["engine"], st["rho"])]
     st["regime"] = regime(st["rho"].to_numpy(float))
     for c in ("p50_e2el", "p90_e2el", "p50_ttft"):

@@ -197,25 +197,25 @@ def replica_capacity(workload: str = "librispeech", *, service: ServiceModel | N
     return measure_capacity(src, service or default_service_model(), max_num_seqs=max_num_seqs, cache_dir=None).rate
 
 
-def fleet_trace(workload: str, *, n_replicas: int, load: float, n_requests: int, seed: int,
+def fleet_trace(workload: str, *, n_replicas: int, rho: float, n_requests: int, seed: int,
                   service: ServiceModel | None = None, max_num_seqs: int = 32) -> tuple[Trace, float]:
-    """A Poisson trace at ``load`` x fleet capacity; returns ``(trace, total rate)``.
+    """A Poisson trace at ``rho`` x fleet capacity; returns ``(trace, total rate)``.
 
     ``"drift"``: LibriSpeech durations for the first third of the run, a linear ramp over
     the second third, uniform 5-30 s for the last third (the arrival rate stays constant, so
-    the offered load rises from ~60 % to ``load`` of capacity).
+    the offered load rises from ~60 % to ``rho`` of capacity).
     """
-    if not (isinstance(load, (int, float)) and 0 < load < 1):
-        raise ValueError(f"load: offered load must be in (0, 1) of the fleet's capacity, got {load!r}")
+    if not (isinstance(rho, (int, float)) and 0 < rho < 1):
+        raise ValueError(f"rho: offered load must be in (0, 1) of the fleet's capacity, got {rho!r}")
     if not isinstance(n_requests, (int, np.integer)) or n_requests < 10:
         raise ValueError(f"n_requests: need an integer >= 10, got {n_requests!r}")
     service = service or default_service_model()
-    lam = float(load) * int(n_replicas) * replica_capacity(workload, service=service, max_num_seqs=max_num_seqs)
+    total_rate = float(rho) * int(n_replicas) * replica_capacity(workload, service=service, max_num_seqs=max_num_seqs)
     if workload == "drift":
-        T = n_requests / lam
+        T = n_requests / total_rate
         src: Any = Drift([(0.0, make_source("librispeech")), (T / 3, make_source("uniform"))], ramp_s=T / 3)
     else:
         src = workload
-    tr = make_trace(src, rate=lam, n=int(n_requests), seed=int(seed), kappa=dict(service.kappa))
+    tr = make_trace(src, rate=total_rate, n=int(n_requests), seed=int(seed), kappa=dict(service.kappa))
     tr.meta["workload"] = workload
-    return tr, lam
+    return tr, total_rate

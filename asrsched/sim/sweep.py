@@ -1,4 +1,4 @@
-"""Policy sweeps: loads (or rates) x policies x workloads x seeds, parallel, cached and resumable.
+"""Policy sweeps: loads ρ (or rates) x policies x workloads x seeds, parallel, cached and resumable.
 
 Every point of a sweep is one simulator run of ``n_requests`` requests (as
 ``vllm bench serve --num-prompts`` sends a fixed number at a given rate); all
@@ -181,7 +181,7 @@ def run_sweep(
     workloads: Sequence[str] = ("librispeech", "uniform"),
     seeds: Sequence[int] = (0,),
     *,
-    loads: Sequence[float] | None = None,
+    rhos: Sequence[float] | None = None,
     n_requests: int = 2000,
     max_num_seqs: int = 32,
     service: ServiceModel | dict | str | None = None,
@@ -197,20 +197,20 @@ def run_sweep(
 ) -> pd.DataFrame:
     """Run (or load from cache) every point; one row per (workload, rate, policy, seed).
 
-    Give arrival ``rates`` (req/s) or ``loads`` (``rho``, fractions of each workload's measured
+    Give arrival ``rates`` (req/s) or ``rhos`` (loads ``rho``, fractions of each workload's measured
     capacity; the rate is then ``rho x capacity`` per workload), not both. Every row carries
     ``capacity_rps`` (with its 95 % CI), ``rho`` and ``regime`` (see the module docstring).
     ``policy_params`` maps a policy name to its parameters (e.g. ``{"adaptive": {"ratio_cap": 50}}``).
     ``cache_dir=None`` disables caching (of the points and of the capacities).
     """
-    if (rates is None) == (loads is None):
-        raise ValueError("give either rates (req/s) or loads (fractions of capacity), not both")
-    if loads is not None:
-        if not len(loads):
-            raise ValueError("loads must list at least one load (fraction of capacity, > 0)")
-        for x in loads:
+    if (rates is None) == (rhos is None):
+        raise ValueError("give either rates (req/s) or rhos (loads, fractions of capacity), not both")
+    if rhos is not None:
+        if not len(rhos):
+            raise ValueError("rhos must list at least one load (fraction of capacity, > 0)")
+        for x in rhos:
             if not (isinstance(x, (int, float, np.integer, np.floating)) and np.isfinite(x) and x > 0):
-                raise ValueError(f"loads must be positive fractions of capacity (rho), got {x!r}")
+                raise ValueError(f"rhos must be positive fractions of capacity (rho), got {x!r}")
     check_sweep_params(rates if rates is not None else [1.0], policies, workloads, seeds, n_requests,
                        max_num_seqs, kappa)
     if not 0.0 <= float(warmup_frac) < 1.0:
@@ -222,7 +222,7 @@ def run_sweep(
                       cache_dir=cache / "capacity" if cache is not None else None)
     tasks = []
     for w in workloads:
-        wl_rates = [float(r) for r in rates] if rates is not None else [float(caps[w].rate_at(x)) for x in loads]
+        wl_rates = [float(r) for r in rates] if rates is not None else [float(caps[w].rate_at(x)) for x in rhos]
         for r in wl_rates:
             for s in seeds:
                 for p in policies:
@@ -254,8 +254,8 @@ def run_sweep(
     df["capacity_ci_low"] = df.workload.map(lambda w: caps[w].ci_low)
     df["capacity_ci_high"] = df.workload.map(lambda w: caps[w].ci_high)
     df["rho"] = df.rate / df.capacity_rps
-    if loads is not None:  # the requested load, exactly (not rate / capacity after rounding)
-        exact = {(w, round(float(caps[w].rate_at(x)), 9)): float(x) for w in workloads for x in loads}
+    if rhos is not None:  # the requested load, exactly (not rate / capacity after rounding)
+        exact = {(w, round(float(caps[w].rate_at(x)), 9)): float(x) for w in workloads for x in rhos}
         df["rho"] = [exact.get((w, round(r, 9)), q) for w, r, q in zip(df.workload, df.rate, df.rho)]
     # a cell's regime is that of all its policies: any overloaded run (or rho >= 1) makes it a transient
     cell_ovl = df.groupby(["workload", "rate"]).overloaded.transform("any").to_numpy(bool)
@@ -417,7 +417,7 @@ def refine_headline(df: pd.DataFrame, *, rho: float = 0.95, claims: Sequence[tup
     """
     if target_halfwidth_pp <= 0:
         raise ValueError(f"target_halfwidth_pp must be > 0, got {target_halfwidth_pp!r}")
-    sweep_kw = {k: v for k, v in sweep_kw.items() if k not in ("rates", "loads", "seeds", "policies", "workloads")}
+    sweep_kw = {k: v for k, v in sweep_kw.items() if k not in ("rates", "rhos", "seeds", "policies", "workloads")}
     out = df
     for wl in dict.fromkeys(c[1] for c in claims):
         mine = [c for c in claims if c[1] == wl]
@@ -449,7 +449,7 @@ def refine_headline(df: pd.DataFrame, *, rho: float = 0.95, claims: Sequence[tup
     return out
 
 
-def run_length_effect(workload: str = "librispeech", *, loads: Sequence[float] = (0.95, 1.3),
+def run_length_effect(workload: str = "librispeech", *, rhos: Sequence[float] = (0.95, 1.3),
                       n_list: Sequence[int] = (500, 1000, 2000, 4000, 8000), policy: str = "sjf",
                       metrics: Sequence[str] = ("p50_e2el_ms", "p90_e2el_ms"), seeds: Sequence[int] = (0, 1, 2, 3, 4),
                       **sweep_kw) -> pd.DataFrame:
@@ -461,12 +461,12 @@ def run_length_effect(workload: str = "librispeech", *, loads: Sequence[float] =
     """
     if not len(n_list):
         raise ValueError("n_list must list at least one run length")
-    sweep_kw = {k: v for k, v in sweep_kw.items() if k not in ("rates", "loads", "seeds", "policies", "workloads",
+    sweep_kw = {k: v for k, v in sweep_kw.items() if k not in ("rates", "rhos", "seeds", "policies", "workloads",
                                                                "n_requests")}
     parts = []
     with _one_overload_warning(f"run-length study of {workload}"):
         for n in n_list:
-            d = run_sweep(None, ["fcfs", policy], [workload], list(seeds), loads=list(loads), n_requests=int(n),
+            d = run_sweep(None, ["fcfs", policy], [workload], list(seeds), rhos=list(rhos), n_requests=int(n),
                           **sweep_kw)
             parts.append(change_ci(d, metrics=metrics).query("policy == @policy"))
     return pd.concat(parts, ignore_index=True)
