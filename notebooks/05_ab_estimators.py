@@ -105,6 +105,7 @@ from asrsched.abtest.study_report import (
     summary_table,
     switchback_table,
 )
+from asrsched.core.labels import router_label
 from asrsched.figures.abtest import (
     fig_ablation,
     fig_coverage,
@@ -114,7 +115,6 @@ from asrsched.figures.abtest import (
     fig_search,
     fig_switchback,
     fig_wp,
-    policy_name,
 )
 from asrsched.figures.outputs import project_root
 from asrsched.figures.style import export_figure, export_session, export_table
@@ -296,8 +296,8 @@ if fr is not None:
     n_above1 = int((sr.gain_ci_lo > 1).sum())
     display(Markdown(
         f"{len(sr)} cells, {int(sr.reps.min())} replications each. Largest gain: **{top.gain:.2f}×** "
-        f"(95 % CI {top.gain_ci_lo:.2f}–{top.gain_ci_hi:.2f}) at λ = {top.lam:g}, {policy_name(top.control)} → "
-        f"{policy_name(top.treatment)}, "
+        f"(95 % CI {top.gain_ci_lo:.2f}–{top.gain_ci_hi:.2f}) at λ = {top.lam:g}, {router_label(top.control)} → "
+        f"{router_label(top.treatment)}, "
         f"L = {int(top.L)} ({top.L_factor:g} × 30·N·λ), {COST_LABELS[top.cost]}; there wDQ and qDQ correlate "
         f"{top['corr']:.3f} across replications, which caps any fixed-α mix at {top.gain_bound:.2f}×. "
         f"Cells whose CI lies at or above 2×: {n_claim} of {len(sr)}; cells whose CI lies above 1× (any gain): "

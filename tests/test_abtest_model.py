@@ -11,7 +11,7 @@ from abtest_oracle import linked_list_kernel
 
 from asrsched.abtest import model
 from asrsched.abtest.estimators import Trajectory, littles_law
-from asrsched.abtest.model import SystemConfig, mean_field_response, mm1_response, parse_policy, simulate_supermarket
+from asrsched.abtest.model import SystemConfig, mean_field_response, mm1_response, power_of_d, simulate_supermarket
 
 
 def _mean_w(cfg, seeds=(0,)):
@@ -163,12 +163,15 @@ def test_switchback_assignment_is_constant_within_blocks():
     assert np.array_equal(alt.z, alt.block % 2)
 
 
-def test_parse_policy():
-    assert parse_policy("random", 20) == 1
-    assert parse_policy("jsq", 20) == 20
-    assert parse_policy("pod3", 20) == parse_policy("pod:3", 20) == parse_policy(3, 20) == 3
-    with pytest.raises(ValueError, match="policy"):
-        parse_policy("fastest", 20)
+def test_power_of_d_and_its_label():
+    assert power_of_d("random", 20) == 1
+    assert power_of_d("jsq", 20) == 20
+    assert power_of_d("pod3", 20) == power_of_d("pod:3", 20) == power_of_d(3, 20) == 3
+    with pytest.raises(ValueError, match="router"):
+        power_of_d("fastest", 20)
+    from asrsched.core.labels import router_label
+
+    assert [router_label(power_of_d(r, 20), 20) for r in ("random", "jsq", "pod3")] == ["random", "JSQ", "Power-of-3"]
 
 
 BAD = [

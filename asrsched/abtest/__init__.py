@@ -30,4 +30,4 @@ from asrsched.abtest.estimators import (  # noqa: F401
     switchback,
     wdq,
 )
-from asrsched.abtest.model import SystemConfig, mean_field_response, mm1_response, parse_policy, simulate_supermarket  # noqa: F401
+from asrsched.abtest.model import SystemConfig, mean_field_response, mm1_response, power_of_d, simulate_supermarket  # noqa: F401

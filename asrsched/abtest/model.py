@@ -66,8 +66,7 @@ from asrsched.sim.rng import std_exp as _std_exp
 __all__ = [
     "SystemConfig",
     "simulate_supermarket",
-    "parse_policy",
-    "policy_label",
+    "power_of_d",
     "mean_field_response",
     "mm1_response",
     "DESIGNS",
@@ -79,12 +78,12 @@ SERVICE_KINDS = ("exp", "const", "pareto")
 _DESIGN_CODE = {"bernoulli": 0, "group": 1, "switchback": 2, "control": 3, "treatment": 4}
 
 
-def parse_policy(policy, n_servers: int) -> int:
-    """Routing policy -> d. ``"random"`` = 1, ``"jsq"`` = N, ``"podK"``/``"pod:K"``/int = K."""
-    if isinstance(policy, (int, np.integer)) and not isinstance(policy, bool):
-        d = int(policy)
+def power_of_d(router, n_servers: int) -> int:
+    """A router's ``d``: ``"random"`` = 1, ``"jsq"`` = N, ``"podK"``/``"pod:K"``/int = K."""
+    if isinstance(router, (int, np.integer)) and not isinstance(router, bool):
+        d = int(router)
     else:
-        s = str(policy).strip().lower()
+        s = str(router).strip().lower()
         if s == "random":
             d = 1
         elif s == "jsq":
@@ -94,16 +93,11 @@ def parse_policy(policy, n_servers: int) -> int:
                 d = int(s[3:].lstrip(":"))
             except ValueError:
                 raise ValueError(
-                    f"policy: {policy!r} is not a routing policy; use 'random', 'jsq', 'pod<d>' or an int d"
+                    f"router: {router!r} is not a Power-of-d router; use 'random', 'jsq', 'pod<d>' or an int d"
                 ) from None
         else:
-            raise ValueError(f"policy: {policy!r} is not a routing policy; use 'random', 'jsq', 'pod<d>' or an int d")
+            raise ValueError(f"router: {router!r} is not a Power-of-d router; use 'random', 'jsq', 'pod<d>' or an int d")
     return d
-
-
-def policy_label(d: int, n_servers: int) -> str:
-    """Readable name of Power-of-d: ``random`` (d=1), ``jsq`` (d=N), else ``pod<d>``."""
-    return "random" if d == 1 else ("jsq" if d == n_servers else f"pod{d}")
 
 
 def mm1_response(lam: float, mu: float = 1.0) -> float:
@@ -148,7 +142,7 @@ class SystemConfig:
     pareto_shape: tail index of the Pareto service law (> 1 for a finite mean).
     amp, period: cyclic arrival rate N*lam*(1 + amp*sin(2 pi t/period)), 0 <= amp < 1.
     delay: dispatcher's information delay (time units, >= 0).
-    control, treatment: routing policies (see :func:`parse_policy`).
+    control, treatment: the two routers (see :func:`power_of_d`).
     design: "bernoulli", "group", "switchback", "control" or "treatment".
     p: treatment probability in (0, 1) (per job, per group split, per block).
     block_len: switchback block length (time units); alternate: alternate blocks C,T,C,..
@@ -197,7 +191,7 @@ class SystemConfig:
 
     def d_pair(self) -> tuple[int, int]:
         """(d_control, d_treatment)."""
-        return parse_policy(self.control, self.n_servers), parse_policy(self.treatment, self.n_servers)
+        return power_of_d(self.control, self.n_servers), power_of_d(self.treatment, self.n_servers)
 
     def group_mask(self) -> np.ndarray:
         """Boolean mask of the servers in the treatment group of the group design."""

@@ -9,11 +9,13 @@ first token), percentiles as ``P50`` / ``P90`` / ``P99``. A column name such as
     ('P90 E2EL', 'mean E2EL', 'TTFT')
     >>> estimator_label("mixed_dq"), estimator_label("tie: qdq, wdq")
     ('mixed DQ', 'tie (qDQ, wDQ)')
+    >>> router_label("pod2"), router_label("jsq"), router_label(1, 20), router_label(20, 20)
+    ('Power-of-2', 'JSQ', 'random', 'JSQ')
 """
 
 from __future__ import annotations
 
-__all__ = ["ESTIMATOR_LABELS", "METRIC_LABELS", "estimator_label", "metric_label"]
+__all__ = ["ESTIMATOR_LABELS", "METRIC_LABELS", "estimator_label", "metric_label", "router_label"]
 
 #: display names of the A/B estimators (one spelling in tables, figures and prose)
 ESTIMATOR_LABELS = {"naive": "naive", "group": "group", "switchback": "switchback", "qdq": "qDQ", "wdq": "wDQ",
@@ -46,3 +48,15 @@ def metric_label(name: str, stat: str | None = None) -> str:
     if len(parts) == 2 and parts[1] in METRIC_LABELS and (parts[0] == "mean" or _stat_label(parts[0]) != parts[0]):
         return f"{_stat_label(parts[0])} {METRIC_LABELS[parts[1]]}"
     return name
+
+
+def router_label(router: str | int, n_servers: int | None = None) -> str:
+    """Display name of a Power-of-d router: ``"random"`` (d = 1), ``"JSQ"`` (d = N), else ``"Power-of-<d>"``.
+
+    ``router`` is a name (``"random"``, ``"jsq"``, ``"pod3"``) or the integer ``d`` (then ``n_servers``
+    tells JSQ apart); any other name comes back as it is.
+    """
+    if isinstance(router, int) and not isinstance(router, bool):
+        return "random" if router == 1 else ("JSQ" if router == n_servers else f"Power-of-{router}")
+    r = str(router)
+    return {"random": "random", "jsq": "JSQ"}.get(r, f"Power-of-{r[3:]}" if r.startswith("pod") and r[3:].isdigit() else r)

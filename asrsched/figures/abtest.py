@@ -18,11 +18,11 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from asrsched.abtest.study import ESTIMATOR_ORDER, StudyResult
-from asrsched.core.labels import estimator_label
+from asrsched.core.labels import estimator_label, router_label
 from asrsched.figures.style import policy_color
 
 __all__ = ["fig_overview", "fig_scenario", "fig_estimates", "fig_ablation", "fig_coverage", "fig_switchback",
-           "fig_wp", "fig_search", "policy_name", "estimator_color", "ordered_estimators", "log125_ticks",
+           "fig_wp", "fig_search", "estimator_color", "ordered_estimators", "log125_ticks",
            "wrap"]
 
 _EXTRA_COLORS = {"mixed_dq_oracle": "#8c2d04", "qtdq": "#56B4E9", "mixed_dq_qt": "#7a3b8f"}
@@ -285,14 +285,14 @@ def fig_search(search: pd.DataFrame) -> go.Figure:
                     continue
                 fig.add_scatter(x=g.lam, y=g.gain, mode="lines+markers", line=dict(color=palette[k % 6],
                                 dash=dash.get(cost, "dash")), legendgroup=f"{c}{t}{cost}", showlegend=j == 0,
-                                name=f"{policy_name(c)} → {policy_name(t)}, {'time-integral' if cost == 'qt' else 'at arrivals'}",
+                                name=f"{router_label(c)} → {router_label(t)}, {'time-integral' if cost == 'qt' else 'at arrivals'}",
                                 error_y=dict(type="data", symmetric=False, array=g.gain_ci_hi - g.gain,
                                              arrayminus=g.gain - g.gain_ci_lo, thickness=1, width=2),
                                 row=1, col=j + 1)
         fig.add_hrect(y0=2, y1=5, fillcolor="#999", opacity=0.15, line_width=0, row=1, col=j + 1)
     top = search.iloc[0]
     sub = (f"largest: {top.gain:.2f}× [{top.gain_ci_lo:.2f}, {top.gain_ci_hi:.2f}] at λ = {top.lam:g}, "
-           f"{policy_name(top.control)} → {policy_name(top.treatment)}, L = {int(top.L)}, "
+           f"{router_label(top.control)} → {router_label(top.treatment)}, L = {int(top.L)}, "
            f"{'time-integral' if top.cost == 'qt' else 'at-arrival'} queue length; "
            f"n = {int(search.reps.min())} replications per point; band: the study's 2–5×")
     fig.update_layout(title=wrap("Mixed DQ's sd gain over the better single DQ (min(sd wDQ, sd qDQ) / sd mixed DQ)", 80)
@@ -301,9 +301,3 @@ def fig_search(search: pd.DataFrame) -> go.Figure:
     fig.update_xaxes(title_text="λ (per-server load)")
     fig.update_yaxes(title_text="sd gain (×)", col=1)
     return fig
-
-
-def policy_name(p: str) -> str:
-    """Display name of a routing policy: ``random``, ``JSQ`` or ``Power-of-<d>``."""
-    p = str(p)
-    return {"random": "random", "jsq": "JSQ"}.get(p, f"Power-of-{p[3:]}" if p.startswith("pod") else p)

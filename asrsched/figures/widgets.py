@@ -32,7 +32,7 @@ from asrsched.abtest.asr_fleet_report import summary_table
 from asrsched.abtest.model import SystemConfig
 from asrsched.abtest.study import StudyConfig, run_study
 from asrsched.abtest.study import summary_table as estimator_summary
-from asrsched.core.labels import estimator_label
+from asrsched.core.labels import estimator_label, router_label
 from asrsched.core.metrics import latency_cdf, summarize
 from asrsched.core.policies import policy_names
 from asrsched.core.service import default_service_model
@@ -229,9 +229,6 @@ def estimator_explorer(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.
                       showlegend=False, margin=dict(t=120))
     table = W.HTML()
 
-    def pol(d, n):
-        return "random" if d == 1 else ("JSQ" if d == n else f"Power-of-{d}")
-
     def update(*_):
         try:
             res, s = small_study(lam_w.value, d1_w.value, d2_w.value, p_w.value, L_w.value, n_w.value, reps, n_requests,
@@ -253,8 +250,8 @@ def estimator_explorer(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.
             fig.layout.shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=gte, y1=gte,
                                       line=dict(color=policy_color("truth"), width=2.5))]
             fig.layout.title = (f"Truth (GTE) {gte:.3g} ± {1.96 * gte_se:.2g}; lowest MSE: {won}<br>"
-                                f"<sup>N = {n_w.value}, λ = {lam_w.value:g}, {pol(d1_w.value, n_w.value)} → "
-                                f"{pol(d2_w.value, n_w.value)}, p = {p_w.value:g}; {R} replications per estimator"
+                                f"<sup>N = {n_w.value}, λ = {lam_w.value:g}, {router_label(int(d1_w.value), n_w.value)} → "
+                                f"{router_label(int(d2_w.value), n_w.value)}, p = {p_w.value:g}; {R} replications per estimator"
                                 "</sup>")
         s2["estimator"] = s2.estimator.map(estimator_label)
         s2["bias 95 % CI"] = [f"[{a:.3g}, {b:.3g}]" for a, b in zip(s2.bias_ci_lo, s2.bias_ci_hi)]
