@@ -208,7 +208,7 @@ def test_silence_estimates_file_duration_overestimates_and_speech_fixes_it():
     sil["audio_s"] = sil["speech_s"] + 8.0  # 8 s of silence that produce no tokens
     sil["vad_silero_s"] = sil["speech_s"] + 0.2
     est = silence_estimates(pd.concat([df, sil], ignore_index=True), sm)
-    s = vad_summary(est).set_index(["silence", "estimator"])
+    s = vad_summary(est).set_index(["silence", "duration_source"])
     assert s.loc[(True, "file duration"), "tokens_bias"] > 0.2
     assert abs(s.loc[(True, "silero VAD"), "tokens_bias"]) < 0.05
     assert s.loc[(True, "true speech"), "tokens_median_ae"] < 0.01

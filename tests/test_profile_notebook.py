@@ -49,7 +49,7 @@ def test_profile_notebook_headless(tmp_path, monkeypatch):
     # and the time model alone (the clip's measured decoder steps) is within 30 % of its CPU time
     assert abs(float(sm.service_time(d, "en", tokens=steps)) / cpu - 1) < 0.3
     vad = pd.read_csv(out / "vad_summary.csv")
-    assert {"file duration", "silero VAD", "energy VAD"} <= set(vad.estimator)
+    assert {"file duration", "silero VAD", "energy VAD"} <= set(vad.duration_source)
     for name in ("kappa_tokens_vs_duration", "service_time_model", "rtf_vs_duration", "vad_estimate_error",
                  "batched_decode_step"):
         assert (out / f"{name}.png").stat().st_size > 10_000 and (out / f"{name}.html").exists()

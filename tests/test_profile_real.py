@@ -190,6 +190,6 @@ def test_run_profile_end_to_end_writes_a_loadable_profile(backend, tmp_path):
         sm.service_time(held.audio_s.to_numpy(), "en", tokens=kappa_tok).mean(), rel=1e-9)
     assert sm.fit["clock"] == "cpu" and sm.fit["other_clock"]["clock"] == "wall"  # auto: CPU engine
     assert len(run.batch) == 2 and sm.decode_batch_slope >= 0
-    assert {"file duration", "silero VAD"} <= set(run.vad["estimator"])
+    assert {"file duration", "silero VAD"} <= set(run.vad["duration_source"])
     assert (run.out_dir / "measurements.csv").exists() and (run.out_dir / "kappa.csv").exists()
     assert run.out_dir.parent == tmp_path / "run" and run.out_dir.name.startswith("tiny.en-faster-whisper-")

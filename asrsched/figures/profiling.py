@@ -2,7 +2,7 @@
 
 Every builder returns a plotly figure in the house style (:mod:`asrsched.figures.style`)
 with a title that states what the data shows and axis titles with units.
-Languages and estimators take their colours from :func:`asrsched.figures.style.policy_color`.
+Languages and duration sources take their colours from :func:`asrsched.figures.style.policy_color`.
 """
 
 from __future__ import annotations
@@ -134,18 +134,18 @@ def fig_rtf(rows: pd.DataFrame) -> go.Figure:
 
 
 def fig_vad(summary: pd.DataFrame, metric: str = "tokens_median_ae") -> go.Figure:
-    """Median absolute error of the token estimate by size estimator, clean clips vs clips with silence."""
+    """Median absolute error of the token estimate by duration source, clean clips vs clips with silence."""
     fig = go.Figure()
     if summary.empty:
         return fig
     for sil, g in summary.groupby("silence"):
-        fig.add_trace(go.Bar(x=g["estimator"], y=100 * g[metric], name="with inserted silence" if sil else "clean",
+        fig.add_trace(go.Bar(x=g["duration_source"], y=100 * g[metric], name="with inserted silence" if sil else "clean",
                              marker_color="#D55E00" if sil else "#0072B2",
                              text=[f"{100 * v:.0f} %" for v in g[metric]], textposition="outside",
                              customdata=g[["cost_ms"]].to_numpy(),
                              hovertemplate="%{x}: %{y:.1f} %<br>cost %{customdata[0]:.1f} ms/request"))
-    s = summary[summary["silence"].astype(bool)].set_index("estimator")
-    t = "Token estimate error by size estimator"
+    s = summary[summary["silence"].astype(bool)].set_index("duration_source")
+    t = "Token estimate error by duration source"
     if {"file duration", "silero VAD"} <= set(s.index):
         f, v = s.loc["file duration", metric], s.loc["silero VAD", metric]
         cost = s.loc["silero VAD", "cost_fraction"]

@@ -7,7 +7,7 @@ Each step usable alone, on a measurement table (:data:`asrsched.profiling.measur
     split_holdout(rows) / validate_holdout(model, held)
                                          simulator vs measured mean service time
     silence_estimates(rows, model)       file duration vs VAD speech duration as size estimates
-    vad_summary(estimates)               their errors and costs per estimator
+    vad_summary(estimates)               their errors and costs per duration source
 
 :func:`fit_profile` does all of them and returns a :class:`ProfileRun` (report, save);
 :func:`refit` re-fits a saved run folder without measuring again.
@@ -38,7 +38,7 @@ from asrsched.profiling.measure import CLOCKS, TOKEN_COLUMNS, typed_measurements
 __all__ = [
     "KappaFit",
     "ProfileRun",
-    "ESTIMATORS",
+    "DURATION_SOURCES",
     "fit_kappa",
     "fit_service_model",
     "split_holdout",
@@ -351,25 +351,25 @@ def validate_holdout(model: ServiceModel, held: pd.DataFrame, *, tokens: str = "
 
 
 # --------------------------------------------------------------------------- silence / VAD
-ESTIMATORS = {"file duration": "audio_s", "silero VAD": "vad_silero_s", "energy VAD": "vad_energy_s",
-              "true speech": "speech_s"}
+DURATION_SOURCES = {"file duration": "audio_s", "silero VAD": "vad_silero_s", "energy VAD": "vad_energy_s",
+                    "true speech": "speech_s"}
 
 
 def silence_estimates(df: pd.DataFrame, model: ServiceModel, *, tokens: str | None = None) -> pd.DataFrame:
-    """Per request and size estimator: estimated vs measured tokens and service time.
+    """Per request and duration source: estimated vs measured tokens and service time.
 
-    Estimators (:data:`ESTIMATORS`): the file duration (the study's proxy), the
+    Duration sources (:data:`DURATION_SOURCES`), what the size estimate multiplies by kappa: the file duration (the study's proxy), the
     silero and energy VAD speech durations, and the true speech duration (known
     for synthesised clips). Estimated tokens = ``kappa[lang] x d``; estimated
     time = ``model.service_time(audio_s, lang, tokens=...)`` (the encoder still
     sees the whole file), compared with the measured time on the model's clock
-    (``measured_time_s``; ``total_s`` is the wall time the estimator's cost is set
+    (``measured_time_s``; ``total_s`` is the wall time the source's cost is set
     against). Errors are relative: estimate / measured - 1.
     """
     tok_col = tokens or model.fit.get("tokens_column", "decode_steps")
     d = df[df["ok"].astype(bool)].copy()
     out = []
-    for est, col in ESTIMATORS.items():
+    for source, col in DURATION_SOURCES.items():
         if col not in d:
             continue
         for r in d.itertuples():
@@ -382,21 +382,21 @@ def silence_estimates(df: pd.DataFrame, model: ServiceModel, *, tokens: str | No
             meas_tok = getattr(r, tok_col)
             cost = getattr(r, f"{col[:-2]}_cost_s", 0.0) if col.startswith("vad_") else 0.0
             out.append(dict(utt_id=r.utt_id, key=r.key, language=r.language, silence=bool(r.silence),
-                            estimator=est, duration_used_s=dur, audio_s=r.audio_s,
+                            duration_source=source, duration_used_s=dur, audio_s=r.audio_s,
                             est_tokens=et, tokens=meas_tok, tokens_rel_error=et / meas_tok - 1 if meas_tok else math.nan,
                             est_time_s=st, measured_time_s=measured_t, total_s=r.total_s,
                             time_rel_error=st / measured_t - 1,
-                            estimator_cost_s=cost))
+                            duration_cost_s=cost))
     return pd.DataFrame(out)
 
 
 def vad_summary(est: pd.DataFrame) -> pd.DataFrame:
-    """Relative errors per (silence, estimator): mean signed (``*_bias``), mean absolute (``*_mae``)
+    """Relative errors per (silence, duration source): mean signed (``*_bias``), mean absolute (``*_mae``)
     and median absolute (``*_median_ae``, robust to the odd temperature-fallback outlier), with each
-    estimator's cost per request and that cost as a fraction of the inference time."""
+    source's cost per request and that cost as a fraction of the inference time."""
     if est.empty:
         return pd.DataFrame()
-    g = est.groupby(["silence", "estimator"], sort=False)
+    g = est.groupby(["silence", "duration_source"], sort=False)
     s = g.agg(n=("key", "size"),
               tokens_bias=("tokens_rel_error", "mean"),
               tokens_mae=("tokens_rel_error", lambda v: float(np.mean(np.abs(v)))),
@@ -404,7 +404,7 @@ def vad_summary(est: pd.DataFrame) -> pd.DataFrame:
               time_bias=("time_rel_error", "mean"),
               time_mae=("time_rel_error", lambda v: float(np.mean(np.abs(v)))),
               time_median_ae=("time_rel_error", lambda v: float(np.median(np.abs(v)))),
-              cost_ms=("estimator_cost_s", lambda v: 1000 * float(np.mean(v))),
+              cost_ms=("duration_cost_s", lambda v: 1000 * float(np.mean(v))),
               inference_ms=("total_s", lambda v: 1000 * float(np.mean(v))))
     s["cost_fraction"] = s["cost_ms"] / s["inference_ms"]
     return s.reset_index()
@@ -461,7 +461,7 @@ class ProfileRun:
                        f"({100 * oc['holdout']['rel_error']:+.1f} %)")
         v = self.vad
         if len(v) and v["silence"].any():
-            s = v[v["silence"]].set_index("estimator")
+            s = v[v["silence"]].set_index("duration_source")
             parts = [f"{e}: tokens {100 * s.loc[e, 'tokens_median_ae']:.0f} %, time {100 * s.loc[e, 'time_median_ae']:.0f} %"
                      for e in s.index]
             out.append(f"silence clips (n={int(s['n'].iloc[0])}), median |error|: " + "; ".join(parts))
