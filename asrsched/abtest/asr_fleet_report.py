@@ -174,7 +174,7 @@ def best_table(summary: pd.DataFrame) -> pd.DataFrame:
 def sign_verdict(r) -> str:
     """How an estimator's average relates to the truth's sign, from the 95 % CIs (one summary row).
 
-    ``"wrong sign"`` when the truth is resolved (|truth| > 1.96 SE) and the mean estimate's CI lies
+    ``"wrong sign"`` when the truth is resolved (``|truth| > 1.96 SE``) and the mean estimate's CI lies
     entirely on the other side of zero; ``"right sign"`` when it lies on the same side;
     ``"sign not resolved"`` when the CI holds zero; ``"truth not resolved"`` when the truth is
     within 1.96 SE of zero.

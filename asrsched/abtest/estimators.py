@@ -3,25 +3,32 @@
 
 Estimators (all return an :class:`Estimate` with a batch-means CI)
 ------------------------------------------------------------------
-``naive``       mean W of treated jobs - mean W of control jobs (Bernoulli design).
-``group``       the same difference of means on a group-design trajectory.
-``switchback``  mean W of jobs arriving in treated blocks - control blocks, dropping
-                jobs that arrive in the first ``burn_in`` time units of a block.
-``wdq``         Differences-in-Q with response-time cost: for decision k,
-                ``Q_w(k) = sum_{j=k}^{k+L-1} W_j``; estimate = mean Q_w over treated
-                decisions - mean over control decisions (Farias et al. 2022).
-``qdq``         the same with queue-length cost scaled by the arrival rate:
-                ``Q_q(k) = sum_{j=k+1}^{k+L} X(t_j-) / lam_j`` (the state after decision k).
-``qtdq``        (``cost="qt"``) the same with the time-integral of the number in system over
-                the horizon, ``integral_{t_k}^{t_{k+L}} X(t) dt`` (needs ``area_at``).
-``mixed_dq``    ``alpha * wDQ + (1 - alpha) * qDQ`` (Jia, Johari, Si, Zheng) with
-                ``alpha = (V_q - C_wq) / (V_w + V_q - 2 C_wq)``, the minimum-variance
-                weight, where V and C are the variances/covariance of the two DQ
-                estimates. They are estimated **inside the experiment, without the truth**:
-                the decision range is cut into ``n_batches`` contiguous batches, wDQ and
-                qDQ are computed per batch, and their sample (co)variances give alpha
-                (``alpha="batch"``, the default). ``alpha=<float>`` fixes it (e.g. from
-                pilot runs, :func:`pilot_alpha`).
+``naive``
+    mean W of treated jobs - mean W of control jobs (Bernoulli design).
+``group``
+    the same difference of means on a group-design trajectory.
+``switchback``
+    mean W of jobs arriving in treated blocks - control blocks, dropping
+    jobs that arrive in the first ``burn_in`` time units of a block.
+``wdq``
+    Differences-in-Q with response-time cost: for decision k,
+    ``Q_w(k) = sum_{j=k}^{k+L-1} W_j``; estimate = mean Q_w over treated
+    decisions - mean over control decisions (Farias et al. 2022).
+``qdq``
+    the same with queue-length cost scaled by the arrival rate:
+    ``Q_q(k) = sum_{j=k+1}^{k+L} X(t_j-) / lam_j`` (the state after decision k).
+``qtdq``
+    (``cost="qt"``) the same with the time-integral of the number in system over
+    the horizon, ``integral_{t_k}^{t_{k+L}} X(t) dt`` (needs ``area_at``).
+``mixed_dq``
+    ``alpha * wDQ + (1 - alpha) * qDQ`` (Jia, Johari, Si, Zheng) with
+    ``alpha = (V_q - C_wq) / (V_w + V_q - 2 C_wq)``, the minimum-variance
+    weight, where V and C are the variances/covariance of the two DQ
+    estimates. They are estimated **inside the experiment, without the truth**:
+    the decision range is cut into ``n_batches`` contiguous batches, wDQ and
+    qDQ are computed per batch, and their sample (co)variances give alpha
+    (``alpha="batch"``, the default). ``alpha=<float>`` fixes it (e.g. from
+    pilot runs, :func:`pilot_alpha`).
 
 :func:`dq_family` computes wDQ, the queue-length DQs and their mixes in one compiled pass per
 cost over prefix sums (O(n) for any ``L``), and :func:`dq_sweep` does so for many ``L`` at once;

@@ -32,6 +32,7 @@ __all__ = [
     "MSE_CANDIDATES",
 ]
 
+#: the estimators in the order tables and figures show them
 ESTIMATOR_ORDER = ["naive", "group", "switchback", "qdq", "wdq", "mixed_dq", "mixed_dq_oracle", "qtdq", "mixed_dq_qt"]
 
 

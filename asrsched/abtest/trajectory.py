@@ -10,31 +10,41 @@ production log), so any system that can produce these arrays can be A/B-analysed
 
 Required (length ``n``, one entry per job, sorted by arrival time):
 
-``arrival``    float, arrival (decision) time of job ``j``.
-``z``          0/1, the arm: 1 = job (or its group / block) got the treatment policy.
-``response``   float, the job's cost ``W_j`` (response time = departure - arrival; any
-               per-job cost works for naive/wDQ, but Little's law, and so qDQ and mixed
-               DQ, link the *mean response time* to the number in system).
-``n_before``   float/int, number of jobs in the whole system just before job ``j``
-               arrives, ``X(t_j-)`` (the queue-length cost sampled at decision epochs).
-``total_rate``        float scalar, the long-run total arrival rate (jobs per time unit) that
-               converts number in system into response time (Little: X = total_rate * W).
+``arrival``
+    float, arrival (decision) time of job ``j``.
+``z``
+    0/1, the arm: 1 = job (or its group / block) got the treatment policy.
+``response``
+    float, the job's cost ``W_j`` (response time = departure - arrival; any
+    per-job cost works for naive/wDQ, but Little's law, and so qDQ and mixed
+    DQ, link the *mean response time* to the number in system).
+``n_before``
+    float/int, number of jobs in the whole system just before job ``j``
+    arrives, ``X(t_j-)`` (the queue-length cost sampled at decision epochs).
+``total_rate``
+    float scalar, the long-run total arrival rate (jobs per time unit) that
+    converts number in system into response time (Little: X = total_rate * W).
 
 Optional:
 
-``total_rate_at``     float array, instantaneous arrival rate at each arrival for a
-               non-stationary arrival process; qDQ then uses ``X(t_j-) / total_rate_at[j]``
-               whose arrival-average is ``mean X / mean total_rate = mean W`` (Little's law
-               without PASTA). Missing: ``total_rate`` is used for every job.
-``area``, ``t_start``, ``t_end``  integral of X(t) over [t_start, t_end] (for the
-               Little's-law check :func:`littles_law`).
-``area_at``    float array, ``A(t_j) = integral of X(t) dt`` from any fixed origin up to
-               each arrival (only differences are used); needed by the time-integral
-               queue-length cost ``cost="qt"`` of :func:`q_values`.
-``block``, ``block_len``  switchback block index of each job and the block length;
-               the block of job j starts at ``block[j] * block_len``.
-``design``, ``p``  the experiment design ("bernoulli", "group", "switchback", ...) and
-               the treatment probability; ``server``, ``q_seen``, ``meta``: free-form.
+``total_rate_at``
+    float array, instantaneous arrival rate at each arrival for a
+    non-stationary arrival process; qDQ then uses ``X(t_j-) / total_rate_at[j]``
+    whose arrival-average is ``mean X / mean total_rate = mean W`` (Little's law
+    without PASTA). Missing: ``total_rate`` is used for every job.
+``area``, ``t_start``, ``t_end``
+    integral of X(t) over [t_start, t_end] (for the
+    Little's-law check :func:`littles_law`).
+``area_at``
+    float array, ``A(t_j) = integral of X(t) dt`` from any fixed origin up to
+    each arrival (only differences are used); needed by the time-integral
+    queue-length cost ``cost="qt"`` of :func:`q_values`.
+``block``, ``block_len``
+    switchback block index of each job and the block length;
+    the block of job j starts at ``block[j] * block_len``.
+``design``, ``p``
+    the experiment design ("bernoulli", "group", "switchback", ...) and
+    the treatment probability; ``server``, ``q_seen``, ``meta``: free-form.
 
 From records (arrival and finish time per job, as an ASR simulator produces),
 :meth:`Trajectory.from_records` builds ``n_before`` and ``area`` exactly.

@@ -34,7 +34,7 @@ def estimator_color(name: str) -> str:
 
 
 def ordered_estimators(names) -> list:
-    """Distinct estimator names in the study's display order (:data:`asrsched.abtest.study.ESTIMATOR_ORDER`)."""
+    """Distinct estimator names in the study's display order (:data:`asrsched.abtest.study_report.ESTIMATOR_ORDER`)."""
     names = list(dict.fromkeys(names))
     return sorted(names, key=lambda n: ESTIMATOR_ORDER.index(n) if n in ESTIMATOR_ORDER else 99)
 
@@ -111,7 +111,7 @@ def fig_overview(summary: pd.DataFrame, claims: pd.DataFrame | None = None, incl
 
 
 def fig_scenario(summary: pd.DataFrame, scenario: str, claims: pd.DataFrame | None = None) -> go.Figure:
-    """|bias|, standard deviation and RMSE per estimator for one scenario (log scale)."""
+    """Absolute bias, standard deviation and RMSE per estimator for one scenario (log scale)."""
     s = summary[(summary.scenario.astype(str) == scenario)].set_index("estimator")
     names = ordered_estimators(s.index)
     fig = go.Figure()
@@ -155,7 +155,7 @@ def fig_estimates(res: StudyResult, scenario: str) -> go.Figure:
 
 
 def fig_ablation(abl: pd.DataFrame, scenario: str, L_default: int) -> go.Figure:
-    """|bias| (solid) and standard deviation (dotted) of the DQ family against the horizon L."""
+    """Absolute bias (solid) and standard deviation (dotted) of the DQ family against the horizon L."""
     a = abl[abl.scenario.astype(str) == scenario]
     fig = go.Figure()
     for name in [n for n in ("qdq", "wdq", "mixed_dq", "qtdq", "mixed_dq_qt") if n in set(a.estimator)]:
@@ -199,7 +199,7 @@ def fig_coverage(cov: pd.DataFrame) -> go.Figure:
 
 
 def fig_switchback(sbt: pd.DataFrame, scenario: str = "switchback") -> go.Figure:
-    """Switchback |bias| and sd against block length, with and without burn-in."""
+    """Switchback absolute bias and sd against block length, with and without burn-in."""
     s = sbt[sbt.scenario.astype(str) == scenario].copy()
     s["burn_frac"] = (s.burn_in / s.block_len).round(2)
     fig = go.Figure()

@@ -148,7 +148,7 @@ def _winner_phrase(ss: pd.DataFrame, factor: str) -> str:
 
 
 def fig_rmse(summary: pd.DataFrame, factor: str = "routing") -> go.Figure:
-    """RMSE relative to |truth| per design/estimator, grouped by metric, one panel per workload."""
+    """RMSE relative to the absolute truth per design/estimator, grouped by metric, one panel per workload."""
     s = summary[summary.factor == factor].copy()
     s["cell"] = s.metric.map(metric_label) + "<br>" + s.stat.map({"mean": "mean", "p90": "P90"})
     wls = list(dict.fromkeys(s.workload))

@@ -11,6 +11,7 @@ from asrsched.whisper.backends import Backend, FasterWhisperBackend
 
 __all__ = ["BACKENDS", "make_backend"]
 
+#: the Whisper backends a profile can measure
 BACKENDS = ("faster-whisper", "vllm")
 
 

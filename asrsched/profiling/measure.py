@@ -47,6 +47,7 @@ TOKEN_COLUMNS = ("decode_steps", "tokens_generated", "tokens_kept", "tokens_text
 #: clock -> (total, encoder, decoder) columns
 CLOCKS = {"wall": ("total_s", "encode_s", "decode_s"), "cpu": ("cpu_s", "encode_cpu_s", "decode_cpu_s")}
 DURATION_COLUMNS = ("audio_s", "speech_s", "vad_silero_s", "vad_energy_s")
+#: the columns of a measurement table, one row per (clip, repeat)
 COLUMNS = [
     "utt_id", "key", "language", "silence", "path", "ok", "error_reason", "error",
     "audio_s", "header_s", "speech_s", "vad_silero_s", "vad_silero_cost_s", "vad_energy_s", "vad_energy_cost_s",

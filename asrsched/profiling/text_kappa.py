@@ -217,8 +217,11 @@ def ols_fit(seconds, tokens) -> dict:
 class TextKappa:
     """Result of :func:`text_kappa`: ``table`` (one row per language) and ``rows`` (one per utterance)."""
 
+    #: one row per language: kappa with its CI, utterances, speakers
     table: pd.DataFrame
+    #: one row per utterance: duration and Whisper tokens
     rows: pd.DataFrame
+    #: the tokenizer's model name
     model: str
 
     #: the columns of ``kappa_text.csv`` (notebook 01)

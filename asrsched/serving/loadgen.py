@@ -18,7 +18,7 @@ reads it).
 Records: one row per planned request, **none dropped** — refused, failed and
 timed-out requests keep their row with ``status`` (HTTP status; 0 when no response
 came), ``error`` and ``finish = NaN`` (so :func:`asrsched.core.metrics.summarize` counts
-them as failed). Columns are the simulator's (:data:`asrsched.sim.engine.RECORD_COLUMNS`:
+them as failed). Columns are the simulator's (:data:`asrsched.sim.records.RECORD_COLUMNS`:
 ``rid, arrival, duration, language, est_service, tokens, admit, first_token, finish``
 and the derived ``queue_delay, ttft, e2el``), so a real run and a simulated run
 overlay on one figure, plus ``scheduled, sent, first_byte, end, status, error,

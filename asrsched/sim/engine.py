@@ -40,7 +40,7 @@ For very long runs pass a trace *iterator* (:func:`trace_chunks`) and a bounded
 (:mod:`asrsched.sim.kernel`, which runs a single server as a fleet of one replica) makes the
 same decisions (``tests/test_simfast.py`` and ``tests/test_fleet_compiled.py`` compare the two
 decision by decision). :func:`simulate` takes the compiled engine exactly when it implements
-the policy (:func:`asrsched.sim.compiled.compiled_support`), the Python one otherwise.
+the policy (:func:`asrsched.sim.inputs.compiled_support`), the Python one otherwise.
 """
 
 from __future__ import annotations
@@ -365,7 +365,7 @@ def simulate(
 
     ``engine``: ``"auto"`` runs the compiled engine (:mod:`asrsched.sim.kernel`, a fleet of one
     replica: same decisions, identical records, timeline, event and mode counts) exactly when it
-    implements the policy (:func:`asrsched.sim.compiled.compiled_support`: the built-in
+    implements the policy (:func:`asrsched.sim.inputs.compiled_support`: the built-in
     ``fcfs``, ``sjf``, ``ljf``, ``hrrn``, ``adaptive`` and static policies of
     :func:`asrsched.core.static_policies.register_static_policy`), on an in-memory trace or an iterator
     of chunks, with any sink; other policies take the Python :class:`Engine` (the readable

@@ -29,6 +29,7 @@ __all__ = ["RECORD_COLUMNS", "CollectSink", "ParquetSink", "SummarySink", "add_d
            "time_average", "OCCUPANCY_QUANTITIES", "SimResult", "FLOAT_COLUMNS", "blocks_frame", "names_array",
            "column_writer", "histogram_add"]
 
+#: the per-request columns of every simulator and load-generator record table, in order
 RECORD_COLUMNS = ["rid", "arrival", "duration", "language", "est_service", "tokens", "admit", "first_token",
                   "finish"]
 

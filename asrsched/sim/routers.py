@@ -1,16 +1,22 @@
 """Routers of a multi-replica fleet: each picks the replica for an arriving request from what a load balancer sees.
 
 Routers (registry: :func:`register_router`, :func:`make_router`, :func:`router_names`)
--------------------------------------------------------------------------------------
-``random``       a uniformly random replica.
-``round_robin``  replicas in turn (each router object keeps its own pointer).
-``jsq``          join the shortest queue: fewest requests in the replica (waiting + running),
-                 ties broken uniformly at random (vLLM-router "least outstanding requests").
-``pod<d>``       Power-of-d on queue length: sample ``d`` distinct replicas uniformly, join
-                 the one with the fewest requests (ties: first sampled, i.e. uniformly).
-``least_work``   duration-aware: the replica with the least estimated outstanding work
-                 (:meth:`asrsched.sim.engine.Engine.outstanding_work`), ties uniformly at random.
-``pod<d>_work``  duration-aware Power-of-d: sample ``d`` replicas, join the least estimated work.
+--------------------------------------------------------------------------------------
+``random``
+    a uniformly random replica.
+``round_robin``
+    replicas in turn (each router object keeps its own pointer).
+``jsq``
+    join the shortest queue: fewest requests in the replica (waiting + running),
+    ties broken uniformly at random (vLLM-router "least outstanding requests").
+``pod<d>``
+    Power-of-d on queue length: sample ``d`` distinct replicas uniformly, join
+    the one with the fewest requests (ties: first sampled, i.e. uniformly).
+``least_work``
+    duration-aware: the replica with the least estimated outstanding work
+    (:meth:`asrsched.sim.engine.Engine.outstanding_work`), ties uniformly at random.
+``pod<d>_work``
+    duration-aware Power-of-d: sample ``d`` replicas, join the least estimated work.
 
 A router's :meth:`Router.route` gets a view of the fleet at the arrival (``view.n(i)``: requests
 in replica ``i``; ``view.work(i)``: its estimated outstanding work, from the size estimates

@@ -52,31 +52,33 @@ order, most recently preempted first), as in vLLM's own FCFS queue; requests a
 scheduling pass skips (e.g. waiting for a grammar or remote KV) are re-queued by
 policy with their original arrival time.
 
-Configuration (first found wins: ``additional_config={"asrsched": {...}}`` /
-``--additional-config '{"asrsched": {...}}'``, then environment variables, then defaults)
---------------------------------------------------------------------------------------------
-================  ===========================  ===============================================
-key               environment variable         meaning (default)
-================  ===========================  ===============================================
-policy            ``ASRSCHED_POLICY``          a registered policy name (``sjf``); see
-                                               :func:`asrsched.core.policies.policy_names`
-policy_params     ``ASRSCHED_POLICY_PARAMS``   JSON object of policy factory parameters ({})
-service_model     ``ASRSCHED_SERVICE_MODEL``   path to a ``asrsched.service_model/1`` JSON
-                                               (or a dict in ``additional_config``);
-                                               default :func:`default_service_model`
-kappa             ``ASRSCHED_KAPPA``           tokens/s: a number (all languages) or JSON
-                                               object per language; overrides the model's
-default_language  ``ASRSCHED_DEFAULT_LANGUAGE`` language when a request names none or one
-                                               the service model has no kappa for; must be
-                                               a language of the service model (``en``)
-unknown_duration_s ``ASRSCHED_UNKNOWN_DURATION_S`` assumed duration without one (30)
-admission_log     ``ASRSCHED_ADMISSION_LOG``   path of a JSON-lines log, one line per
-                                               admission (off)
-step_log          ``ASRSCHED_STEP_LOG``        path of a JSON-lines log, one line per engine
-                                               step: its wall time and what it ran (off);
-                                               :mod:`asrsched.serving.vllm_steps` fits the
-                                               engine's service model from it
-================  ===========================  ===============================================
+Configuration
+-------------
+First found wins: ``additional_config={"asrsched": {...}}`` /
+``--additional-config '{"asrsched": {...}}'``, then environment variables, then defaults.
+
+==================  ==================================  ===============================================
+key                 environment variable                meaning (default)
+==================  ==================================  ===============================================
+policy              ``ASRSCHED_POLICY``                 a registered policy name (``sjf``); see
+                                                        :func:`asrsched.core.policies.policy_names`
+policy_params       ``ASRSCHED_POLICY_PARAMS``          JSON object of policy factory parameters ({})
+service_model       ``ASRSCHED_SERVICE_MODEL``          path to a ``asrsched.service_model/1`` JSON
+                                                        (or a dict in ``additional_config``);
+                                                        default :func:`default_service_model`
+kappa               ``ASRSCHED_KAPPA``                  tokens/s: a number (all languages) or JSON
+                                                        object per language; overrides the model's
+default_language    ``ASRSCHED_DEFAULT_LANGUAGE``       language when a request names none or one
+                                                        the service model has no kappa for; must be
+                                                        a language of the service model (``en``)
+unknown_duration_s  ``ASRSCHED_UNKNOWN_DURATION_S``     assumed duration without one (30)
+admission_log       ``ASRSCHED_ADMISSION_LOG``          path of a JSON-lines log, one line per
+                                                        admission (off)
+step_log            ``ASRSCHED_STEP_LOG``               path of a JSON-lines log, one line per engine
+                                                        step: its wall time and what it ran (off);
+                                                        :mod:`asrsched.serving.vllm_steps` fits the
+                                                        engine's service model from it
+==================  ==================================  ===============================================
 
 A bad value raises ``ValueError`` naming the key and the allowed values when the
 engine starts, before any request is served (:class:`~asrsched.vllm_plugin.config.PluginConfig`).

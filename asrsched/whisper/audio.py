@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 TARGET_SR = 16_000
+#: why an upload is refused (:class:`AudioError`'s ``reason``)
 REASONS = ("empty", "not_audio", "corrupt", "truncated", "stereo", "sample_rate", "unreadable")
 AudioSource = Union[str, os.PathLike, bytes, bytearray, memoryview, BinaryIO]  # noqa: UP007 (a runtime alias)
 

@@ -42,6 +42,7 @@ import numpy as np
 __all__ = ["Backend", "FasterWhisperBackend", "RESULT_KEYS", "ENGLISH_ONLY", "COMPUTE_TYPES", "MAX_REPEAT",
            "longest_repeat", "text_repeat"]
 
+#: the keys of every backend's ``transcribe`` result
 RESULT_KEYS = (
     "text", "tokens_kept", "tokens_text", "tokens_generated", "decode_steps", "generate_calls",
     "windows", "encode_s", "decode_s", "first_token_s", "total_s",

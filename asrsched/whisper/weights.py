@@ -68,6 +68,7 @@ class WeightsIntegrityError(RuntimeError):
 
 
 def cache_dir() -> Path:
+    """The cache folder (``$ASRSCHED_CACHE``, default ``~/.cache/asrsched``), created."""
     d = Path(os.environ.get("ASRSCHED_CACHE", Path.home() / ".cache" / "asrsched"))
     d.mkdir(parents=True, exist_ok=True)
     return d
