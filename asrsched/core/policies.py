@@ -309,7 +309,7 @@ class RandomQueue(WaitingQueue):
 
     def pop(self, now: float) -> Job:
         self.peek(now)
-        return self._take(self._peeked)
+        return self._take(self._peeked)  # type: ignore[arg-type]  # peek() set it
 
     def remove(self, job: Job) -> bool:
         i = self._pos.get(id(job))
@@ -410,7 +410,7 @@ class AdaptiveQueue(WaitingQueue):
         if pk is None or pk[0] != now:
             self.peek(now)
             pk = self._peeked
-        _, mode, job, slot = pk
+        _, mode, job, slot = pk  # type: ignore[misc]  # peek() set it
         self.mode_counts[mode] += 1
         self._peeked = None
         del self._live[id(job)]

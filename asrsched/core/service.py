@@ -185,7 +185,7 @@ class ServiceModel:
     def windows(self, duration_s: np.ndarray | float) -> np.ndarray | int:
         """Number of 30 s encoder windows (at least 1)."""
         w = self._windows(duration_s)
-        return int(w) if np.ndim(w) == 0 else w.astype(np.int64)
+        return int(w) if np.ndim(w) == 0 else np.asarray(w).astype(np.int64)
 
     def encoder_s(self, duration_s: np.ndarray | float, *, windows: Any = None) -> np.ndarray | float:
         """Encoder time (s) of a request: ``windows x encode_s_per_window`` (``windows`` defaults to

@@ -430,6 +430,7 @@ def make_trace(
     rng = np.random.default_rng(seed)
     src = make_source(workload)
     if n is None:
+        assert horizon_s is not None  # checked above
         m = int(rate * horizon_s * 1.2 + 10 * math.sqrt(rate * horizon_s) + 10)
         times = make_arrivals(arrival, rng, rate, m, **(arrival_kw or {}))
         while times[-1] < horizon_s:
@@ -444,6 +445,7 @@ def make_trace(
         rows = src.sample_rows(rng, len(times))
     dur = rows["duration"].to_numpy(float)
     lang = rows["language"].to_numpy(object)
+    k: np.ndarray | float
     if isinstance(kappa, dict):
         try:
             k = np.array([kappa[str(x)] for x in lang], float)
@@ -500,7 +502,7 @@ def _bare_trace(workload: Any, rate: float, n: int, seed: int, *, arrival: str =
                 arrival_kw: dict | None = None, kappa: float | dict = 3.3, noise_cv: float = 0.15) -> Trace | None:
     """:func:`make_trace` without transcripts for a single-language source (``None`` for any other)."""
     src = make_source(workload)
-    if type(src) not in (Empirical, Uniform):
+    if type(src) not in (Empirical, Uniform) or not isinstance(src, (Empirical, Uniform)):  # exactly these two
         return None
     rate = check_rate(rate)
     rng = np.random.default_rng(seed)

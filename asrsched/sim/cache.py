@@ -153,7 +153,9 @@ def code_key(*modules: str | ModuleType) -> str:
         raise ValueError("code_key needs at least one module")
     h = hashlib.sha256()
     for name in module_closure(*modules):
-        h.update(name.encode() + b"\0" + _parse(name, module_file(name))[1].encode() + b"\n")
+        path = module_file(name)
+        assert path is not None  # module_closure keeps only modules with a source file
+        h.update(name.encode() + b"\0" + _parse(name, path)[1].encode() + b"\n")
     return h.hexdigest()[:20]
 
 

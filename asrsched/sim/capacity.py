@@ -31,13 +31,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from scipy import stats
 
 from asrsched.core.service import ServiceModel, default_service_model
-from asrsched.core.workloads import Drift, Trace, make_source, make_trace
+from asrsched.core.workloads import Drift, DurationSource, Trace, make_source, make_trace
 from asrsched.sim.cache import cache_key, code_key
 
 __all__ = ["Capacity", "measure_capacity", "capacity_code_hash", "regime", "CAPACITY_N", "CAPACITY_SEEDS",
@@ -213,7 +213,8 @@ def fleet_trace(workload: str, *, n_replicas: int, rho: float, n_requests: int, 
     total_rate = float(rho) * int(n_replicas) * replica_capacity(workload, service=service, max_num_seqs=max_num_seqs)
     if workload == "drift":
         T = n_requests / total_rate
-        src: Any = Drift([(0.0, make_source("librispeech")), (T / 3, make_source("uniform"))], ramp_s=T / 3)
+        phases = [(0.0, cast(DurationSource, make_source("librispeech"))), (T / 3, cast(DurationSource, make_source("uniform")))]
+        src: Any = Drift(phases, ramp_s=T / 3)
     else:
         src = workload
     tr = make_trace(src, rate=total_rate, n=int(n_requests), seed=int(seed), kappa=dict(service.kappa))

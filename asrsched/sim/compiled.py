@@ -41,8 +41,8 @@ def router_inputs(routers: Sequence[tuple[str, int, np.ndarray, int]], route_arm
     for arm, c in enumerate(cands):
         C[arm, :len(c)] = c
         nc[arm] = len(c)
-    arm = np.zeros(n, np.int64) if route_arm is None else np.ascontiguousarray(route_arm, np.int64)
-    return K.Routing(arm, inst_of_arm, code, d, U, np.zeros(n_inst, np.int64), np.zeros(n_inst, np.int64), C, nc,
+    arms = np.zeros(n, np.int64) if route_arm is None else np.ascontiguousarray(route_arm, np.int64)
+    return K.Routing(arms, inst_of_arm, code, d, U, np.zeros(n_inst, np.int64), np.zeros(n_inst, np.int64), C, nc,
                      np.empty(n_replicas, np.int64), np.empty(n_replicas, np.int64), np.empty(n_replicas))
 
 
@@ -157,6 +157,7 @@ class CompiledRun:
 
     # -- internals --
     def _loop(self) -> None:
+        assert self.req is not None and self.q is not None  # run() and feed() set them
         routing = self.routing if self.routing is not None else single_router(len(self.req.arrival))
         o = self.res
         while True:
@@ -194,6 +195,7 @@ class CompiledRun:
         cap = max(n, 1) if self.N == 1 else max(256, old_q.kid.shape[0] // self.N if old_q is not None else 0)
         q = _queues(self.N, cap, n)
         if old_q is not None:
+            assert self.req is not None  # queues exist only after a first chunk
             waiting = np.isnan(self.res["admit"][alive])
             _remap(alive, len(self.req.arrival), old_q, q, self.rep, self.rs, self.M, cap, self.N, waiting,
                    self.res["replica"][alive])
@@ -224,6 +226,7 @@ class CompiledRun:
             return
         idx = self.out_j[:n_out]
         r, req = self.res, self.req
+        assert req is not None
         self.pending.append({"rid": self.rows["rid"][idx], "arrival": req.arrival[idx],
                              "duration": self.rows["duration"][idx], "language": self.rows["language"][idx],
                              "est_service": req.est[idx], "tokens": req.tokens[idx], "admit": r["admit"][idx],
@@ -240,6 +243,7 @@ class CompiledRun:
         self.pending, self.n_pending = [], 0
         self._p["flush_at"] = self.flush_every
         self.n_written += len(cols["rid"])
+        assert self.write is not None  # pending rows exist only with a writer
         self.write(cols)
 
     # -- results --

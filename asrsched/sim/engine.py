@@ -260,7 +260,7 @@ class Engine:
             while len(running) < M and q:
                 if t >= horizon:  # jobs arriving during the encodes compete for the remaining slots
                     break
-                job = q.pop(t)
+                job: SimJob = q.pop(t)  # type: ignore[assignment]  # the engine queues only SimJobs
                 self.queued_est -= job.est_service
                 job.admit = t
                 t += job.enc_s
@@ -381,7 +381,7 @@ def simulate(
     in_memory = isinstance(trace, Trace)
     if est_duration is not None and not in_memory:
         raise ValueError("est_duration needs an in-memory Trace (not an iterator of chunks)")
-    if in_memory and est_duration is not None and len(est_duration) != len(trace):
+    if isinstance(trace, Trace) and est_duration is not None and len(est_duration) != len(trace):
         raise ValueError(f"est_duration has {len(est_duration)} rows, the trace has {len(trace)}")
     compiled = choose_engine(engine, [policy], policy_params=policy_params)
     chunks = [trace] if in_memory else trace
@@ -397,7 +397,7 @@ def simulate(
     timeline = pd.DataFrame({"time": tt, "running": tr_, "waiting": tq}, copy=False)
     params = dict(policy=str(policy).lower(), max_num_seqs=M, service=service.name, policy_params=policy_params or {},
                   engine="numba" if compiled else "python", overhead_s=float(service.overhead_s))
-    if in_memory:
+    if isinstance(trace, Trace):
         params.update({f"trace_{k}": v for k, v in trace.meta.items()})
     return SimResult(records=records, timeline=timeline, params=params, n_arrivals=n_arrivals,
                      n_completed=n_completed, events=events, queue_growth_per_s=growth, overloaded=overloaded,

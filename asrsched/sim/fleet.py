@@ -153,7 +153,7 @@ class Fleet:
         """The trace's jobs in arrival order (``rid`` = row of the trace)."""
         return chunk_jobs(self.trace, self.service)
 
-    def dispatch(self, job: SimJob, router: Router, cands: list[int]) -> int:
+    def dispatch(self, job: SimJob, router: Router, cands: Sequence[int]) -> int:
         """Catch every replica up to ``job.arrival``, route the job among ``cands``, submit it; the replica."""
         a = job.arrival
         engines = self.engines

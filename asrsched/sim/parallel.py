@@ -98,6 +98,7 @@ def run_tasks(fn: Callable[..., Any], tasks: Iterable[dict], *, cache_dir=None, 
         cache.mkdir(parents=True, exist_ok=True)
 
     def path(t: dict) -> Path:
+        assert cache is not None
         return cache / f"{prefix}-{cache_key(t, code=code)}.json"
 
     done, todo = [], []

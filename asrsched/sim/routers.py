@@ -28,7 +28,7 @@ registered here, or a built-in name re-registered, runs in the Python fleet.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,7 +78,7 @@ class Router:
         ties = [c for c, v in zip(cands, vals) if v == m]
         return ties[0] if len(ties) == 1 else ties[self._pick(len(ties))]
 
-    def route(self, view: Any, cands: list[int]) -> int:  # pragma: no cover - interface
+    def route(self, view: Any, cands: Sequence[int]) -> int:  # pragma: no cover - interface
         raise NotImplementedError
 
 

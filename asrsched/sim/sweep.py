@@ -222,7 +222,7 @@ def run_sweep(
                       cache_dir=cache / "capacity" if cache is not None else None)
     tasks = []
     for w in workloads:
-        wl_rates = [float(r) for r in rates] if rates is not None else [float(caps[w].rate_at(x)) for x in rhos]
+        wl_rates = [float(r) for r in rates] if rates is not None else [float(caps[w].rate_at(x)) for x in rhos or ()]
         for r in wl_rates:
             for s in seeds:
                 for p in policies:
