@@ -219,6 +219,7 @@ def _dispatch(target: str, argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``asrsched`` command: dispatch to a subcommand; the exit status (2 for bad input, named)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in COMMANDS:
         return _dispatch(COMMANDS[argv[0]], argv[1:])

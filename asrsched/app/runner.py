@@ -93,6 +93,8 @@ def resolve(name: str, root: str | os.PathLike | None = None) -> Path:
 
 @dataclass
 class NotebookRun:
+    """One notebook execution: its name, status, time, output notebook and any error."""
+
     notebook: str
     status: str
     seconds: float

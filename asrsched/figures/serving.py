@@ -34,6 +34,7 @@ _SHORT = {"sim": "simulated", "profile": "simulated from the profile", "replay":
 
 
 def load_levels(records: pd.DataFrame) -> list:
+    """The load levels of a real-serving study's records, lowest load ``rho`` first."""
     return list(records.sort_values("rho")["level"].drop_duplicates())
 
 

@@ -25,6 +25,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``asrsched serve`` argument parser."""
     ap = argparse.ArgumentParser(prog="asrsched serve", description=__doc__.split("\n\n")[0])
     ap.add_argument("--policy", default="fcfs", help=f"one of {', '.join(policy_names())}")
     ap.add_argument("--policy-params", default="{}", help="JSON object of policy parameters")

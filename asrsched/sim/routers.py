@@ -187,6 +187,7 @@ def router_info(name: str) -> tuple[str, Any]:
 
 
 def parse_router(name: str) -> tuple[str, dict]:
+    """A router name as ``(registered key, factory parameters)``: ``"pod3_work"`` -> ``("pod_work", {"d": 3})``."""
     key = str(name).strip().lower()
     m = _POD.match(key)
     if m:
