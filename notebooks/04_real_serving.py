@@ -112,15 +112,9 @@ SEED = 0
 OUT_DIR = "../runs/serving-04"
 
 # %%
-import json
-from pathlib import Path
-
-import pandas as pd
 from IPython.display import display
 
-import asrsched
-from asrsched.core.service import ServiceModel
-from asrsched.figures.outputs import runs_path
+from asrsched.figures.outputs import project_root, runs_path
 from asrsched.figures.serving import (
     fig_calibration,
     fig_cdfs,
@@ -131,16 +125,8 @@ from asrsched.figures.serving import (
     verdict_text,
 )
 from asrsched.figures.style import export_figure, export_session, export_table
-from asrsched.serving.experiment import (
-    LOAD_TOOLS_CSV,
-    MIN_N_VERDICT,
-    RESULT_COLUMNS,
-    RUN_JSON,
-    STEP_MODEL_JSON,
-    STEP_TIMES_CSV,
-    run_engine_experiment,
-)
-from asrsched.serving.study_stats import sim_error_summary
+from asrsched.serving.committed import load_committed_study
+from asrsched.serving.experiment import MIN_N_VERDICT, RESULT_COLUMNS, run_engine_experiment
 
 NB = "04_real_serving"
 
@@ -263,43 +249,28 @@ print(f"service time of the requests: {sv.quantile(0.1):.2f}-{sv.quantile(0.9):.
 # this checkout it is shown here, with the provenance it was written with.
 
 # %%
-full_dir = Path(asrsched.__file__).resolve().parents[1] / "figures" / NB
-full_csv = full_dir / "real_engine_results.csv"
-if full_csv.exists() and (full_dir / RUN_JSON).exists():
-    full = pd.read_csv(full_csv)
-    for prov in json.loads((full_dir / RUN_JSON).read_text())["runs"]:
-        pp = prov["parameters"]
-        print(f"{', '.join(pp.get('engines', []))}: setting {pp.get('setting')}, commit {prov.get('commit')} "
-              f"(clean tree: {prov.get('clean_tree')}), {prov.get('date_utc')}, {prov.get('cpu_model')}, "
-              f"load average at start {prov.get('load_average_start_1_5_15')}, "
-              f"{pp.get('elapsed_s', float('nan')) / 60:.0f} min:\n  {prov.get('command')}")
-    display(full[list(RESULT_COLUMNS) + ["verdict_p50_e2el", "verdict_p90_e2el", "verdict_p50_ttft"]].round(3))
+root = project_root()
+study = load_committed_study(root / "figures" / NB if root is not None else None)
+if study is None:
+    print(f"no committed full study under figures/{NB} (outside a checkout, or not run): run the command above")
+else:
+    print("\n".join(study.run_lines()))
+    display(study.results[list(RESULT_COLUMNS) + ["verdict_p50_e2el", "verdict_p90_e2el", "verdict_p50_ttft"]].round(3))
     for m in ("p50_e2el", "p90_e2el", "p50_ttft"):
-        for (eng, rho), g in full.groupby(["engine", "rho"]):
+        for (eng, rho), g in study.results.groupby(["engine", "rho"]):
             print(f"{eng}, ρ={rho:g}: {verdict_text(g, m, rho)}")
     for m in ("p50_e2el", "p90_e2el"):
-        fig = fig_study(full, m)
-        export_figure(fig, f"full_study_{m}", NB)
+        export_figure(fig := fig_study(study.results, m), f"full_study_{m}", NB)
         fig.show()
-    errs = sim_error_summary(full)
+    errs = study.errors()
     display(errs[errs.regime != "overload"].round(1))
-    for r in errs[(errs.regime == "all") & errs.metric.isin(["p50_e2el", "p90_e2el"])].itertuples():
-        print(f"simulator vs real, {r.group}, {r.metric}: median |error| {r.median_abs_err_pct:.0f} % "
-              f"(P25-P75 {r.p25_abs_err_pct:.0f}-{r.p75_abs_err_pct:.0f} %, max {r.max_abs_err_pct:.0f} %, "
-              f"{r.cells} cells)")
-    if (full_dir / STEP_TIMES_CSV).exists() and (full_dir / STEP_MODEL_JSON).exists():
-        step_model = ServiceModel.from_json(full_dir / STEP_MODEL_JSON)
-        fig = fig_step_times(pd.read_csv(full_dir / STEP_TIMES_CSV), step_model)
-        export_figure(fig, "full_study_vllm_step_times", NB)
+    print("\n".join(study.error_lines()))
+    if study.step_model is not None:
+        export_figure(fig := fig_step_times(study.step_times, study.step_model), "full_study_vllm_step_times", NB)
         fig.show()
-    if (full_dir / LOAD_TOOLS_CSV).exists():
-        tools = pd.read_csv(full_dir / LOAD_TOOLS_CSV)
-        display(tools.round(3))
-        for r in tools.itertuples():
-            print(f"vllm bench serve / our load generator, {r.metric}: {r.ratio:.2f} [{r.ratio_ci_low:.2f}, "
-                  f"{r.ratio_ci_high:.2f}] ({'agree' if r.agree else 'differ'}; n={r.n_bench} and {r.n_loadgen})")
-else:
-    print(f"no committed full study at {full_csv}: run the command above to make one")
+    if study.load_tools is not None:
+        display(study.load_tools.round(3))
+        print("\n".join(study.load_tool_lines()))
 
 # %% [markdown]
 # ## Explore

@@ -106,6 +106,7 @@ from asrsched.abtest.study_report import (
     switchback_table,
 )
 from asrsched.core.labels import router_label
+from asrsched.core.provenance import describe
 from asrsched.figures.abtest import (
     fig_ablation,
     fig_coverage,
@@ -269,9 +270,7 @@ else:
     r, prm = fr.run, fr.run["parameters"]["study"]
     tm = r["timings"]
     display(Markdown(
-        f"Shown: `{FULL_RUN_DIR}/` — commit `{(r['commit'] or '?')[:10]}`"
-        f"{'' if r.get('clean_tree') else ' (uncommitted changes in asrsched/)'}, {r['date_utc']}, {r['cpu_model']} "
-        f"({r['cpu_count']} cores), load average at start {r['load_average_start_1_5_15']}; command `{r['command']}`. "
+        f"Shown: `{FULL_RUN_DIR}/`, {describe(r)}. "
         f"{prm['reps']} replications per scenario, {prm['base']['n_requests']:,} jobs per experiment, truth runs of "
         f"{prm['truth_requests']:,} jobs × {prm['truth_seeds']}; N = {prm['base']['n_servers']}, "
         f"λ = {prm['base']['lam']:g}, p = {prm['base']['p']:g}. The study took {tm['study_seconds']:.0f} s wall "

@@ -1,6 +1,7 @@
 """The real-engine study's statistics (paired bootstrap CIs, verdicts vs FCFS, results table) and its quick path."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -294,3 +295,24 @@ def test_one_provenance_builder_serves_both_studies():
     assert a["command"] == "python -m asrsched.abtest.full_run --full"
     assert all(isinstance(x, bool) for x in (a["clean_tree"], b["clean_tree"], c["clean_tree"]))
     assert all(p.startswith("asrsched/core") for p in c["dirty_paths"])  # only the watched paths
+
+
+def test_the_committed_study_reads_back_with_its_provenance_and_summary_lines(tmp_path):
+    """Notebook 04's committed study, as the notebook reads it: every file, the provenance and the printed lines."""
+    from asrsched.serving.committed import load_committed_study
+    from asrsched.serving.experiment import RESULT_COLUMNS
+
+    root = Path(__file__).resolve().parents[1] / "figures" / "04_real_serving"
+    st = load_committed_study(root)
+    assert st is not None and set(RESULT_COLUMNS) <= set(st.results.columns) and len(st.results) >= 12
+    assert set(st.results.engine) == {"cpu-server", "vllm"} and st.runs and all(r["commit"] for r in st.runs)
+    lines = st.run_lines()
+    assert len(lines) == len(st.runs) and all("commit " in ln and "command `" in ln for ln in lines)
+    assert st.step_model is not None and st.step_times is not None and st.load_tools is not None
+    assert len(st.load_tool_lines()) == len(st.load_tools)
+    # the printed median error of all cells is the median computed here from the results
+    e = st.results[["sim_p50_e2el_err_pct"]].abs().to_numpy(float).ravel()
+    line = next(ln for ln in st.error_lines() if ln.startswith("simulator vs real, all, p50_e2el"))
+    assert f"median |error| {np.median(e[np.isfinite(e)]):.0f} %" in line
+    assert len(st.error_lines()) == 2 * (1 + st.results.engine.nunique())
+    assert load_committed_study(tmp_path) is None and load_committed_study(None) is None

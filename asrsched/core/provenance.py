@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["provenance", "cpu_model", "load_average", "KEYS"]
+__all__ = ["provenance", "describe", "cpu_model", "load_average", "KEYS"]
 
 #: the keys of every provenance record, in order
 KEYS = ("commit", "clean_tree", "dirty_paths", "date_utc", "cpu_model", "cpu_count", "load_average_start_1_5_15",
@@ -82,3 +82,19 @@ def provenance(command: str | None = None, params: dict | None = None, *, load_s
             "load_average_end_1_5_15": load_average(), "python": sys.version.split()[0],
             "platform": platform.platform(), "asrsched_version": __version__, "parameters": params or {},
             "command": command or " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])}
+
+
+def describe(record: dict) -> str:
+    """One sentence saying where a result came from: the commit (and whether the tree was clean), the date,
+    the machine and its load when the work began, and the exact command (a record of :data:`KEYS`).
+
+    >>> describe({"commit": "0123456789abcdef", "clean_tree": True, "date_utc": "2026-12-04T10:00:00+00:00",
+    ...           "cpu_model": "Xeon", "cpu_count": 2, "load_average_start_1_5_15": [0.5, 0.4, 0.3],
+    ...           "command": "python -m asrsched.abtest.full_run --full"})
+    'commit 0123456789 (clean tree), 2026-12-04T10:00:00+00:00, Xeon (2 cores), load average at start [0.5, 0.4, 0.3]; command `python -m asrsched.abtest.full_run --full`'
+    """
+    commit = (record.get("commit") or "unknown")[:10]
+    clean = "clean tree" if record.get("clean_tree") else "uncommitted changes"
+    return (f"commit {commit} ({clean}), {record.get('date_utc')}, {record.get('cpu_model')} "
+            f"({record.get('cpu_count')} cores), load average at start {record.get('load_average_start_1_5_15')}; "
+            f"command `{record.get('command')}`")
