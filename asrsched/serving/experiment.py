@@ -87,6 +87,7 @@ from asrsched.serving.comparison import TABLE_METRICS, comparison_table, simulat
 from asrsched.serving.loadgen import plan_requests, run_coro, run_load
 from asrsched.serving.servers import ServerProcess, VllmServerProcess, server_records
 from asrsched.serving.study_stats import MIN_N_VERDICT, RESULT_COLUMNS, cell_statistics, results_table
+from asrsched.sim.parallel import run_tasks
 
 __all__ = [
     "ServerProcess",
@@ -403,6 +404,11 @@ def run_engine_experiment(
 
 # ----------------------------------------------------------------------------- the study
 
+def _engine_task(policies: list[str], **kw) -> ServingExperiment:
+    """One engine's experiment, as a task of :func:`asrsched.sim.parallel.run_tasks`."""
+    return run_engine_experiment(policies, **kw)
+
+
 def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), *,
               out_dir: str | os.PathLike = "figures/04_real_serving", policies: Sequence[str] = ("fcfs", "sjf", "hrrn"),
               command: str | None = None, progress: bool = True, service_jsons: dict | None = None,
@@ -437,13 +443,16 @@ def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), 
     if set(sj) - set(engines):
         raise ValueError(f"service_jsons names engines not in the study: {sorted(set(sj) - set(engines))}")
     vllm_model = cfg.pop("vllm_model", None)
+    tasks = []
     for eng in engines:
         kw = dict(cfg)
         if eng == "vllm" and vllm_model and "model" not in overrides:
             kw["model"] = vllm_model
         kw.setdefault("compare_bench_serve", eng == "vllm")
-        exp = run_engine_experiment(policies, out_dir=out / eng, engine=eng, progress=progress,
-                             service_json=sj.get(eng), **kw)
+        tasks.append(dict(policies=list(policies), out_dir=str(out / eng), engine=eng, progress=progress,
+                          service_json=sj.get(eng), **kw))
+    # the study runner of every study; real engines one at a time (workers=1): each measures the whole machine
+    for eng, exp in zip(engines, run_tasks(_engine_task, tasks, workers=1, progress=False, desc="engines")):
         if exp.load_tools is not None:
             exp.load_tools.to_csv(out / LOAD_TOOLS_CSV, index=False)
         tables.append(exp.results)
