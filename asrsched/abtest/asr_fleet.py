@@ -97,18 +97,16 @@ __all__ = [
     "p90_cost_trajectory",
     "WORKLOADS",
     "LARGE_STUDY",
-    "ESTIMATOR_ORDER",
-    "METRICS",
-    "STATS",
+    "AB_METRICS",
+    "AB_STATS",
 ]
 
 WORKLOADS = ("librispeech", "uniform", "drift")
 #: the larger study (a parameter away in the notebook): ~10x the default's simulated requests, for a Dask cluster
 #: or a long run
 LARGE_STUDY = dict(reps=400, truth_seeds=50, n_requests=60_000)
-ESTIMATOR_ORDER = ["naive", "group", "switchback", "qdq", "wdq", "mixed_dq"]
-METRICS = ("e2el", "ttft")
-STATS = ("mean", "p90")
+AB_METRICS = ("e2el", "ttft")
+AB_STATS = ("mean", "p90")
 
 
 # ----------------------------------------------------------------------------- config
@@ -328,7 +326,7 @@ def estimate_run(res, cfg: ASRStudyConfig) -> tuple[list[dict], list[dict]]:
     rows, little = [], []
     design = res.test.design
     nb = cfg.n_batches
-    for metric in METRICS:
+    for metric in AB_METRICS:
         tr = res.trajectory(metric)
         ll = littles_law(tr)
         little.append(dict(metric=metric, rel_gap=ll["rel_gap"], time_avg_n=ll["time_avg_n"], little_n=ll["little_n"]))
@@ -412,7 +410,7 @@ def _truth(cfg: ASRStudyConfig, tr, total_rate: float, workload: str, router: st
     m = res.measured
     out = {"workload": workload, "router": router, "policy": policy, "k": k, "total_rate": total_rate,
            "n": int(len(m)), "seconds": 0.0}
-    for metric in METRICS:
+    for metric in AB_METRICS:
         v = m[metric].to_numpy(float)
         out[f"mean_{metric}"] = float(v.mean())
         out[f"p90_{metric}"] = float(np.quantile(v, 0.9))
@@ -458,8 +456,8 @@ def _truth_table(runs: pd.DataFrame, cfg: ASRStudyConfig) -> pd.DataFrame:
             (rc, pc), (rt, pt) = t.setting("control"), t.setting("treatment")
             c = g[(g.router == rc) & (g.policy == pc)].set_index("k").sort_index()
             tt = g[(g.router == rt) & (g.policy == pt)].set_index("k").sort_index()
-            for metric in METRICS:
-                for stat in STATS:
+            for metric in AB_METRICS:
+                for stat in AB_STATS:
                     col = f"{stat}_{metric}"
                     d = (tt[col] - c[col]).dropna()
                     out.append({"workload": w, "factor": factor, "metric": metric, "stat": stat,

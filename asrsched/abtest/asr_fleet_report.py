@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from asrsched.abtest.asr_fleet import ESTIMATOR_ORDER, ASRStudyConfig, ASRStudyResult
-from asrsched.core.labels import metric_label
+from asrsched.abtest.asr_fleet import ASRStudyConfig, ASRStudyResult
+from asrsched.core.labels import ESTIMATOR_ORDER, metric_label
 from asrsched.core.stats import percentile_ci
 from asrsched.sim.parallel import task_seed
 

@@ -85,11 +85,11 @@ __all__ = [
     "run_experiment",
     "fleet_trace",
     "FACTORS",
-    "DESIGNS",
+    "FLEET_DESIGNS",
 ]
 
 FACTORS = ("routing", "scheduling")
-DESIGNS = {"routing": ("bernoulli", "group", "switchback", "control", "treatment"),
+FLEET_DESIGNS = {"routing": ("bernoulli", "group", "switchback", "control", "treatment"),
            "scheduling": ("replica", "switchback", "control", "treatment")}
 
 
@@ -102,7 +102,7 @@ class ABTest:
     ``factor="routing"``: ``control``/``treatment`` are routers, ``policy`` is the scheduling
     policy of every replica. ``factor="scheduling"``: ``control``/``treatment`` are
     scheduling policies, ``router`` routes every request. ``design`` is one of
-    :data:`DESIGNS` ``[factor]``; ``p`` the treatment probability (per request, per
+    :data:`FLEET_DESIGNS` ``[factor]``; ``p`` the treatment probability (per request, per
     replica split, or per switchback block when ``alternate=False``); ``block_s`` the
     switchback block length (s).
     """
@@ -121,13 +121,13 @@ class ABTest:
         """Check every field against ``n_replicas`` (clear error naming the parameter)."""
         if self.factor not in FACTORS:
             raise ValueError(f"factor: {self.factor!r} not in {FACTORS}")
-        if self.design not in DESIGNS[self.factor]:
+        if self.design not in FLEET_DESIGNS[self.factor]:
             hint = ""
             if self.factor == "scheduling" and self.design in ("bernoulli", "group"):
                 hint = (" (request-level randomisation of a per-replica scheduling policy is ill-defined: one "
                         "waiting queue orders both arms' requests; use 'replica' or 'switchback')")
             raise ValueError(f"design: {self.design!r} not allowed for a {self.factor} test; allowed: "
-                             f"{', '.join(DESIGNS[self.factor])}{hint}")
+                             f"{', '.join(FLEET_DESIGNS[self.factor])}{hint}")
         if not isinstance(n_replicas, (int, np.integer)) or isinstance(n_replicas, bool) or n_replicas < 1:
             raise ValueError(f"n_replicas: need an integer >= 1, got {n_replicas!r}")
         if not (isinstance(self.p, (int, float)) and 0 < self.p < 1):

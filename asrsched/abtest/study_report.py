@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from asrsched.abtest.estimators import optimal_alpha
-from asrsched.core.labels import ESTIMATOR_LABELS, estimator_label
+from asrsched.core.labels import ESTIMATOR_LABELS, ESTIMATOR_ORDER, estimator_label
 from asrsched.core.stats import gain_bound, percentile_ci
 
 if TYPE_CHECKING:
@@ -32,8 +32,6 @@ __all__ = [
     "MSE_CANDIDATES",
 ]
 
-#: the estimators in the order tables and figures show them
-ESTIMATOR_ORDER = ["naive", "group", "switchback", "qdq", "wdq", "mixed_dq", "mixed_dq_oracle", "qtdq", "mixed_dq_qt"]
 
 
 def _headline(res: StudyResult) -> pd.DataFrame:

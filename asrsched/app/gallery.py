@@ -31,11 +31,11 @@ from typing import Any
 from asrsched.app import paths
 from asrsched.app.params import parse_value
 from asrsched.core.provenance import provenance
+from asrsched.figures.outputs import RUN_RECORD
 from asrsched.figures.style import PNG_SCALE, PRINT_HEIGHT, PRINT_WIDTH, html_figure_parts
 
 __all__ = ["figure_layout", "FigureInfo", "scan_figures", "record_runs", "write_gallery", "render_gallery", "main"]
 
-RUN_RECORD = "run.json"
 FORMAT_ORDER = ("html", "png", "svg", "pdf")
 
 

@@ -15,12 +15,14 @@ first token), percentiles as ``P50`` / ``P90`` / ``P99``. A column name such as
 
 from __future__ import annotations
 
-__all__ = ["ESTIMATOR_LABELS", "METRIC_LABELS", "estimator_label", "metric_label", "router_label"]
+__all__ = ["ESTIMATOR_LABELS", "ESTIMATOR_ORDER", "METRIC_LABELS", "estimator_label", "metric_label", "router_label"]
 
 #: display names of the A/B estimators (one spelling in tables, figures and prose)
 ESTIMATOR_LABELS = {"naive": "naive", "group": "group", "switchback": "switchback", "qdq": "qDQ", "wdq": "wDQ",
                     "qtdq": "qDQ (time-integral)", "mixed_dq": "mixed DQ", "mixed_dq_qt": "mixed DQ (time-integral)",
                     "mixed_dq_oracle": "mixed DQ (oracle α)"}
+#: the estimators in the order every table and figure shows them (both A/B studies)
+ESTIMATOR_ORDER = ["naive", "group", "switchback", "qdq", "wdq", "mixed_dq", "mixed_dq_oracle", "qtdq", "mixed_dq_qt"]
 #: display names of the latency metrics
 METRIC_LABELS = {"e2el": "E2EL", "ttft": "TTFT"}
 

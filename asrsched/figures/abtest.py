@@ -34,7 +34,7 @@ def estimator_color(name: str) -> str:
 
 
 def ordered_estimators(names) -> list:
-    """Distinct estimator names in the study's display order (:data:`asrsched.abtest.study_report.ESTIMATOR_ORDER`)."""
+    """Distinct estimator names in the study's display order (:data:`asrsched.core.labels.ESTIMATOR_ORDER`)."""
     names = list(dict.fromkeys(names))
     return sorted(names, key=lambda n: ESTIMATOR_ORDER.index(n) if n in ESTIMATOR_ORDER else 99)
 

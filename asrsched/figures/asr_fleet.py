@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from asrsched.abtest.asr_fleet import STATS, ASRStudyResult
+from asrsched.abtest.asr_fleet import AB_STATS, ASRStudyResult
 from asrsched.abtest.asr_fleet_report import sign_verdict, summary_table, tail_table, tied_with
 from asrsched.core.labels import estimator_label, metric_label
 from asrsched.figures.style import policy_color
@@ -192,7 +192,7 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
     t["cell"] = t.workload + "<br>" + t.metric.map(metric_label)
     fig = make_subplots(rows=1, cols=2, subplot_titles=["mean (Little's law holds)", "P90 (no Little's law)"],
                         shared_yaxes=True)
-    for j, st in enumerate(STATS, start=1):
+    for j, st in enumerate(AB_STATS, start=1):
         ts = t[t.stat == st]
         for name, g in ts.groupby("estimator", sort=False):
             den = g.truth.abs().replace(0, np.nan)

@@ -72,12 +72,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from asrsched.serving.config import ServerConfig
+from asrsched.serving.loadgen import RESPONSE_FORMATS
 from asrsched.serving.scheduler import PolicyServer, QueueFull, TranscriptionRequest
 from asrsched.whisper.audio import AudioError, audio_info, load_audio
 
 __all__ = ["RESPONSE_FORMATS", "TIMESTAMP_GRANULARITIES", "CHUNK_OBJECT", "create_app", "run_in_thread", "ServerHandle", "bind_socket"]
 
-RESPONSE_FORMATS = ("json", "text", "verbose_json")
 TIMESTAMP_GRANULARITIES = ("segment",)  # "word" needs timestamp tokens, which this engine does not decode
 CHUNK_OBJECT = "transcription.chunk"
 

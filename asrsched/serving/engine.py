@@ -48,12 +48,11 @@ from typing import Any
 import numpy as np
 
 from asrsched.core.service import ServiceModel
-from asrsched.whisper.audio import WINDOW_MAX_S, frame_rms, plan_windows
+from asrsched.whisper.audio import TARGET_SR, WINDOW_MAX_S, frame_rms, plan_windows
 from asrsched.whisper.backends import MAX_REPEAT, longest_repeat, text_repeat
 
-__all__ = ["SR", "Cancelled", "HallucinationLoop", "WhisperEngine", "cpu_service_model"]
+__all__ = ["Cancelled", "HallucinationLoop", "WhisperEngine", "cpu_service_model"]
 
-SR = 16_000  # the engine's sample rate (Hz)
 
 
 class Cancelled(Exception):
@@ -141,7 +140,7 @@ class WhisperEngine:
 
     def plan(self, audio: np.ndarray) -> list[tuple[int, int]]:
         """The windows this engine decodes ``audio`` in: ``[(start, end), ...]`` sample indices."""
-        return plan_windows(audio, SR, max_s=self.max_window_s)
+        return plan_windows(audio, TARGET_SR, max_s=self.max_window_s)
 
     def transcribe(self, audio: np.ndarray, language: str | None = None, *,
                    on_delta: Callable[[str], None] | None = None,
@@ -177,7 +176,7 @@ class WhisperEngine:
         t0 = time.perf_counter()
         feats = wm.feature_extractor(audio)
         plan = list(windows) if windows is not None else self.plan(audio)
-        level = frame_rms(audio, SR // 50)
+        level = frame_rms(audio, TARGET_SR // 50)
         speech_thr = max(1e-3, 0.1 * float(np.percentile(level, 95))) if len(level) else 1.0
         t_feat = time.perf_counter() - t0
         hop = wm.feature_extractor.hop_length
@@ -223,10 +222,10 @@ class WhisperEngine:
             reps_t, at_t, per_t = longest_repeat(toks)
             reps_w, unit = text_repeat(text)
             loop = max(reps_t, reps_w) > MAX_REPEAT
-            speech_s = float(np.sum(level[a // (SR // 50):-(-b // (SR // 50))] > speech_thr)) / 50.0
+            speech_s = float(np.sum(level[a // (TARGET_SR // 50):-(-b // (TARGET_SR // 50))] > speech_thr)) / 50.0
             short = (not loop and speech_s >= self.MIN_SPEECH_S
                      and len(text.split()) < self.MIN_WORDS_PER_S * speech_s)
-            if ((loop and depth < 2) or (short and depth < 1)) and b - a >= 4 * SR:
+            if ((loop and depth < 2) or (short and depth < 1)) and b - a >= 4 * TARGET_SR:
                 mid = _quiet_cut(level, a, b)
                 st["redecoded"] += 1
                 parts = decode_span(a, mid, depth + 1) + decode_span(mid, b, depth + 1)
@@ -237,7 +236,7 @@ class WhisperEngine:
                     return parts
             if loop:
                 raise HallucinationLoop(unit if reps_w >= reps_t else ctx["tok"].decode(toks[at_t:at_t + per_t]).strip(),
-                                        max(reps_t, reps_w), a / SR, b / SR)
+                                        max(reps_t, reps_w), a / TARGET_SR, b / TARGET_SR)
             return [{"start": a, "end": b, "tokens": toks, "text": text, "repeat": max(reps_t, reps_w)}]
 
         pieces: list[dict] = []
@@ -280,8 +279,8 @@ class WhisperEngine:
                     sent += delta
                 pieces.append(p)
         text = sent
-        segments = [{"id": k, "seek": p["start"] // hop, "start": round(p["start"] / SR, 3),
-                     "end": round(p["end"] / SR, 3), "text": p["text"].strip(), "tokens": p["tokens"]}
+        segments = [{"id": k, "seek": p["start"] // hop, "start": round(p["start"] / TARGET_SR, 3),
+                     "end": round(p["end"] / TARGET_SR, 3), "text": p["text"].strip(), "tokens": p["tokens"]}
                     for k, p in enumerate(pieces) if p["tokens"]]
         return {"text": text, "language": lang or "en", "tokens": sum(len(p["tokens"]) for p in pieces),
                 "decode_steps": st["steps"], "windows": st["windows"], "planned_windows": len(plan),
@@ -292,7 +291,7 @@ class WhisperEngine:
 
 def _quiet_cut(level: np.ndarray, a: int, b: int) -> int:
     """The quietest 100 ms in the middle half of samples ``[a, b)`` (``level``: 20 ms RMS frames)."""
-    frame = SR // 50
+    frame = TARGET_SR // 50
     lo, hi = (a + (b - a) // 4) // frame, (b - (b - a) // 4) // frame
     if hi <= lo + 1:
         return (a + b) // 2

@@ -95,7 +95,8 @@ def _exact_clips(trace: Trace, cache: str | os.PathLike | None, progress: bool) 
     import soundfile as sf
     from tqdm.auto import tqdm
 
-    from asrsched.whisper.corpus import LANGUAGES, SR, corpus_dir, load_texts, synthesize_to_duration
+    from asrsched.whisper.audio import TARGET_SR
+    from asrsched.whisper.corpus import LANGUAGES, corpus_dir, load_texts, synthesize_to_duration
 
     ex = trace.extra.reset_index(drop=True) if len(trace.extra) else pd.DataFrame(index=range(len(trace)))
     root = corpus_dir(cache) / "loadgen"
@@ -121,7 +122,7 @@ def _exact_clips(trace: Trace, cache: str | os.PathLike | None, progress: bool) 
             y, _ = synthesize_to_duration(text, lang, d)
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".tmp{os.getpid()}.wav")
-            sf.write(tmp, y, SR, subtype="PCM_16")
+            sf.write(tmp, y, TARGET_SR, subtype="PCM_16")
             tmp.replace(path)
         info = sf.info(str(path))
         rows.append({"path": str(path), "audio_s": info.frames / info.samplerate, "utt_id": utt, "text": text})

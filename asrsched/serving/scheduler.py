@@ -30,12 +30,12 @@ import numpy as np
 from asrsched.core.policies import Job, make_queue
 from asrsched.core.service import ServiceModel
 from asrsched.serving.config import ServerConfig
-from asrsched.serving.engine import SR, Cancelled, HallucinationLoop, WhisperEngine, cpu_service_model
+from asrsched.serving.engine import Cancelled, HallucinationLoop, WhisperEngine, cpu_service_model
 from asrsched.serving.loadgen import transcription_url
 from asrsched.serving.prometheus import HISTOGRAMS, Histogram
 from asrsched.serving.prometheus import metrics_text as prometheus_text
 from asrsched.vllm_plugin.size_estimate import check_default_language
-from asrsched.whisper.audio import AudioError, load_audio
+from asrsched.whisper.audio import TARGET_SR, AudioError, load_audio
 
 __all__ = ["OUTCOMES", "PolicyServer", "QueueFull", "TranscriptionRequest"]
 
@@ -150,7 +150,7 @@ class PolicyServer:
                                                  cpu_threads=c.threads_per_slot, num_workers=c.local_slots))
             if c.warmup:  # the first call pays one-off initialisation: not a user's request
                 rng = np.random.default_rng(0)
-                noise = (0.01 * rng.standard_normal(SR)).astype(np.float32)
+                noise = (0.01 * rng.standard_normal(TARGET_SR)).astype(np.float32)
                 await self.loop.run_in_executor(self.pool, lambda: self.engine.transcribe(noise, "en"))
         # a policy's first decisions may compile its ranking (numba): pay that before the first request
         wq = make_queue(c.policy, **c.policy_params)

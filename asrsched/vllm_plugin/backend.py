@@ -49,11 +49,12 @@ from typing import Any
 
 import numpy as np
 
+from asrsched.whisper.audio import TARGET_SR
+
 __all__ = ["VllmBackend", "make_profile_backend", "engine_kwargs", "server_command", "resolve_model_dir",
            "decoder_prompt", "PLUGIN_SCHEDULER", "START_FAILURES", "start_failure_hint"]
 
 PLUGIN_SCHEDULER = "asrsched.vllm_plugin.scheduler.DurationAwareScheduler"
-SR = 16000
 WINDOW_S = 30.0
 PACKAGED = ("tiny.en", "base")
 
@@ -363,7 +364,7 @@ class VllmBackend:
 
     def prompt(self, audio: np.ndarray, language: str) -> dict[str, Any]:
         """The encoder-decoder prompt for one window of 16 kHz audio."""
-        return {"encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (audio, SR)}},
+        return {"encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (audio, TARGET_SR)}},
                 "decoder_prompt": decoder_prompt(language, multilingual=self.multilingual)}
 
     def sampling_params(self, *, max_tokens: int | None = None, extra_args: Mapping[str, Any] | None = None,
@@ -397,9 +398,9 @@ class VllmBackend:
         if self.multilingual and self.supported_languages() and language not in self.supported_languages():
             raise ValueError(f"language {language!r} is not one the model reads")
         decoder_prompt(language, multilingual=self.multilingual)  # validates English-only use
-        n = int(WINDOW_S * SR)
+        n = int(WINDOW_S * TARGET_SR)
         windows = [audio[i:i + n] for i in range(0, audio.size, n)]
-        dur = audio.size / SR
+        dur = audio.size / TARGET_SR
         xa = {"audio_duration_s": dur, "language": language, **(extra_args or {})}
         t0 = time.perf_counter()
         c0 = time.process_time()
@@ -448,7 +449,7 @@ class VllmBackend:
     def token_ids(self, audio: np.ndarray, language: str, max_tokens: int | None = None) -> list[int]:
         """Greedy output token ids for one window (end-of-text included if reached)."""
         rid = self._next_id("ids")
-        out = self._run([(rid, self.prompt(np.asarray(audio, np.float32)[: int(WINDOW_S * SR)], language),
+        out = self._run([(rid, self.prompt(np.asarray(audio, np.float32)[: int(WINDOW_S * TARGET_SR)], language),
                           self.sampling_params(max_tokens=max_tokens))])[rid]
         return list(out.outputs[0].token_ids)
 
@@ -472,7 +473,7 @@ class VllmBackend:
             for _ in range(max(1, repeats)):
                 items = []
                 for i in range(b):
-                    a = np.asarray(audios[i % len(audios)], np.float32)[: int(WINDOW_S * SR)]
+                    a = np.asarray(audios[i % len(audios)], np.float32)[: int(WINDOW_S * TARGET_SR)]
                     items.append((self._next_id("bs"), self.prompt(a, language),
                                   self.sampling_params(max_tokens=max_new_tokens, ignore_eos=True)))
                 for o in self._run(items).values():

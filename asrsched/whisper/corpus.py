@@ -38,6 +38,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from asrsched.whisper.audio import TARGET_SR
+
 __all__ = [
     "LANGUAGES",
     "DEFAULT_WPM",
@@ -52,7 +54,6 @@ __all__ = [
 ]
 
 ESPEAK_SR = 22_050
-SR = 16_000
 DEFAULT_WPM = 160.0
 RATE_MIN, RATE_MAX = 80.0, 450.0
 #: language code -> (espeak-ng voice, packaged text file, where durations come from)
@@ -250,7 +251,7 @@ def synthesize_to_duration(
     best = None
     for _ in range(max_iter):
         x = synthesize(text, language, rate_wpm=rate, voice=voice)
-        d = len(x) / SR
+        d = len(x) / TARGET_SR
         err = abs(d - target_s) / target_s
         if best is None or err < best[0]:
             best = (err, x, rate)
@@ -277,14 +278,14 @@ def _render(text: str, language: str, target_s: float, silence: SilenceSpec, see
         chunks = [synthesize(c, language, rate_wpm=rate, voice=voice) for c in _split_words(text, silence.n_inner + 1)]
     else:
         chunks = [x]
-    speech_s = sum(len(c) for c in chunks) / SR
-    gap = np.zeros(int(round(silence.inner_s * SR)), np.float32)
-    parts = [np.zeros(int(round(silence.lead_s * SR)), np.float32)]
+    speech_s = sum(len(c) for c in chunks) / TARGET_SR
+    gap = np.zeros(int(round(silence.inner_s * TARGET_SR)), np.float32)
+    parts = [np.zeros(int(round(silence.lead_s * TARGET_SR)), np.float32)]
     for i, c in enumerate(chunks):
         if i:
             parts.append(gap)
         parts.append(c)
-    parts.append(np.zeros(int(round(silence.trail_s * SR)), np.float32))
+    parts.append(np.zeros(int(round(silence.trail_s * TARGET_SR)), np.float32))
     y = np.concatenate(parts)
     if silence.noise_dbfs is not None:
         rng = np.random.default_rng(seed)
@@ -297,7 +298,7 @@ def _render(text: str, language: str, target_s: float, silence: SilenceSpec, see
 
 def _key(row, silence: SilenceSpec, voice: str | None) -> str:
     h = hashlib.sha1(
-        repr((row["utt_id"], row["text"], round(float(row["target_s"]), 4), asdict(silence), voice, SR)).encode()
+        repr((row["utt_id"], row["text"], round(float(row["target_s"]), 4), asdict(silence), voice, TARGET_SR)).encode()
     ).hexdigest()[:12]
     return f"{row['utt_id']}-{h}"
 
@@ -372,10 +373,10 @@ def build_corpus(
         rel = Path(row["language"]) / f"{key}.wav"
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         tmp = root / rel.with_suffix(".tmp.wav")
-        sf.write(tmp, y, SR, subtype="PCM_16")
+        sf.write(tmp, y, TARGET_SR, subtype="PCM_16")
         tmp.replace(root / rel)
         rec = {
-            **row, "key": key, "path": str(rel), "audio_s": len(y) / SR, "speech_s": speech_s,
+            **row, "key": key, "path": str(rel), "audio_s": len(y) / TARGET_SR, "speech_s": speech_s,
             "rate_wpm": rate, "voice": v or LANGUAGES[row["language"]][0], **asdict(silence),
         }
         out.append(rec)
