@@ -262,7 +262,7 @@ else:
     for m in ("p50_e2el", "p90_e2el"):
         export_figure(fig := fig_study(study.results, m), f"full_study_{m}", NB)
         fig.show()
-    errs = study.errors()
+    errs = study.errors
     display(errs[errs.regime != "overload"].round(1))
     print("\n".join(study.error_lines()))
     if study.step_model is not None:

@@ -502,8 +502,9 @@ def _bare_trace(workload: Any, rate: float, n: int, seed: int, *, arrival: str =
                 arrival_kw: dict | None = None, kappa: float | dict = 3.3, noise_cv: float = 0.15) -> Trace | None:
     """:func:`make_trace` without transcripts for a single-language source (``None`` for any other)."""
     src = make_source(workload)
-    if type(src) not in (Empirical, Uniform) or not isinstance(src, (Empirical, Uniform)):  # exactly these two
+    if type(src) not in (Empirical, Uniform):  # exactly these two, not a subclass
         return None
+    assert isinstance(src, (Empirical, Uniform))  # what the line above means, for the type checker
     rate = check_rate(rate)
     rng = np.random.default_rng(seed)
     times = make_arrivals(arrival, rng, rate, int(n), **(arrival_kw or {}))

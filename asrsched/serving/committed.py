@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
@@ -35,6 +36,7 @@ class CommittedStudy:
     step_model: ServiceModel | None = None
     load_tools: pd.DataFrame | None = None
 
+    @cached_property
     def errors(self) -> pd.DataFrame:
         """The simulator's error against the real runs (:func:`asrsched.serving.study_stats.sim_error_summary`)."""
         return sim_error_summary(self.results)
@@ -52,7 +54,7 @@ class CommittedStudy:
 
     def error_lines(self, metrics: tuple[str, ...] = ("p50_e2el", "p90_e2el")) -> list[str]:
         """The simulator's median absolute error per engine and metric over all cells, with its spread."""
-        e = self.errors()
+        e = self.errors
         return [f"simulator vs real, {r.group}, {r.metric}: median |error| {r.median_abs_err_pct:.0f} % "
                 f"(P25-P75 {r.p25_abs_err_pct:.0f}-{r.p75_abs_err_pct:.0f} %, max {r.max_abs_err_pct:.0f} %, "
                 f"{r.cells} cells)" for r in e[(e.regime == "all") & e.metric.isin(list(metrics))].itertuples()]

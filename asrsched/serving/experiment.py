@@ -404,11 +404,6 @@ def run_engine_experiment(
 
 # ----------------------------------------------------------------------------- the study
 
-def _engine_task(policies: list[str], **kw) -> ServingExperiment:
-    """One engine's experiment, as a task of :func:`asrsched.sim.parallel.run_tasks`."""
-    return run_engine_experiment(policies, **kw)
-
-
 def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), *,
               out_dir: str | os.PathLike = "figures/04_real_serving", policies: Sequence[str] = ("fcfs", "sjf", "hrrn"),
               command: str | None = None, progress: bool = True, service_jsons: dict | None = None,
@@ -452,7 +447,7 @@ def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), 
         tasks.append(dict(policies=list(policies), out_dir=str(out / eng), engine=eng, progress=progress,
                           service_json=sj.get(eng), **kw))
     # the study runner of every study; real engines one at a time (workers=1): each measures the whole machine
-    for eng, exp in zip(engines, run_tasks(_engine_task, tasks, workers=1, progress=False, desc="engines")):
+    for eng, exp in zip(engines, run_tasks(run_engine_experiment, tasks, workers=1, progress=False, desc="engines")):
         if exp.load_tools is not None:
             exp.load_tools.to_csv(out / LOAD_TOOLS_CSV, index=False)
         tables.append(exp.results)
