@@ -95,7 +95,7 @@ from IPython.display import Markdown, display
 from asrsched.abtest.full_run import COST_LABELS, load_full_run, run_wp_curve, wp_table
 from asrsched.abtest.model import SystemConfig
 from asrsched.abtest.study import SCENARIOS as SCENARIO_TEXT
-from asrsched.abtest.study import StudyConfig, run_study
+from asrsched.abtest.study import StudyConfig
 from asrsched.abtest.study_report import (
     ESTIMATOR_LABELS,
     ablation_table,
@@ -120,6 +120,7 @@ from asrsched.figures.abtest import (
 from asrsched.figures.outputs import project_root
 from asrsched.figures.style import export_figure, export_session, export_table
 from asrsched.figures.widgets import estimator_explorer
+from asrsched.sim.parallel import run_study
 
 NB = "05_ab_estimators"
 pd.set_option("display.precision", 4)

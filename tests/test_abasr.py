@@ -9,9 +9,11 @@ from extras import need
 
 from asrsched.abtest import asr_fleet as A
 from asrsched.abtest import asr_fleet_report as R
-from asrsched.abtest.asr_fleet import ASRStudyConfig, p90_cost_trajectory, quantile_estimate, run_study
+from asrsched.abtest.asr_fleet import ASRStudyConfig, p90_cost_trajectory, quantile_estimate
 from asrsched.abtest.asr_fleet_report import best_table, recommendation, summary_table
 from asrsched.abtest.estimators import Trajectory, mixed_dq, qdq, wdq
+from asrsched.sim import parallel
+from asrsched.sim.parallel import run_study
 
 TINY = dict(workloads=("librispeech",), n_replicas=2, rho=0.9, n_requests=2500, warmup_s=5.0, block_s=10.0,
             burn_in_s=2.0, sb_burn_ins=(0.0, 2.0), L=150, L_factors=(0.5, 1.0), n_batches=10, alpha_batches=20,
@@ -148,7 +150,7 @@ def test_mixed_dq_for_p90_mixes_a_mean_estimate_in():
 
 
 def test_bad_config_fails_before_any_run(monkeypatch):
-    monkeypatch.setattr(A, "run_tasks", lambda *a, **k: pytest.fail("ran before validating"))
+    monkeypatch.setattr(parallel, "run_tasks", lambda *a, **k: pytest.fail("ran before validating"))
     bad = [
         (dict(rho=1.0), "rho"),
         (dict(p=0.0), "p: treatment probability"),

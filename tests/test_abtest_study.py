@@ -18,6 +18,8 @@ from extras import need
 from asrsched.abtest import full_run as F
 from asrsched.abtest import study as S
 from asrsched.abtest.model import SystemConfig
+from asrsched.sim import parallel
+from asrsched.sim.parallel import run_study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +35,7 @@ def _tiny(**kw):
 
 @pytest.fixture(scope="module")
 def tiny_result():
-    return S.run_study(_tiny(), workers=1, progress=False)
+    return run_study(_tiny(), workers=1, progress=False)
 
 
 def test_study_tables(tiny_result):
@@ -82,12 +84,12 @@ def test_study_tables(tiny_result):
 
 def test_study_is_reproducible_and_resumes_from_cache(tmp_path, tiny_result):
     sc = _tiny(scenarios=("homogeneous",), reps=2)
-    a = S.run_study(sc, workers=1, progress=False, cache_dir=tmp_path)
+    a = run_study(sc, workers=1, progress=False, cache_dir=tmp_path)
     files = sorted(tmp_path.glob("*.json"))
     assert len(files) == 2 + 4  # 2 replications + 4 truth runs (control, treatment, p +- h)
-    b = S.run_study(sc, workers=1, progress=False, cache_dir=tmp_path)  # all from cache
+    b = run_study(sc, workers=1, progress=False, cache_dir=tmp_path)  # all from cache
     pd.testing.assert_frame_equal(a.estimates, b.estimates)
-    c = S.run_study(sc, workers=1, progress=False)  # recomputed: same numbers
+    c = run_study(sc, workers=1, progress=False)  # recomputed: same numbers
     pd.testing.assert_frame_equal(a.estimates, c.estimates)
     # the homogeneous replications equal those of the bigger tiny study (same seeds per task)
     big = tiny_result.estimates
@@ -98,7 +100,7 @@ def test_study_is_reproducible_and_resumes_from_cache(tmp_path, tiny_result):
 
 def test_study_results_do_not_depend_on_which_task_finished_first(tiny_result):
     # two worker processes finish tasks in a varying order; the tables come back in the tasks' order, bit for bit
-    b = S.run_study(_tiny(), workers=2, progress=False)
+    b = run_study(_tiny(), workers=2, progress=False)
     pd.testing.assert_frame_equal(tiny_result.estimates, b.estimates)
     pd.testing.assert_frame_equal(tiny_result.little, b.little)
     pd.testing.assert_frame_equal(tiny_result.truth, b.truth)
@@ -149,9 +151,9 @@ def test_scenarios_of_one_system_share_experiments_and_truth(tiny_result):
     (dict(slope_h=0.6), "slope_h"),
 ])
 def test_bad_study_config_is_refused_before_running(kw, param, monkeypatch):
-    monkeypatch.setattr(S, "run_tasks", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
+    monkeypatch.setattr(parallel, "run_tasks", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
     with pytest.raises(ValueError, match=param):
-        S.run_study(_tiny(**kw), workers=1, progress=False)
+        run_study(_tiny(**kw), workers=1, progress=False)
 
 
 def test_explorer_reacts_to_sliders_and_reports_bad_input():

@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 
 from asrsched.sim import cache
+from asrsched.sim.parallel import run_study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -205,18 +206,18 @@ def test_ab_study_cache_hits_on_same_code_and_misses_after_a_model_edit(tmp_path
     from asrsched.abtest import study as S
 
     sc = _tiny_study()
-    a = S.run_study(sc, workers=1, progress=False, cache_dir=tmp_path)
+    a = run_study(sc, workers=1, progress=False, cache_dir=tmp_path)
     n_files = len(list(tmp_path.glob("*.json")))
     assert n_files == 2 + 4  # 2 replications + 4 truth runs
     monkeypatch.setattr(S, "run_truth", _stand_in("run_truth"))
     monkeypatch.setattr(S, "run_replication", _stand_in("run_replication"))
-    b = S.run_study(sc, workers=1, progress=False, cache_dir=tmp_path)  # all hits: the stand-ins never run
+    b = run_study(sc, workers=1, progress=False, cache_dir=tmp_path)  # all hits: the stand-ins never run
     pd.testing.assert_frame_equal(a.estimates, b.estimates)
     sources.edit("core/policies.py")  # not imported by the study: still hits
-    S.run_study(sc, workers=1, progress=False, cache_dir=tmp_path)
+    run_study(sc, workers=1, progress=False, cache_dir=tmp_path)
     sources.edit("abtest/model.py")  # the queueing model the study simulates: misses
     with pytest.raises(Recomputed):
-        S.run_study(sc, workers=1, progress=False, cache_dir=tmp_path)
+        run_study(sc, workers=1, progress=False, cache_dir=tmp_path)
 
 
 def test_asr_fleet_cache_hits_on_same_code_and_misses_after_a_policy_edit(tmp_path, monkeypatch, sources):
@@ -226,11 +227,11 @@ def test_asr_fleet_cache_hits_on_same_code_and_misses_after_a_policy_edit(tmp_pa
                            block_s=10.0, burn_in_s=2.0, sb_burn_ins=(0.0, 2.0), L=150, L_factors=(0.5, 1.0),
                            n_batches=10, alpha_batches=20, reps=2, truth_seeds=2, scheduling_designs=("replica",),
                            routing_designs=("bernoulli",))
-    a = A.run_study(cfg, workers=1, progress=False, cache_dir=tmp_path)
+    a = run_study(cfg, workers=1, progress=False, cache_dir=tmp_path)
     assert len(list(tmp_path.glob("*.json"))) > 0
     monkeypatch.setattr(A, "_dispatch", lambda **k: (_ for _ in ()).throw(Recomputed("fleet")))
-    b = A.run_study(cfg, workers=1, progress=False, cache_dir=tmp_path)  # all hits
+    b = run_study(cfg, workers=1, progress=False, cache_dir=tmp_path)  # all hits
     pd.testing.assert_frame_equal(a.estimates, b.estimates)
     sources.edit("core/policies.py")  # the replicas' scheduling policies: misses
     with pytest.raises(Recomputed):
-        A.run_study(cfg, workers=1, progress=False, cache_dir=tmp_path)
+        run_study(cfg, workers=1, progress=False, cache_dir=tmp_path)

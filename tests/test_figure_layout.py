@@ -182,9 +182,10 @@ def _abtest_figures() -> dict[str, go.Figure]:
 
 
 def _fleet_figures() -> dict[str, go.Figure]:
-    from asrsched.abtest.asr_fleet import ASRStudyConfig, run_study
+    from asrsched.abtest.asr_fleet import ASRStudyConfig
     from asrsched.abtest.asr_fleet_report import summary_table
     from asrsched.figures import asr_fleet as F
+    from asrsched.sim.parallel import run_study
 
     cfg = ASRStudyConfig(workloads=("librispeech",), n_replicas=2, rho=0.9, n_requests=2500, warmup_s=5.0,
                          block_s=10.0, burn_in_s=2.0, sb_burn_ins=(0.0, 2.0), L=150, L_factors=(0.5, 1.0), reps=3,

@@ -9,7 +9,7 @@ import pytest
 from extras import need
 
 from asrsched.core.workloads import make_trace
-from asrsched.sim.parallel import in_task_order, json_default, map_tasks, run_tasks, task_seed
+from asrsched.sim.parallel import StudyPlan, in_task_order, json_default, map_tasks, run_study, run_tasks, task_seed
 
 TASKS = [dict(workload=w, rate=r, n=200, seed=s) for w in ("librispeech", "uniform") for r in (2.0, 9.0)
          for s in (0, 1)]
@@ -99,6 +99,51 @@ def test_run_tasks_keeps_task_order_and_resumes_from_its_cache(tmp_path, workers
     assert len(list(tmp_path.glob("t-*.json"))) == len(TASKS) + 1
     with pytest.raises(ValueError, match="cache_dir needs code="):
         run_tasks(lambda **t: pytest.fail("ran"), TASKS, cache_dir=tmp_path, progress=False)
+
+
+class _MeanArrivals:
+    """A study as the runner sees it: check, plan, assemble (the A/B and serving studies are the real ones)."""
+
+    def __init__(self, n_traces: int, *, one_at_a_time: bool = False, cacheable: bool = True):
+        self.n_traces, self.one_at_a_time, self.cacheable, self.calls = n_traces, one_at_a_time, cacheable, []
+
+    def validate(self):
+        self.calls.append("validate")
+        if self.n_traces < 1:
+            raise ValueError(f"n_traces: need at least one trace, got {self.n_traces}")
+
+    def plan(self):
+        self.calls.append("plan")
+        tasks = [dict(TASKS[0], seed=s) for s in range(self.n_traces)]
+        return StudyPlan(_mean_arrival, tasks, prefix="means", one_at_a_time=self.one_at_a_time,
+                         cacheable=self.cacheable, context={"first_seed": tasks[0]["seed"]})
+
+    def assemble(self, plan, results, seconds):
+        self.calls.append("assemble")
+        return {"means": [r["mean"] for r in results], "first_seed": plan.context["first_seed"], "seconds": seconds}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_run_study_validates_plans_runs_and_assembles_in_task_order(tmp_path, workers):
+    study = _MeanArrivals(4)
+    got = run_study(study, workers=workers, cache_dir=tmp_path, progress=False)
+    assert study.calls == ["validate", "plan", "assemble"] and got["first_seed"] == 0 and got["seconds"] >= 0
+    assert got["means"] == [_mean_arrival(**dict(TASKS[0], seed=s))["mean"] for s in range(4)]
+    assert len(list(tmp_path.glob("means-*.json"))) == 4  # keyed by the code of this module (the study class)
+    assert run_study(_MeanArrivals(4), workers=1, cache_dir=tmp_path, progress=False)["means"] == got["means"]
+
+
+def test_run_study_refuses_bad_input_before_any_task():
+    bad = _MeanArrivals(0)
+    with pytest.raises(ValueError, match="n_traces: need at least one trace, got 0"):
+        run_study(bad, progress=False)
+    assert bad.calls == ["validate"]  # never planned, nothing ran
+    with pytest.raises(ValueError, match="workers/address: a _MeanArrivals runs its tasks one at a time"):
+        run_study(_MeanArrivals(2, one_at_a_time=True), workers=2, progress=False)
+    with pytest.raises(ValueError, match="cache_dir: a _MeanArrivals keeps no cache"):
+        run_study(_MeanArrivals(2, cacheable=False), cache_dir="x", progress=False)
+    assert run_study(_MeanArrivals(2, one_at_a_time=True), progress=False)["means"][0] == _mean_arrival(**dict(
+        TASKS[0], seed=0))["mean"]
 
 
 def test_task_seed_is_stable_and_separates_tasks():

@@ -12,11 +12,12 @@ from asrsched.core.provenance import provenance
 from asrsched.serving.experiment import (
     RESULT_COLUMNS,
     SETTINGS,
+    ServingStudy,
     cell_statistics,
     results_table,
     run_engine_experiment,
-    run_study,
 )
+from asrsched.sim.parallel import run_study
 
 
 def _records(n=120, shift=0.0, scale=1.0, seed=0, rhos=(0.7,), fail=()):
@@ -88,7 +89,15 @@ def test_settings_full_has_enough_requests_and_bad_engine_is_named():
     with pytest.raises(ValueError, match="engine must be one of"):
         run_engine_experiment(engine="triton", progress=False)
     with pytest.raises(ValueError, match="setting must be one of"):
-        run_study("medium")
+        run_study(ServingStudy("medium"))
+    with pytest.raises(ValueError, match=r"overrides: \['n_reqests'\] are not parameters"):
+        run_study(ServingStudy(overrides={"n_reqests": 4}))
+    with pytest.raises(ValueError, match="engines must be some of"):
+        run_study(ServingStudy(engines=["triton"]))
+    with pytest.raises(ValueError, match="workers/address: a ServingStudy runs its tasks one at a time"):
+        run_study(ServingStudy(), workers=2)
+    with pytest.raises(ValueError, match="cache_dir: a ServingStudy keeps no cache"):
+        run_study(ServingStudy(), cache_dir="somewhere")
     with pytest.raises(ValueError, match="n_saturation"):
         run_engine_experiment(n_saturation=2, progress=False)
 
@@ -104,9 +113,9 @@ def test_provenance_records_commit_cpu_load_and_command():
 @pytest.mark.slow
 def test_quick_study_on_the_cpu_server(tmp_path):
     """The quick path end to end on real Whisper (tiny.en): results table and run.json."""
-    res = run_study("quick", ["cpu-server"], out_dir=tmp_path, policies=["fcfs", "sjf"], rhos=(0.7, 1.2),
-                    n_requests=4, n_probe=4, n_saturation=4, pool_size=6, n_boot=200, progress=False,
-                    command="pytest quick study")
+    res = run_study(ServingStudy("quick", ["cpu-server"], out_dir=tmp_path, policies=["fcfs", "sjf"], progress=False,
+                                 command="pytest quick study", overrides=dict(rhos=(0.7, 1.2), n_requests=4, n_probe=4,
+                                                                              n_saturation=4, pool_size=6, n_boot=200)))
     t = pd.read_csv(tmp_path / "real_engine_results.csv")
     assert tuple(t.columns[: len(RESULT_COLUMNS)]) == RESULT_COLUMNS and len(t) == len(res) == 4
     assert (t.n_requests == 4).all() and (t.failed == 0).all()
@@ -202,9 +211,10 @@ def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_
     other.to_csv(tmp_path / "real_engine_results.csv", index=False)
     (tmp_path / RUN_JSON).write_text(json.dumps({"runs": [{"commit": "earlier",
                                                             "parameters": {"engines": ["cpu-server"]}}]}))
-    res = run_study("quick", ["vllm"], out_dir=tmp_path, policies=["fcfs", "sjf"], rhos=(0.7,), n_requests=6,
-                    n_probe=4, n_saturation=6, pool_size=6, n_boot=200, vllm_max_num_seqs=2, progress=False,
-                    merge=True, command="pytest quick vllm study")
+    res = run_study(ServingStudy("quick", ["vllm"], out_dir=tmp_path, policies=["fcfs", "sjf"], progress=False,
+                                 merge=True, command="pytest quick vllm study",
+                                 overrides=dict(rhos=(0.7,), n_requests=6, n_probe=4, n_saturation=6, pool_size=6,
+                                                n_boot=200, vllm_max_num_seqs=2)))
     t = pd.read_csv(tmp_path / "real_engine_results.csv")
     assert sorted(t.engine.unique()) == ["cpu-server", "vllm"] and len(res) == len(t) == 3
     v = t[t.engine == "vllm"]

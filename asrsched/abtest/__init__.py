@@ -9,7 +9,7 @@
 * :mod:`.fleet_experiment` -- A/B experiments (routing or scheduling; Bernoulli, group,
   replica, switchback designs) on the multi-replica fleet of :mod:`asrsched.sim.fleet`.
 * :mod:`.asr_fleet` -- the ASR-fleet study: configuration, the estimators on one run,
-  tasks and :func:`~asrsched.abtest.asr_fleet.run_study`; :mod:`.asr_fleet_report` -- its
+  tasks (run by :func:`~asrsched.sim.parallel.run_study`); :mod:`.asr_fleet_report` -- its
   tables and the operator's recommendation.
 
 Figures and interactive panels live in the figures layer (:mod:`asrsched.figures.abtest`,

@@ -46,15 +46,14 @@ of the same length as the experiments, the same trace for every setting: common 
 numbers); ``GTE = metric(treatment) - metric(control)``, averaged over the traces, with its
 standard error. It is the estimand of a run of this length (which matters under drift).
 
-Every trace is one task for :func:`asrsched.sim.parallel.map_tasks` (joblib or Dask): the
+Every trace is one task of :meth:`ASRStudyConfig.plan`, run by :func:`asrsched.sim.parallel.run_study` (joblib or Dask): the
 designs of one replication replay the same trace (generated once per task), each design
 seeded from ``(seed, workload, replication, design)``; the ground-truth settings of one truth
 trace likewise. With ``cache_dir`` each finished task is kept as JSON and reused on a rerun.
 The fleet runs compiled (:mod:`asrsched.sim.kernel`, identical records to the Python
 fleet) whenever the policies and routers are built-in.
 
-This module holds the configuration, the estimators applied to one run, the tasks and
-:func:`run_study`. The tables and the operator's recommendation are
+This module holds the configuration, the estimators applied to one run and the tasks. The tables and the operator's recommendation are
 :mod:`asrsched.abtest.asr_fleet_report`; the figures :mod:`asrsched.figures.asr_fleet`; the
 interactive panel :func:`asrsched.figures.widgets.ab_explorer`.
 """
@@ -82,12 +81,11 @@ from asrsched.abtest.estimators import (
 from asrsched.abtest.fleet_experiment import ABTest, fleet_trace, run_experiment
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.sim.fleet import replica_capacity
-from asrsched.sim.parallel import run_tasks, task_seed
+from asrsched.sim.parallel import StudyPlan, task_seed
 
 __all__ = [
     "ASRStudyConfig",
     "ASRStudyResult",
-    "run_study",
     "run_replication",
     "run_replications",
     "run_truth",
@@ -232,6 +230,42 @@ class ASRStudyConfig:
         """DQ horizon (requests) at ``factor`` x the headline ``L``."""
         L0 = int(self.L) if self.L is not None else default_L(total_rate)
         return max(1, int(round(factor * L0)))
+
+    def plan(self) -> StudyPlan:
+        """The tasks for :func:`~asrsched.sim.parallel.run_study`: one per trace.
+
+        The settings (truth) or designs (experiments) that replay a trace run together in its task.
+        """
+        sd = self.to_dict()
+        settings = []
+        for factor in {f for f, _ in self.designs()}:
+            t = self.test(factor)
+            for arm in ("control", "treatment"):
+                if t.setting(arm) not in settings:
+                    settings.append(t.setting(arm))
+        truth = [dict(workload=w, k=k, settings=[list(x) for x in sorted(settings)], study=sd) for w in self.workloads
+                 for k in range(self.truth_seeds)]
+        reps = [dict(workload=w, rep=r, designs=[list(x) for x in self.designs()], study=sd) for w in self.workloads
+                for r in range(self.reps)]
+        tasks = [dict(kind="truth", task=t) for t in truth] + [dict(kind="rep", task=t) for t in reps]
+        return StudyPlan(_dispatch, tasks, prefix="abasr", desc="ASR A/B runs", context={"n_truth": len(truth)})
+
+    def assemble(self, plan: StudyPlan, results: list, seconds: float) -> ASRStudyResult:
+        """The :class:`ASRStudyResult` from the results of :meth:`plan`'s tasks, by workload, design and replication."""
+        truth, reps = results[: plan.context["n_truth"]], results[plan.context["n_truth"]:]
+        order = {w: i for i, w in enumerate(self.workloads)}
+        truth_runs = pd.DataFrame([row for r in truth for row in r])
+        truth_runs = truth_runs.sort_values(["workload", "router", "policy", "k"], key=lambda s: s.map(order)
+                                            if s.name == "workload" else s, kind="stable").reset_index(drop=True)
+        est = pd.DataFrame([row for r in reps for row in r["rows"]])
+        little = pd.DataFrame([row for r in reps for row in r["little"]])
+
+        def in_order(df: pd.DataFrame) -> pd.DataFrame:  # by workload, design and replication
+            return df.sort_values(["workload", "factor", "design", "rep", "metric"], key=lambda s: s.map(order)
+                                  if s.name == "workload" else s, kind="stable").reset_index(drop=True)
+
+        est, little = in_order(est), in_order(little)
+        return ASRStudyResult(self, est, truth_runs, _truth_table(truth_runs, self), little, seconds)
 
     def to_dict(self) -> dict:
         """JSON-friendly dict."""
@@ -437,7 +471,7 @@ def run_truths(workload: str, k: int, settings: list, study: dict) -> list[dict]
 
 @dataclass
 class ASRStudyResult:
-    """Raw outputs of :func:`run_study` (long tables) and its wall time."""
+    """Raw outputs of :func:`~asrsched.sim.parallel.run_study` (long tables) and its wall time."""
 
     config: ASRStudyConfig
     estimates: pd.DataFrame
@@ -468,49 +502,6 @@ def _truth_table(runs: pd.DataFrame, cfg: ASRStudyConfig) -> pd.DataFrame:
     df = pd.DataFrame(out)
     df["gte_pct"] = 100 * df["gte"] / df["value_control"]
     return df
-
-
-def run_study(cfg: ASRStudyConfig, *, workers: int | None = None, address=None, cache_dir=None,
-              progress: bool = True) -> ASRStudyResult:
-    """Run every (workload, design, replication) experiment and the ground-truth runs.
-
-    Validated first (nothing runs on bad input). The tasks run through
-    :func:`asrsched.sim.parallel.run_tasks`; with ``cache_dir`` each finished task is stored as
-    JSON at once, so an interrupted study resumes where it stopped.
-    """
-    cfg.validate()
-    sd = cfg.to_dict()
-    t0 = time.perf_counter()
-    settings = []
-    for factor in {f for f, _ in cfg.designs()}:
-        t = cfg.test(factor)
-        for arm in ("control", "treatment"):
-            if t.setting(arm) not in settings:
-                settings.append(t.setting(arm))
-    # one task per trace: the settings (truth) or designs (experiments) that replay it run together
-    ttasks = [dict(workload=w, k=k, settings=[list(x) for x in sorted(settings)], study=sd) for w in cfg.workloads
-              for k in range(cfg.truth_seeds)]
-    etasks = [dict(workload=w, rep=r, designs=[list(x) for x in cfg.designs()], study=sd) for w in cfg.workloads
-              for r in range(cfg.reps)]
-    from asrsched.sim.cache import code_key
-
-    tasks = [dict(kind="truth", task=t) for t in ttasks] + [dict(kind="rep", task=t) for t in etasks]
-    done = run_tasks(_dispatch, tasks, cache_dir=cache_dir, code=code_key(__name__), prefix="abasr", workers=workers,
-                     address=address, progress=progress, desc="ASR A/B runs")
-    truth, reps = done[: len(ttasks)], done[len(ttasks):]
-    order = {w: i for i, w in enumerate(cfg.workloads)}
-    truth_runs = pd.DataFrame([row for r in truth for row in r])
-    truth_runs = truth_runs.sort_values(["workload", "router", "policy", "k"], key=lambda s: s.map(order)
-                                        if s.name == "workload" else s, kind="stable").reset_index(drop=True)
-    est = pd.DataFrame([row for r in reps for row in r["rows"]])
-    little = pd.DataFrame([row for r in reps for row in r["little"]])
-
-    def in_order(df: pd.DataFrame) -> pd.DataFrame:  # by workload, design and replication
-        return df.sort_values(["workload", "factor", "design", "rep", "metric"], key=lambda s: s.map(order)
-                              if s.name == "workload" else s, kind="stable").reset_index(drop=True)
-
-    est, little = in_order(est), in_order(little)
-    return ASRStudyResult(cfg, est, truth_runs, _truth_table(truth_runs, cfg), little, time.perf_counter() - t0)
 
 
 def _dispatch(kind: str, task: dict):

@@ -24,7 +24,6 @@ from asrsched.abtest.model import simulate_supermarket
 from asrsched.abtest.study import (
     StudyConfig,
     StudyResult,
-    run_study,
     scenario_config,
 )
 from asrsched.abtest.study_report import (
@@ -36,7 +35,7 @@ from asrsched.abtest.study_report import (
     switchback_table,
 )
 from asrsched.core.stats import batch_mean_se, gain_bound, percentile_ci
-from asrsched.sim.parallel import json_default, keep_freed_memory, run_tasks, task_seed
+from asrsched.sim.parallel import json_default, keep_freed_memory, run_study, run_tasks, task_seed
 
 __all__ = [
     "run_wp_curve",

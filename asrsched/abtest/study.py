@@ -31,12 +31,12 @@ verdict with CIs. ``python -m asrsched.abtest.full_run --full --out figures/05_a
 (:func:`~asrsched.abtest.full_run.main`) writes all of it with a ``run.json`` of provenance (:func:`~asrsched.abtest.full_run.write_full_run`);
 notebook 05 reads it back with :func:`~asrsched.abtest.full_run.load_full_run`.
 
-This module holds the scenarios, the tasks and :func:`run_study`; the scoring tables and claims
+This module holds the scenarios and the tasks (:meth:`StudyConfig.plan`, run by :func:`asrsched.sim.parallel.run_study`); the scoring tables and claims
 are :mod:`asrsched.abtest.study_report` (re-exported here), the W(p) curve, the scenario search
 and the committed full run :mod:`asrsched.abtest.full_run`.
 
 Every task is a plain function of plain arguments, fanned out with
-:func:`asrsched.sim.parallel.map_tasks` (joblib processes locally, or Dask), seeded from
+:func:`asrsched.sim.parallel.run_study` (joblib processes locally, or Dask), seeded from
 ``(seed, scenario, replication, experiment)``; with ``cache_dir`` each finished task is
 stored as JSON so an interrupted study resumes without recomputing.
 """
@@ -73,8 +73,7 @@ from asrsched.abtest.study_report import (  # noqa: F401  (the study's tables, i
     switchback_table,
 )
 from asrsched.core.stats import batch_mean_se
-from asrsched.sim.cache import code_key
-from asrsched.sim.parallel import keep_freed_memory, run_tasks, task_seed
+from asrsched.sim.parallel import StudyPlan, keep_freed_memory, task_seed
 
 __all__ = [
     "SCENARIOS",
@@ -83,7 +82,6 @@ __all__ = [
     "scenario_config",
     "run_replication",
     "run_truth",
-    "run_study",
     "shared_systems",
     "summary_table",
     "ablation_table",
@@ -205,6 +203,40 @@ class StudyConfig:
         d["base"] = self.base.to_dict()
         return d
 
+    def plan(self) -> StudyPlan:
+        """The study's tasks for :func:`~asrsched.sim.parallel.run_study`: every system's truth runs, then its replications.
+
+        One batch, the longer truth runs first, so the workers start once and stay busy to the end.
+        Scenarios with the same system (:func:`shared_systems`) share one set of tasks.
+        """
+        sd = self.to_dict()
+        groups = shared_systems(self)
+        reps = [dict(scenario=s, rep=r, study=sd, **({"also": also} if also else {}))
+                for s, also in groups.items() for r in range(self.reps)]
+        arms = ["control", "treatment"] + (["p_minus", "p_plus"] if self.slope_h else [])
+        truth = [dict(scenario=s, arm=a, k=k, study=sd) for s in groups for a in arms for k in range(self.truth_seeds)]
+        every = [dict(fn=fn.__name__, task=t) for fn, tlist in ((run_truth, truth), (run_replication, reps))
+                 for t in tlist]
+        return StudyPlan(_study_task, every, prefix="abtest", desc="truth runs and replications",
+                         context={"groups": groups, "n_truth": len(truth)})
+
+    def assemble(self, plan: StudyPlan, results: list, seconds: float) -> StudyResult:
+        """The :class:`StudyResult` of :func:`~asrsched.sim.parallel.run_study` from the tasks of :meth:`plan`."""
+        groups, n_truth = plan.context["groups"], plan.context["n_truth"]
+        truth, reps = results[:n_truth], results[n_truth:]
+        rows = [r for res in reps for r in res["rows"]]
+        little = [r for res in reps for r in res["little"]]
+        est = pd.DataFrame(rows)
+        est["scenario"] = pd.Categorical(est["scenario"], categories=list(self.scenarios), ordered=True)
+        cpu = float(sum(r.get("cpu_seconds", np.nan) for r in reps) + sum(r.get("cpu_seconds", 0.0) for r in truth))
+        # every scenario gets its system's truth runs, in the study's scenario order; ``system`` names the scenario
+        # whose runs they are, and a shared run's CPU time is counted once (on its own scenario's rows)
+        of = {s: first for first, also in groups.items() for s in (first, *also)}
+        truth_runs = pd.DataFrame([dict(r, scenario=s, system=of[s], cpu_seconds=r["cpu_seconds"] if s == of[s] else 0.0)
+                                   for s in self.scenarios for r in truth if r["scenario"] == of[s]])
+        return StudyResult(self, est.sort_values(["scenario", "rep"]).reset_index(drop=True),
+                           _truth_table(truth_runs, self), pd.DataFrame(little), truth_runs, seconds, cpu)
+
     @classmethod
     def from_dict(cls, d: dict) -> StudyConfig:
         """Inverse of :meth:`to_dict`."""
@@ -231,7 +263,7 @@ def shared_systems(study: StudyConfig) -> dict[str, tuple[str, ...]]:
 
     Two scenarios whose :func:`scenario_config` are equal (``"homogeneous"`` and ``"switchback"``
     by default: the latter differs only in the switchback designs it compares) run the same
-    experiments and have the same ground truth, so :func:`run_study` simulates each such system
+    experiments and have the same ground truth, so the study simulates each such system
     once per replication (and its truth runs once) and gives every scenario of the group the same
     job-level, group and shared switchback estimates. The first scenario's seeds are used: its
     results are the same as when it runs alone.
@@ -341,7 +373,7 @@ def run_truth(scenario: str, arm: str, k: int, study: dict) -> dict:
 
 @dataclass
 class StudyResult:
-    """Raw outputs of :func:`run_study` (long DataFrames) plus timing.
+    """Raw outputs of :func:`~asrsched.sim.parallel.run_study` (long DataFrames) plus timing.
 
     ``seconds``: wall clock of the whole study; ``cpu_seconds``: CPU time summed over all
     tasks (what the study costs on any number of cores, noisy machines included).
@@ -381,45 +413,8 @@ def _truth_table(runs: pd.DataFrame, sc: StudyConfig) -> pd.DataFrame:
 
 
 def _study_task(fn: str, task: dict) -> dict:
-    """One task of :func:`run_study` by name (``run_truth`` or ``run_replication``), so both kinds share one batch."""
+    """One task of the study by name (``run_truth`` or ``run_replication``), so both kinds share one batch."""
     return {"run_truth": run_truth, "run_replication": run_replication}[fn](**task)
-
-
-def run_study(study: StudyConfig, *, workers: int | None = None, address=None, cache_dir=None,
-              progress: bool = True) -> StudyResult:
-    """Run every scenario's replications and ground truth (validated first; nothing runs on bad input).
-
-    The tasks run through :func:`asrsched.sim.parallel.run_tasks` (``workers`` local processes or
-    a Dask ``address``). With ``cache_dir`` each finished task is kept as JSON and reused.
-    """
-    study.validate()
-    sd = study.to_dict()
-    t0 = time.perf_counter()
-    groups = shared_systems(study)  # scenarios with the same system: one set of experiments and truth runs
-    tasks = [dict(scenario=s, rep=r, study=sd, **({"also": also} if also else {}))
-             for s, also in groups.items() for r in range(study.reps)]
-    arms = ["control", "treatment"] + (["p_minus", "p_plus"] if study.slope_h else [])
-    ttasks = [dict(scenario=s, arm=a, k=k, study=sd) for s in groups for a in arms
-              for k in range(study.truth_seeds)]
-    # one batch of tasks, the longer truth runs first, so the workers start once and stay busy to the end
-    every = [dict(fn=fn.__name__, task=t) for fn, tlist in ((run_truth, ttasks), (run_replication, tasks))
-             for t in tlist]
-    results = run_tasks(_study_task, every, cache_dir=cache_dir, code=code_key(__name__), prefix="abtest",
-                        workers=workers, address=address, progress=progress, desc="truth runs and replications")
-    truth, reps = results[: len(ttasks)], results[len(ttasks):]
-    rows = [r for res in reps for r in res["rows"]]
-    little = [r for res in reps for r in res["little"]]
-    est = pd.DataFrame(rows)
-    est["scenario"] = pd.Categorical(est["scenario"], categories=list(study.scenarios), ordered=True)
-    cpu = float(sum(r.get("cpu_seconds", np.nan) for r in reps) + sum(r.get("cpu_seconds", 0.0) for r in truth))
-    # every scenario gets its system's truth runs, in the study's scenario order; ``system`` names the scenario
-    # whose runs they are, and a shared run's CPU time is counted once (on its own scenario's rows)
-    of = {s: first for first, also in groups.items() for s in (first, *also)}
-    truth_runs = pd.DataFrame([dict(r, scenario=s, system=of[s], cpu_seconds=r["cpu_seconds"] if s == of[s] else 0.0)
-                               for s in study.scenarios for r in truth if r["scenario"] == of[s]])
-    return StudyResult(study, est.sort_values(["scenario", "rep"]).reset_index(drop=True),
-                       _truth_table(truth_runs, study), pd.DataFrame(little), truth_runs,
-                       time.perf_counter() - t0, cpu)
 
 
 if __name__ == "__main__":  # the command recorded by runs before the split

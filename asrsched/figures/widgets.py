@@ -8,7 +8,7 @@
 * :func:`ab_explorer` -- the A/B study of routing and scheduling on the ASR fleet (notebook 06).
 
 Each panel calls the same functions the batch path calls (:func:`asrsched.sim.sweep.point_records`,
-:func:`asrsched.abtest.study.run_study`, :func:`asrsched.abtest.asr_fleet.run_study`), so what a
+:func:`asrsched.sim.parallel.run_study` of each study's configuration), so what a
 slider shows is what papermill computes. Panels compute their first view once when built and
 then only react to the user; under papermill nothing waits for input. Every control has a
 ``description`` (the browser tests find them by it). Each panel ends with an "export this view"
@@ -27,10 +27,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from asrsched.abtest.asr_fleet import ASRStudyConfig
-from asrsched.abtest.asr_fleet import run_study as run_fleet_study
 from asrsched.abtest.asr_fleet_report import summary_table
 from asrsched.abtest.model import SystemConfig
-from asrsched.abtest.study import StudyConfig, run_study
+from asrsched.abtest.study import StudyConfig
 from asrsched.abtest.study import summary_table as estimator_summary
 from asrsched.core.labels import estimator_label, router_label
 from asrsched.core.metrics import latency_cdf, summarize
@@ -47,6 +46,7 @@ from asrsched.profiling.fit import fit_kappa
 from asrsched.profiling.measure import TOKEN_COLUMNS
 from asrsched.sim.capacity import measure_capacity
 from asrsched.sim.engine import OverloadWarning
+from asrsched.sim.parallel import run_study
 from asrsched.sim.sweep import point_records
 
 _STYLE = {"description_width": "initial"}  # full labels, not "max_num…"
@@ -273,7 +273,7 @@ def ab_explorer(cfg: ASRStudyConfig | None = None, *, workload: str = "librispee
                 n_requests: int = 8000, workers: int = 1):
     """Sliders for fleet size, load, p and L over a small study of the routing and scheduling tests.
 
-    Each change re-runs :func:`asrsched.abtest.asr_fleet.run_study` (the batch path) on one workload with ``reps``
+    Each change re-runs :func:`asrsched.sim.parallel.run_study` (the batch path) on one workload with ``reps``
     replications and shows every estimate against the truth. The first view is computed once
     when the panel is built; nothing waits for input (safe under papermill).
     """
@@ -301,7 +301,7 @@ def ab_explorer(cfg: ASRStudyConfig | None = None, *, workload: str = "librispee
             span = c.warmup_s + max(5 * c.block_s, 2 * c.L_for(total_rate) / total_rate + 2 * c.n_batches / total_rate)
             c = c.replace(n_requests=max(int(n_requests), int(math.ceil(total_rate * span))))
             msg.value = f"<i>simulating {c.reps} experiments x {len(c.designs())} designs of {c.n_requests} requests</i>"
-            state["res"] = run_fleet_study(c, workers=workers, progress=False)
+            state["res"] = run_study(c, workers=workers, progress=False)
             state["sum"] = summary_table(state["res"])
             msg.value = ""
         except ValueError as e:

@@ -1,7 +1,7 @@
 """The committed real-engine study (``figures/04_real_serving``), read back with its provenance.
 
 ``python -m asrsched.serving.experiment --setting full`` writes the study
-(:func:`asrsched.serving.experiment.run_study`); notebook 04 shows it with :func:`load_committed_study`, which reads every file
+(:class:`asrsched.serving.experiment.ServingStudy`); notebook 04 shows it with :func:`load_committed_study`, which reads every file
 the study left (results, provenance of each invocation, the vLLM step times, their fitted service model
 and the load-tool comparison) and gives the summary lines the notebook prints, so that the notebook
 holds calls only and every number shown is read from those files.

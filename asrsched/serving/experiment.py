@@ -30,7 +30,7 @@ GPU): the policy servers then run in upstream mode in front of it, with
 ``upstream_concurrency`` requests in flight (the order of admission is ours; the
 engine batches what it is given).
 
-**The real-engine study** (:func:`run_study`): per engine — ``"cpu-server"`` (this
+**The real-engine study** (:class:`ServingStudy`, run by :func:`asrsched.sim.parallel.run_study`): per engine — ``"cpu-server"`` (this
 package's server, faster-whisper on CPU) or ``"vllm"`` (vLLM's OpenAI server with the
 :mod:`asrsched.vllm_plugin.scheduler` plug-in, one engine per policy, continuous batching of
 ``max_num_seqs`` sequences) — the engine's **saturation throughput** is measured
@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import shlex
@@ -87,7 +88,7 @@ from asrsched.serving.comparison import TABLE_METRICS, comparison_table, simulat
 from asrsched.serving.loadgen import plan_requests, run_coro, run_load
 from asrsched.serving.servers import ServerProcess, VllmServerProcess, server_records
 from asrsched.serving.study_stats import MIN_N_VERDICT, RESULT_COLUMNS, cell_statistics, results_table
-from asrsched.sim.parallel import run_tasks
+from asrsched.sim.parallel import StudyPlan, run_study
 
 __all__ = [
     "ServerProcess",
@@ -113,7 +114,7 @@ __all__ = [
     "cell_statistics",
     "results_table",
     "MIN_N_VERDICT",
-    "run_study",
+    "ServingStudy",
     "main",
 ]
 
@@ -404,79 +405,115 @@ def run_engine_experiment(
 
 # ----------------------------------------------------------------------------- the study
 
-def run_study(setting: str = "quick", engines: Sequence[str] = ("cpu-server",), *,
-              out_dir: str | os.PathLike = "figures/04_real_serving", policies: Sequence[str] = ("fcfs", "sjf", "hrrn"),
-              command: str | None = None, progress: bool = True, service_jsons: dict | None = None,
-              merge: bool = False, **overrides) -> pd.DataFrame:
-    """The real-engine study: :func:`run_engine_experiment` for each engine at the setting's loads ``rhos``, one results table.
+@dataclass
+class ServingStudy:
+    """The real-engine study, run by :func:`asrsched.sim.parallel.run_study`: :func:`run_engine_experiment` per engine.
 
     ``setting``: a key of :data:`SETTINGS` (``overrides`` replace its values, and take any other
-    :func:`run_engine_experiment` argument, e.g. ``vllm_engine_args``); ``service_jsons`` maps an engine to the
+    :func:`run_engine_experiment` argument, e.g. ``vllm_engine_args``); each engine runs every
+    policy at the setting's loads ``rhos``, and the engines run one after another in this process
+    (each measures the whole machine). ``service_jsons`` maps an engine to the
     :class:`ServiceModel` JSON fitted for it (e.g. notebook 01 with ``BACKEND="vllm"`` and
-    ``PROFILE_JSON``), used for that engine's ``sim_*`` prediction. Writes into
-    ``out_dir``: ``real_engine_results.csv`` (:func:`results_table` for all engines), per engine a
-    folder with the records and server logs, for vLLM its step times (:data:`STEP_TIMES_CSV`) and
-    the service model fitted to them (:data:`STEP_MODEL_JSON`) and the load tools compared
+    ``PROFILE_JSON``), used for that engine's ``sim_*`` prediction. Writes into ``out_dir``:
+    ``real_engine_results.csv`` (:func:`results_table` for all engines), per engine a folder with
+    the records and server logs, for vLLM its step times (:data:`STEP_TIMES_CSV`) and the service
+    model fitted to them (:data:`STEP_MODEL_JSON`) and the load tools compared
     (:data:`LOAD_TOOLS_CSV`), and ``real_engine_run.json`` (:data:`RUN_JSON`:
     ``{"runs": [provenance, ...]}``, one :func:`asrsched.core.provenance.provenance` record per
-    invocation that wrote rows; the folder's ``run.json`` belongs to the notebook main job). ``merge=True`` keeps the rows of other
-    engines already in ``out_dir`` (and their provenance), so that the engines of one study can run
-    in separate invocations; without it the files are replaced. Returns the table (all engines).
+    invocation that wrote rows; the folder's ``run.json`` belongs to the notebook main job).
+    ``merge=True`` keeps the rows of other engines already in ``out_dir`` (and their provenance), so
+    that the engines of one study can run in separate invocations; without it the files are
+    replaced. The study's result is the table (all engines).
     """
-    if setting not in SETTINGS:
-        raise ValueError(f"setting must be one of {', '.join(SETTINGS)}; got {setting!r}")
-    bad = [e for e in engines if e not in ENGINES]
-    if bad or not engines:
-        raise ValueError(f"engines must be some of {', '.join(ENGINES)}; got {list(engines)!r}")
-    la0 = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    cfg = {**SETTINGS[setting], **overrides}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tables, per_engine = [], {}
-    t0 = time.perf_counter()
-    sj = dict(service_jsons or {})
-    if set(sj) - set(engines):
-        raise ValueError(f"service_jsons names engines not in the study: {sorted(set(sj) - set(engines))}")
-    vllm_model = cfg.pop("vllm_model", None)
-    tasks = []
-    for eng in engines:
-        kw = dict(cfg)
-        if eng == "vllm" and vllm_model and "model" not in overrides:
-            kw["model"] = vllm_model
-        kw.setdefault("compare_bench_serve", eng == "vllm")
-        tasks.append(dict(policies=list(policies), out_dir=str(out / eng), engine=eng, progress=progress,
-                          service_json=sj.get(eng), **kw))
-    # the study runner of every study; real engines one at a time (workers=1): each measures the whole machine
-    for eng, exp in zip(engines, run_tasks(run_engine_experiment, tasks, workers=1, progress=False, desc="engines")):
-        if exp.load_tools is not None:
-            exp.load_tools.to_csv(out / LOAD_TOOLS_CSV, index=False)
-        tables.append(exp.results)
-        steps_log = out / eng / "steps-probe.jsonl"
-        if eng == "vllm" and (out / eng / "step_service_model.json").exists() and steps_log.exists():
-            from asrsched.serving.vllm_steps import read_step_log, step_time_table
 
-            step_time_table(read_step_log(steps_log)).to_csv(out / STEP_TIMES_CSV, index=False)
-            (out / STEP_MODEL_JSON).write_text((out / eng / "step_service_model.json").read_text())
-        per_engine[eng] = {"saturation": exp.saturation.to_dict() if exp.saturation else {},
-                           "model_capacity": exp.model_capacity.to_dict(),
-                           "timings": exp.timings, "params": exp.params}
-    res = pd.concat(tables, ignore_index=True)
-    res.insert(len(RESULT_COLUMNS), "setting", setting)
-    runs = []
-    if merge and (out / RESULTS_CSV).exists():
-        old = pd.read_csv(out / RESULTS_CSV)
-        res = pd.concat([old[~old["engine"].isin(list(engines))], res], ignore_index=True)
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            runs = [r for r in json.loads((out / RUN_JSON).read_text())["runs"]
-                    if set(r["parameters"]["engines"]) - set(engines)]
-    res.to_csv(out / RESULTS_CSV, index=False)
-    params = {"setting": setting, "engines": list(engines), "policies": list(policies), **cfg,
-              "vllm_model": vllm_model if "model" not in overrides else cfg["model"],
-              "service_jsons": {k: str(v) for k, v in sj.items()},
-              "per_engine": per_engine, "elapsed_s": time.perf_counter() - t0}
-    runs.append(provenance(command, params, load_start=la0))
-    (out / RUN_JSON).write_text(json.dumps({"runs": runs}, indent=2, default=str) + "\n")
-    return res
+    setting: str = "quick"
+    engines: Sequence[str] = ("cpu-server",)
+    out_dir: str | os.PathLike = "figures/04_real_serving"
+    policies: Sequence[str] = ("fcfs", "sjf", "hrrn")
+    command: str | None = None
+    progress: bool = True
+    service_jsons: dict | None = None
+    merge: bool = False
+    overrides: dict = field(default_factory=dict)
+
+    def validate(self) -> ServingStudy:
+        """Check the setting, engines, service models and overrides (by name) before any server starts."""
+        if self.setting not in SETTINGS:
+            raise ValueError(f"setting must be one of {', '.join(SETTINGS)}; got {self.setting!r}")
+        bad = [e for e in self.engines if e not in ENGINES]
+        if bad or not self.engines:
+            raise ValueError(f"engines must be some of {', '.join(ENGINES)}; got {list(self.engines)!r}")
+        extra = set(self.service_jsons or {}) - set(self.engines)
+        if extra:
+            raise ValueError(f"service_jsons names engines not in the study: {sorted(extra)}")
+        allowed = set(inspect.signature(run_engine_experiment).parameters) - _SET_BY_STUDY
+        unknown = sorted(set(self.overrides) - allowed - {"vllm_model"})
+        if unknown:
+            raise ValueError(f"overrides: {unknown} are not parameters of run_engine_experiment "
+                             f"(allowed: {', '.join(sorted(allowed | {'vllm_model'}))})")
+        return self
+
+    def config(self) -> dict:
+        """The setting's values with the overrides applied (``vllm_model`` included)."""
+        return {**SETTINGS[self.setting], **self.overrides}
+
+    def plan(self) -> StudyPlan:
+        """One :func:`run_engine_experiment` task per engine, run one at a time (no cache: results are files)."""
+        cfg = self.config()
+        vllm_model = cfg.pop("vllm_model", None)
+        tasks = []
+        for eng in self.engines:
+            kw = dict(cfg)
+            if eng == "vllm" and vllm_model and "model" not in self.overrides:
+                kw["model"] = vllm_model
+            kw.setdefault("compare_bench_serve", eng == "vllm")
+            tasks.append(dict(policies=list(self.policies), out_dir=str(Path(self.out_dir) / eng), engine=eng,
+                              progress=self.progress, service_json=(self.service_jsons or {}).get(eng), **kw))
+        Path(self.out_dir).mkdir(parents=True, exist_ok=True)
+        la0 = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+        return StudyPlan(run_engine_experiment, tasks, prefix="serving", desc="engines", one_at_a_time=True,
+                         cacheable=False, progress=False, context={"load_start": la0})
+
+    def assemble(self, plan: StudyPlan, results: list, seconds: float) -> pd.DataFrame:
+        """Write the study's files (see the class docstring) from the engines' experiments; the results table."""
+        out, engines = Path(self.out_dir), list(self.engines)
+        tables, per_engine = [], {}
+        for eng, exp in zip(engines, results):
+            if exp.load_tools is not None:
+                exp.load_tools.to_csv(out / LOAD_TOOLS_CSV, index=False)
+            tables.append(exp.results)
+            steps_log = out / eng / "steps-probe.jsonl"
+            if eng == "vllm" and (out / eng / "step_service_model.json").exists() and steps_log.exists():
+                from asrsched.serving.vllm_steps import read_step_log, step_time_table
+
+                step_time_table(read_step_log(steps_log)).to_csv(out / STEP_TIMES_CSV, index=False)
+                (out / STEP_MODEL_JSON).write_text((out / eng / "step_service_model.json").read_text())
+            per_engine[eng] = {"saturation": exp.saturation.to_dict() if exp.saturation else {},
+                               "model_capacity": exp.model_capacity.to_dict(),
+                               "timings": exp.timings, "params": exp.params}
+        res = pd.concat(tables, ignore_index=True)
+        res.insert(len(RESULT_COLUMNS), "setting", self.setting)
+        runs = []
+        if self.merge and (out / RESULTS_CSV).exists():
+            old = pd.read_csv(out / RESULTS_CSV)
+            res = pd.concat([old[~old["engine"].isin(engines)], res], ignore_index=True)
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                runs = [r for r in json.loads((out / RUN_JSON).read_text())["runs"]
+                        if set(r["parameters"]["engines"]) - set(engines)]
+        res.to_csv(out / RESULTS_CSV, index=False)
+        cfg = self.config()
+        vllm_model = cfg.pop("vllm_model", None)
+        params = {"setting": self.setting, "engines": engines, "policies": list(self.policies), **cfg,
+                  "vllm_model": vllm_model if "model" not in self.overrides else cfg["model"],
+                  "service_jsons": {k: str(v) for k, v in (self.service_jsons or {}).items()},
+                  "per_engine": per_engine, "elapsed_s": seconds}
+        runs.append(provenance(self.command, params, load_start=plan.context["load_start"]))
+        (out / RUN_JSON).write_text(json.dumps({"runs": runs}, indent=2, default=str) + "\n")
+        return res
+
+
+#: run_engine_experiment's arguments that the study sets itself (per engine), not overridable
+_SET_BY_STUDY = {"policies", "out_dir", "engine", "progress", "service_json"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -519,8 +556,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sj[eng] = path
     cmd = " ".join(shlex.quote(x) for x in ["python", "-m", "asrsched.serving.experiment",
                                              *(sys.argv[1:] if argv is None else argv)])
-    res = run_study(a.setting, a.engines, out_dir=a.out, policies=a.policies, command=cmd, service_jsons=sj,
-                    merge=a.merge, **ov)
+    res = run_study(ServingStudy(a.setting, a.engines, out_dir=a.out, policies=a.policies, command=cmd,
+                                 service_jsons=sj, merge=a.merge, overrides=ov))
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(res[list(RESULT_COLUMNS) + [c for c in res if c.startswith("verdict_")]].round(3).to_string(index=False))
     print(f"wrote {Path(a.out) / RESULTS_CSV} and {Path(a.out) / RUN_JSON}")

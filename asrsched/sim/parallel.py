@@ -1,4 +1,13 @@
-"""One code path to fan out independent tasks: joblib locally, or a Dask cluster.
+"""The study runner: one code path to fan out independent tasks (joblib locally, or a Dask cluster).
+
+:func:`run_study` runs every study of the package -- the A/B estimator study
+(:class:`asrsched.abtest.study.StudyConfig`), the A/B test of ASR policies on a fleet
+(:class:`asrsched.abtest.asr_fleet.ASRStudyConfig`) and the real-engine study
+(:class:`asrsched.serving.experiment.ServingStudy`): it validates the study (nothing runs on bad
+input), asks it for its :class:`StudyPlan` (one function and its tasks), runs the tasks with
+:func:`run_tasks` (cache keyed by the study module's code, task order, progress, processes or Dask)
+and hands the results back to the study to assemble. A study module keeps only its own model of
+the experiment: its tasks and how their results become tables.
 
 ``map_tasks(fn, tasks)`` calls ``fn(**task)`` for each task dict and yields
 ``(task, result)`` pairs as they complete, with a tqdm progress bar.
@@ -20,16 +29,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from tqdm import auto as tqdm_auto
 
-from asrsched.sim.cache import cache_key
+from asrsched.sim.cache import cache_key, code_key
 
-__all__ = ["map_tasks", "default_workers", "in_task_order", "run_tasks", "task_seed", "json_default", "keep_freed_memory"]
+__all__ = ["map_tasks", "default_workers", "in_task_order", "run_tasks", "task_seed", "json_default", "keep_freed_memory",
+           "Study", "StudyPlan", "run_study"]
 
 
 def default_workers() -> int:
@@ -114,6 +126,72 @@ def run_tasks(fn: Callable[..., Any], tasks: Iterable[dict], *, cache_dir=None, 
             tmp.rename(path(t))
         done.append((t, r))
     return in_task_order(done, tasks)
+
+
+@dataclass
+class StudyPlan:
+    """What a study asks :func:`run_study` to run: ``fn(**task)`` for every task of ``tasks``.
+
+    ``fn`` is a module-level function (it is sent to worker processes), defined with the study's
+    class: the code of that module (and of every module it imports) keys the cache. ``prefix``
+    names the cache files and ``desc`` the progress bar.
+    ``one_at_a_time``: the tasks run in this process one after another (a real engine measures the
+    whole machine), so ``workers`` and ``address`` are refused; ``cacheable=False`` refuses a
+    ``cache_dir`` (results that are not JSON). ``progress=False`` shows no bar of the runner's own
+    (the tasks show theirs). ``context``: what the study keeps between planning and assembling.
+    """
+
+    fn: Callable[..., Any]
+    tasks: list[dict]
+    prefix: str
+    desc: str = "tasks"
+    one_at_a_time: bool = False
+    cacheable: bool = True
+    progress: bool = True
+    context: dict = field(default_factory=dict)
+
+
+class Study(Protocol):
+    """A study as :func:`run_study` sees it: check itself, plan its tasks, assemble their results."""
+
+    def validate(self) -> object:
+        """Raise ``ValueError`` naming the bad parameter; called before any task runs."""
+        ...
+
+    def plan(self) -> StudyPlan:
+        """The study's tasks and the function that runs one."""
+        ...
+
+    def assemble(self, plan: StudyPlan, results: list[Any], seconds: float) -> Any:
+        """The study's result from its tasks' ``results`` (in task order) and the wall time in seconds."""
+        ...
+
+
+def run_study(study: Study, *, workers: int | None = None, address: Any = None, cache_dir=None,
+              progress: bool | Callable[..., Any] = True) -> Any:
+    """Run a study: validate it (before any work), run its :meth:`~Study.plan`'s tasks, assemble the result.
+
+    ``workers`` local processes (``None``: :func:`default_workers`; 1 runs in this process) or a
+    Dask ``address`` (:func:`map_tasks`); with ``cache_dir`` every finished task is kept as JSON,
+    keyed by its task and by the code of the study's module (:func:`~asrsched.sim.cache.code_key`), so an
+    interrupted study resumes where it stopped and code that changed recomputes
+    (:func:`run_tasks`). Returns what the study's :meth:`~Study.assemble` returns.
+    """
+    study.validate()
+    t0 = time.perf_counter()
+    plan = study.plan()
+    name = type(study).__name__
+    if plan.one_at_a_time and (address is not None or workers not in (None, 1)):
+        raise ValueError(f"workers/address: a {name} runs its tasks one at a time in this process "
+                         f"(each measures the whole machine); got workers={workers!r}, address={address!r}")
+    if cache_dir is not None and not plan.cacheable:
+        raise ValueError(f"cache_dir: a {name} keeps no cache (its results are files, written to its out_dir); "
+                         f"got {cache_dir!r}")
+    code = code_key(type(study).__module__) if cache_dir is not None else None
+    results = run_tasks(plan.fn, plan.tasks, cache_dir=cache_dir, code=code,
+                        prefix=plan.prefix, workers=1 if plan.one_at_a_time else workers, address=address,
+                        progress=progress if plan.progress else False, desc=plan.desc)
+    return study.assemble(plan, results, time.perf_counter() - t0)
 
 
 def task_seed(*parts, digest_size: int = 4) -> int:
