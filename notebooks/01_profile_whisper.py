@@ -82,11 +82,12 @@ from IPython.display import display
 
 from asrsched.figures.outputs import runs_path
 from asrsched.figures.profiling import fig_batch, fig_kappa, fig_kappa_text, fig_rtf, fig_time_model, fig_vad
-from asrsched.figures.style import export_figure, export_session, export_table
+from asrsched.figures.style import export_figure, export_session, export_table, setup
 from asrsched.figures.widgets import kappa_explorer
 from asrsched.profiling.run import run_profile
 from asrsched.profiling.text_kappa import CORPORA, kappa_gap, text_kappa
 
+setup()  # house template, figures laid out as exported, explorers that survive a saved page, progress bars
 NB = "01_profile_whisper"
 run = run_profile(model=MODEL, backend=BACKEND, languages=LANGUAGES, n_per_language=N_PER_LANGUAGE,
                   n_silence_per_language=N_SILENCE_PER_LANGUAGE, silence=SILENCE, beam_size=BEAM_SIZE,

@@ -99,7 +99,7 @@ from asrsched.figures.sim import (
     pct,
     service_note,
 )
-from asrsched.figures.style import export_figure, export_session, export_table
+from asrsched.figures.style import export_figure, export_session, export_table, setup
 from asrsched.sim.engine import OverloadWarning
 from asrsched.sim.sweep import (
     capacities,
@@ -112,6 +112,7 @@ from asrsched.sim.sweep import (
     throughput_spread,
 )
 
+setup()  # house template, figures laid out as exported, explorers that survive a saved page, progress bars
 NB = "02_policy_sweep"
 service = ServiceModel.from_json(PROFILE) if PROFILE else default_service_model()
 print(service.name, "|", service.assumptions or service.source)

@@ -124,10 +124,11 @@ from asrsched.figures.serving import (
     fig_study,
     verdict_text,
 )
-from asrsched.figures.style import export_figure, export_session, export_table
+from asrsched.figures.style import export_figure, export_session, export_table, setup
 from asrsched.serving.committed import load_committed_study
 from asrsched.serving.experiment import MIN_N_VERDICT, RESULT_COLUMNS, run_engine_experiment
 
+setup()  # house template, figures laid out as exported, explorers that survive a saved page, progress bars
 NB = "04_real_serving"
 
 # %%

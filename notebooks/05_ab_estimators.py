@@ -118,10 +118,11 @@ from asrsched.figures.abtest import (
     fig_wp,
 )
 from asrsched.figures.outputs import project_root
-from asrsched.figures.style import export_figure, export_session, export_table
+from asrsched.figures.style import export_figure, export_session, export_table, setup
 from asrsched.figures.widgets import estimator_explorer
 from asrsched.sim.parallel import run_study
 
+setup()  # house template, figures laid out as exported, explorers that survive a saved page, progress bars
 NB = "05_ab_estimators"
 pd.set_option("display.precision", 4)
 pd.set_option("display.width", 160)

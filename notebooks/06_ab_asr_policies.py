@@ -107,10 +107,11 @@ from asrsched.abtest import asr_fleet_report as report
 from asrsched.abtest.asr_fleet import LARGE_STUDY, ASRStudyConfig
 from asrsched.figures import asr_fleet as figs
 from asrsched.figures.outputs import runs_path
-from asrsched.figures.style import export_figure, export_session, export_table
+from asrsched.figures.style import export_figure, export_session, export_table, setup
 from asrsched.figures.widgets import ab_explorer
 from asrsched.sim.parallel import run_study
 
+setup()  # house template, figures laid out as exported, explorers that survive a saved page, progress bars
 NB = "06_ab_asr_policies"
 cfg = ASRStudyConfig(workloads=tuple(WORKLOADS), n_replicas=N_REPLICAS, rho=RHO, n_requests=N_REQUESTS,
                      warmup_s=WARMUP_S, p=P, routing_control=ROUTING[0], routing_treatment=ROUTING[1],

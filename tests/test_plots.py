@@ -1,7 +1,10 @@
 """House plot style and the export helper: template, fixed colours, offline HTML, print-size PNG/SVG."""
 
+import json
 import re
 import struct
+import subprocess
+import sys
 import warnings
 
 from extras import need
@@ -49,7 +52,47 @@ def test_png_header_reader_agrees_with_pil(tmp_path):
     assert png_size(tmp_path / "a.png") == (37, 11)
 
 
-def test_template_registered_and_default():
+@pytest.fixture
+def house():
+    """The notebooks' front-end setup (:func:`asrsched.figures.style.setup`), undone after the test."""
+    plots.setup("off")
+    yield
+    plots.teardown()
+
+
+def test_importing_the_style_changes_nothing_and_setup_is_undone_by_teardown():
+    code = """
+import plotly.graph_objects as go, plotly.io as pio, tqdm.auto
+from plotly.basewidget import BaseFigureWidget
+before = (pio.templates.default, go.Figure.show, go.Figure._repr_mimebundle_, BaseFigureWidget.get_state,
+          tqdm.auto.tqdm)
+from asrsched.figures import style
+assert "asrsched" in pio.templates  # registered by name, not made the default
+now = lambda: (pio.templates.default, go.Figure.show, go.Figure._repr_mimebundle_, BaseFigureWidget.get_state,
+               tqdm.auto.tqdm)
+assert now() == before, now()
+assert style.setup("text") == "text"
+after = now()
+assert after[0] == style.HOUSE_TEMPLATE and all(a is not b for a, b in zip(after, before)), after
+style.setup("text")  # again: nothing is wrapped twice
+assert now() == after
+style.teardown()
+assert now() == before, now()
+print("ok")
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
+
+
+def test_an_export_is_in_the_house_style_without_setup(tmp_path):
+    assert "asrsched" not in pio.templates.default.split("+")  # no setup in this test
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
+    html = export_figure(fig, "plain", "99_demo", root=tmp_path, formats=("html",))["html"].read_text()
+    assert "DejaVu Sans" in html and plots.OKABE_ITO[1] in html  # the house font and colourway
+    assert "DejaVu Sans" not in json.dumps(fig.layout.template.to_plotly_json())  # the caller's figure untouched
+
+
+def test_template_registered_and_default(house):
     assert "asrsched" in pio.templates
     assert "asrsched" in pio.templates.default.split("+")
     fig = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]))
@@ -178,7 +221,7 @@ def test_export_table_keeps_named_index_levels(tmp_path):
     assert list(plain.columns) == list(df.columns)
 
 
-def test_figurewidget_in_a_panel_reports_its_current_figure():
+def test_figurewidget_in_a_panel_reports_its_current_figure(house):
     """A frontend restoring widget state after the cell ran (Voila) gets the figure as it is now."""
     import ipywidgets as W
 

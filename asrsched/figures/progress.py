@@ -1,8 +1,8 @@
 """Progress bars that behave in every place a notebook runs.
 
 The lower layers (``asrsched.sim.parallel``, profiling, the load generator) draw their bars with
-``tqdm.auto.tqdm``, looked up when a bar is made. In a Jupyter kernel, :func:`install` (called when
-:mod:`asrsched.figures.style` is imported, i.e. by every notebook) points ``tqdm.auto`` at one of
+``tqdm.auto.tqdm``, looked up when a bar is made. In a Jupyter kernel, :func:`install` (called by
+:func:`asrsched.figures.style.setup`, i.e. by every notebook's first code cell) points ``tqdm.auto`` at one of
 two classes, chosen by :func:`mode`:
 
 * ``"widget"`` (opt-in, ``$ASRSCHED_PROGRESS=widget``): :class:`WidgetBar`, tqdm's ipywidgets bar,

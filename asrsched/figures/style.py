@@ -2,8 +2,13 @@
 
 * ``POLICY_COLORS``: one fixed, colour-blind-safe colour per policy (Okabe-Ito),
   the same in every notebook; ``ESTIMATOR_COLORS`` likewise for the A/B study.
-* ``TEMPLATE`` (registered as plotly template ``"asrsched"`` and made the default
-  on import): readable fonts at print size, white background, light grid.
+* ``TEMPLATE`` (registered as plotly template ``"asrsched"``; every export is drawn with
+  :data:`HOUSE_TEMPLATE`): readable fonts at print size, white background, light grid.
+* :func:`setup` (every notebook's first code cell calls it; :func:`teardown` undoes it) makes the
+  process show what the exports show: the house template as plotly's default, the layout pass
+  on every figure a notebook shows, explorers whose state survives a saved or reloaded page, and
+  progress bars that fit the front end (:mod:`asrsched.figures.progress`). Importing this module
+  changes nothing outside it.
 * :func:`export_figure` writes one figure as HTML (plotly.js inlined, opens
   offline), PNG and SVG (PDF on request) into the run's folder (see below);
   :func:`export_table` writes a CSV beside it. Static images go through kaleido 1.x
@@ -53,6 +58,9 @@ __all__ = [
     "ESTIMATOR_COLORS",
     "policy_color",
     "TEMPLATE",
+    "HOUSE_TEMPLATE",
+    "setup",
+    "teardown",
     "export_figure",
     "export_table",
     "export_session",
@@ -118,12 +126,13 @@ TEMPLATE = go.layout.Template(
         margin=dict(l=70, r=30, t=70, b=60),
     )
 )
-pio.templates["asrsched"] = TEMPLATE
-pio.templates.default = "plotly_white+asrsched"
+#: plotly's white theme under the house layout: the template of every export (and the default after :func:`setup`)
+HOUSE_TEMPLATE = "plotly_white+asrsched"
+pio.templates["asrsched"] = TEMPLATE  # a named template; registering it changes no default
 
 
-def _keep_figurewidget_state_current() -> None:
-    """Make a ``go.FigureWidget`` report its current figure whenever a frontend asks for its state.
+def _current_state_get_state(base_get_state):
+    """A ``FigureWidget.get_state`` that reports the current figure whenever a frontend asks for its state.
 
     plotly refreshes a FigureWidget's synced state (``_widget_data``/``_widget_layout``) only when the
     figure itself is displayed; edits made before that travel as one-off messages. A FigureWidget
@@ -132,13 +141,6 @@ def _keep_figurewidget_state_current() -> None:
     (Voila dashboards, a reloaded JupyterLab page) drew it empty. This refreshes the two traits just
     before ipywidgets serialises them for such a request; live edits are untouched.
     """
-    try:
-        from plotly.basewidget import BaseFigureWidget
-    except ImportError:  # no anywidget: there are no FigureWidgets to fix
-        return
-    if getattr(BaseFigureWidget, "_asrsched_current_state", False):
-        return
-    base_get_state = BaseFigureWidget.get_state
     wanted = {"_widget_data", "_widget_layout"}
 
     def get_state(self, key=None, drop_defaults=False):
@@ -155,21 +157,14 @@ def _keep_figurewidget_state_current() -> None:
         return base_get_state(self, key=key, drop_defaults=drop_defaults)
 
     get_state.__doc__ = base_get_state.__doc__
-    BaseFigureWidget.get_state = get_state
-    BaseFigureWidget._asrsched_current_state = True
+    return get_state
 
 
-_keep_figurewidget_state_current()
-
-
-def _lay_out_shown_figures() -> None:
-    """Run the layout pass (:func:`asrsched.figures.layout.apply_layout`) on a copy of every plain
-    ``go.Figure`` a notebook shows (``fig.show()`` or a figure as a cell's value), so what the
-    reader sees in JupyterLab or Voila has the wrapped titles and 1-2-5 log ticks of the exports.
-    The caller's figure is untouched; FigureWidgets (the explorers) keep their own live pass."""
-    if getattr(go.Figure, "_asrsched_laid_out", False):
-        return
-    base_show, base_bundle = go.Figure.show, go.Figure._repr_mimebundle_
+def _laid_out_display(base_show, base_bundle):
+    """``go.Figure.show`` and ``_repr_mimebundle_`` that show a copy of the figure after the layout pass
+    (:func:`asrsched.figures.layout.apply_layout`), so what the reader sees in JupyterLab or Voila has
+    the wrapped titles and 1-2-5 log ticks of the exports. The caller's figure is untouched;
+    FigureWidgets (the explorers) keep their own live pass."""
 
     def _copy(fig):
         w = fig.layout.width or PRINT_WIDTH
@@ -183,11 +178,54 @@ def _lay_out_shown_figures() -> None:
         return base_bundle(_copy(self), include=include, exclude=exclude, validate=validate, **kwargs)
 
     show.__doc__, _repr_mimebundle_.__doc__ = base_show.__doc__, base_bundle.__doc__
-    go.Figure.show, go.Figure._repr_mimebundle_ = show, _repr_mimebundle_
-    go.Figure._asrsched_laid_out = True
+    return show, _repr_mimebundle_
 
 
-_lay_out_shown_figures()
+#: what :func:`setup` replaced, to put back (empty when it is not in effect)
+_SETUP: dict = {}
+
+
+def setup(progress: str | None = None) -> str:
+    """Show figures and progress in this process as the notebooks do; :func:`teardown` undoes it.
+
+    * plotly's default template becomes :data:`HOUSE_TEMPLATE`;
+    * every plain ``go.Figure`` shown (``fig.show()`` or a cell's value) is a copy after the layout
+      pass, as its export is;
+    * a ``FigureWidget`` inside a container reports its current state, so explorers survive a
+      saved notebook, a reloaded page and Voila;
+    * ``tqdm.auto`` draws the bar of this front end (:func:`asrsched.figures.progress.install`
+      with ``progress``: a mode of :data:`asrsched.figures.progress.MODES`, or ``None`` for the
+      front end's own).
+
+    Every notebook calls it in its first code cell. Calling it again changes only the progress
+    mode. Returns the progress mode in effect.
+    """
+    if not _SETUP:
+        _SETUP["template"] = pio.templates.default
+        _SETUP["figure"] = (go.Figure.show, go.Figure._repr_mimebundle_)
+        pio.templates.default = HOUSE_TEMPLATE
+        go.Figure.show, go.Figure._repr_mimebundle_ = _laid_out_display(*_SETUP["figure"])
+        try:
+            from plotly.basewidget import BaseFigureWidget
+        except ImportError:  # no anywidget: there are no FigureWidgets to fix
+            pass
+        else:
+            _SETUP["widget"] = BaseFigureWidget.get_state
+            BaseFigureWidget.get_state = _current_state_get_state(BaseFigureWidget.get_state)
+    return install_progress(progress)
+
+
+def teardown() -> None:
+    """Undo :func:`setup`: plotly's default template, figure display, widget state and tqdm as they were."""
+    if not _SETUP:
+        return
+    pio.templates.default = _SETUP.pop("template")
+    go.Figure.show, go.Figure._repr_mimebundle_ = _SETUP.pop("figure")
+    if "widget" in _SETUP:
+        from plotly.basewidget import BaseFigureWidget
+
+        BaseFigureWidget.get_state = _SETUP.pop("widget")
+    install_progress("terminal")
 
 
 def export_dir(notebook: str, root: str | os.PathLike | None = None) -> Path:
@@ -361,8 +399,10 @@ def export_figure(
         raise ValueError(f"formats: unknown {bad or formats!r}; allowed: {', '.join(FORMATS)}")
     out = export_dir(notebook, root)
     paths: dict[str, Path] = {}
-    # a FigureWidget exports as a plain figure; the caller's figure is untouched
-    fig = apply_layout(go.Figure(fig), width, height)
+    # a FigureWidget exports as a plain figure, in the house template; the caller's figure is untouched
+    fig = go.Figure(fig)
+    fig.update_layout(template=HOUSE_TEMPLATE)
+    fig = apply_layout(fig, width, height)
     with export_session():
         if "html" in formats:
             p = out / f"{name}.html"
@@ -516,5 +556,3 @@ def export_view_button(fig: go.Figure, notebook: str, *, name: str = "view",
     button.on_click(on_click)
     return W.HBox([button, status])
 
-
-install_progress()  # tqdm.auto -> the bar that fits this front end (a no-op outside a Jupyter kernel)
