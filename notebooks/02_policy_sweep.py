@@ -101,16 +101,8 @@ from asrsched.figures.sim import (
 )
 from asrsched.figures.style import export_figure, export_session, export_table, setup
 from asrsched.sim.engine import OverloadWarning
-from asrsched.sim.sweep import (
-    capacities,
-    change_ci,
-    headline,
-    point_records,
-    refine_headline,
-    run_length_effect,
-    run_sweep,
-    throughput_spread,
-)
+from asrsched.sim.sweep import capacities, point_records, run_sweep
+from asrsched.sim.sweep_report import change_ci, headline, refine_headline, run_length_effect, throughput_spread
 
 setup()  # house template, figures laid out as exported, explorers that survive a saved page, progress bars
 NB = "02_policy_sweep"

@@ -57,7 +57,7 @@ from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Drift, make_source
 from asrsched.figures.sim import fig_drift, service_note
 from asrsched.figures.style import export_figure, export_session, export_table, setup
-from asrsched.sim.sweep import drift_records, phase_loads, phase_table
+from asrsched.sim.drift import drift_records, phase_loads, phase_table
 
 setup()  # house template, figures laid out as exported, explorers that survive a saved page, progress bars
 NB = "03_workload_drift"

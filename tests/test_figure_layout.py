@@ -146,7 +146,8 @@ def _sim_figures() -> dict[str, go.Figure]:
     from asrsched.core.metrics import relative_change, summarize
     from asrsched.core.workloads import Drift, make_source
     from asrsched.figures import sim as F
-    from asrsched.sim.sweep import drift_records, point_records, run_sweep
+    from asrsched.sim.drift import drift_records
+    from asrsched.sim.sweep import point_records, run_sweep
 
     df = run_sweep([6, 19], ["fcfs", "sjf", "hrrn"], ["librispeech"], [0], n_requests=250, workers=1,
                    progress=False)

@@ -140,3 +140,16 @@ def test_default_model_documents_its_assumptions():
     t = m.service_time(7.425, "en")
     assert 0.3 < t < 0.8
     assert m.kappa_for("es") > m.kappa_for("en")
+
+
+def test_as_service_model_takes_a_model_its_dict_or_its_json_and_replaces_kappa(tmp_path):
+    from asrsched.core.service import as_service_model
+
+    base = default_service_model()
+    assert as_service_model() == base and as_service_model(base) is base
+    assert as_service_model(base.to_dict()) == base
+    assert as_service_model(str(base.to_json(tmp_path / "m.json"))) == base
+    k = as_service_model(base, kappa=2.5)
+    assert set(k.kappa.values()) == {2.5} and k.encode_s_per_window == base.encode_s_per_window
+    with pytest.raises(ValueError, match="kappa"):
+        as_service_model(base, kappa=-1.0)

@@ -24,7 +24,8 @@ from asrsched.figures.sim import (
 )
 from asrsched.figures.widgets import drift_explorer, policy_explorer
 from asrsched.sim.engine import OverloadWarning
-from asrsched.sim.sweep import change_ci, point_records, run_length_effect, run_sweep, throughput_spread
+from asrsched.sim.sweep import point_records, run_sweep
+from asrsched.sim.sweep_report import change_ci, run_length_effect, throughput_spread
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,7 @@ def test_cdf_and_tradeoff_titles_name_no_winner():
 
 def test_drift_title_lists_every_policy():
     from asrsched.core.workloads import Drift, make_source
-    from asrsched.sim.sweep import drift_records
+    from asrsched.sim.drift import drift_records
 
     drift = Drift([(0.0, make_source("librispeech")), (40.0, make_source("uniform"))])
     with warnings.catch_warnings(record=True):

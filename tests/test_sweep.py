@@ -10,20 +10,16 @@ from scipy import stats
 
 from asrsched.core.metrics import relative_change, summarize
 from asrsched.core.workloads import Drift, make_source
+from asrsched.sim.drift import drift_records, phase_loads, phase_table
 from asrsched.sim.engine import OverloadWarning
-from asrsched.sim.sweep import (
+from asrsched.sim.sweep import point_records, run_point, run_sweep
+from asrsched.sim.sweep_report import (
     HEADLINE_COLUMNS,
     PAPER_HEADLINES,
     change_ci,
-    drift_records,
     headline,
-    phase_loads,
-    phase_table,
-    point_records,
     refine_headline,
     run_length_effect,
-    run_point,
-    run_sweep,
     throughput_spread,
 )
 

@@ -46,7 +46,8 @@ import pandas as pd
 SCHEMA = "asrsched.service_model/1"
 REQUIRED_FIELDS = ("encode_s_per_window", "decode_s_per_token", "overhead_s", "kappa")
 
-__all__ = ["ServiceModel", "SCHEMA", "REQUIRED_FIELDS", "default_service_model", "check_kappa", "language_codes",
+__all__ = ["ServiceModel", "SCHEMA", "REQUIRED_FIELDS", "default_service_model", "as_service_model", "check_kappa",
+           "language_codes",
            "LanguageCodes", "WORK_TOKEN_GRID", "work_tokens"]
 
 
@@ -348,3 +349,18 @@ def default_service_model() -> ServiceModel:
             "+4 % per extra sequence; 30 ms overhead; kappa en 3.3 tokens/s"
         ),
     )
+
+
+def as_service_model(service: ServiceModel | Mapping[str, Any] | str | Path | None = None,
+                     kappa: float | Mapping[str, float] | None = None) -> ServiceModel:
+    """The :class:`ServiceModel` a caller means: ``None`` (:func:`default_service_model`), a model, its
+    :meth:`~ServiceModel.to_dict` form or a JSON path; with ``kappa`` replaced when given (:meth:`~ServiceModel.with_kappa`)."""
+    if service is None:
+        sm = default_service_model()
+    elif isinstance(service, ServiceModel):
+        sm = service
+    elif isinstance(service, Mapping):
+        sm = ServiceModel.from_dict(service)
+    else:
+        sm = ServiceModel.from_json(service)
+    return sm.with_kappa(kappa) if kappa is not None else sm

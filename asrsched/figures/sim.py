@@ -81,7 +81,7 @@ def fig_relative_change(rc: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms",
                         workload: str = "librispeech") -> go.Figure:
     """Percent change vs FCFS against load ``rho``, one panel per metric, with 95 % CIs.
 
-    ``rc`` is :func:`asrsched.sim.sweep.change_ci` output (``rho``, ``regime`` and CI columns;
+    ``rc`` is :func:`asrsched.sim.sweep_report.change_ci` output (``rho``, ``regime`` and CI columns;
     rate, served rate and number of seeds in the hover). Stable points are filled with solid
     lines; overload points (shaded band right of the capacity line ``rho = 1``) are open, on
     dotted lines. Without a ``rho`` column the x axis is the arrival rate.
@@ -169,10 +169,10 @@ def fig_throughput(df: pd.DataFrame, workload: str | None = None) -> go.Figure:
 
     ``df`` is :func:`asrsched.sim.sweep.run_sweep` output; the served rate is averaged over the
     seeds every policy ran.
-    The title gives the largest spread between policies (:func:`asrsched.sim.sweep.throughput_spread`,
+    The title gives the largest spread between policies (:func:`asrsched.sim.sweep_report.throughput_spread`,
     the same number the notebook prints) and where it occurs.
     """
-    from asrsched.sim.sweep import common_seeds, throughput_spread
+    from asrsched.sim.sweep_report import common_seeds, throughput_spread
 
     d = df if workload is None else df[df.workload == workload]
     if d.empty:
@@ -298,7 +298,7 @@ def fig_occupancy(timelines: Mapping[str, pd.DataFrame], subtitle: str = "") -> 
 def fig_run_length(rl: pd.DataFrame, metric: str = "p50_e2el_ms", subtitle: str = "") -> go.Figure:
     """Change vs FCFS (mean over seeds, 95 % CI) against the run length ``n_requests``, one line per load.
 
-    ``rl`` is :func:`asrsched.sim.sweep.run_length_effect` output. The title gives, per load, the
+    ``rl`` is :func:`asrsched.sim.sweep_report.run_length_effect` output. The title gives, per load, the
     change at the shortest and at the longest run.
     """
     fig = go.Figure()

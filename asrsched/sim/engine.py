@@ -46,6 +46,7 @@ the policy (:func:`asrsched.sim.inputs.compiled_support`), the Python one otherw
 from __future__ import annotations
 
 import bisect
+import contextlib
 import heapq
 import itertools
 import math
@@ -83,6 +84,7 @@ __all__ = [
     "ParquetSink",
     "trace_chunks",
     "OverloadWarning",
+    "one_overload_warning",
     "Engine",
     "chunk_jobs",
     "occupancy",
@@ -93,6 +95,21 @@ __all__ = [
 
 class OverloadWarning(UserWarning):
     """The arrival rate exceeds what the server can serve: the queue grows without bound."""
+
+
+@contextlib.contextmanager
+def one_overload_warning(what: str) -> Iterator[None]:
+    """Collect the :class:`OverloadWarning` s raised inside and re-issue them as one, naming ``what``; others pass through."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    over = [w for w in caught if issubclass(w.category, OverloadWarning)]
+    for w in caught:
+        if not issubclass(w.category, OverloadWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if over:
+        warnings.warn(f"{what}: {len(over)} overload warning(s); the first: {over[0].message}", OverloadWarning,
+                      stacklevel=3)
 
 
 class SimJob(Job):
