@@ -25,13 +25,13 @@ from asrsched.figures import style
 from asrsched.figures.layout import (
     apply_layout,
     apply_log_ticks,
-    check_svgs,
     fit_axis_titles,
     log_ticks,
     space_subplots,
     text_width,
     wrap_category_ticks,
 )
+from asrsched.figures.layout_check import check_svgs
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -277,15 +277,15 @@ def test_the_check_catches_a_figure_without_the_layout_pass(checked):
 
 @needs_browser
 def test_check_command_exit_status(tmp_path, checked):
-    from asrsched.figures.layout import main
+    from asrsched.figures.layout_check import main
 
     good = tmp_path / "good"
     good.mkdir()
     fig = go.Figure(go.Scatter(x=[1, 2], y=[1, 2]), layout=dict(title="SJF halves P50 E2EL"))
     style.export_figure(fig, "ok", "g", root=good, formats=("svg",))
-    assert main(["check", str(good)]) == 0
+    assert main([str(good)]) == 0
     bad = tmp_path / "bad"
     bad.mkdir()
     _stress_figure().write_image(bad / "raw.svg", width=900, height=560)
-    assert main(["check", str(bad)]) == 1
-    assert main(["check", str(tmp_path / "nothing.txt")]) == 2
+    assert main([str(bad)]) == 1
+    assert main([str(tmp_path / "nothing.txt")]) == 2

@@ -89,9 +89,9 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_check_figures(args) -> int:
-    from asrsched.figures.layout import main as layout_main
+    from asrsched.figures.layout_check import main as check_main
 
-    return layout_main(["check", *args.paths])
+    return check_main(list(args.paths))
 
 
 def _cmd_simulate(args) -> int:

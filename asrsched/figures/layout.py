@@ -13,32 +13,21 @@ redraw) run on a figure before it is drawn at a known size:
 * **log axes** get 1-2-5 ticks written as full numbers (0.5, 1, 2, 5, 10, 20, …) instead of
   plotly's "5 1 2 5 10 2", where 0.5 and 5 look alike.
 
-Widths are estimated from the house font (DejaVu Sans: a mean glyph of about 0.55 em); the check
-below measures the real drawing.
-
-:func:`check_svgs` renders exported SVGs in Chromium (Playwright, Debian's ``/usr/bin/chromium``)
-and reports text that runs off the canvas or overlaps other text, from the browser's own text
-boxes. Command line (exit status 1 on any problem)::
-
-    python -m asrsched.figures.layout check figures/          # the gallery, or any folder of exports
-    python -m asrsched.figures.layout check runs/02_policy_sweep/<run>/cdf_e2el_uniform_rate21.svg
+Widths are estimated from the house font (DejaVu Sans: a mean glyph of about 0.55 em);
+:mod:`asrsched.figures.layout_check` measures the real drawing in a browser.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
-import sys
 import textwrap
-from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
 
 __all__ = ["CHAR_EM", "text_width", "fit_title", "wrap_text", "log_ticks", "apply_log_ticks", "space_subplots",
-           "wrap_category_ticks", "fit_axis_titles", "apply_layout", "live_layout", "TABLE_CSS", "check_svgs", "main"]
+           "wrap_category_ticks", "fit_axis_titles", "apply_layout", "live_layout", "TABLE_CSS"]
 
 CHAR_EM = 0.55  # mean glyph width of DejaVu Sans in em, with a little slack (measured ≈ 0.49–0.53 on titles)
 _TITLE_CHAR_EM = 0.52  # the same for titles (bold-free, mostly lower case)
@@ -473,127 +462,3 @@ def live_layout(fig: go.Figure, width: int = 900) -> go.Figure:
     fig._asrsched_live_layout = True
     relayout()
     return fig
-
-
-# ------------------------------------------------------------------------------------------- check
-_MEASURE_JS = """() => {
-  const svg = document.querySelector('svg');
-  const W = parseFloat(svg.getAttribute('width')), H = parseFloat(svg.getAttribute('height'));
-  const o = svg.getBoundingClientRect();
-  const boxes = [];
-  for (const t of svg.querySelectorAll('text')) {
-    const s = (t.textContent || '').trim();
-    if (!s) continue;
-    const cs = getComputedStyle(t);
-    if (cs.display === 'none' || cs.visibility === 'hidden' || parseFloat(cs.opacity || '1') === 0) continue;
-    const r = t.getBoundingClientRect();
-    if (r.width === 0 || r.height === 0) continue;
-    const g = t.closest('g[class]');
-    boxes.push({text: s.slice(0, 60), cls: (t.getAttribute('class') || '') + ' < ' + (g ? g.getAttribute('class') : ''),
-                x0: r.left - o.left, y0: r.top - o.top, x1: r.right - o.left, y1: r.bottom - o.top,
-                fs: parseFloat(cs.fontSize) || 12});
-  }
-  return {W, H, boxes};
-}"""
-
-
-def _glyph_box(b: dict) -> tuple[float, float, float, float]:
-    """The ink of a text box: a DOM text box includes the font's line gap above and below the
-    glyphs (about 20 % of the font size each side); compare what is drawn."""
-    pad = 0.18 * b["fs"]
-    return b["x0"] + 0.5, b["y0"] + pad, b["x1"] - 0.5, b["y1"] - pad
-
-
-def _problems(measured: dict, tol: float = 1.0) -> list[str]:
-    W, H, boxes = measured["W"], measured["H"], measured["boxes"]
-    out = []
-    for b in boxes:
-        x0, y0, x1, y1 = _glyph_box(b)
-        if x0 < -tol or y0 < -tol or x1 > W + tol or y1 > H + tol:
-            out.append(f"text runs off the {W:g}x{H:g} canvas: {b['text']!r} at "
-                       f"({x0:.0f},{y0:.0f})-({x1:.0f},{y1:.0f})")
-    for i in range(len(boxes)):
-        a = _glyph_box(boxes[i])
-        for j in range(i + 1, len(boxes)):
-            c = _glyph_box(boxes[j])
-            w = min(a[2], c[2]) - max(a[0], c[0])
-            h = min(a[3], c[3]) - max(a[1], c[1])
-            if w > tol and h > tol:
-                out.append(f"text overlaps: {boxes[i]['text']!r} and {boxes[j]['text']!r} "
-                           f"({w:.0f}x{h:.0f} px)")
-    return out
-
-
-def _svg_files(paths: Iterable[str | Path]) -> list[Path]:
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            out += sorted(p.rglob("*.svg"))
-        elif p.suffix.lower() == ".svg":
-            out.append(p)
-        else:
-            raise ValueError(f"{p}: not an .svg file or a folder")
-    return out
-
-
-def check_svgs(paths: Iterable[str | Path], *, chromium: str | None = None) -> dict[Path, list[str]]:
-    """Render each SVG (files, or every ``*.svg`` under folders) in Chromium and list its text problems.
-
-    Returns ``{svg path: [problem, ...]}`` for every file (an empty list when it is clean).
-    Needs ``playwright`` (the ``dev`` extra) and Debian's chromium; never downloads a browser.
-    """
-    files = _svg_files(paths)
-    if not files:
-        return {}
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        raise RuntimeError("the figure check needs playwright: pip install playwright "
-                           "(uses Debian's /usr/bin/chromium; no browser download)") from None
-    import os
-    import shutil
-
-    exe = chromium or os.environ.get("BROWSER_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(exe).exists():
-        raise RuntimeError(f"the figure check needs Debian's chromium (apt-get install chromium); not found at {exe}")
-    flags = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run"]
-    result: dict[Path, list[str]] = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, headless=True, args=flags)
-        try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1200})
-            for f in files:
-                page.goto(f.resolve().as_uri())
-                page.wait_for_selector("svg", timeout=30_000)
-                result[f] = _problems(page.evaluate(_MEASURE_JS))
-        finally:
-            browser.close()
-    return result
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m asrsched.figures.layout check PATH ...``: exit 1 if any exported SVG has text
-    off the canvas or overlapping."""
-    ap = argparse.ArgumentParser(prog="python -m asrsched.figures.layout",
-                                 description="Check exported figures for clipped or overlapping text.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("check", help="render SVGs in Chromium and report text off the canvas or overlapping")
-    c.add_argument("paths", nargs="+", help="SVG files or folders (searched recursively)")
-    args = ap.parse_args(argv)
-    try:
-        res = check_svgs(args.paths)
-    except (ValueError, RuntimeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    bad = {f: p for f, p in res.items() if p}
-    for f, probs in bad.items():
-        print(f"{f}:")
-        for line in probs:
-            print(f"  {line}")
-    print(f"{len(res)} figures checked, {len(bad)} with text problems")
-    return 1 if bad or not res else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
