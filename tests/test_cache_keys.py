@@ -1,4 +1,4 @@
-"""Result caches are keyed by the code that computed them (issue 11: no stale caches).
+"""Result caches are keyed by the code that computed them: no stale cache is ever read back.
 
 * :func:`asrsched.sim.cache.code_key` follows the imports: a module's key covers every
   ``asrsched`` module it imports, and nothing else;

@@ -1,7 +1,7 @@
 """Where outputs go: one git-ignored runs/ folder per project, one folder per notebook run with run.json.
 
-The headless check of issue 14's "done when": papermill, started in the notebook's own folder of a
-checkout, leaves no new file under notebooks/ and writes run.json under runs/.
+The headless check: papermill, started in the notebook's own folder of a checkout, leaves no new
+file under notebooks/ and writes run.json under runs/.
 """
 
 import json
@@ -97,7 +97,7 @@ def test_exports_go_to_the_run_folder_unless_a_gallery_run_asks(tmp_path, clean_
 
 @pytest.mark.slow
 def test_papermill_in_the_notebook_folder_writes_nothing_beside_the_notebook(tmp_path, clean_env):
-    """Issue 14, done when: papermill with notebooks/ as working directory leaves no new file there
+    """papermill with notebooks/ as working directory leaves no new file there
     and writes run.json under runs/; progress lines are plain text, never widgets or stderr."""
     proj = fake_checkout(tmp_path / "proj")
     shutil.copy(REPO / "notebooks" / "03_workload_drift.ipynb", proj / "notebooks")
