@@ -156,6 +156,28 @@ def figure_signature(fig) -> dict:
     })""")
 
 
+def wait_stable(page, probe, *, interval_ms: int = 250, polls: int = 3, timeout_s: float = 30):
+    """Poll ``probe()`` until it returns the same value ``polls`` times in a row; returns that value.
+
+    Polling instead of a fixed pause: a fast machine moves on as soon as the page has settled, a slow
+    one waits as long as it needs (up to ``timeout_s``, then the last value is returned)."""
+    last, same, t_end = probe(), 1, time.monotonic() + timeout_s
+    while same < polls and time.monotonic() < t_end:
+        page.wait_for_timeout(interval_ms)
+        now = probe()
+        same = same + 1 if now == last else 1
+        last = now
+    return last
+
+
+def dom_state(page) -> dict:
+    """What a settled page is judged by: outputs, figures, controls and widget errors on it."""
+    return page.evaluate(f"""() => ({{outputs: document.querySelectorAll('.jp-OutputArea-output').length,
+        figures: document.querySelectorAll('{FIG_SEL}').length,
+        controls: document.querySelectorAll('{CONTROL_SEL}').length,
+        broken: (document.body.innerText.match(/Error displaying widget/g) || []).length}})""")
+
+
 def output_errors(scope) -> list[str]:
     """The text of every output that shows a Python error (traceback), last 1500 characters each."""
     return [t.strip()[-1500:] for t in scope.locator(ERROR_SEL).all_text_contents() if TRACEBACK.search(t)]
@@ -223,14 +245,20 @@ def move_control(page, area, stem: str) -> str:
         handle = target.locator(".noUi-handle").first
         handle.scroll_into_view_if_needed()
         handle.focus()
+        def moved(t_max: float = 3.0) -> str:  # the readout, as soon as it changed (or after t_max s)
+            t_end = time.monotonic() + t_max
+            while True:
+                now = readout.text_content() if readout.count() else ""
+                if now != before or time.monotonic() > t_end:
+                    return now
+                page.wait_for_timeout(50)
+
         page.keyboard.press("ArrowRight")
-        page.wait_for_timeout(300)
-        after = readout.text_content() if readout.count() else ""
+        after = moved()
         if after == before:  # already at the maximum
             page.keyboard.press("ArrowLeft")
             page.keyboard.press("ArrowLeft")
-            page.wait_for_timeout(300)
-            after = readout.text_content() if readout.count() else ""
+            after = moved()
         assert after != before, f"slider {label!r} did not move with the keyboard ({before})"
         return f"slider {label!r}: {before.strip()} -> {after.strip()}"
     select = target.locator("select").first
@@ -246,8 +274,7 @@ def interact_and_check(page, area, stem: str, kind: str, busy) -> dict:
     """Screenshot, move a control, wait for the figure to change, screenshot; returns a summary."""
     fig = area.locator(FIG_SEL).first
     fig.wait_for(state="visible", timeout=60_000)
-    page.wait_for_timeout(500)
-    before = figure_signature(fig)
+    before = wait_stable(page, lambda: figure_signature(fig), timeout_s=20)  # drawn and no longer changing
     area.scroll_into_view_if_needed()
     area.screenshot(path=str(ARTIFACTS / f"{kind}-{stem}-before.png"))
     assert before["n_traces"] > 0, f"{kind} {stem}: the figure is drawn empty before any interaction"
@@ -255,11 +282,10 @@ def interact_and_check(page, area, stem: str, kind: str, busy) -> dict:
     action = move_control(page, area, stem)
     after = before
     while time.monotonic() - t0 < UPDATE_TIMEOUT_S:
-        page.wait_for_timeout(1000)
+        page.wait_for_timeout(250)
         after = figure_signature(fig)
         if after != before and not busy():
-            page.wait_for_timeout(1500)  # let plotly finish the redraw
-            after = figure_signature(fig)
+            after = wait_stable(page, lambda: figure_signature(fig), timeout_s=30)  # plotly has finished the redraw
             break
     seconds = time.monotonic() - t0
     area.screenshot(path=str(ARTIFACTS / f"{kind}-{stem}-after.png"))
@@ -276,16 +302,28 @@ def beside_notebooks(nb_dir: Path) -> set[str]:
             if p.is_file() and ".ipynb_checkpoints" not in p.parts}
 
 
-def reload_saved(page, stem: str) -> None:
-    """Save the notebook (Ctrl+S), reload the page, wait until its outputs are drawn again."""
+def reload_saved(page, stem: str, saved: Path) -> float:
+    """Save the notebook (Ctrl+S), reload the page, wait until its outputs are drawn again; seconds waited.
+
+    Saved: the file ``saved`` on disk changed and no tab is marked unsaved. Drawn again: a figure is
+    back and the page has not changed for 3 s."""
+    mtime = saved.stat().st_mtime_ns
+    t0 = time.monotonic()
     page.locator(f"{PANEL} .jp-Notebook").first.click()
     page.keyboard.press("Control+s")
-    page.wait_for_timeout(3000)
+    page.wait_for_function("() => !document.querySelector('.lm-TabBar-tab.jp-mod-dirty')", timeout=60_000)
+    deadline = time.monotonic() + 60
+    while saved.stat().st_mtime_ns == mtime and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert saved.stat().st_mtime_ns != mtime, f"{stem}: Ctrl+S did not write {saved.name} within 60 s"
     page.reload()
     page.wait_for_selector(f"{PANEL} .jp-Cell", timeout=90_000)
     page.locator("#jp-main-statusbar").get_by_text(re.compile(r"\| Idle$")).wait_for(timeout=120_000)
-    page.wait_for_timeout(5000)  # widget views restore asynchronously
+    page.locator(f"{PANEL} {FIG_SEL}").first.wait_for(timeout=60_000)  # outputs are being drawn again
+    # the explorers' widget views restore (or fail to) asynchronously: wait until nothing changed for 3 s
+    wait_stable(page, lambda: dom_state(page), interval_ms=250, polls=12, timeout_s=60)
     page.screenshot(path=str(ARTIFACTS / f"lab-{stem}-reloaded.png"), full_page=True)
+    return time.monotonic() - t0
 
 
 def progress_lines(scope) -> list[str]:
@@ -388,19 +426,19 @@ def test_notebook_in_jupyterlab(nb, lab, browser):
 
         done, last = 0, []
         while time.monotonic() - t0 < RUN_TIMEOUT_S:
-            page.wait_for_timeout(2000)
+            page.wait_for_timeout(500)
             last = visible_prompts(page)
             if output_errors(page):
                 break  # Run All stops at the first error
             ok = bool(last) and all(re.fullmatch(r"\[\d+\]:", p) for p in last) and not busy()
             done = done + 1 if ok else 0
-            if done >= 2:
+            if done >= 3:  # every cell numbered and the kernel idle for a second
                 break
         run_s = time.monotonic() - t0
         page.screenshot(path=str(ARTIFACTS / f"lab-{nb.stem}-run.png"))
         errors = output_errors(page)
         assert not errors, f"{nb.stem}: error output in the browser:\n" + "\n---\n".join(errors)
-        assert done >= 2, f"{nb.stem}: Run All did not finish in {RUN_TIMEOUT_S} s; prompts {last}"
+        assert done >= 3, f"{nb.stem}: Run All did not finish in {RUN_TIMEOUT_S} s; prompts {last}"
         broken = page.get_by_text("Error displaying widget").count()
         assert not broken, f"{nb.stem}: {broken} widget(s) read 'Error displaying widget'"
         cells = page.locator(f"{PANEL} .jp-CodeCell").filter(has=page.locator(FIG_SEL)).filter(
@@ -423,14 +461,14 @@ def test_notebook_in_jupyterlab(nb, lab, browser):
             line.first.scroll_into_view_if_needed()
             line.first.screenshot(path=str(ARTIFACTS / f"lab-{nb.stem}-export-line.png"))
         # save, reload: finished progress bars are text, no view of a closed widget model
-        reload_saved(page, nb.stem)
+        reload_s = reload_saved(page, nb.stem, nb_dir / nb.name)
         broken = page.locator(f"{PANEL} .jp-CodeCell").filter(has=page.get_by_text("Error displaying widget"))
         where = [(c.locator(".jp-InputArea-editor").first.text_content() or "")[:120] for c in broken.all()]
         if where:
             broken.first.scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / f"lab-{nb.stem}-reloaded-broken.png"))
         assert not where, f"{nb.stem}: after a reload, outputs of these cells read 'Error displaying widget': {where}"
-        summary.update(run_all_s=round(run_s, 1), total_s=round(time.monotonic() - t0, 1),
+        summary.update(run_all_s=round(run_s, 1), total_s=round(time.monotonic() - t0, 1), reload_s=round(reload_s, 1),
                        params=PARAMS[nb.stem], run_folder=str(records[-1].parent.relative_to(lab["root"])),
                        progress_lines=progress_lines(page))
         record("lab", nb.stem, summary)
@@ -471,7 +509,7 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
         # and the last output holding a figure next to a control is on the page.
         deadline = t0 + RUN_TIMEOUT_S
         while time.monotonic() < deadline:
-            page.wait_for_timeout(2000)
+            page.wait_for_timeout(500)
             if output_errors(page):
                 break
             loading = page.evaluate("() => !!document.querySelector('#loading') && "
@@ -481,7 +519,7 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
             if not loading and ready and page.evaluate("document.readyState") == "complete":
                 break
         run_s = time.monotonic() - t0
-        page.wait_for_timeout(1000)
+        wait_stable(page, lambda: dom_state(page), timeout_s=20)
         page.screenshot(path=str(ARTIFACTS / f"voila-{nb.stem}-run.png"), full_page=True)
         errors = output_errors(page)
         assert not errors, f"{nb.stem}: error output in the dashboard:\n" + "\n---\n".join(errors)
@@ -529,8 +567,8 @@ def test_error_in_a_cell_is_seen_in_the_browser(lab, browser):
     page = new_page(browser)
     try:
         open_and_run_all(page, lab_url(lab, "zz_broken.ipynb"))
-        for _ in range(60):
-            page.wait_for_timeout(1000)
+        for _ in range(240):
+            page.wait_for_timeout(250)
             if output_errors(page):
                 break
         page.screenshot(path=str(ARTIFACTS / "lab-zz_broken-run.png"))
