@@ -13,7 +13,7 @@ own committed results.
 
 The table of targets in ``benchmarks/README.md`` between the ``check:begin`` and
 ``check:end`` markers is generated from ``results/check.json`` (never typed), and
-``tests/test_benchmarks_readme.py`` fails when the two disagree.
+``tests/project/test_benchmarks_readme.py`` fails when the two disagree.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A straightforward SimPy model of the server that :func:`asrsched.sim.engine.simulate` models.
 
 This is the *baseline* of ``benchmarks/bench_sim.py`` and an independent check of
-the event-driven simulator (``tests/test_sim.py`` compares per-request results on
+the event-driven simulator (``tests/sim/test_sim.py`` compares per-request results on
 a small trace). It is written the way a SimPy user would write it: one process
 per request (arrive, enqueue, wait for completion) and one engine process that
 loops over decode steps one at a time, exactly like vLLM's engine loop:

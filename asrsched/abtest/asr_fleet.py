@@ -287,7 +287,7 @@ def _quantile(x: np.ndarray, q: float) -> float:
     """``np.quantile(x, q)`` (method ``"linear"``), the same arithmetic on two partitioned order statistics.
 
     About 7x faster on the short batches of :func:`quantile_estimate`; bit-identical to numpy's
-    (``tests/test_abasr.py`` checks it on random arrays).
+    (``tests/abtest/test_asr_fleet_study.py`` checks it on random arrays).
     """
     n = x.size
     v = (n - 1) * q

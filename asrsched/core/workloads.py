@@ -481,7 +481,7 @@ def trace_chunks(workload="librispeech", *, rate: float, n: int, chunk: int = 20
     arrivals shifted to follow chunk ``i - 1``. For a single-language duration source
     (LibriSpeech, Common Voice, uniform) the chunk is drawn without the transcripts
     (``Trace.extra``), which a simulation does not read: same random draws, same arrivals,
-    durations and token counts as :func:`make_trace` (``tests/test_simfast.py`` checks it),
+    durations and token counts as :func:`make_trace` (``tests/sim/test_compiled_engine.py`` checks it),
     several times faster.
     """
     t0, done, i = 0.0, 0, 0

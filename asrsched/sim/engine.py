@@ -38,7 +38,7 @@ For very long runs pass a trace *iterator* (:func:`trace_chunks`) and a bounded
 
 :class:`Engine` here is the readable specification of the server; the compiled engine
 (:mod:`asrsched.sim.kernel`, which runs a single server as a fleet of one replica) makes the
-same decisions (``tests/test_simfast.py`` and ``tests/test_fleet_compiled.py`` compare the two
+same decisions (``tests/sim/test_compiled_engine.py`` and ``tests/sim/test_fleet_compiled.py`` compare the two
 decision by decision). :func:`simulate` takes the compiled engine exactly when it implements
 the policy (:func:`asrsched.sim.inputs.compiled_support`), the Python one otherwise.
 """

@@ -30,7 +30,7 @@ remaining tokens ``max(kappa x duration - generated so far, 0)`` times the curre
 step time. Only the estimate enters: a request that runs longer than estimated counts as
 zero remaining work.
 
-Two engines, identical records (``tests/test_fleet_compiled.py`` compares them for every
+Two engines, identical records (``tests/sim/test_fleet_compiled.py`` compares them for every
 router, policy and design): the Python :class:`Fleet` (the readable reference, and
 the path for user-defined policies and routers) and the compiled engine of
 :mod:`asrsched.sim.kernel` (the built-in policies, static-key policies and every built-in

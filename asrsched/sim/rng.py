@@ -9,7 +9,7 @@ into the kernel's own loop. On the supermarket kernel (:mod:`asrsched.abtest.mod
 
 * :func:`next_u64`: xoshiro256++ (Blackman and Vigna, "Scrambled linear pseudorandom
   number generators", ACM TOMS 2021), period 2**256 - 1; it passes BigCrush and PractRand.
-  ``tests/test_rng.py`` checks it output for output against a plain-Python transcription
+  ``tests/sim/test_rng.py`` checks it output for output against a plain-Python transcription
   of the authors' reference C code.
 * :func:`next_double`: uniform on [0, 1), the top 53 bits (as numpy's ``random()``).
 * :func:`std_exp`: standard exponential by numpy's 256-level ziggurat (numba's port

@@ -21,7 +21,7 @@ need("sphinx", "nbconvert", "mistune")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _build(src: Path, out: Path, run_dir: Path | None = None) -> subprocess.CompletedProcess:

@@ -42,8 +42,8 @@ from extras import need
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
-PARAMS_FILE = Path(__file__).with_name("browser_params.json")
+ROOT = Path(__file__).resolve().parents[2]
+PARAMS_FILE = ROOT / "tests" / "browser_params.json"
 PARAMS = json.loads(PARAMS_FILE.read_text())
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 ARTIFACTS = Path(os.environ.get("ASRSCHED_BROWSER_ARTIFACTS") or ROOT / "runs" / "browser-artifacts")

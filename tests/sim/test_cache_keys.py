@@ -24,7 +24,7 @@ import pytest
 from asrsched.sim import cache
 from asrsched.sim.parallel import run_study
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Recomputed(Exception):

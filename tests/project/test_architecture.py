@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from extras import need
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "asrsched"
 BIN = Path(sys.executable).parent
 
@@ -150,7 +150,7 @@ def test_tests_import_the_oracles_without_editing_sys_path():
     """The SimPy/Ciw oracles and benchmark helpers come in by name (pytest's ``pythonpath``), not by ``sys.path`` edits."""
     assert set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["pythonpath"]) \
         >= {"benchmarks", "tests"}
-    hits = [f"{f.name}:{i}" for f in sorted((ROOT / "tests").glob("*.py"))
+    hits = [f"{f.name}:{i}" for f in sorted((ROOT / "tests").rglob("*.py"))
             for i, line in enumerate(f.read_text().splitlines(), 1) if "sys.path.insert" in line and "hits" not in line]
     assert not hits, hits
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from extras import need
 
-PKG = Path(__file__).resolve().parents[1] / "asrsched"
+PKG = Path(__file__).resolve().parents[2] / "asrsched"
 _RUNNABLE = re.compile(r"^\s*>>> (?!.*doctest: \+SKIP)", re.M)
 
 

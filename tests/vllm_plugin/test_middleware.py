@@ -3,7 +3,7 @@
 The official ``openai`` client posts to an app that records the form it receives (what vLLM's
 endpoint would parse), wrapped in :class:`asrsched.vllm_plugin.middleware.DurationMiddleware`.
 The real-vLLM check (SJF order for a client that sends no ``vllm_xargs``) is in
-``tests/test_vllm_server.py``.
+``tests/vllm_plugin/test_vllm_server.py``.
 """
 
 from __future__ import annotations

@@ -312,7 +312,7 @@ def test_the_committed_study_reads_back_with_its_provenance_and_summary_lines(tm
     from asrsched.serving.committed import load_committed_study
     from asrsched.serving.experiment import RESULT_COLUMNS
 
-    root = Path(__file__).resolve().parents[1] / "figures" / "04_real_serving"
+    root = Path(__file__).resolve().parents[2] / "figures" / "04_real_serving"
     st = load_committed_study(root)
     assert st is not None and set(RESULT_COLUMNS) <= set(st.results.columns) and len(st.results) >= 12
     assert set(st.results.engine) == {"cpu-server", "vllm"} and st.runs and all(r["commit"] for r in st.runs)

@@ -9,7 +9,7 @@ import pytest
 
 from asrsched.core.provenance import KEYS, provenance
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULT_FILES = sorted([*(ROOT / "benchmarks" / "results").glob("*.json"), *(ROOT / "figures").rglob("*run.json")])
 OLD_KEYS = {"loadavg_1_5_15", "git_commit", "cores", "created"}  # the benchmarks' and the interactive runs' old names
 

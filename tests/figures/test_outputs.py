@@ -21,7 +21,7 @@ import pytest
 from asrsched.figures import outputs
 from asrsched.figures.style import export_dir, export_table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

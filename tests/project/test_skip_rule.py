@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/: the suite's conftest.py and extras.py
 SUITE = '''
 import pytest
 from extras import need

@@ -25,7 +25,7 @@ import jupytext
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 FORMATS = "ipynb,py:percent"
 UPPER = re.compile(r"^[A-Z][A-Z0-9_]*$")

@@ -3,7 +3,7 @@
 Requests here are stand-ins with the attributes vLLM's ``Request`` exposes to a
 queue (``request_id``, ``arrival_time``, ``sampling_params.extra_args`` /
 ``max_tokens``, ``status``); the same adapter is exercised against a real vLLM
-engine in ``tests/test_vllm_engine.py``.
+engine in ``tests/vllm_plugin/test_vllm_engine.py``.
 """
 
 from __future__ import annotations

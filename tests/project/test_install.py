@@ -26,7 +26,7 @@ import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # never copied into the build: local environments, outputs and caches (at the top) and build litter (anywhere)
 TOP_LEVEL_SKIP = {".venv", ".git", "runs", "figures", "build", "dist", ".whl"}
 ANYWHERE_SKIP = shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", ".hypothesis", ".ruff_cache",

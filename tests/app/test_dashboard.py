@@ -1,6 +1,6 @@
 """``asrsched dashboard``: the parameterised copy Voila serves, the command line, bad input.
 
-The dashboards themselves are driven in a real browser in tests/test_browser.py.
+The dashboards themselves are driven in a real browser in tests/app/test_browser.py.
 """
 
 import subprocess

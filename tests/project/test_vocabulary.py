@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from extras import need
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def table() -> list[dict[str, list[str]]]:

@@ -21,7 +21,7 @@ from asrsched.abtest.model import SystemConfig
 from asrsched.sim import parallel
 from asrsched.sim.parallel import run_study
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tiny(**kw):
