@@ -27,9 +27,9 @@ SIM_SHAPE = RECORD_COLUMNS + ["queue_delay", "ttft", "e2el"]
 
 
 @pytest.fixture(scope="module")
-def server():
-    with run_in_thread(ServerConfig(policy="sjf", local_slots=1)) as h:
-        yield h
+def server(sjf_server):
+    """The session's real-Whisper server (tests/serving/conftest.py)."""
+    return sjf_server
 
 
 @pytest.fixture(scope="module")

@@ -54,12 +54,6 @@ def clips():
     return out
 
 
-@pytest.fixture(scope="module")
-def sjf_server():
-    with run_in_thread(ServerConfig(policy="sjf", local_slots=1)) as h:
-        yield h
-
-
 def post(url, clip, **fields):
     files = {"file": ("clip.wav", clip["bytes"], "audio/wav")}
     data = {"model": "tiny.en", "language": "en", **fields}
