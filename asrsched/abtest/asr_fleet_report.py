@@ -1,7 +1,7 @@
 """Tables and the operator's recommendation of the ASR-fleet A/B study (:mod:`asrsched.abtest.asr_fleet`).
 
 Every function takes an :class:`~asrsched.abtest.asr_fleet.ASRStudyResult` (what
-:func:`~asrsched.abtest.asr_fleet.run_study` returns) or the :func:`summary_table` built
+:func:`~asrsched.sim.parallel.run_study` returns for an ``ASRStudyConfig``) or the :func:`summary_table` built
 from it, and returns a DataFrame or markdown text:
 
 * :func:`summary_table` -- per estimator: truth, bias, sd, RMSE, coverage;

@@ -31,7 +31,9 @@ from tqdm.notebook import tqdm_notebook
 __all__ = ["PROGRESS_ENV", "MODES", "mode", "in_kernel", "TextBar", "WidgetBar", "OffBar", "bar_class",
            "progress_bar", "install", "final_line"]
 
+#: the environment variable that forces a progress mode
 PROGRESS_ENV = "ASRSCHED_PROGRESS"
+#: the progress modes: an ipywidgets bar, one line of text, tqdm's terminal bar, no bar
 MODES = ("widget", "text", "terminal", "off")
 # front ends that render a finished notebook without a live widget manager (or save it to a file)
 
