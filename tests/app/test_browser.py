@@ -128,6 +128,13 @@ def parameterised_copy(nb: Path, dest: Path) -> dict:
     return params
 
 
+def needs_params_and_controls(nb: Path) -> None:
+    """Fail if ``nb`` has no tiny parameters; skip it if it has no control to drive."""
+    needs_params(nb)
+    if not has_interactive_code(nb):
+        pytest.skip(f"{nb.stem} has no interactive control (no ipywidgets/explorer call)")
+
+
 def needs_params(nb: Path) -> dict:
     from asrsched.app.runner import notebook_parameters
 
@@ -410,9 +417,7 @@ def lab(tmp_path_factory):
 @pytest.mark.allow_skip(reason="a notebook without an interactive control has nothing to drive")
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
 def test_notebook_in_jupyterlab(nb, lab, browser):
-    needs_params(nb)
-    if not has_interactive_code(nb):
-        pytest.skip(f"{nb.stem} has no interactive control (no ipywidgets/explorer call)")
+    needs_params_and_controls(nb)
     page = new_page(browser)
     nb_dir = lab["root"] / "notebooks"
     files_before = beside_notebooks(nb_dir)
@@ -486,9 +491,7 @@ NO_STDERR = {"02_policy_sweep", "03_workload_drift", "05_ab_estimators", "06_ab_
 @pytest.mark.allow_skip(reason="a notebook without an interactive control has nothing to drive")
 @pytest.mark.parametrize("nb", VOILA, ids=[nb.stem for nb in VOILA])
 def test_dashboard_in_voila(nb, browser, tmp_path):
-    needs_params(nb)
-    if not has_interactive_code(nb):
-        pytest.skip(f"{nb.stem} has no interactive control (no ipywidgets/explorer call)")
+    needs_params_and_controls(nb)
     port, token = free_port(), secrets.token_hex(16)
     log = tmp_path / "voila.log"
     env = dict(os.environ, PYTHONUNBUFFERED="1", JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
