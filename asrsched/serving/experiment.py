@@ -469,8 +469,7 @@ class ServingStudy:
             kw.setdefault("compare_bench_serve", eng == "vllm")
             tasks.append(dict(policies=list(self.policies), out_dir=str(Path(self.out_dir) / eng), engine=eng,
                               progress=self.progress, service_json=(self.service_jsons or {}).get(eng), **kw))
-        Path(self.out_dir).mkdir(parents=True, exist_ok=True)
-        la0 = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+        la0 = list(os.getloadavg()) if hasattr(os, "getloadavg") else None  # planning writes nothing
         return StudyPlan(run_engine_experiment, tasks, prefix="serving", desc="engines", one_at_a_time=True,
                          cacheable=False, progress=False, context={"load_start": la0})
 

@@ -84,7 +84,7 @@ def test_results_table_columns_regime_and_simulator_columns():
     assert np.allclose(t.sim_p50_e2el_err_pct, 10, atol=2)
 
 
-def test_settings_full_has_enough_requests_and_bad_engine_is_named():
+def test_settings_full_has_enough_requests_and_bad_engine_is_named(tmp_path):
     assert SETTINGS["full"]["n_requests"] >= 150 and SETTINGS["full"]["rhos"] == (0.7, 0.9, 1.2)
     with pytest.raises(ValueError, match="engine must be one of"):
         run_engine_experiment(engine="triton", progress=False)
@@ -95,9 +95,10 @@ def test_settings_full_has_enough_requests_and_bad_engine_is_named():
     with pytest.raises(ValueError, match="engines must be some of"):
         run_study(ServingStudy(engines=["triton"]))
     with pytest.raises(ValueError, match="workers/address: a ServingStudy runs its tasks one at a time"):
-        run_study(ServingStudy(), workers=2)
+        run_study(ServingStudy(out_dir=tmp_path / "study"), workers=2)
     with pytest.raises(ValueError, match="cache_dir: a ServingStudy keeps no cache"):
-        run_study(ServingStudy(), cache_dir="somewhere")
+        run_study(ServingStudy(out_dir=tmp_path / "study"), cache_dir=tmp_path / "cache")
+    assert not list(tmp_path.iterdir())  # refused before anything was written
     with pytest.raises(ValueError, match="n_saturation"):
         run_engine_experiment(n_saturation=2, progress=False)
 
