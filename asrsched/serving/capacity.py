@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -97,7 +98,8 @@ def capacity_rps(service: ServiceModel, durations: np.ndarray, languages: np.nda
 
 def measure_saturation(url: str, workload: str = "librispeech", *, n: int = 8, slots: int = 1, seed: int = 0,
                        model: str = "tiny.en", pool_size: int = 24, cache=None, stream: bool = True,
-                       timeout_s: float = 600.0, progress: bool = True) -> ServingCapacity:
+                       timeout_s: float = 600.0, progress: bool = True,
+                       records_out: str | os.PathLike | None = None) -> ServingCapacity:
     """The engine's measured saturation throughput on ``workload``: a closed loop that keeps it full.
 
     ``n`` requests drawn from the workload (seeded) are all due at once; ``2 x slots`` are kept in
@@ -106,7 +108,8 @@ def measure_saturation(url: str, workload: str = "librispeech", *, n: int = 8, s
     ``(completed - slots)``-th completion, where the engine is full (no ramp-up, no drain);
     with too few completions for that, completed / (last finish - first send). Returns a
     :class:`ServingCapacity` (``rate``, ``completed``, ``method``, ``mean_duration_s``; one run:
-    no CI, ``analytic`` NaN).
+    no CI, ``analytic`` NaN). ``records_out``: a CSV path for the run's client records (the load
+    generator's columns), written before the rate is computed.
     """
     if int(n) < 3:
         raise ValueError(f"n (saturation requests) must be an integer >= 3, got {n!r}")
@@ -114,6 +117,8 @@ def measure_saturation(url: str, workload: str = "librispeech", *, n: int = 8, s
     plan = plan_requests(tr, pool_size=pool_size, seed=seed, cache=cache, progress=progress).assign(scheduled=0.0)
     rec = run_coro(run_load(url, plan, model=model, stream=stream, max_concurrency=2 * int(slots),
                             timeout_s=timeout_s, label="saturation", progress=progress))
+    if records_out is not None:
+        rec.to_csv(records_out, index=False)
     fin = np.sort(rec["finish"].to_numpy(float)[np.isfinite(rec["finish"].to_numpy(float))])
     m, c = int(slots), len(fin)
     if c - m - 1 > m - 1 and c >= 2 * m + 2:

@@ -122,6 +122,8 @@ __all__ = [
 ENGINES = ("cpu-server", "vllm")
 #: the study's results table and its provenance, in the study's output folder
 RESULTS_CSV, RUN_JSON = "real_engine_results.csv", "real_engine_run.json"
+#: the client records of the calibration probe and of the saturation run, in each engine's folder
+PROBE_RECORDS_CSV, SATURATION_RECORDS_CSV = "probe_records.csv", "saturation_records.csv"
 #: the vLLM engine's measured step times (probe and saturation runs) and the service model fitted to them
 STEP_TIMES_CSV, STEP_MODEL_JSON = "vllm_step_times.csv", "vllm_step_model.json"
 #: our load generator against ``vllm bench serve`` on the vLLM engine (same clips and rate)
@@ -251,8 +253,9 @@ def run_engine_experiment(
     ``profile``: a second a-priori prediction from a service model measured elsewhere
     (``"packaged"``: the profile shipped for ``model``, :func:`asrsched.profiling.run.packaged_profile`;
     a path: a ``asrsched.service_model/1`` JSON; ``None``: skip), mode ``"profile"``.
-    Records, the calibrated model, the tables and ``results.csv`` (:func:`results_table`, ``n_boot``
-    resamples) go to ``out_dir`` when given. ``compare_bench_serve``: after the runs, ``vllm bench
+    Records (the probe's and the saturation run's client records too: :data:`PROBE_RECORDS_CSV`,
+    :data:`SATURATION_RECORDS_CSV`), the calibrated model, the tables and ``results.csv``
+    (:func:`results_table`, ``n_boot`` resamples) go to ``out_dir`` when given. ``compare_bench_serve``: after the runs, ``vllm bench
     serve`` sends the first load level's clips at its rate to the FCFS server, and
     :func:`asrsched.serving.loadtools.compare_load_tools` sets its TTFT/E2EL beside our load
     generator's FCFS run of the same plan (``load_tools``, ``load_tools.csv``; a failure is
@@ -303,7 +306,8 @@ def run_engine_experiment(
         if n_saturation:
             sat = measure_saturation(sp.url, workload, n=int(n_saturation), slots=slots, seed=seed, model=model,
                                      pool_size=pool_size, cache=cache, stream=stream, timeout_s=timeout_s,
-                                     progress=progress)
+                                     progress=progress, records_out=out / SATURATION_RECORDS_CSV)
+    probe_rec.to_csv(out / PROBE_RECORDS_CSV, index=False)
     ok = probe_rec["status"].eq(200)
     if ok.any() and not probe_rec.loc[ok, "text"].fillna("").astype(str).str.strip().astype(bool).any():
         raise RuntimeError(f"{engine} answered every probe request with an empty transcript (model {model!r}); "

