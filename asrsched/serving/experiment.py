@@ -409,6 +409,10 @@ def run_engine_experiment(
 
 # ----------------------------------------------------------------------------- the study
 
+#: run_engine_experiment's arguments that the study sets itself (per engine), not overridable
+_SET_BY_STUDY = {"policies", "out_dir", "engine", "progress", "service_json"}
+
+
 @dataclass
 class ServingStudy:
     """The real-engine study, run by :func:`asrsched.sim.parallel.run_study`: :func:`run_engine_experiment` per engine.
@@ -475,7 +479,8 @@ class ServingStudy:
                               progress=self.progress, service_json=(self.service_jsons or {}).get(eng), **kw))
         la0 = list(os.getloadavg()) if hasattr(os, "getloadavg") else None  # planning writes nothing
         return StudyPlan(run_engine_experiment, tasks, prefix="serving", desc="engines", one_at_a_time=True,
-                         cacheable=False, progress=False, context={"load_start": la0})
+                         cacheable=False, progress=False,
+                         context={"load_start": la0, "config": cfg, "vllm_model": vllm_model})
 
     def assemble(self, plan: StudyPlan, results: list, seconds: float) -> pd.DataFrame:
         """Write the study's files (see the class docstring) from the engines' experiments; the results table."""
@@ -504,8 +509,7 @@ class ServingStudy:
                 runs = [r for r in json.loads((out / RUN_JSON).read_text())["runs"]
                         if set(r["parameters"]["engines"]) - set(engines)]
         res.to_csv(out / RESULTS_CSV, index=False)
-        cfg = self.config()
-        vllm_model = cfg.pop("vllm_model", None)
+        cfg, vllm_model = plan.context["config"], plan.context["vllm_model"]
         params = {"setting": self.setting, "engines": engines, "policies": list(self.policies), **cfg,
                   "vllm_model": vllm_model if "model" not in self.overrides else cfg["model"],
                   "service_jsons": {k: str(v) for k, v in (self.service_jsons or {}).items()},
@@ -514,9 +518,6 @@ class ServingStudy:
         (out / RUN_JSON).write_text(json.dumps({"runs": runs}, indent=2, default=str) + "\n")
         return res
 
-
-#: run_engine_experiment's arguments that the study sets itself (per engine), not overridable
-_SET_BY_STUDY = {"policies", "out_dir", "engine", "progress", "service_json"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
