@@ -17,7 +17,10 @@ Expected failures (``xfail``) are not skips and are left alone. See CONTRIBUTING
 
 from __future__ import annotations
 
+import fcntl
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 from extras import PREFIX
@@ -54,6 +57,7 @@ def _message(what: str, reason: str) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"allow_skip(reason): this test may skip (e.g. needs a GPU); other skips fail unless {ALLOW_ENV}=1")
+    config.addinivalue_line("markers", "exclusive: runs with no other test beside it under pytest-xdist")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -69,17 +73,16 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 _SKIPPED_MODULES: list[str] = []
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector):
+def pytest_collectreport(report: pytest.CollectReport) -> None:
     """A module that skips as a whole (``importorskip`` at import) is recorded; the session then fails.
 
     Turning the collection report itself into an error would abort the whole run before any test
     ran; this way every other test still runs, and the exit status and summary name the module.
+    Under pytest-xdist this hook also runs in the controlling process, which receives every skipped
+    collection report from its workers, so the rule holds with ``-n`` too.
     """
-    outcome = yield
-    rep = outcome.get_result()
-    if rep.skipped and not _allowed(_reason(rep.longrepr)):
-        _SKIPPED_MODULES.append(_message(f"module {collector.nodeid}", _reason(rep.longrepr)))
+    if report.skipped and not _allowed(_reason(report.longrepr)):
+        _SKIPPED_MODULES.append(_message(f"module {report.nodeid}", _reason(report.longrepr)))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
@@ -90,3 +93,84 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     if _SKIPPED_MODULES and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# ------------------------------------------------------------------------------------------------
+# Parallel runs (pytest-xdist; scripts/test.sh runs ``-n 2 --dist loadgroup --no-loadscope-reorder``)
+#
+# * Tests that share an expensive module or session fixture (a real server, a fresh venv, a vLLM
+#   engine) run on one worker, so the fixture starts once: GROUPS maps a module to its group.
+# * Order: modules with an ``exclusive`` test first, then modules with a slow test, then the rest (each
+#   in collection order, a module's tests together), so that the long units start early and the two
+#   workers finish together.
+# * ``@pytest.mark.exclusive``: a test whose assertions depend on the machine's speed (a fit to a
+#   real engine's step times) runs with no other test beside it. A file lock shared by the workers
+#   of one run: an exclusive test holds it alone, every other test holds it shared; a waiting
+#   exclusive test stops new tests from starting (the gate) until the running ones are done.
+#   Without xdist nothing is locked.
+GROUPS = {
+    "tests/project/test_install.py": "fresh-venv",
+    "tests/vllm_plugin/test_vllm_server.py": "vllm-server",
+    "tests/vllm_plugin/test_vllm_engine.py": "vllm-engine",
+    "tests/profiling/test_profile_vllm.py": "vllm-profile",
+    "tests/profiling/test_profile_real.py": "whisper-backend",
+    "tests/serving/test_server.py": "sjf-server",  # the session's sjf_server (tests/serving/conftest.py)
+    "tests/serving/test_loadgen.py": "sjf-server",
+    "tests/serving/test_long_audio.py": "base-server",
+    "tests/figures/test_figure_layout.py": "figure-layout",
+    "tests/whisper/test_ct2_convert.py": "ct2-convert",
+    "tests/abtest/test_abtest_study.py": "abtest-study",
+    "tests/abtest/test_asr_fleet_study.py": "asr-fleet-study",
+    "tests/figures/test_sim_figures.py": "sim-figures",
+}
+# test_browser: the JupyterLab tests share one JupyterLab server; the Voila tests start their own
+BROWSER_GROUPS = {"test_notebook_in_jupyterlab": "jupyterlab", "test_error_in_a_cell_is_seen_in_the_browser": "jupyterlab"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        group = GROUPS.get(module) or (BROWSER_GROUPS.get(item.originalname) if module.endswith("test_browser.py")
+                                       else None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    # a module stays contiguous (its module fixtures start once); modules with an exclusive test first, then
+    # modules with a slow one
+    rank: dict[str, tuple[bool, bool, int]] = {}
+    for i, it in enumerate(items):
+        m = it.nodeid.split("::")[0]
+        ex, slow = it.get_closest_marker("exclusive") is None, it.get_closest_marker("slow") is None
+        r = rank.get(m, (True, True, i))
+        rank[m] = (r[0] and ex, r[1] and slow, r[2])
+    items.sort(key=lambda it: rank[it.nodeid.split("::")[0]])
+
+
+def _lock_files() -> tuple[Path, Path] | None:
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        return None
+    base = Path(tempfile.gettempdir()) / f"asrsched-tests-{run}"
+    return base.with_suffix(".gate"), base.with_suffix(".room")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    paths = _lock_files()
+    if paths is None:
+        yield
+        return
+    exclusive = item.get_closest_marker("exclusive") is not None
+    with open(paths[0], "a") as gate, open(paths[1], "a") as room:
+        if exclusive:
+            fcntl.flock(gate, fcntl.LOCK_EX)  # no new test starts ...
+            fcntl.flock(room, fcntl.LOCK_EX)  # ... and the running ones finish
+        else:
+            fcntl.flock(gate, fcntl.LOCK_SH)
+            fcntl.flock(room, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(room, fcntl.LOCK_UN)
+            if exclusive:
+                fcntl.flock(gate, fcntl.LOCK_UN)

@@ -121,7 +121,7 @@ def run_tasks(fn: Callable[..., Any], tasks: Iterable[dict], *, cache_dir=None, 
             todo.append(t)
     for t, r in map_tasks(fn, todo, workers=workers, address=address, progress=progress, desc=desc):
         if cache is not None:
-            tmp = path(t).with_suffix(".tmp")
+            tmp = path(t).with_suffix(f".{os.getpid()}.tmp")  # two processes may compute the same task
             tmp.write_text(json.dumps(r, default=json_default))
             tmp.rename(path(t))
         done.append((t, r))

@@ -24,6 +24,7 @@ to ``runs/browser-artifacts/`` (``$ASRSCHED_BROWSER_ARTIFACTS``). Look at them.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -340,10 +341,14 @@ def progress_lines(scope) -> list[str]:
 
 
 def record(kind: str, stem: str, summary: dict) -> None:
+    """Add one test's summary to ``summary.json`` (under a lock: the JupyterLab and Voila tests may run in two
+    pytest-xdist workers at once)."""
     path = ARTIFACTS / "summary.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data[f"{kind}/{stem}"] = summary
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    with open(ARTIFACTS / "summary.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data[f"{kind}/{stem}"] = summary
+        path.write_text(json.dumps(data, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------------------------------- fixtures

@@ -149,6 +149,7 @@ def test_vllm_server_command_carries_the_plugin_policy_and_batch():
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive  # the step model's fit to the engine's step times needs the machine to itself
 def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_other_engines(tmp_path):
     """The study's vLLM path end to end (base, 2 sequences per step, FCFS and SJF at one load).
 
