@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: set up what is missing (including the vLLM CPU engine), then run pytest.
 # Extra arguments go to pytest (e.g. -m "not slow" for the quick subset, or a test file).
-# Two pytest-xdist workers (ASRSCHED_TEST_WORKERS=N for another number, 0 for one process); tests that
-# share a server run on one worker, and the order and the exclusive lock are in tests/conftest.py.
+# Two pytest-xdist workers (ASRSCHED_TEST_WORKERS=N for another number, 0 for one process); a module's
+# tests run on one worker, and the order and the exclusive lock are in tests/conftest.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS="${ASRSCHED_EXTRAS:-dev,vllm}"
@@ -11,7 +11,7 @@ ASRSCHED_EXTRAS="$EXTRAS" bash scripts/bootstrap.sh
 if [[ "$EXTRAS" == *dev* && "$EXTRAS" == *vllm* ]]; then export ASRSCHED_ALL_EXTRAS=1; fi
 start=$(date +%s)
 set +e
-.venv/bin/python -m pytest -n "${ASRSCHED_TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder "$@"
+.venv/bin/python -m pytest -n "${ASRSCHED_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
 rc=$?
 set -e
 echo "[test] pytest finished in $(( $(date +%s) - start )) s (exit $rc)"

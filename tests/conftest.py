@@ -96,10 +96,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# Parallel runs (pytest-xdist; scripts/test.sh runs ``-n 2 --dist loadgroup --no-loadscope-reorder``)
+# Parallel runs (pytest-xdist; scripts/test.sh runs ``-n 2 --dist loadfile --no-loadscope-reorder``)
 #
-# * Tests that share an expensive module or session fixture (a real server, a fresh venv, a vLLM
-#   engine) run on one worker, so the fixture starts once: GROUPS maps a module to its group.
+# * A module's tests run on one worker (``loadfile``), so a module fixture (a real server, a fresh
+#   venv, a vLLM engine) starts once. (``--dist loadgroup`` would allow finer units, but its
+#   ``xdist_group`` marks do not group under pytest 9 with pytest-xdist 3.8: tried, they spread.)
 # * Order: modules with an ``exclusive`` test first, then modules with a slow test, then the rest (each
 #   in collection order, a module's tests together), so that the long units start early and the two
 #   workers finish together.
@@ -108,34 +109,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 #   of one run: an exclusive test holds it alone, every other test holds it shared; a waiting
 #   exclusive test stops new tests from starting (the gate) until the running ones are done.
 #   Without xdist nothing is locked.
-GROUPS = {
-    "tests/project/test_install.py": "fresh-venv",
-    "tests/vllm_plugin/test_vllm_server.py": "vllm-server",
-    "tests/vllm_plugin/test_vllm_engine.py": "vllm-engine",
-    "tests/profiling/test_profile_vllm.py": "vllm-profile",
-    "tests/profiling/test_profile_real.py": "whisper-backend",
-    "tests/serving/test_server.py": "sjf-server",  # the session's sjf_server (tests/serving/conftest.py)
-    "tests/serving/test_loadgen.py": "sjf-server",
-    "tests/serving/test_long_audio.py": "base-server",
-    "tests/figures/test_figure_layout.py": "figure-layout",
-    "tests/whisper/test_ct2_convert.py": "ct2-convert",
-    "tests/abtest/test_abtest_study.py": "abtest-study",
-    "tests/abtest/test_asr_fleet_study.py": "asr-fleet-study",
-    "tests/figures/test_sim_figures.py": "sim-figures",
-}
-# test_browser: the JupyterLab tests share one JupyterLab server; the Voila tests start their own
-BROWSER_GROUPS = {"test_notebook_in_jupyterlab": "jupyterlab", "test_error_in_a_cell_is_seen_in_the_browser": "jupyterlab"}
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        group = GROUPS.get(module) or (BROWSER_GROUPS.get(item.originalname) if module.endswith("test_browser.py")
-                                       else None)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-    # a module stays contiguous (its module fixtures start once); modules with an exclusive test first, then
-    # modules with a slow one
     rank: dict[str, tuple[bool, bool, int]] = {}
     for i, it in enumerate(items):
         m = it.nodeid.split("::")[0]

@@ -98,6 +98,7 @@ def test_run_experiment_rejects_bad_parameters_before_any_work(kw, msg):
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive  # the probe's calibration (4 requests) fits a decode cost only on a machine to itself
 def test_real_serving_notebook_headless(tmp_path):
     from asrsched.app.runner import run_notebook
 
