@@ -38,3 +38,6 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   fi
   echo "$want" > "$stamp"
 fi
+# compile the simulator's numba code once into its cache (about 20 s the first time, 1-2 s after):
+# the first notebook, test or parallel worker then loads it instead of compiling it again
+.venv/bin/python -m asrsched.app.warmup

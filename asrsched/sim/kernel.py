@@ -472,7 +472,21 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
     return status
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 def call(p: Params, req: Requests, q: Queues, rep: Replicas, rs: Running, ro: Routing, sw: Switches, out: Output,
          ctl: np.ndarray) -> int:
-    """:func:`run` on the packed state (its arguments in order); the status."""
+    """:func:`run` on the packed state (its arguments in order); the status.
+
+    The kernel only reads a request's arrival, estimate, encoder time and tokens; they reach it as
+    read-only views, whether the caller's arrays are writable or not (a trace's are read-only, a
+    chunk's carried-over arrays are not): numba compiles one machine code per combination of those
+    flags, so passing them one way keeps it to one compilation.
+    """
+    req = req._replace(arrival=_read_only(req.arrival), est=_read_only(req.est), enc=_read_only(req.enc),
+                       tokens=_read_only(req.tokens))
     return run(*p, *req, *q, *rep, *rs, *ro, *sw, *out, ctl)
