@@ -55,6 +55,10 @@ CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "-
 # Which control to move, by its ``description``; default: the first slider, else the first dropdown.
 CONTROL = {}
 RUN_TIMEOUT_S = 420  # Run All, per notebook, with the tiny parameters
+# Figures are exported as HTML only here: the PNG/SVG pass (kaleido driving a second Chromium, 5-10 s a
+# notebook) runs in the same kind of kernel in every headless notebook test (papermill), which checks the
+# files; what these tests check is what the page shows.
+STATIC_EXPORT_OFF = {"ASRSCHED_FORMATS": "html"}
 UPDATE_TIMEOUT_S = 240  # one control change until the figure has redrawn
 
 # JupyterLab 4 and Voila render an error output (a traceback) with the stderr mime type; what tells it
@@ -401,6 +405,7 @@ def lab(tmp_path_factory):
                ASRSCHED_ROOT=str(root), PYTHONUNBUFFERED="1")
     for k in ("ASRSCHED_FIGURES", "ASRSCHED_RUNS", "ASRSCHED_PROGRESS"):  # as a user starts it: nothing set
         env.pop(k, None)
+    env.update(STATIC_EXPORT_OFF)
     log = root / "jupyterlab.log"
     with open(log, "w") as fh:
         proc = subprocess.Popen(
@@ -499,7 +504,7 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
     needs_params_and_controls(nb)
     port, token = free_port(), secrets.token_hex(16)
     log = tmp_path / "voila.log"
-    env = dict(os.environ, PYTHONUNBUFFERED="1", JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), **STATIC_EXPORT_OFF)
     with open(log, "w") as fh:  # the documented command, as a user types it
         proc = subprocess.Popen(
             [sys.executable, "-m", "asrsched.app.cli", "dashboard", nb.stem[:2], "--params", str(PARAMS_FILE),
