@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -12,7 +13,10 @@ import pandas as pd
 from asrsched.core.metrics import summarize
 from asrsched.core.service import ServiceModel
 
-__all__ = ["simulate_run", "comparison_table", "TABLE_METRICS"]
+__all__ = ["simulate_run", "replay_model", "comparison_table", "TABLE_METRICS", "REPLAY_STEP_S"]
+
+#: the decoder step a replay counts service time in when the calibration fitted no decode cost (s)
+REPLAY_STEP_S = 1e-3
 
 TABLE_METRICS = ("p50_e2el_ms", "p90_e2el_ms", "p50_ttft_ms", "p90_ttft_ms", "request_throughput")
 
@@ -28,6 +32,16 @@ def simulate_run(records: pd.DataFrame, policy: str, service: ServiceModel, *, s
     out = res.records.copy()
     out["rid"] = tr.extra["real_rid"].to_numpy()[out["rid"].to_numpy()]
     return out
+
+
+def replay_model(service: ServiceModel) -> ServiceModel:
+    """The model a replay (``simulate_run(..., tokens="service")``) runs on: ``service`` itself, or, when its
+    calibration fitted no decode cost (a few probe requests on a busy machine can give ``0``), the same model
+    with a decode step of :data:`REPLAY_STEP_S`. A replay serves each request for its measured service time,
+    counted in decoder steps; the step is only the unit, so the replay does not depend on the fit."""
+    if service.decode_s_per_token > 0:
+        return service
+    return dataclasses.replace(service, decode_s_per_token=REPLAY_STEP_S)
 
 
 def comparison_table(real: pd.DataFrame, sim: pd.DataFrame, keys: Sequence[str] = ("rho", "rate", "policy"),

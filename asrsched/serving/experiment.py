@@ -84,7 +84,7 @@ from asrsched.core.service import ServiceModel
 from asrsched.core.workloads import make_trace
 from asrsched.serving.calibration import calibrate, client_tokens, engine_step_model, probe
 from asrsched.serving.capacity import ServingCapacity, capacity_rps, measure_saturation
-from asrsched.serving.comparison import TABLE_METRICS, comparison_table, simulate_run
+from asrsched.serving.comparison import TABLE_METRICS, comparison_table, replay_model, simulate_run
 from asrsched.serving.loadgen import plan_requests, run_coro, run_load
 from asrsched.serving.servers import ServerProcess, VllmServerProcess, server_records
 from asrsched.serving.study_stats import MIN_N_VERDICT, RESULT_COLUMNS, cell_statistics, results_table
@@ -360,8 +360,8 @@ def run_engine_experiment(
                 modes = [("sim", sim_model, "kappa")]
                 if sim_model is not service:
                     modes.append(("probe", service, "kappa"))  # requests served alone: no batching cost
-                if service.decode_s_per_token > 0 and rec["service_s"].notna().any():
-                    modes.append(("replay", service, "service"))  # needs the server's own service times
+                if rec["service_s"].notna().any():  # needs the server's own service times
+                    modes.append(("replay", replay_model(service), "service"))
                 if prof_model is not None:
                     modes.insert(1, ("profile", prof_model, "kappa"))
                 for mode, sm, tok in modes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import functools
 import re
 from pathlib import Path
 
@@ -30,6 +31,7 @@ def table() -> list[dict[str, list[str]]]:
     return out
 
 
+@functools.cache
 def notebook_parameters() -> dict[str, set[str]]:
     out = {}
     for f in sorted((ROOT / "notebooks").glob("0*.py")):
@@ -39,11 +41,13 @@ def notebook_parameters() -> dict[str, set[str]]:
     return out
 
 
-def package_trees():
-    for f in sorted((ROOT / "asrsched").rglob("*.py")):
-        yield f, ast.parse(f.read_text())
+@functools.cache
+def package_trees() -> tuple[tuple[Path, ast.Module], ...]:
+    """Every module of ``asrsched``, parsed once for the module's tests."""
+    return tuple((f, ast.parse(f.read_text())) for f in sorted((ROOT / "asrsched").rglob("*.py")))
 
 
+@functools.cache
 def cli_flags() -> set[str]:
     flags = set()
     for _, tree in package_trees():
@@ -53,6 +57,7 @@ def cli_flags() -> set[str]:
     return flags
 
 
+@functools.cache
 def code_names() -> dict[str, str]:
     """Function parameters and dataclass-style annotated fields of ``asrsched``: name -> where."""
     out = {}

@@ -98,7 +98,6 @@ def test_run_experiment_rejects_bad_parameters_before_any_work(kw, msg):
 
 
 @pytest.mark.slow
-@pytest.mark.exclusive  # the probe's calibration (4 requests) fits a decode cost only on a machine to itself
 def test_real_serving_notebook_headless(tmp_path):
     from asrsched.app.runner import run_notebook
 
@@ -203,3 +202,24 @@ def test_replaying_a_run_in_a_language_the_model_lacks_is_an_error_unless_a_fall
         simulate_run(rec, "fcfs", sm)
     tr = records_to_trace(rec, sm, fallback="en")  # opted in: the English kappa stands in for Indonesian
     assert tr.tokens.tolist() == [50, 80, 120]
+
+
+@pytest.mark.parametrize("decode_s_per_token", [0.0, 0.02])
+def test_a_replay_serves_each_request_for_its_measured_time_even_when_no_decode_cost_was_fitted(decode_s_per_token):
+    """Requests far apart (no queueing) on one slot: the replay's service time is the measured one, to half a
+    decoder step, whether the calibration fitted a decode cost or not (a busy machine can fit 0)."""
+    from asrsched.serving.comparison import REPLAY_STEP_S, replay_model
+
+    sm = ServiceModel(encode_s_per_window=0.3, decode_s_per_token=decode_s_per_token, overhead_s=0.05,
+                      kappa={"en": 4.0})
+    rm = replay_model(sm)
+    assert rm.decode_s_per_token == (decode_s_per_token or REPLAY_STEP_S) and rm.encode_s_per_window == 0.3
+    assert replay_model(rm) is rm
+    service = np.array([0.9, 2.345, 0.5, 4.01])
+    rec = pd.DataFrame({"rid": np.arange(4), "arrival": 100.0 * np.arange(4), "duration": [5.0, 12.0, 2.0, 25.0],
+                        "language": "en", "service_s": service})
+    out = simulate_run(rec, "fcfs", rm, slots=1, tokens="service").sort_values("rid")
+    np.testing.assert_allclose(out["e2el"] - sm.overhead_s, service, atol=rm.decode_s_per_token / 2 + 1e-9)
+    if decode_s_per_token == 0:  # the fitted model itself cannot count time in decoder steps
+        with pytest.raises(ValueError, match="decode_s_per_token > 0"):
+            simulate_run(rec, "fcfs", sm, slots=1, tokens="service")
