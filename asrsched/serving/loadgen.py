@@ -52,7 +52,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from asrsched.core.policies import validate_policies
 from asrsched.core.workloads import Trace, make_trace
+from asrsched.vllm_plugin.size_estimate import XARG_DURATION, XARG_LANGUAGE, XARG_POLICY
 
 __all__ = [
     "LOADGEN_COLUMNS",
@@ -60,7 +62,6 @@ __all__ = [
     "plan_requests",
     "run_load",
     "replay",
-    "records_to_trace",
     "format_summary",
     "transcription_url",
     "run_coro",
@@ -306,6 +307,7 @@ async def run_load(
     label: str | None = None,
     progress: bool = True,
     run_timeout_s: float | None = None,
+    policy: str | None = None,
 ) -> pd.DataFrame:
     """Send ``plan`` (from :func:`plan_requests`) to ``url`` at its arrival times; one record per row.
 
@@ -318,7 +320,9 @@ async def run_load(
     never hang the run: a server that dies mid-run leaves its in-flight requests recorded
     with the connection error and later ones with the refused connection; a cancelled run
     (Ctrl-C) still records every row before the cancellation propagates
-    (``records.attrs["stopped"]`` counts the rows it cut short).
+    (``records.attrs["stopped"]`` counts the rows it cut short). ``policy`` adds ``"policy": policy``
+    to every request's ``vllm_xargs``: a vLLM engine whose plug-in has ``policy_switch`` on then runs its
+    waiting queue under that policy (others ignore it).
     """
     import httpx
     from tqdm.auto import tqdm
@@ -334,6 +338,10 @@ async def run_load(
         raise ValueError(f"max_concurrency must be an integer >= 1 or None, got {max_concurrency!r}")
     if run_timeout_s is not None and not (isinstance(run_timeout_s, (int, float)) and run_timeout_s > 0):
         raise ValueError(f"run_timeout_s must be a positive number of seconds or None, got {run_timeout_s!r}")
+    if policy is not None:
+        (policy,) = validate_policies([policy])
+        if not vllm_xargs:
+            raise ValueError("policy travels in vllm_xargs: it needs vllm_xargs=True")
     need = {"rid", "scheduled", "duration", "language", "path"}
     miss = need - set(plan)
     if miss:
@@ -370,8 +378,8 @@ async def run_load(
             fields = {"model": model, "language": rec["language"], "response_format": response_format,
                       "stream": "true" if stream else "false", **{k: str(v) for k, v in (extra_fields or {}).items()}}
             if vllm_xargs:
-                fields["vllm_xargs"] = json.dumps({"audio_duration_s": round(rec["duration"], 4),
-                                                   "language": rec["language"]})
+                xargs = {XARG_DURATION: round(rec["duration"], 4), XARG_LANGUAGE: rec["language"]}
+                fields["vllm_xargs"] = json.dumps(xargs | ({XARG_POLICY: policy} if policy else {}))
             if sem is not None:
                 async with sem:
                     await _one(client, endpoint, row, blobs[row["path"]], fields, t0, stream, response_format,
@@ -444,50 +452,6 @@ def replay(url: str, trace: Trace | pd.DataFrame, **kw) -> pd.DataFrame:
     pk = {k: kw.pop(k) for k in ("audio", "pool_size", "min_s", "max_s", "seed", "cache") if k in kw}
     plan = trace if isinstance(trace, pd.DataFrame) else plan_requests(trace, progress=kw.get("progress", True), **pk)
     return run_coro(run_load(url, plan, **kw))
-
-
-def records_to_trace(records: pd.DataFrame, service=None, *, tokens: str = "kappa",
-                     fallback: str | None = None) -> Trace:
-    """The trace a simulator needs to replay a real run: the same arrivals (actual send times) and
-    durations. ``tokens`` sets each request's true size:
-
-    * ``"kappa"``: ``round(kappa x duration)`` from ``service`` (a prediction: what is known in advance);
-    * ``"measured"``: the run's recorded ``tokens`` (decoder steps; NaN falls back to kappa);
-    * ``"service"``: the decoder steps that make ``service``'s time model give each request's
-      measured ``service_s`` (``(service_s - windows x encode) / step``): the simulator then
-      serves every request exactly as long as the real server did, which tests the queueing
-      and ordering alone (NaN falls back to kappa).
-
-    kappa is :meth:`~asrsched.core.service.ServiceModel.est_tokens` of each request's language: a
-    language ``service`` has no kappa for raises ``ValueError`` naming it (a replay with the wrong
-    model predicts nothing), unless ``fallback`` names a language of ``service`` whose kappa stands
-    in, e.g. a profile measured on English alone replaying a run in another language, on purpose.
-    """
-    if tokens not in ("kappa", "measured", "service"):
-        raise ValueError(f"tokens must be 'kappa', 'measured' or 'service', got {tokens!r}")
-    df = records.sort_values("arrival", kind="stable")
-    arr = df["arrival"].to_numpy(float)
-    if not np.all(np.isfinite(arr)):
-        arr = np.where(np.isfinite(arr), arr, df["scheduled"].to_numpy(float))
-    dur = df["duration"].to_numpy(float)
-    lang = df["language"].astype(str).to_numpy(object)
-    if service is None:
-        from asrsched.core.service import default_service_model
-
-        service = default_service_model()
-    tok = np.broadcast_to(service.est_tokens(dur, lang, fallback=fallback), dur.shape)
-    if tokens == "measured":
-        m = df["tokens"].to_numpy(float)
-        tok = np.where(np.isfinite(m), m, tok)
-    elif tokens == "service":
-        if "service_s" not in df or service.decode_s_per_token <= 0:
-            raise ValueError("tokens='service' needs a service_s column and a service model with decode_s_per_token > 0")
-        enc = np.asarray(service.windows(dur), float) * service.encode_s_per_window
-        m = (df["service_s"].to_numpy(float) - enc) / service.decode_s_per_token
-        tok = np.where(np.isfinite(m), m, tok)
-    extra = pd.DataFrame({"real_rid": df["rid"].to_numpy()})
-    return Trace(arr, dur, lang, np.maximum(1, np.rint(tok)).astype(np.int64), extra=extra,
-                 meta={"workload": "replayed run", "tokens": tokens})
 
 
 def format_summary(records: pd.DataFrame, title: str = "Serving Benchmark Result") -> str:

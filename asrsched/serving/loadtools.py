@@ -119,7 +119,7 @@ def simulate_tool_runs(loadgen: pd.DataFrame, bench: pd.DataFrame, service, *, p
     """The simulator's replay of both tools' runs: each tool's own send times, the same clips
     (``loadgen`` rows in ``rid`` order are the clips in the order ``vllm bench serve`` sent them),
     the engine's fitted ``service`` model and ``slots`` sequences; returns the two simulated records."""
-    from asrsched.serving.loadgen import records_to_trace
+    from asrsched.serving.comparison import records_to_trace
     from asrsched.sim.engine import simulate
 
     ours = loadgen.sort_values("rid").reset_index(drop=True)

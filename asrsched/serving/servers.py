@@ -107,19 +107,24 @@ class VllmServerProcess(ServerProcess):
     ``policy`` for the plug-in and ``max_num_seqs`` sequences per engine step; ``engine_args`` go
     to :func:`asrsched.vllm_plugin.backend.engine_kwargs` (e.g. ``{"gpu_memory_utilization": 0.5}``
     on a small machine). Ready when ``GET /health`` answers 200; a server that exits first raises
-    ``RuntimeError`` with the end of its log.
+    ``RuntimeError`` with the end of its log. ``step_log``: the plug-in logs every engine step there;
+    ``policy_switch``: a request naming a ``policy`` in its ``vllm_xargs`` switches the waiting queue to it
+    (:func:`asrsched.serving.loadgen.run_load` ``policy=``), so one engine serves several policies' runs.
     """
 
     def __init__(self, policy: str = "fcfs", *, model: str = "base", max_num_seqs: int = 4,
                  engine_args: dict | None = None, start_timeout: float = 900.0,
-                 log: str | os.PathLike | None = None, step_log: str | os.PathLike | None = None):
+                 log: str | os.PathLike | None = None, step_log: str | os.PathLike | None = None,
+                 policy_switch: bool = False):
         from asrsched.vllm_plugin.backend import resolve_model_dir, server_command
 
         self.port = _free_port()
         ea = dict(engine_args or {})
-        if step_log:  # the plug-in logs every engine step (asrsched.serving.vllm_steps fits from it)
+        plugin = {k: v for k, v in (("step_log", str(step_log) if step_log else None),
+                                    ("policy_switch", True if policy_switch else None)) if v is not None}
+        if plugin:  # the plug-in's own settings (asrsched.vllm_plugin.config)
             add = {k: dict(v) for k, v in dict(ea.get("additional_config") or {}).items()}
-            add.setdefault("asrsched", {})["step_log"] = str(step_log)
+            add.setdefault("asrsched", {}).update(plugin)
             ea["additional_config"] = add
         self.cmd = server_command(resolve_model_dir(model), port=self.port, served_model_name=model, policy=policy,
                                   max_num_seqs=int(max_num_seqs), **ea)

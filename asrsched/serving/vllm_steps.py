@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from asrsched.core.service import ServiceModel
 
-__all__ = ["STEP_COLUMNS", "read_step_log", "step_time_table", "fit_step_model"]
+__all__ = ["STEP_COLUMNS", "read_step_log", "select_steps", "step_time_table", "fit_step_model"]
 
 #: the columns of one step-log line (``t`` is the wall clock, for joining with a run)
 STEP_COLUMNS = ("t", "n_seqs", "n_new", "n_encoder", "n_tokens", "step_s")
@@ -58,6 +58,23 @@ def read_step_log(path: str | os.PathLike) -> pd.DataFrame:
                          + (f" (missing {', '.join(sorted(miss))})" if len(df) else ""))
     df = df[list(STEP_COLUMNS)].astype(float)
     return df[(df["n_seqs"] > 0) & np.isfinite(df["step_s"]) & (df["step_s"] > 0)].reset_index(drop=True)
+
+
+def select_steps(src: str | os.PathLike, dst: str | os.PathLike, windows: Sequence[tuple[float, float]]) -> int:
+    """Copy the lines of the step log ``src`` whose step started (wall clock ``t``) inside one of ``windows``
+    (``(start, end)`` pairs, ``time.time()`` on the same machine) to ``dst``; returns how many. How the
+    real-engine study gives each phase (the probe, each policy's runs) its own log from its one engine's."""
+    n = 0
+    with open(src) as fh, open(dst, "w") as out:
+        for line in fh:
+            try:
+                t = float(json.loads(line)["t"])
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue  # a line cut short when the engine stopped
+            if any(a <= t <= b for a, b in windows):
+                out.write(line if line.endswith("\n") else line + "\n")
+                n += 1
+    return n
 
 
 def step_time_table(steps: pd.DataFrame) -> pd.DataFrame:

@@ -32,6 +32,7 @@ ENV_VARS = {
     "unknown_duration_s": "ASRSCHED_UNKNOWN_DURATION_S",
     "admission_log": "ASRSCHED_ADMISSION_LOG",
     "step_log": "ASRSCHED_STEP_LOG",
+    "policy_switch": "ASRSCHED_POLICY_SWITCH",
 }
 CONFIG_KEYS = tuple(ENV_VARS)
 DEFAULT_POLICY = "sjf"
@@ -42,6 +43,17 @@ def _json_or_value(raw: str, key: str) -> Any:
         return json.loads(raw)
     except json.JSONDecodeError:
         raise ValueError(f"{ENV_VARS[key]} must be JSON, got {raw!r}") from None
+
+
+def _flag(v: Any, key: str) -> bool:
+    if isinstance(v, bool):
+        return v
+    text = str(v).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"asrsched {key} must be true or false (1/0, yes/no, on/off), got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,7 @@ class PluginConfig:
     unknown_duration_s: float = 30.0
     admission_log: str | None = None
     step_log: str | None = None
+    policy_switch: bool = False
 
     def __post_init__(self) -> None:
         names = policy_names()
@@ -72,6 +85,7 @@ class PluginConfig:
         if not (math.isfinite(u) and u > 0):
             raise ValueError(f"asrsched unknown_duration_s must be a positive number of seconds, got {u!r}")
         object.__setattr__(self, "unknown_duration_s", u)
+        object.__setattr__(self, "policy_switch", _flag(self.policy_switch, "policy_switch"))
         check_default_language(self.service_model, self.default_language)
         make_queue(self.policy, **dict(self.policy_params))  # bad parameters fail now, naming themselves
 
@@ -127,4 +141,6 @@ class PluginConfig:
         for key in ("admission_log", "step_log"):
             if raw.get(key):
                 kw[key] = str(raw[key])
+        if "policy_switch" in raw:
+            kw["policy_switch"] = _flag(raw["policy_switch"], "policy_switch")
         return cls(**kw)

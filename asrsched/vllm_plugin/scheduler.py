@@ -26,7 +26,8 @@ in process:
 ``audio_duration_s``   audio length in seconds (the study's size proxy);
 ``speech_duration_s``  optional, speech length after VAD (used instead when given);
 ``language``           optional, picks kappa (else the default language);
-``est_service_s``      optional, an estimate computed by the client (used as is).
+``est_service_s``      optional, an estimate computed by the client (used as is);
+``policy``             optional, read only with ``policy_switch`` on (see below).
 
 The estimate is ``ServiceModel.est_service(d, language, max_tokens=max_tokens)`` (the
 package's one size estimate: ``windows x encode + min(kappa x d, max_tokens) x step(1) +
@@ -78,7 +79,21 @@ step_log            ``ASRSCHED_STEP_LOG``               path of a JSON-lines log
                                                         step: its wall time and what it ran (off);
                                                         :mod:`asrsched.serving.vllm_steps` fits the
                                                         engine's service model from it
+policy_switch       ``ASRSCHED_POLICY_SWITCH``          true: a request whose ``extra_args`` name a
+                                                        ``policy`` switches the waiting queue to it
+                                                        before it is queued (false)
 ==================  ==================================  ===============================================
+
+Switching policy at run time (``policy_switch``)
+------------------------------------------------
+For experiments that run several policies one after another on one engine (the real-engine study
+does: one engine start instead of one per policy, and every policy on the same warmed-up engine):
+with ``policy_switch`` on, a request whose ``extra_args`` carry ``"policy": "<name>"`` switches the
+waiting queue to that policy when it arrives (:meth:`DurationAwareScheduler.set_policy`: requests
+already waiting move over, keeping their arrival times); a request that names none is queued under
+the policy in force. An unknown name is logged and the request queued under the policy in force,
+never refused. Off by default: a deployment's clients should not choose the order of everyone's
+requests. Each step-log line carries the policy in force.
 
 A bad value raises ``ValueError`` naming the key and the allowed values when the
 engine starts, before any request is served (:class:`~asrsched.vllm_plugin.config.PluginConfig`).
@@ -91,6 +106,7 @@ re-exports the names above from where they have always been imported.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -98,9 +114,18 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
+from asrsched.core.policies import policy_names
 from asrsched.vllm_plugin.config import CONFIG_KEYS, DEFAULT_POLICY, ENV_VARS, PluginConfig
 from asrsched.vllm_plugin.request_queue import PolicyRequestQueue, is_preempted
-from asrsched.vllm_plugin.size_estimate import XARG_DURATION, XARG_EST, XARG_LANGUAGE, XARG_SPEECH, SizeEstimator
+from asrsched.vllm_plugin.size_estimate import (
+    XARG_DURATION,
+    XARG_EST,
+    XARG_LANGUAGE,
+    XARG_POLICY,
+    XARG_SPEECH,
+    SizeEstimator,
+    requested_policy,
+)
 
 __all__ = [
     "PluginConfig",
@@ -115,6 +140,7 @@ __all__ = [
     "XARG_SPEECH",
     "XARG_LANGUAGE",
     "XARG_EST",
+    "XARG_POLICY",
     "step_record",
     "is_preempted",
 ]
@@ -185,6 +211,7 @@ def _build_classes() -> dict[str, type]:
                                                          unknown_duration_s=c.unknown_duration_s)
                 self.waiting = PolicyRequestQueue(c.policy, estimator=self._asrsched_estimator,
                                                   policy_params=c.policy_params)
+                self._asrsched_names = frozenset(policy_names())
                 self.admission_log: deque[dict[str, Any]] = deque(maxlen=100_000)
                 self._admission_fh = open(c.admission_log, "a", buffering=1) if c.admission_log else None
                 self._step_fh = open(c.step_log, "a", buffering=1) if c.step_log else None
@@ -199,11 +226,19 @@ def _build_classes() -> dict[str, type]:
                 for r in self.waiting.drain_jobs():
                     (q.prepend_request if is_preempted(r) else q.add_request)(r)
                 self.waiting = q
-                self.asrsched_config = PluginConfig(
-                    policy=policy, policy_params=params, service_model=self.asrsched_config.service_model,
-                    default_language=self.asrsched_config.default_language,
-                    unknown_duration_s=self.asrsched_config.unknown_duration_s,
-                    admission_log=self.asrsched_config.admission_log, step_log=self.asrsched_config.step_log)
+                self.asrsched_config = dataclasses.replace(self.asrsched_config, policy=policy, policy_params=params)
+
+            def add_request(self, request: Any) -> None:
+                """vLLM's, after switching the waiting queue to the policy the request names (``policy_switch``)."""
+                c = self.asrsched_config
+                if c.policy_switch:
+                    want = requested_policy(request, c.policy, self._asrsched_names)
+                    if want is not None:
+                        moved = len(self.waiting)
+                        self.set_policy(want)
+                        _vllm_log.info("asrsched: waiting queue switched from %s to %s by request %s (%d waiting "
+                                       "moved over)", c.policy, want, getattr(request, "request_id", "?"), moved)
+                super().add_request(request)
 
             def asrsched_stats(self) -> dict[str, Any]:
                 """The waiting queue's decision statistics (see :meth:`PolicyRequestQueue.stats`)."""
@@ -220,7 +255,7 @@ def _build_classes() -> dict[str, type]:
                         q.end_step()
                 self._log_admissions(out, now)
                 if self._step_fh is not None:
-                    self._step = step_record(out, t_start)
+                    self._step = step_record(out, t_start) | {"policy": self.asrsched_config.policy}
                 return out
 
             def update_from_output(self, scheduler_output: Any, model_runner_output: Any):

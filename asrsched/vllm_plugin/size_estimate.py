@@ -15,7 +15,8 @@ from typing import Any
 
 from asrsched.core.service import ServiceModel, default_service_model
 
-__all__ = ["SizeEstimator", "check_default_language", "XARG_DURATION", "XARG_SPEECH", "XARG_LANGUAGE", "XARG_EST"]
+__all__ = ["SizeEstimator", "check_default_language", "requested_policy", "XARG_DURATION", "XARG_SPEECH",
+           "XARG_LANGUAGE", "XARG_EST", "XARG_POLICY"]
 
 log = logging.getLogger("asrsched.vllm_plugin.scheduler")
 
@@ -24,6 +25,8 @@ XARG_DURATION = "audio_duration_s"
 XARG_SPEECH = "speech_duration_s"
 XARG_LANGUAGE = "language"
 XARG_EST = "est_service_s"
+#: the policy a request asks the waiting queue to run (read only when the plug-in's ``policy_switch`` is on)
+XARG_POLICY = "policy"
 
 
 def check_default_language(model: ServiceModel, language: str) -> str:
@@ -33,6 +36,22 @@ def check_default_language(model: ServiceModel, language: str) -> str:
         raise ValueError(f"asrsched default_language {language!r} is not a language of the service model "
                          f"{model.name!r}; allowed values: {', '.join(sorted(model.kappa))}")
     return language
+
+
+def requested_policy(request: Any, current: str, known: tuple[str, ...] | frozenset[str]) -> str | None:
+    """The policy ``request`` asks for (its ``extra_args[XARG_POLICY]``), when it names one other than
+    ``current``; else ``None``. A name not in ``known`` is logged and ignored: the request is queued under
+    the current policy, never refused."""
+    xa = getattr(getattr(request, "sampling_params", None), "extra_args", None)
+    want = xa.get(XARG_POLICY) if isinstance(xa, Mapping) else None
+    if want is None:
+        return None
+    name = str(want).strip().lower()
+    if name not in known:
+        log.warning("asrsched: request %s asks for policy %r, which is unknown (allowed: %s); it is queued under %s",
+                    getattr(request, "request_id", "?"), want, ", ".join(sorted(known)), current)
+        return None
+    return None if name == current else name
 
 
 def _positive(x: Any) -> float | None:

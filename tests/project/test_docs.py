@@ -43,7 +43,7 @@ def test_site_builds_strictly_with_api_guides_bibliography_and_notebooks(tmp_pat
                        capture_output=True, text=True, timeout=800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "WARNING" not in r.stderr and "ERROR" not in r.stderr, r.stderr[-3000:]
-    engine = (out / "_generated" / "api" / "asrsched.core.labels.html").read_text()
+    engine = (out / "_generated" / "api" / "asrsched.sim.engine.html").read_text()
     assert 'id="asrsched.sim.engine.simulate"' in engine  # the API reference documents the functions
     assert {p.stem for p in (out / "_generated" / "api").glob("*.html")} >= {
         "asrsched.core.service", "asrsched.abtest.estimators", "asrsched.serving.app", "asrsched.figures.style"}

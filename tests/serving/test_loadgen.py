@@ -17,8 +17,9 @@ import pytest
 from asrsched.core.metrics import latency_cdf, summarize
 from asrsched.core.workloads import Uniform, make_trace
 from asrsched.serving.app import run_in_thread
+from asrsched.serving.comparison import records_to_trace
 from asrsched.serving.config import ServerConfig
-from asrsched.serving.loadgen import LOADGEN_COLUMNS, main, plan_requests, records_to_trace, replay, run_coro, run_load
+from asrsched.serving.loadgen import LOADGEN_COLUMNS, main, plan_requests, replay, run_coro, run_load
 from asrsched.sim.engine import RECORD_COLUMNS
 
 pytestmark = pytest.mark.slow
@@ -205,6 +206,8 @@ def test_sends_model_language_and_vllm_xargs_and_reads_vllm_events(plan):
         assert (rec["text_tokens"] == 2).all() and (rec["tokens"] == 2).all()
         assert rec["est_service"].isna().all() and rec["admit"].isna().all()  # vLLM reports neither
         assert (rec["ttft"] <= rec["e2el"]).all()
+        named = run_coro(run_load(url, plan.head(1), policy="HRRN", progress=False))  # for a switching engine
+        assert json.loads(seen[-1]["vllm_xargs"])["policy"] == "hrrn" and (named["status"] == 200).all()
         plain = run_coro(run_load(url, plan.head(1), stream=False, vllm_xargs=False, progress=False))
         assert "vllm_xargs" not in seen[-1] and seen[-1]["stream"] == "false"
         assert plain["text"].iloc[0] == "hello world" and plain["ttft"].iloc[0] == plain["e2el"].iloc[0]
@@ -226,7 +229,8 @@ def test_exact_audio_matches_trace_durations_and_bad_input_fails_early(plan):
         plan_requests(tr, pool_size=1)
     for kw, msg in ((dict(response_format="srt"), "json, text, verbose_json"),
                     (dict(stream=True, response_format="verbose_json"), "stream=True"),
-                    (dict(timeout_s=0), "timeout_s"), (dict(max_concurrency=0), "max_concurrency")):
+                    (dict(timeout_s=0), "timeout_s"), (dict(max_concurrency=0), "max_concurrency"),
+                    (dict(policy="shortest"), "shortest"), (dict(policy="sjf", vllm_xargs=False), "needs vllm_xargs")):
         with pytest.raises(ValueError, match=msg):
             run_coro(run_load("http://127.0.0.1:1", plan, progress=False, **kw))
     with pytest.raises(ValueError, match="http://"):

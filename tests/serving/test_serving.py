@@ -191,7 +191,7 @@ def test_cpu_server_default_language_must_be_a_language_of_its_size_estimate_mod
 
 
 def test_replaying_a_run_in_a_language_the_model_lacks_is_an_error_unless_a_fallback_is_named():
-    from asrsched.serving.loadgen import records_to_trace
+    from asrsched.serving.comparison import records_to_trace
 
     sm = ServiceModel(encode_s_per_window=0.5, decode_s_per_token=0.01, overhead_s=0.05, kappa={"en": 4.0, "es": 5.0})
     rec = pd.DataFrame({"rid": [0, 1, 2], "arrival": [0.0, 1.0, 2.0], "duration": [10.0, 20.0, 30.0],

@@ -146,6 +146,11 @@ def test_vllm_server_command_carries_the_plugin_policy_and_batch():
     assert json.loads(cmd[cmd.index("--additional-config") + 1]) == {"asrsched": {"policy": "hrrn"}}
     assert cmd[cmd.index("--max-num-seqs") + 1] == "3" and cmd[cmd.index("--port") + 1] == str(v.port)
     assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.5"
+    # the study's engine: one step log and the policy switch, beside the caller's own plug-in settings
+    v = VllmServerProcess("fcfs", model="tiny.en", step_log="/tmp/steps.jsonl", policy_switch=True,
+                          engine_args={"additional_config": {"asrsched": {"kappa": 4.0}}})
+    add = json.loads(v.cmd[v.cmd.index("--additional-config") + 1])
+    assert add == {"asrsched": {"policy": "fcfs", "kappa": 4.0, "step_log": "/tmp/steps.jsonl", "policy_switch": True}}
 
 
 @pytest.mark.slow
@@ -191,7 +196,11 @@ def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_
     assert m.encode_s_per_window > m.decode_s_per_token > 0 and m.decode_batch_slope >= 0
     steps = pd.read_csv(tmp_path / STEP_TIMES_CSV)
     assert set(steps.n_seqs) == {1, 2} and steps.steps.sum() == m.fit["n_steps"]
-    assert (tmp_path / "vllm" / "steps-probe.jsonl").exists() and (tmp_path / "vllm" / "steps-sjf.jsonl").exists()
+    # one engine served the probe and both policies (one server log): each policy's steps ran under it
+    assert [p.name for p in (tmp_path / "vllm").glob("server-*.log")] == ["server-vllm.log"]
+    for phase, pol in (("probe", "fcfs"), ("fcfs", "fcfs"), ("sjf", "sjf")):
+        lines = [json.loads(x) for x in (tmp_path / "vllm" / f"steps-{phase}.jsonl").read_text().splitlines()]
+        assert lines and {x["policy"] for x in lines} == {pol}, phase
     sim = pd.read_parquet(tmp_path / "vllm" / "sim_records.parquet")
     assert {"sim", "probe"} <= set(sim["mode"])
     tools = pd.read_csv(tmp_path / LOAD_TOOLS_CSV)

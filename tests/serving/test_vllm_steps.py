@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from extras import need
 
-from asrsched.serving.vllm_steps import fit_step_model, read_step_log, step_time_table
+from asrsched.serving.vllm_steps import fit_step_model, read_step_log, select_steps, step_time_table
 
 
 def _steps(n=400, base=0.02, per_seq=0.005, encoder=0.3, noise=0.0, seed=0, max_b=4):
@@ -49,6 +49,14 @@ def test_fit_recovers_the_step_costs_and_maps_them_onto_the_service_model(tmp_pa
     t = step_time_table(steps)
     dec = t[t.encoder == 0].set_index("n_seqs")["median_step_s"]
     assert list(dec.index) == [1, 2, 3, 4] and (np.diff(dec.to_numpy()) > 0).all()
+
+
+def test_select_steps_copies_the_steps_that_started_in_the_windows(tmp_path):
+    _write(tmp_path / "all.jsonl", _steps(n=100), extra_lines=['{"t": 50.5, "n_se'])  # a line cut short
+    n = select_steps(tmp_path / "all.jsonl", tmp_path / "part.jsonl", [(10, 19.5), (80, 1e9)])
+    part = read_step_log(tmp_path / "part.jsonl")
+    assert n == len(part) == 10 + 20 and part["t"].tolist() == [*range(10, 20), *range(80, 100)]
+    assert select_steps(tmp_path / "all.jsonl", tmp_path / "none.jsonl", []) == 0
 
 
 def test_fit_refuses_logs_that_cannot_identify_the_costs(tmp_path):

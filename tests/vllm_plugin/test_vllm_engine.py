@@ -114,6 +114,31 @@ def test_admission_order_fcfs_vs_sjf(engine, clips):
           "\ndurations:", {k: round(v, 2) for k, v in durs.items()}, "\nplug-in decision cost:", st)
 
 
+def test_requests_naming_a_policy_switch_the_queue_only_when_the_switch_is_on(engine, clips):
+    """``policy_switch`` on: requests that name SJF reorder an engine set to FCFS; off: the same requests
+    are admitted in arrival order (the name is ignored)."""
+    import dataclasses
+
+    sched = engine.scheduler
+    ordered = dict(sorted(clips.items(), key=lambda kv: -len(kv[1])))  # longest first: FCFS and SJF differ
+    durs = {n: len(a) / 16000 for n, a in clips.items()}
+
+    def naming(tag, policy):
+        return [(t, a, arr, xa | {"policy": policy}) for t, a, arr, xa in specs_for(ordered, tag)]
+
+    off = submit_batch(engine, "fcfs", naming("off", "sjf"))
+    assert [r["tag"].split("-")[1] for r in off] == list(ordered) and {r["policy"] for r in off} == {"fcfs"}
+    sched.asrsched_config = dataclasses.replace(sched.asrsched_config, policy_switch=True)
+    try:
+        on = submit_batch(engine, "fcfs", naming("on", "sjf"))
+    finally:
+        sched.asrsched_config = dataclasses.replace(sched.asrsched_config, policy_switch=False)
+    assert sched.asrsched_config.policy == "sjf"  # the requests switched it
+    # the first request switched the queue; all were waiting before the first step, so SJF ranked them all
+    assert [r["tag"].split("-")[1] for r in on] == sorted(durs, key=durs.get)
+    assert {r["policy"] for r in on} == {"sjf"}
+
+
 def test_admission_order_hrrn_ages_an_old_long_request(engine, clips):
     ordered = dict(sorted(clips.items(), key=lambda kv: -len(kv[1])))  # xl, l, m, s
     log = submit_batch(engine, "hrrn", specs_for(ordered, "h", old="xl"))

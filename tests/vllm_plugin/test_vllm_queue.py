@@ -333,10 +333,31 @@ def test_config_sources_and_precedence(tmp_path):
     # the default language must be one the service model has a kappa for: checked when the config is built
     ({"default_language": "fr"}, r"default_language 'fr' .*allowed values: de, en, es, id$"),
     ({"kappa": {"es": 4.0}}, r"default_language 'en' .*allowed values: es$"),
+    ({"policy_switch": "sometimes"}, r"policy_switch must be true or false .*got 'sometimes'"),
 ])
 def test_config_errors_name_the_problem(src, match):
     with pytest.raises(ValueError, match=match):
         PluginConfig.from_sources(src, env={})
+
+
+def test_policy_switch_is_off_by_default_and_read_from_either_source():
+    assert PluginConfig.from_sources(None, env={}).policy_switch is False
+    assert PluginConfig.from_sources({"policy_switch": True}, env={}).policy_switch is True
+    assert PluginConfig.from_sources(None, env={ENV_VARS["policy_switch"]: "1"}).policy_switch is True
+    assert PluginConfig.from_sources({"policy_switch": "off"}, env={ENV_VARS["policy_switch"]: "1"}).policy_switch is False
+
+
+def test_a_request_names_the_policy_it_switches_to_and_an_unknown_one_is_logged_not_refused(caplog):
+    from asrsched.vllm_plugin.size_estimate import XARG_POLICY, requested_policy
+
+    known = frozenset(policy_names())
+    assert requested_policy(req("a", 0.0, 5.0, **{XARG_POLICY: "SJF"}), "fcfs", known) == "sjf"
+    assert requested_policy(req("b", 0.0, 5.0, **{XARG_POLICY: "sjf"}), "sjf", known) is None  # already in force
+    assert requested_policy(req("c", 0.0, 5.0), "fcfs", known) is None  # names none: the policy in force stays
+    assert requested_policy(req("d", 0.0), "fcfs", known) is None  # no extra_args at all
+    with caplog.at_level("WARNING", logger="asrsched.vllm_plugin.scheduler"):
+        assert requested_policy(req("e", 0.0, 5.0, **{XARG_POLICY: "shortest"}), "hrrn", known) is None
+    assert "request e asks for policy 'shortest', which is unknown" in caplog.text and "queued under hrrn" in caplog.text
 
 
 def test_config_env_json_error():
