@@ -2,7 +2,8 @@
 # The test suite: set up what is missing (including the vLLM CPU engine), then run pytest.
 # Extra arguments go to pytest (e.g. -m "not slow" for the quick subset, or a test file).
 # Two pytest-xdist workers (ASRSCHED_TEST_WORKERS=N for another number, 0 for one process); a module's
-# tests run on one worker, and the order and the exclusive lock are in tests/conftest.py.
+# tests run on one worker, the modules that start vLLM engines on one worker one after another, and
+# the order is in tests/conftest.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS="${ASRSCHED_EXTRAS:-dev,vllm}"

@@ -17,9 +17,8 @@ Expected failures (``xfail``) are not skips and are left alone. See CONTRIBUTING
 
 from __future__ import annotations
 
-import fcntl
+import functools
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -57,7 +56,6 @@ def _message(what: str, reason: str) -> str:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"allow_skip(reason): this test may skip (e.g. needs a GPU); other skips fail unless {ALLOW_ENV}=1")
-    config.addinivalue_line("markers", "exclusive: runs with no other test beside it under pytest-xdist")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -99,52 +97,48 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 # Parallel runs (pytest-xdist; scripts/test.sh runs ``-n 2 --dist loadfile --no-loadscope-reorder``)
 #
 # * A module's tests run on one worker (``loadfile``), so a module fixture (a real server, a fresh
-#   venv, a vLLM engine) starts once. (``--dist loadgroup`` would allow finer units, but its
-#   ``xdist_group`` marks do not group under pytest 9 with pytest-xdist 3.8: tried, they spread.)
-# * Order: modules with an ``exclusive`` test first, then modules with a slow test, then the rest (each
+#   venv, a vLLM engine) starts once.
+# * The vLLM group: every module with a test marked ``vllm`` (a real vLLM engine) is one unit of work,
+#   so those modules run on one worker, one after another, while the other worker runs the rest. Two
+#   vLLM engines on two cores slow each other by far more than anything else does (their OpenMP threads
+#   spin): a step-time fit read a median error of 18 % beside a second engine, 3-4 % beside a browser
+#   test or a busy loop. (xdist's own ``--dist loadgroup`` would need ``xdist_group`` marks, which a
+#   module's ``pytestmark`` does not carry to the scheduler under pytest 9 with pytest-xdist 3.8:
+#   tried, they spread.)
+# * Order: the vLLM group first (the longest unit), then modules with a slow test, then the rest (each
 #   in collection order, a module's tests together), so that the long units start early and the two
 #   workers finish together.
-# * ``@pytest.mark.exclusive``: a test whose assertions depend on the machine's speed (a fit to a
-#   real engine's step times) runs with no other test beside it. A file lock shared by the workers
-#   of one run: an exclusive test holds it alone, every other test holds it shared; a waiting
-#   exclusive test stops new tests from starting (the gate) until the running ones are done.
-#   Without xdist nothing is locked.
+VLLM_GROUP = "vllm-engines"
+
+
+@functools.cache
+def uses_vllm(path: Path) -> bool:
+    """Whether the test file at ``path`` marks a test ``vllm`` (read as text: the controller collects nothing)."""
+    try:
+        return "pytest.mark.vllm" in path.read_text()
+    except OSError:
+        return False
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile``, with the vLLM group's files as one unit of work (see above)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class VllmGroupScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return VLLM_GROUP if uses_vllm(config.rootpath / path) else path
+
+    return VllmGroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank: dict[str, tuple[bool, bool, int]] = {}
     for i, it in enumerate(items):
         m = it.nodeid.split("::")[0]
-        ex, slow = it.get_closest_marker("exclusive") is None, it.get_closest_marker("slow") is None
+        vllm, slow = it.get_closest_marker("vllm") is None, it.get_closest_marker("slow") is None
         r = rank.get(m, (True, True, i))
-        rank[m] = (r[0] and ex, r[1] and slow, r[2])
+        rank[m] = (r[0] and vllm, r[1] and slow, r[2])
     items.sort(key=lambda it: rank[it.nodeid.split("::")[0]])
-
-
-def _lock_files() -> tuple[Path, Path] | None:
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if not run:
-        return None
-    base = Path(tempfile.gettempdir()) / f"asrsched-tests-{run}"
-    return base.with_suffix(".gate"), base.with_suffix(".room")
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem):
-    paths = _lock_files()
-    if paths is None:
-        yield
-        return
-    exclusive = item.get_closest_marker("exclusive") is not None
-    with open(paths[0], "a") as gate, open(paths[1], "a") as room:
-        if exclusive:
-            fcntl.flock(gate, fcntl.LOCK_EX)  # no new test starts ...
-            fcntl.flock(room, fcntl.LOCK_EX)  # ... and the running ones finish
-        else:
-            fcntl.flock(gate, fcntl.LOCK_SH)
-            fcntl.flock(room, fcntl.LOCK_SH)
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(room, fcntl.LOCK_UN)
-            if exclusive:
-                fcntl.flock(gate, fcntl.LOCK_UN)

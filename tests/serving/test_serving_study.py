@@ -154,7 +154,7 @@ def test_vllm_server_command_carries_the_plugin_policy_and_batch():
 
 
 @pytest.mark.slow
-@pytest.mark.exclusive  # the step model's fit to the engine's step times needs the machine to itself
+@pytest.mark.vllm  # with the other vLLM modules on one worker (tests/conftest.py): no second engine beside it
 def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_other_engines(tmp_path):
     """The study's vLLM path end to end (base, 2 sequences per step, FCFS and SJF at one load).
 
