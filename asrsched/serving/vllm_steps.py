@@ -5,7 +5,8 @@ step**: every step runs one decoder token for each sequence in the batch, and th
 each request admitted in that step (one encoder input per audio window). The scheduler plug-in
 logs every step (``step_log``: :func:`asrsched.vllm_plugin.scheduler.step_record`, the wall time
 from the start of ``schedule`` to the output handed back). :func:`fit_step_model` fits, by
-non-negative least squares over all steps,
+non-negative least absolute deviations over all steps (a median regression: steps slowed by another
+process on the machine move it little),
 
     step_s = base + per_seq * n_seqs + encoder * n_encoder
 
@@ -86,17 +87,34 @@ def step_time_table(steps: pd.DataFrame) -> pd.DataFrame:
                          "p90_step_s": g.quantile(0.9)}).reset_index()
 
 
+def _nonnegative_lad(A: np.ndarray, y: np.ndarray, iterations: int = 200) -> np.ndarray:
+    """``x >= 0`` minimising ``sum |A x - y|``: iteratively reweighted non-negative least squares (each row
+    weighted by ``1 / |residual|``, floored), from the least-squares fit until the sum stops falling."""
+    from scipy.optimize import nnls
+
+    x = nnls(A, y)[0]
+    floor = 1e-9 * max(float(np.median(np.abs(y))), 1e-12)
+    best = np.abs(y - A @ x).sum()
+    for _ in range(int(iterations)):
+        sw = 1.0 / np.sqrt(np.maximum(np.abs(y - A @ x), floor))
+        x_new = nnls(A * sw[:, None], y * sw)[0]
+        obj = np.abs(y - A @ x_new).sum()
+        if obj > best * (1 - 1e-12):
+            break
+        x, best = x_new, obj
+    return x
+
+
 def fit_step_model(steps: pd.DataFrame, *, kappa: Mapping[str, float], kappa_ci: Mapping | None = None,
                    overhead_s: float = 0.0, name: str = "vLLM engine steps", window_s: float = 30.0,
                    min_steps: int = 20) -> ServiceModel:
-    """Fit ``step_s = base + per_seq * n_seqs + encoder * n_encoder`` (NNLS) and return the
-    :class:`ServiceModel` it implies (see the module docstring). ``fit`` holds the coefficients,
+    """Fit ``step_s = base + per_seq * n_seqs + encoder * n_encoder`` (non-negative least absolute deviations:
+    robust to steps slowed by another process) and return the :class:`ServiceModel` it implies (see the
+    module docstring). ``fit`` holds the coefficients,
     the number of steps, the largest batch seen, the median absolute relative error per step, and
     :func:`step_time_table`. Raises ``ValueError`` with fewer than ``min_steps`` steps, without a
     step that ran the encoder, or without decode-only steps at two batch sizes (then the batch
     cost cannot be told from the fixed cost: keep the engine fuller while it is logged)."""
-    from scipy.optimize import nnls
-
     if len(steps) < int(min_steps):
         raise ValueError(f"need at least {min_steps} engine steps to fit the step model, have {len(steps)}")
     enc = steps["n_encoder"].to_numpy(float)
@@ -107,21 +125,25 @@ def fit_step_model(steps: pd.DataFrame, *, kappa: Mapping[str, float], kappa_ci:
     if len(dec_sizes) < 2:
         raise ValueError(f"decode-only steps at {len(dec_sizes)} batch size(s) ({dec_sizes.tolist()}): the per-sequence "
                          "cost cannot be told from the fixed step cost; log the engine with more requests in flight")
+    # least absolute deviations (median regression), not least squares: a step slowed by another process on
+    # the machine (a spike of several times the typical step) moves it little, where least squares follows
+    # the spikes. A linear program: min sum(u+ + u-) with A x + u+ - u- = y, x, u+, u- >= 0.
     A = np.column_stack([np.ones(len(steps)), seqs, enc])
     y = steps["step_s"].to_numpy(float)
-    (base, per_seq, encoder), _ = nnls(A, y)
+    base, per_seq, encoder = _nonnegative_lad(A, y)
     step1 = base + per_seq
     if not step1 > 0:
         raise ValueError("the fitted step time at batch 1 is 0: the step log is degenerate")
-    pred = A @ np.array([base, per_seq, encoder])
     table = step_time_table(steps)
+    pred = A @ np.array([base, per_seq, encoder])
     return ServiceModel(
         encode_s_per_window=float(encoder), decode_s_per_token=float(step1), overhead_s=float(max(0.0, overhead_s)),
         kappa=dict(kappa), kappa_ci=dict(kappa_ci or {}), decode_batch_slope=float(per_seq / step1),
         window_s=float(window_s), name=name,
         source="asrsched.serving.vllm_steps.fit_step_model (the plug-in's engine-step log)",
-        assumptions="step = base + per_seq x sequences + encoder x encoder inputs (NNLS over engine steps); "
-                    "decode_s_per_token = a step at batch 1; kappa and overhead from a probe of requests served alone",
+        assumptions="step = base + per_seq x sequences + encoder x encoder inputs (non-negative least absolute "
+                    "deviations over engine steps); decode_s_per_token = a step at batch 1; kappa and "
+                    "overhead from a probe of requests served alone",
         fit={"n_steps": int(len(steps)), "base_s": float(base), "per_seq_s": float(per_seq),
              "encoder_s": float(encoder), "max_batch": int(seqs.max()),
              "median_abs_rel_err": float(np.median(np.abs(pred - y) / y)),
