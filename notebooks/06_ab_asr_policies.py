@@ -105,7 +105,7 @@ from IPython.display import Markdown, display
 
 from asrsched.abtest import asr_fleet_report as report
 from asrsched.abtest.asr_fleet import LARGE_STUDY, ASRStudyConfig
-from asrsched.figures import asr_fleet as figs
+from asrsched.figures import ab_asr as figs
 from asrsched.figures.outputs import runs_path
 from asrsched.figures.style import export_figure, export_session, export_table, setup
 from asrsched.figures.widgets import ab_explorer

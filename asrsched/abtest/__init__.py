@@ -13,7 +13,7 @@
   tables and the operator's recommendation.
 
 Figures and interactive panels live in the figures layer (:mod:`asrsched.figures.abtest`,
-:mod:`asrsched.figures.asr_fleet`, :mod:`asrsched.figures.widgets`): this package needs
+:mod:`asrsched.figures.ab_asr`, :mod:`asrsched.figures.widgets`): this package needs
 numpy, pandas, scipy and numba only.
 """
 

@@ -54,7 +54,7 @@ The fleet runs compiled (:mod:`asrsched.sim.kernel`, identical records to the Py
 fleet) whenever the policies and routers are built-in.
 
 This module holds the configuration, the estimators applied to one run and the tasks. The tables and the operator's recommendation are
-:mod:`asrsched.abtest.asr_fleet_report`; the figures :mod:`asrsched.figures.asr_fleet`; the
+:mod:`asrsched.abtest.asr_fleet_report`; the figures :mod:`asrsched.figures.ab_asr`; the
 interactive panel :func:`asrsched.figures.widgets.ab_explorer`.
 """
 

@@ -36,8 +36,8 @@ from asrsched.core.metrics import latency_cdf, summarize
 from asrsched.core.policies import policy_names
 from asrsched.core.service import default_service_model
 from asrsched.core.workloads import workload_names
+from asrsched.figures.ab_asr import fig_estimates
 from asrsched.figures.abtest import estimator_color, ordered_estimators
-from asrsched.figures.asr_fleet import fig_estimates
 from asrsched.figures.profiling import DURATION_LABELS, TOKEN_LABELS, fig_kappa
 from asrsched.figures.serving import fig_cdfs, load_levels
 from asrsched.figures.sim import pct

@@ -1,1 +1,1 @@
-"""Profiling real Whisper: :mod:`~asrsched.profiling.measure` clips through a backend (:mod:`~asrsched.profiling.backends`), :mod:`~asrsched.profiling.fit` kappa and the service-time model, :mod:`~asrsched.profiling.run` whole profiles (and the CLI)."""
+"""Profiling real Whisper: :mod:`~asrsched.profiling.measure` clips through a backend (faster-whisper or vLLM), :mod:`~asrsched.profiling.fit` kappa and the service-time model, :mod:`~asrsched.profiling.run` whole profiles (and the CLI)."""

@@ -1,6 +1,6 @@
 """Measure real Whisper, one row per request: WER scoring, the measurement table, :func:`measure`.
 
-:func:`measure` runs a backend (:func:`asrsched.profiling.backends.make_backend`) on every
+:func:`measure` runs a backend (:func:`make_backend`: faster-whisper or vLLM, by name) on every
 clip of a manifest (:func:`asrsched.whisper.corpus.build_corpus`, or any table with
 ``path`` and ``language``) and appends one row per request to a CSV as it goes, so an
 interrupted run resumes where it stopped. The fits of those rows are in
@@ -31,8 +31,11 @@ import numpy as np
 import pandas as pd
 
 from asrsched.whisper.audio import AudioError, audio_info, load_audio
+from asrsched.whisper.backends import Backend, FasterWhisperBackend
 
 __all__ = [
+    "BACKENDS",
+    "make_backend",
     "COLUMNS",
     "TOKEN_COLUMNS",
     "CLOCKS",
@@ -42,6 +45,36 @@ __all__ = [
     "typed_measurements",
     "measure",
 ]
+
+#: the Whisper backends a profile can measure
+BACKENDS = ("faster-whisper", "vllm")
+
+
+def make_backend(name: str = "faster-whisper", model: str = "tiny.en", **kw) -> Backend:
+    """Build a backend by ``name`` (one of :data:`BACKENDS`) for ``model``.
+
+    The backends live where their engines do: :class:`asrsched.whisper.backends.FasterWhisperBackend`
+    (CTranslate2 on CPU) and :class:`asrsched.vllm_plugin.vllm_backend.VllmBackend`; the profiling layer sits
+    above both, so the Whisper layer never imports vLLM code.
+
+    ``"vllm"`` needs the vLLM extra (``pip install -e .[vllm]`` on CPU, ``vllm``
+    on GPU) and :mod:`asrsched.vllm_plugin.vllm_backend`.
+    """
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {name!r}")
+    if name == "faster-whisper":
+        return FasterWhisperBackend(model, **kw)
+    try:
+        from asrsched.vllm_plugin import vllm_backend  # needs the vllm extra
+    except ImportError as e:
+        raise ImportError(
+            f"the vLLM backend is not available ({e}); on CPU: pip install -e '.[vllm]', on GPU: pip install vllm"
+        ) from None
+    factory = getattr(vllm_backend, "make_profile_backend", None) or getattr(vllm_backend, "VllmBackend", None)
+    if factory is None:
+        raise ImportError("asrsched.vllm_plugin.vllm_backend provides neither make_profile_backend nor VllmBackend")
+    return factory(model, **kw)
+
 
 TOKEN_COLUMNS = ("decode_steps", "tokens_generated", "tokens_kept", "tokens_text")
 #: clock -> (total, encoder, decoder) columns

@@ -101,7 +101,7 @@ def run_profile(
     once at temperature 0, as vLLM's transcription endpoint (the study's engine)
     does; ``True`` keeps faster-whisper's fallback ladder 0.0-1.0, whose re-decodes
     (``fallbacks``, ``tokens_generated``) make a few clips many times dearer. ``backend`` is a name from
-    :data:`asrsched.profiling.backends.BACKENDS` or a ready backend object. With ``out_dir``
+    :data:`asrsched.profiling.measure.BACKENDS` or a ready backend object. With ``out_dir``
     the measurements go to ``out_dir/<model>-<backend>-<set-up hash>/measurements.csv``
     as they are made (a rerun with the same set-up resumes; another set-up gets its own
     folder) and the fits beside them (``ProfileRun.out_dir``). ``cache``: corpus cache folder (default ``$ASRSCHED_CACHE``
@@ -112,7 +112,7 @@ def run_profile(
     ``wall`` on a GPU; see :func:`~asrsched.profiling.fit.fit_service_model`); the other clock's fit and hold-out check go into
     ``service_model.fit["other_clock"]`` when the backend reports both.
     """
-    from asrsched.profiling.backends import BACKENDS, make_backend
+    from asrsched.profiling.measure import BACKENDS, make_backend
     from asrsched.whisper.backends import ENGLISH_ONLY
     from asrsched.whisper.corpus import LANGUAGES, SilenceSpec, build_corpus
 

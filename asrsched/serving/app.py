@@ -21,17 +21,17 @@ How a request travels:
    (:func:`asrsched.whisper.audio.audio_info`); the size estimate is
    ``windows x encode + kappa x duration x step + overhead``
    (:meth:`asrsched.core.service.ServiceModel.est_service`, called by
-   :meth:`asrsched.serving.scheduler.PolicyServer.make_request`), where for audio longer than one window
+   :meth:`asrsched.serving.policy_server.PolicyServer.make_request`), where for audio longer than one window
    ``windows`` is the engine's real number of windows (the samples are read off the event
    loop and cut as the engine will cut them), not ``ceil(duration / 30 s)``. A bad upload gets a 4xx JSON
    error ``{"error": {"message", "type", "param", "code"}}`` at once.
 2. **Queue**: the request waits in the policy's queue (:func:`asrsched.core.policies.make_queue`:
-   FCFS, SJF, HRRN, ...) kept by :class:`asrsched.serving.scheduler.PolicyServer`. With
+   FCFS, SJF, HRRN, ...) kept by :class:`asrsched.serving.policy_server.PolicyServer`. With
    ``queue_limit`` set, a request that finds the queue full is refused with **503** and a
    ``Retry-After`` header (seconds, from the estimated work ahead of it) — refused up
    front, never dropped later.
 3. **Service**: when a worker is free the policy picks the next request. Locally a
-   worker runs faster-whisper on CPU (:class:`asrsched.serving.engine.WhisperEngine`:
+   worker runs faster-whisper on CPU (:class:`asrsched.serving.whisper_engine.WhisperEngine`:
    greedy, no timestamps, no temperature fallback — the setting of vLLM's endpoint — with
    the first token generated separately so that it streams as soon as it exists). In
    *upstream* mode the worker slot forwards the request to another OpenAI-compatible
@@ -41,7 +41,7 @@ How a request travels:
    ``504`` when it exceeds ``request_timeout_s`` counted from its arrival (upload parsing,
    waiting or running), ``502`` when
    the upstream fails; ``500`` with code ``hallucination_loop`` when the decoder repeats itself
-   (:class:`asrsched.serving.engine.HallucinationLoop`). A client that disconnects frees its place: a queued request
+   (:class:`asrsched.serving.whisper_engine.HallucinationLoop`). A client that disconnects frees its place: a queued request
    is removed, a running one is cancelled at its next decode call (local) or its
    upstream call is closed.
 
@@ -73,7 +73,7 @@ from typing import Any
 
 from asrsched.serving.config import ServerConfig
 from asrsched.serving.loadgen import RESPONSE_FORMATS
-from asrsched.serving.scheduler import PolicyServer, QueueFull, TranscriptionRequest
+from asrsched.serving.policy_server import PolicyServer, QueueFull, TranscriptionRequest
 from asrsched.whisper.audio import AudioError, audio_info, load_audio
 
 __all__ = ["RESPONSE_FORMATS", "TIMESTAMP_GRANULARITIES", "CHUNK_OBJECT", "create_app", "run_in_thread", "ServerHandle", "bind_socket"]

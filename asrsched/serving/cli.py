@@ -19,7 +19,7 @@ import sys
 from asrsched.core.policies import policy_names
 from asrsched.serving.app import bind_socket, create_app
 from asrsched.serving.config import ServerConfig
-from asrsched.serving.scheduler import PolicyServer
+from asrsched.serving.policy_server import PolicyServer
 
 __all__ = ["build_parser", "main"]
 

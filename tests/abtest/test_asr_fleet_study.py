@@ -114,7 +114,7 @@ def test_summary_matches_hand_computation_and_tables_are_consistent(tiny):
     bi = R.burn_in_table(res)
     assert set(bi.burn_in_s) == {0.0, 2.0}
     need("plotly")
-    from asrsched.figures import asr_fleet as F
+    from asrsched.figures import ab_asr as F
 
     figs = [F.fig_truth(res), F.fig_estimates(res, summary=s), F.fig_rmse(s), F.fig_rmse(s, "scheduling"),
             F.fig_tail(s), F.fig_ablation(ab)]
@@ -241,7 +241,7 @@ def test_no_winner_in_a_tie_and_the_naive_sign_is_worded(tiny):
     assert "Lowest MSE, clear of the others" not in text and "Statistical tie" in text
     assert "no design/estimator is clearly best" in text
     need("plotly")
-    from asrsched.figures import asr_fleet as F
+    from asrsched.figures import ab_asr as F
 
     title = F.fig_estimates(res, summary=s).layout.title.text.replace("<br>", " ")  # titles wrap at spaces
     assert "no estimator clearly best" in title and "lowest MSE" not in title

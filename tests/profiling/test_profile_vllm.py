@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def vllm_backend():
-    from asrsched.profiling.backends import make_backend
+    from asrsched.profiling.measure import make_backend
 
     be = make_backend("vllm", "tiny.en", max_num_seqs=2, max_tokens=200)
     yield be

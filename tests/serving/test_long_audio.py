@@ -151,7 +151,7 @@ def test_ten_minutes_finish_in_under_twice_their_duration(base_server):
 
 
 def test_tiny_en_engine_keeps_long_speech(speech):
-    from asrsched.serving.engine import WhisperEngine
+    from asrsched.serving.whisper_engine import WhisperEngine
 
     eng = WhisperEngine("tiny.en", cpu_threads=2)
     for d in (30, 60):
@@ -217,7 +217,7 @@ def test_a_window_that_loses_its_speech_is_decoded_again_in_halves():
     to its first two tokens, everything else real) so that the re-decode path runs on every machine."""
     from types import SimpleNamespace
 
-    from asrsched.serving.engine import WhisperEngine
+    from asrsched.serving.whisper_engine import WhisperEngine
     from asrsched.whisper.corpus import load_texts, synthesize
 
     text = " ".join(load_texts("en")["text"].iloc[:60].tolist())

@@ -22,7 +22,7 @@ import soundfile as sf
 from asrsched.serving.app import run_in_thread
 from asrsched.serving.cli import main
 from asrsched.serving.config import ServerConfig
-from asrsched.serving.engine import WhisperEngine
+from asrsched.serving.whisper_engine import WhisperEngine
 from asrsched.whisper.corpus import build_corpus
 
 pytestmark = pytest.mark.slow

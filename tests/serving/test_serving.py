@@ -155,7 +155,7 @@ def _server_estimate(srv, duration, language):
 
 def test_a_service_model_that_overrides_est_service_sizes_the_cpu_server_and_the_vllm_plugin_alike():
     from asrsched.serving.config import ServerConfig
-    from asrsched.serving.scheduler import PolicyServer
+    from asrsched.serving.policy_server import PolicyServer
     from asrsched.vllm_plugin.scheduler import SizeEstimator
 
     sm = _Recorded(encode_s_per_window=0.5, decode_s_per_token=0.01, overhead_s=0.05, kappa={"en": 4.0, "es": 5.0})
@@ -179,7 +179,7 @@ def test_a_service_model_that_overrides_est_service_sizes_the_cpu_server_and_the
 
 def test_cpu_server_default_language_must_be_a_language_of_its_size_estimate_model():
     from asrsched.serving.config import ServerConfig
-    from asrsched.serving.scheduler import PolicyServer
+    from asrsched.serving.policy_server import PolicyServer
 
     sm = ServiceModel(encode_s_per_window=0.5, decode_s_per_token=0.01, overhead_s=0.05, kappa={"id": 4.0}, name="id")
     with pytest.raises(ValueError, match=r"default_language 'en' .*'id'; allowed values: id$"):

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from asrsched.vllm_plugin.backend import VllmBackend
+from asrsched.vllm_plugin.vllm_backend import VllmBackend
 from asrsched.whisper.corpus import synthesize, synthesize_to_duration
 
 # vLLM is imported lazily (by the engine / the server process): collecting this module stays cheap
@@ -214,7 +214,7 @@ def test_vllm_tokens_equal_ctranslate2_on_the_same_features(engine):
 
 
 def test_profiler_factory_and_bad_input(engine):
-    from asrsched.profiling.backends import make_backend
+    from asrsched.profiling.measure import make_backend
 
     with pytest.raises(ValueError, match="beam_size must be 1"):
         make_backend("vllm", "base", beam_size=5)

@@ -26,7 +26,7 @@ import httpx
 import pytest
 import soundfile as sf
 
-from asrsched.vllm_plugin.backend import server_command
+from asrsched.vllm_plugin.vllm_backend import server_command
 from asrsched.whisper.convert import convert
 from asrsched.whisper.corpus import synthesize, synthesize_to_duration
 

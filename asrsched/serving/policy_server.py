@@ -5,7 +5,7 @@ at arrival it sizes the request (:meth:`ServiceModel.est_service <asrsched.core.
 of its duration, language and the engine's real number of windows) and queues it in the policy's queue (:func:`asrsched.core.policies.make_queue`), refusing it
 with :class:`QueueFull` (with a retry-after estimate) when ``queue_limit`` is reached; when
 a slot is free the policy picks the next request, which runs on a local
-:class:`~asrsched.serving.engine.WhisperEngine` worker or is forwarded to an upstream
+:class:`~asrsched.serving.whisper_engine.WhisperEngine` worker or is forwarded to an upstream
 OpenAI-compatible server. Cancellation (client gone, timeout) removes a queued request or
 stops a running one. Every finished request leaves a record in the simulator's columns
 (``/debug/requests``) and feeds the outcome counters and latency histograms
@@ -30,10 +30,10 @@ import numpy as np
 from asrsched.core.policies import Job, make_queue
 from asrsched.core.service import ServiceModel
 from asrsched.serving.config import ServerConfig
-from asrsched.serving.engine import Cancelled, HallucinationLoop, WhisperEngine, cpu_service_model
 from asrsched.serving.loadgen import transcription_url
 from asrsched.serving.prometheus import HISTOGRAMS, Histogram
 from asrsched.serving.prometheus import metrics_text as prometheus_text
+from asrsched.serving.whisper_engine import Cancelled, HallucinationLoop, WhisperEngine, cpu_service_model
 from asrsched.vllm_plugin.size_estimate import check_default_language
 from asrsched.whisper.audio import TARGET_SR, AudioError, load_audio
 
@@ -95,7 +95,7 @@ class PolicyServer:
     """The policy-ordered queue and worker slots behind the HTTP app (all state on one event loop).
 
     ``service``: the size-estimate model (default: ``config.profile``, else
-    :func:`~asrsched.serving.engine.cpu_service_model` locally and the study's GPU model
+    :func:`~asrsched.serving.whisper_engine.cpu_service_model` locally and the study's GPU model
     :func:`~asrsched.core.service.default_service_model` in upstream mode). A request is sized with
     its :meth:`~asrsched.core.service.ServiceModel.est_service`; one whose language the model has no
     kappa for (none given to a multilingual engine, which detects it later, or one the profile did

@@ -7,7 +7,7 @@ encoder/decoder calls, :class:`HallucinationLoop` when the decoder is caught rep
 :func:`cpu_service_model` is the size-estimate model for the same engine on this CPU (a
 measured profile when there is one, field-note figures otherwise); the server sizes a request
 with its :meth:`~asrsched.core.service.ServiceModel.est_service`, from the engine's real number
-of windows (:mod:`asrsched.serving.scheduler`).
+of windows (:mod:`asrsched.serving.policy_server`).
 
 Long audio (the long-form path)
 -------------------------------

@@ -500,5 +500,5 @@ class VllmBackend:
 
 
 def make_profile_backend(model: str = "base", **kw: Any) -> VllmBackend:
-    """The factory :func:`asrsched.profiling.backends.make_backend` calls for ``"vllm"``."""
+    """The factory :func:`asrsched.profiling.measure.make_backend` calls for ``"vllm"``."""
     return VllmBackend(model, **kw)
