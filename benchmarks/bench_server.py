@@ -44,7 +44,8 @@ from asrsched.core.policies import Job, make_queue  # noqa: E402
 from asrsched.core.workloads import make_trace  # noqa: E402
 from asrsched.serving.app import run_in_thread  # noqa: E402
 from asrsched.serving.config import ServerConfig  # noqa: E402
-from asrsched.serving.loadgen import plan_requests, run_coro, run_load  # noqa: E402
+from asrsched.serving.loadgen import run_coro, run_load  # noqa: E402
+from asrsched.serving.request_plan import plan_requests  # noqa: E402
 from asrsched.serving.whisper_engine import WhisperEngine, cpu_service_model  # noqa: E402
 from asrsched.whisper.audio import audio_info, load_audio  # noqa: E402
 from asrsched.whisper.corpus import build_corpus  # noqa: E402

@@ -36,7 +36,8 @@ def measure(together: bool, n: int = 24, seed: int = 3, model: str = "base") -> 
     """Median per-server service time and paired ratios to server 0 for one launch mode."""
     from asrsched.core.workloads import make_trace
     from asrsched.serving.experiment import ServerProcess
-    from asrsched.serving.loadgen import plan_requests, run_coro, run_load
+    from asrsched.serving.loadgen import run_coro, run_load
+    from asrsched.serving.request_plan import plan_requests
 
     plan = plan_requests(make_trace("librispeech", rate=1, n=n, seed=seed), pool_size=24, progress=False)
     if together:

@@ -62,8 +62,9 @@ from asrsched.core.policies import POLICIES, Job, make_queue  # noqa: E402
 from asrsched.core.service import default_service_model  # noqa: E402
 from asrsched.core.static_policies import register_static_policy  # noqa: E402
 from asrsched.core.workloads import make_trace  # noqa: E402
-from asrsched.sim.engine import OverloadWarning, SummarySink, simulate, trace_chunks  # noqa: E402
+from asrsched.sim.engine import SummarySink, simulate, trace_chunks  # noqa: E402
 from asrsched.sim.inputs import clear_trace_cache  # noqa: E402
+from asrsched.sim.overload import OverloadWarning  # noqa: E402
 
 POLICIES_TIMED = ("fcfs", "sjf", "hrrn", "adaptive")
 DEPTHS = (10, 100, 1_000, 10_000)

@@ -100,7 +100,7 @@ from asrsched.figures.sim import (
     service_note,
 )
 from asrsched.figures.style import export_figure, export_session, export_table, setup
-from asrsched.sim.engine import OverloadWarning
+from asrsched.sim.overload import OverloadWarning
 from asrsched.sim.sweep import capacities, point_records, run_sweep
 from asrsched.sim.sweep_report import change_ci, headline, refine_headline, run_length_effect, throughput_spread
 

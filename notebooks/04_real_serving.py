@@ -48,7 +48,7 @@
 # command line:
 #
 # ```bash
-# python -m asrsched.serving.experiment --setting full --engines cpu-server vllm --out figures/04_real_serving
+# python -m asrsched.serving.engine_study --setting full --engines cpu-server vllm --out figures/04_real_serving
 # ```
 #
 # It writes `figures/04_real_serving/real_engine_results.csv` and `real_engine_run.json` with its

@@ -107,6 +107,7 @@ from asrsched.abtest.study_report import (
 )
 from asrsched.core.labels import router_label
 from asrsched.core.provenance import describe
+from asrsched.figures.ab_widgets import estimator_explorer
 from asrsched.figures.abtest import (
     fig_ablation,
     fig_coverage,
@@ -119,7 +120,6 @@ from asrsched.figures.abtest import (
 )
 from asrsched.figures.outputs import project_root
 from asrsched.figures.style import export_figure, export_session, export_table, setup
-from asrsched.figures.widgets import estimator_explorer
 from asrsched.sim.parallel import run_study
 
 setup()  # house template, figures laid out as exported, explorers that survive a saved page, progress bars

@@ -106,9 +106,9 @@ from IPython.display import Markdown, display
 from asrsched.abtest import asr_fleet_report as report
 from asrsched.abtest.asr_fleet import LARGE_STUDY, ASRStudyConfig
 from asrsched.figures import ab_asr as figs
+from asrsched.figures.ab_widgets import ab_explorer
 from asrsched.figures.outputs import runs_path
 from asrsched.figures.style import export_figure, export_session, export_table, setup
-from asrsched.figures.widgets import ab_explorer
 from asrsched.sim.parallel import run_study
 
 setup()  # house template, figures laid out as exported, explorers that survive a saved page, progress bars

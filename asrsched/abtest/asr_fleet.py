@@ -55,7 +55,7 @@ fleet) whenever the policies and routers are built-in.
 
 This module holds the configuration, the estimators applied to one run and the tasks. The tables and the operator's recommendation are
 :mod:`asrsched.abtest.asr_fleet_report`; the figures :mod:`asrsched.figures.ab_asr`; the
-interactive panel :func:`asrsched.figures.widgets.ab_explorer`.
+interactive panel :func:`asrsched.figures.ab_widgets.ab_explorer`.
 """
 
 from __future__ import annotations

@@ -52,6 +52,7 @@ Tests compare it field by field with an independent linked-list kernel (``tests/
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -81,23 +82,14 @@ _DESIGN_CODE = {"bernoulli": 0, "group": 1, "switchback": 2, "control": 3, "trea
 def power_of_d(router, n_servers: int) -> int:
     """A router's ``d``: ``"random"`` = 1, ``"jsq"`` = N, ``"podK"``/``"pod:K"``/int = K."""
     if isinstance(router, (int, np.integer)) and not isinstance(router, bool):
-        d = int(router)
-    else:
-        s = str(router).strip().lower()
-        if s == "random":
-            d = 1
-        elif s == "jsq":
-            d = int(n_servers)
-        elif s.startswith("pod"):
-            try:
-                d = int(s[3:].lstrip(":"))
-            except ValueError:
-                raise ValueError(
-                    f"router: {router!r} is not a Power-of-d router; use 'random', 'jsq', 'pod<d>' or an int d"
-                ) from None
-        else:
-            raise ValueError(f"router: {router!r} is not a Power-of-d router; use 'random', 'jsq', 'pod<d>' or an int d")
-    return d
+        return int(router)
+    s = str(router).strip().lower()
+    if s in ("random", "jsq"):
+        return 1 if s == "random" else int(n_servers)
+    if s.startswith("pod"):
+        with contextlib.suppress(ValueError):
+            return int(s[3:].lstrip(":"))
+    raise ValueError(f"router: {router!r} is not a Power-of-d router; use 'random', 'jsq', 'pod<d>' or an int d")
 
 
 def mm1_response(lam: float, mu: float = 1.0) -> float:
@@ -349,7 +341,7 @@ def simulate_supermarket(cfg: SystemConfig, seed: int = 0, *, details: bool = Tr
 
 @njit(cache=True)
 def _simulate(n_requests, n_warm, rates, total_rate, amp, period, svc_kind, shape, d0, d1, design, p,
-              group, block_len, alternate, delay, st, scan_max, keep):
+              group, block_len, alternate, delay, st, scan_max, keep):  # fmt: skip
     """The supermarket model's one kernel (arguments as built by :func:`simulate_supermarket`).
 
     Each server keeps the departure times of its jobs in a ring buffer (its FCFS order;

@@ -80,7 +80,7 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_export(args) -> int:
-    from asrsched.figures.style import reexport
+    from asrsched.figures.reexport import reexport
 
     for f in args.figures:
         written = reexport(f, tuple(args.formats), out_dir=args.out_dir)

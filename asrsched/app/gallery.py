@@ -32,7 +32,8 @@ from asrsched.app import paths
 from asrsched.app.params import parse_value
 from asrsched.core.provenance import provenance
 from asrsched.figures.outputs import RUN_RECORD
-from asrsched.figures.style import PNG_SCALE, PRINT_HEIGHT, PRINT_WIDTH, html_figure_parts
+from asrsched.figures.reexport import html_figure_parts
+from asrsched.figures.style import PNG_SCALE, PRINT_HEIGHT, PRINT_WIDTH
 
 __all__ = ["figure_layout", "FigureInfo", "scan_figures", "record_runs", "write_gallery", "render_gallery", "main"]
 

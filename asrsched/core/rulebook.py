@@ -28,7 +28,11 @@ Primitives
   S``; ties to the earliest arrival, then the smallest id) and :func:`fcfs_argmin` (earliest
   arrival, then the smallest id);
 * each policy's **rule**: :func:`static_keys` (the heap key of SJF, LJF and a static key),
-  :func:`adaptive_mode` (:class:`asrsched.core.policies.AdaptiveQueue`'s switch).
+  :func:`adaptive_mode` (:class:`asrsched.core.policies.AdaptiveQueue`'s switch);
+* a waiting queue **under a policy code** (one replica's, at offset ``b``): :func:`queue_push`,
+  :func:`queue_pop` (the request the policy admits now) and :func:`queue_set_policy` (the waiting
+  requests moved to another policy's queue). The compiled engine calls only these three, so a new
+  compiled policy is a code in :data:`POLICY_CODES` and its branches here.
 
 Policy codes (:data:`POLICY_CODES`) name the compiled policies; a policy outside the table
 runs only in the Python engines.
@@ -42,7 +46,8 @@ from numba import njit
 __all__ = [
     "FCFS", "SJF", "LJF", "HRRN", "ADAPTIVE", "KEY", "POLICY_CODES", "MODE_FCFS", "MODE_SJF", "MODE_HRRN",
     "key_less", "heap_push", "heap_pop", "fifo_push", "fifo_pop", "slot_put", "slot_take", "hrrn_argbest",
-    "fcfs_argmin", "insertion_sort", "static_keys", "response_ratio", "adaptive_mode",
+    "fcfs_argmin", "insertion_sort", "static_keys", "response_ratio", "adaptive_mode", "queue_push", "queue_pop",
+    "queue_set_policy",
 ]
 
 FCFS, SJF, LJF, HRRN, ADAPTIVE, KEY = 0, 1, 2, 3, 4, 5
@@ -246,3 +251,87 @@ def adaptive_mode(n_waiting, low_depth, top_ratio, ratio_cap):
     if top_ratio > ratio_cap:
         return MODE_HRRN
     return MODE_SJF
+
+
+# ----------------------------------------------------------------------------- a waiting queue under a policy code
+# (arrays and scalars as arguments, no slices in the inlined two: see asrsched.sim.kernel on reference counts)
+
+@njit(cache=True, inline="always")
+def queue_push(code, r, j, b, arrival, est, key, min_service, k1, k2, kid, sid, sarr, sinv, spos, alive, nxt, head, tail,
+          heap_n, slot_n):
+    """Request ``j`` joins replica ``r``'s waiting queue (offset ``b``) under policy ``code``."""
+    if code == FCFS:
+        fifo_push(nxt, head, tail, r, j)
+    elif code != HRRN:  # a heap: sjf, ljf, a static key, and the SJF side of adaptive
+        x1, x2 = static_keys(code, arrival[j], est[j], key[j] if code == KEY else 0.0)
+        heap_n[r] = heap_push(k1, k2, kid, b, heap_n[r], x1, x2, j)
+    if code == HRRN or code == ADAPTIVE:
+        slot_n[r] = slot_put(sid, sarr, sinv, spos, b, slot_n[r], j, arrival[j], 1.0 / max(est[j], min_service))
+        alive[j] = True
+
+
+@njit(cache=True, inline="always")
+def queue_pop(code, r, now, b, arrival, est, low_depth, ratio_cap, min_service, k1, k2, kid, sid, sarr, sinv, spos, alive,
+         nxt, head, tail, heap_n, slot_n, modes):
+    """The request replica ``r``'s policy ``code`` admits at ``now`` (its queue is not empty), taken out."""
+    if code == FCFS:
+        return fifo_pop(nxt, head, tail, r)
+    if code != HRRN and code != ADAPTIVE:
+        j = kid[b]
+        heap_n[r] = heap_pop(k1, k2, kid, b, heap_n[r])
+        return j
+    n = slot_n[r]
+    if code == HRRN:
+        i = hrrn_argbest(sarr, sinv, sid, b, n, now)
+    else:  # adaptive: FCFS below low_depth, else HRRN when the top response ratio exceeds ratio_cap, else SJF
+        if n < low_depth:
+            i = fcfs_argmin(sarr, sid, b, n)
+            mode = MODE_FCFS
+        else:
+            i = hrrn_argbest(sarr, sinv, sid, b, n, now)
+            top = sid[b + i]
+            mode = adaptive_mode(n, low_depth, response_ratio(now, arrival[top], est[top], min_service), ratio_cap)
+        if mode == MODE_SJF:
+            while not alive[kid[b]]:  # lazy deletion: entries the FCFS and HRRN modes took
+                heap_n[r] = heap_pop(k1, k2, kid, b, heap_n[r])
+            i = spos[kid[b]]
+            heap_n[r] = heap_pop(k1, k2, kid, b, heap_n[r])
+        modes[3 * r + mode] += 1
+    j = slot_take(sid, sarr, sinv, spos, b, n, i)
+    slot_n[r] = n - 1
+    alive[j] = False
+    if n == 1 and code == ADAPTIVE:
+        heap_n[r] = 0  # nothing waits: every entry left in the SJF heap is dead (no need to pop them one by one)
+    return j
+
+
+@njit(cache=True)
+def queue_set_policy(r, new, cap, min_service, arrival, est, key, k1, k2, kid, sid, sarr, sinv, spos, alive, nxt, nwait,
+                heap_n, slot_n, head, tail, policy):
+    """:meth:`asrsched.sim.engine.Engine.set_policy` compiled: the waiting requests re-pushed, in submission order, into a fresh ``new`` queue."""
+    old = policy[r]
+    if old == new:
+        return
+    n = nwait[r]
+    w = np.empty(n, np.int64)
+    b = r * cap
+    if old == FCFS:
+        j = head[r]
+        for i in range(n):
+            w[i] = j
+            j = nxt[j]
+    elif old == HRRN or old == ADAPTIVE:
+        w[:] = sid[b:b + n]
+        for i in range(n):
+            alive[w[i]] = False
+    else:
+        w[:] = kid[b:b + n]
+    w.sort()
+    heap_n[r] = 0
+    slot_n[r] = 0
+    head[r] = -1
+    tail[r] = -1
+    policy[r] = new
+    for j in w:
+        queue_push(new, r, j, b, arrival, est, key, min_service, k1, k2, kid, sid, sarr, sinv, spos, alive, nxt, head,
+              tail, heap_n, slot_n)

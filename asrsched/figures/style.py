@@ -17,8 +17,8 @@
 * Every exported copy goes through :func:`asrsched.figures.layout.apply_layout` (titles
   wrap, axis titles get room, subplots don't collide, log axes get 1-2-5 ticks).
 * :func:`export_view_button` is the "export this view" button of the explorers;
-  :func:`figure_from_html` and :func:`reexport` turn an exported HTML back into a figure
-  and write it in other formats (``asrsched export``).
+  :mod:`asrsched.figures.reexport` turns an exported HTML back into a figure and writes it in other
+  formats (``asrsched export``).
 
 Where exports go (:func:`export_dir`): an explicit ``root``; else ``$ASRSCHED_FIGURES``
 (set by ``asrsched run --gallery`` / ``scripts/main.sh``: the report gallery
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import logging
 import os
 import re
@@ -65,9 +64,6 @@ __all__ = [
     "export_table",
     "export_session",
     "export_view_button",
-    "figure_from_html",
-    "html_figure_parts",
-    "reexport",
     "export_dir",
     "fit_title",
     "FORMATS",
@@ -466,53 +462,7 @@ def export_table(df, name: str, notebook: str, *, root: str | os.PathLike | None
     return p
 
 
-# --------------------------------------------------------------------------- re-export, explorer views
-def figure_from_html(path: str | os.PathLike) -> go.Figure:
-    """The figure inside an HTML file written by :func:`export_figure` (plotly's ``write_html``).
-
-    Raises ``ValueError`` if the file holds no ``Plotly.newPlot(...)`` call.
-    """
-    data, layout = html_figure_parts(path)
-    return go.Figure(data=data, layout=layout)
-
-
-def html_figure_parts(path: str | os.PathLike) -> tuple[list, dict]:
-    """``(data, layout)`` as plain JSON values from a plotly HTML export (no figure validation: cheap).
-
-    Raises ``ValueError`` if the file holds no ``Plotly.newPlot(...)`` call.
-    """
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
-    i = text.rfind("Plotly.newPlot(")
-    if i < 0:
-        raise ValueError(f"{path}: not a plotly HTML export (no Plotly.newPlot call)")
-    dec = json.JSONDecoder()
-    pos = i + len("Plotly.newPlot(")
-    values = []
-    for _ in range(3):  # div id, data, layout
-        while text[pos] in " \t\r\n,":
-            pos += 1
-        value, pos = dec.raw_decode(text, pos)
-        values.append(value)
-    return values[1], values[2]
-
-
-def reexport(path: str | os.PathLike, formats: tuple[str, ...] = ("pdf",), *, out_dir: str | os.PathLike | None = None,
-             width: int = PRINT_WIDTH, height: int = PRINT_HEIGHT) -> dict[str, Path]:
-    """Write an exported figure (its ``.html``) again in ``formats``, beside it or into ``out_dir``.
-
-    ``asrsched export runs/02_policy_sweep/<run>/throughput.html --formats pdf`` calls this: one
-    figure, by name, as PDF, without re-running the notebook.
-    """
-    src = Path(path)
-    if src.suffix.lower() != ".html":
-        src = src.with_suffix(".html")
-    if not src.is_file():
-        raise FileNotFoundError(f"no exported figure {src} (give the .html written by export_figure)")
-    fig = figure_from_html(src)
-    dest = Path(out_dir) if out_dir is not None else src.parent
-    return export_figure(fig, src.stem, dest.name, root=dest.parent, formats=formats, width=width, height=height)
-
-
+# --------------------------------------------------------------------------- explorer views
 def _slug(text: str, n: int = 40) -> str:
     s = re.sub(r"<[^>]+>", " ", str(text or ""))
     s = re.sub(r"[^A-Za-z0-9]+", "_", s).strip("_").lower()

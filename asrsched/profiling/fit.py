@@ -9,8 +9,9 @@ Each step usable alone, on a measurement table (:data:`asrsched.profiling.measur
     silence_estimates(rows, model)       file duration vs VAD speech duration as size estimates
     vad_summary(estimates)               their errors and costs per duration source
 
-:func:`fit_profile` does all of them and returns a :class:`ProfileRun` (report, save);
-:func:`refit` re-fits a saved run folder without measuring again.
+:func:`asrsched.profiling.run.fit_profile` does all of them and returns a
+:class:`~asrsched.profiling.run.ProfileRun` (report, save); :func:`~asrsched.profiling.run.refit` re-fits a
+saved run folder without measuring again.
 
 Which token count is kappa? The paper's kappa is "tokens the decoder generates
 per second of audio". The :class:`ServiceModel` written here uses
@@ -21,23 +22,19 @@ kept transcript tokens and for all generated tokens.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from asrsched.core.service import ServiceModel
-from asrsched.profiling.measure import CLOCKS, TOKEN_COLUMNS, typed_measurements
+from asrsched.profiling.measure import CLOCKS, TOKEN_COLUMNS
 
 __all__ = [
     "KappaFit",
-    "ProfileRun",
     "DURATION_SOURCES",
     "fit_kappa",
     "fit_service_model",
@@ -45,8 +42,6 @@ __all__ = [
     "validate_holdout",
     "silence_estimates",
     "vad_summary",
-    "fit_profile",
-    "refit",
 ]
 
 # --------------------------------------------------------------------------- kappa
@@ -408,177 +403,3 @@ def vad_summary(est: pd.DataFrame) -> pd.DataFrame:
               inference_ms=("total_s", lambda v: 1000 * float(np.mean(v))))
     s["cost_fraction"] = s["cost_ms"] / s["inference_ms"]
     return s.reset_index()
-
-
-# --------------------------------------------------------------------------- the whole fit
-@dataclass
-class ProfileRun:
-    """Everything one profiling run produced (see :func:`fit_profile` and
-    :func:`asrsched.profiling.run.run_profile`)."""
-
-    measurements: pd.DataFrame
-    train: pd.DataFrame
-    held: pd.DataFrame
-    kappa: KappaFit
-    kappa_tables: dict[str, KappaFit]
-    service_model: ServiceModel
-    holdout: dict
-    holdout_measured_tokens: dict
-    batch: pd.DataFrame
-    estimates: pd.DataFrame
-    vad: pd.DataFrame
-    params: dict
-    timings: dict = field(default_factory=dict)
-    out_dir: Path | None = None
-
-    def kappa_table(self) -> pd.DataFrame:
-        """kappa per language for every token definition (one row per language x tokens)."""
-        return pd.concat([k.table for k in self.kappa_tables.values()], ignore_index=True)
-
-    def report(self) -> str:
-        """The run's findings in a few lines: kappa, the time model, the held-back check, VAD, timings."""
-        sm, out = self.service_model, []
-        out.append(self.kappa.summary())
-        kept = self.kappa_tables.get("tokens_kept")
-        if kept is not None and kept is not self.kappa:
-            out.append("  transcript tokens per s: " + ", ".join(
-                f"{r.language} {r.kappa:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]" for r in kept.table.itertuples()))
-        out.append(f"service model {sm.name}: encode {sm.encode_s_per_window:.3f} s/window, decode "
-                   f"{1000 * sm.decode_s_per_token:.2f} ms/token, overhead {sm.overhead_s:.3f} s, batch slope "
-                   f"{sm.decode_batch_slope:.3f}; R2 of total time {sm.fit.get('r2_total_s_measured_tokens', float('nan')):.3f}")
-        if self.holdout:
-            h, hm = self.holdout, self.holdout_measured_tokens
-            out.append(f"held-back mean service time (n={h['n']}): measured {h['measured_mean_s']:.3f} s, "
-                       f"predicted {h['predicted_mean_s']:.3f} s from kappa x duration ({100 * h['rel_error']:+.1f} %), "
-                       f"{hm['predicted_mean_s']:.3f} s from measured tokens ({100 * hm['rel_error']:+.1f} %) "
-                       f"[{h['method']}]")
-        oc = sm.fit.get("other_clock") or {}
-        if oc:
-            out.append(f"  on the {oc['clock']} clock: encode {oc['encode_s_per_window']:.3f} s/window, decode "
-                       f"{1000 * oc['decode_s_per_token']:.2f} ms/token, overhead {oc['overhead_s']:.3f} s, R2 "
-                       f"{oc['r2_total_measured_tokens']:.3f}; held-back mean {oc['holdout']['measured_mean_s']:.3f} s "
-                       f"measured vs {oc['holdout']['predicted_mean_s']:.3f} s predicted "
-                       f"({100 * oc['holdout']['rel_error']:+.1f} %)")
-        v = self.vad
-        if len(v) and v["silence"].any():
-            s = v[v["silence"]].set_index("duration_source")
-            parts = [f"{e}: tokens {100 * s.loc[e, 'tokens_median_ae']:.0f} %, time {100 * s.loc[e, 'time_median_ae']:.0f} %"
-                     for e in s.index]
-            out.append(f"silence clips (n={int(s['n'].iloc[0])}), median |error|: " + "; ".join(parts))
-            for e in ("silero VAD", "energy VAD"):
-                if e in s.index:
-                    out.append(f"  {e} cost {s.loc[e, 'cost_ms']:.1f} ms/request = "
-                               f"{100 * s.loc[e, 'cost_fraction']:.2f} % of inference ({s.loc[e, 'inference_ms']:.0f} ms)")
-        m = self.measurements
-        nf = int((~m["ok"]).sum())
-        if nf:
-            out.append(f"failed rows: {nf} ({', '.join(f'{k}: {v}' for k, v in m.loc[~m['ok'], 'error_reason'].value_counts().items())}); fits used the rest")
-        if self.timings:
-            out.append("timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in self.timings.items()))
-        return "\n".join(out)
-
-    def save(self, out_dir: str | os.PathLike) -> dict[str, Path]:
-        """Write the service-model JSON, kappa table, VAD summary and run parameters into ``out_dir``."""
-        d = Path(out_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        paths = {
-            "service_model": self.service_model.to_json(d / "service_model.json"),
-            "kappa": d / "kappa.csv",
-            "vad": d / "vad_summary.csv",
-            "params": d / "params.json",
-        }
-        self.kappa_table().to_csv(paths["kappa"], index=False)
-        if len(self.batch):
-            paths["batch"] = d / "batch.csv"
-            self.batch.to_csv(paths["batch"], index=False)
-        self.vad.to_csv(paths["vad"], index=False)
-        paths["params"].write_text(json.dumps({**self.params, "timings": self.timings, "holdout": {
-            k: v for k, v in self.holdout.items() if k != "predicted"}}, indent=2, default=str) + "\n")
-        return paths
-
-
-def fit_profile(
-    meas: pd.DataFrame,
-    *,
-    batch: pd.DataFrame | Sequence[dict] | None = None,
-    name: str = "profiled",
-    params: dict | None = None,
-    clock: str = "cpu",
-    holdout_frac: float = 0.25,
-    kappa_tokens: str = "decode_steps",
-    n_boot: int = 2000,
-    seed: int = 0,
-    extra_fit: dict | None = None,
-) -> ProfileRun:
-    """The fitting half of :func:`asrsched.profiling.run.run_profile`, on a measurement table already made.
-
-    Clean (no inserted silence) rows are split into train / held-back per language;
-    kappa is fitted for every token definition, the :class:`ServiceModel` on ``clock``
-    (the other clock's fit and hold-out check go into ``fit["other_clock"]``), the
-    hold-out is predicted through the simulator, and the silence clips are sized
-    with and without VAD. Use it to re-fit a saved run (:func:`refit`).
-    """
-    if clock not in CLOCKS:
-        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
-    if kappa_tokens not in TOKEN_COLUMNS:
-        raise ValueError(f"kappa_tokens must be one of {', '.join(TOKEN_COLUMNS)}; got {kappa_tokens!r}")
-    params = dict(params or {})
-    meas = typed_measurements(meas)
-    batch = pd.DataFrame(batch if batch is not None else [], columns=None)
-    # failed rows stay in, so the fits count them as dropped
-    fit_rows = meas[~meas["silence"] | ~meas["ok"]]
-    train, held = split_holdout(fit_rows, holdout_frac, seed=seed)
-    kappas = {t: fit_kappa(train, tokens=t, n_boot=n_boot, seed=seed) for t in TOKEN_COLUMNS}
-    kfit = kappas[kappa_tokens]
-    extra = {"kappa_tables": {t: k.table.to_dict("records") for t, k in kappas.items()},
-             "n_failed_rows": int((~meas["ok"]).sum()),
-             "failed_reasons": meas.loc[~meas["ok"], "error_reason"].value_counts().to_dict(),
-             **(extra_fit or {})}
-    src = f"asrsched.profiling.run.run_profile({json.dumps(params, default=str)})" if params else "asrsched.profiling.fit.fit_profile"
-    sm = fit_service_model(train, kfit, name=name, batch=batch, source=src, clock=clock, extra_fit=extra)
-    hold = validate_holdout(sm, held) if len(held) else {}
-    hold_m = validate_holdout(sm, held, tokens=kappa_tokens) if len(held) else {}
-    other = {}
-    oc = "cpu" if clock == "wall" else "wall"
-    ok_rows = train[train["ok"].astype(bool)]
-    if len(held) and len(ok_rows) and ok_rows[list(CLOCKS[oc][:2])].notna().all().all():
-        so = fit_service_model(train, kfit, name=name, batch=batch, clock=oc)
-        ho = validate_holdout(so, held)
-        other = {"clock": oc, "encode_s_per_window": so.encode_s_per_window,
-                 "decode_s_per_token": so.decode_s_per_token, "overhead_s": so.overhead_s,
-                 "window_s": so.window_s, "r2_total_measured_tokens": so.fit["r2_total_s_measured_tokens"],
-                 "holdout": {k: v for k, v in ho.items() if k not in ("predicted", "per_language")}}
-    sm = ServiceModel.from_dict({**sm.to_dict(), "fit": {**sm.fit, "holdout": {
-        k: v for k, v in hold.items() if k != "predicted"}, "holdout_measured_tokens": {
-        k: v for k, v in hold_m.items() if k != "predicted"}, "other_clock": other}})
-    est = silence_estimates(meas, sm)
-    vad = vad_summary(est)
-    return ProfileRun(meas, train, held, kfit, kappas, sm, hold, hold_m, batch, est, vad, params, {}, None)
-
-
-def refit(run_dir: str | os.PathLike, **kw) -> ProfileRun:
-    """Re-fit a saved run folder (``measurements.csv`` + ``service_model.json`` or ``batch.csv``)
-    without measuring again; keyword arguments go to :func:`fit_profile` (defaults: the saved
-    run's name, parameters and clock)."""
-    d = Path(run_dir)
-    if not (d / "measurements.csv").exists():
-        raise FileNotFoundError(f"{d} holds no measurements.csv (a run_profile output folder is needed)")
-    meas = pd.read_csv(d / "measurements.csv")
-    old = ServiceModel.from_json(d / "service_model.json") if (d / "service_model.json").exists() else None
-    params = json.loads((d / "params.json").read_text()) if (d / "params.json").exists() else {}
-    params.pop("timings", None)
-    params.pop("holdout", None)
-    batch = (pd.read_csv(d / "batch.csv") if (d / "batch.csv").exists()
-             else pd.DataFrame(old.fit.get("batch_step", [])) if old else None)
-    kw.setdefault("batch", batch)
-    kw.setdefault("params", params)
-    kw.setdefault("name", old.name.removesuffix("/cpu-time") if old else "profiled")
-    kw.setdefault("clock", (old.fit.get("clock") if old else None) or params.get("clock", "cpu"))
-    for k in ("holdout_frac", "kappa_tokens", "seed"):
-        if k in params:
-            kw.setdefault(k, params[k])
-    if old and "machine" in old.fit:
-        kw.setdefault("extra_fit", {"machine": old.fit["machine"]})
-    run = fit_profile(meas, **kw)
-    run.out_dir = d
-    return run

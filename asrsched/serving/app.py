@@ -53,7 +53,7 @@ the simulator's columns: ``rid, arrival, duration, language, est_service, tokens
 first_token, finish`` plus outcome, timings and overhead; times in seconds since the
 server started).
 
-:func:`create_app` builds the Starlette application for a
+:mod:`asrsched.serving.form` checks the upload's form. :func:`create_app` builds the Starlette application for a
 :class:`~asrsched.serving.config.ServerConfig`; :func:`run_in_thread` serves it with
 uvicorn from a background thread (tests, benchmarks, notebooks) and returns a
 :class:`ServerHandle`. The command line is :mod:`asrsched.serving.cli`.
@@ -72,25 +72,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from asrsched.serving.config import ServerConfig
-from asrsched.serving.loadgen import RESPONSE_FORMATS
+from asrsched.serving.form import error_response, parse_form
 from asrsched.serving.policy_server import PolicyServer, QueueFull, TranscriptionRequest
-from asrsched.whisper.audio import AudioError, audio_info, load_audio
+from asrsched.whisper.audio import AudioError, load_audio
 
-__all__ = ["RESPONSE_FORMATS", "TIMESTAMP_GRANULARITIES", "CHUNK_OBJECT", "create_app", "run_in_thread", "ServerHandle", "bind_socket"]
+__all__ = ["CHUNK_OBJECT", "create_app", "run_in_thread", "ServerHandle", "bind_socket"]
 
-TIMESTAMP_GRANULARITIES = ("segment",)  # "word" needs timestamp tokens, which this engine does not decode
 CHUNK_OBJECT = "transcription.chunk"
 
 
 # ----------------------------------------------------------------------------- HTTP app
-
-def _err(status: int, message: str, *, type_: str = "invalid_request_error", param: str | None = None,
-         code: str | None = None, headers: dict | None = None):
-    from starlette.responses import JSONResponse
-
-    return JSONResponse({"error": {"message": message, "type": type_, "param": param, "code": code or status}},
-                        status_code=status, headers=headers)
-
 
 def _sse(obj: Any) -> bytes:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n".encode()
@@ -102,15 +93,6 @@ async def _watch_disconnect(receive) -> None:
         msg = await receive()
         if msg["type"] == "http.disconnect":
             return
-
-
-def _truthy(v: Any) -> bool | None:
-    s = str(v).strip().lower()
-    if s in ("true", "1", "yes", "on"):
-        return True
-    if s in ("false", "0", "no", "off", ""):
-        return False
-    return None
 
 
 def create_app(config: ServerConfig | None = None, **kw):
@@ -163,11 +145,11 @@ def create_app(config: ServerConfig | None = None, **kw):
         t_sched = time.perf_counter()
         deadline = time.monotonic() + config.request_timeout_s  # counted from arrival: upload parsing counts
         if not srv.ready:
-            return _err(503, "server is starting", type_="server_error", headers={"Retry-After": "1"})
+            return error_response(503, "server is starting", type_="server_error", headers={"Retry-After": "1"})
         cl = request.headers.get("content-length")
         if cl and cl.isdigit() and int(cl) > max_bytes + 64 * 1024:
             srv.outcomes["bad_request"] += 1
-            return _err(413, f"upload of {int(cl)} bytes exceeds the {config.max_upload_mb:g} MB limit",
+            return error_response(413, f"upload of {int(cl)} bytes exceeds the {config.max_upload_mb:g} MB limit",
                         param="file", code="too_large")
         try:
             form = await request.form(max_files=1, max_fields=32, max_part_size=max_bytes + 1)
@@ -177,11 +159,11 @@ def create_app(config: ServerConfig | None = None, **kw):
             srv.outcomes["bad_request"] += 1
             msg = str(getattr(e, "detail", "") or e)
             if "exceed" in msg.lower() or "too large" in msg.lower():
-                return _err(413, f"upload exceeds the {config.max_upload_mb:g} MB limit ({msg})", param="file",
+                return error_response(413, f"upload exceeds the {config.max_upload_mb:g} MB limit ({msg})", param="file",
                             code="too_large")
-            return _err(400, f"the body must be multipart/form-data with a 'file' part ({msg})", param="file")
+            return error_response(400, f"the body must be multipart/form-data with a 'file' part ({msg})", param="file")
         try:
-            bad = await _parse(form, task)
+            bad = await parse_form(form, task, config, srv.engine)
         finally:
             await form.close()
         if isinstance(bad, Response):
@@ -195,7 +177,7 @@ def create_app(config: ServerConfig | None = None, **kw):
                     None, lambda: load_audio(data, mono="mix", resample=True))
             except AudioError as e:
                 srv.outcomes["bad_request"] += 1
-                return _err(400, f"{fields.get('filename') or 'file'}: {e.reason}: {e.detail}", param="file",
+                return error_response(400, f"{fields.get('filename') or 'file'}: {e.reason}: {e.detail}", param="file",
                             code=e.reason)
             fields["windows"] = eng.plan(audio)
             del audio
@@ -203,7 +185,7 @@ def create_app(config: ServerConfig | None = None, **kw):
         try:
             srv.submit(req)
         except QueueFull as e:
-            return _err(503, f"queue full ({e.depth} requests waiting, limit {config.queue_limit}); "
+            return error_response(503, f"queue full ({e.depth} requests waiting, limit {config.queue_limit}); "
                              f"retry after {e.retry_after} s", type_="server_overloaded", code="queue_full",
                         headers={"Retry-After": str(e.retry_after)})
         watcher = asyncio.ensure_future(_watch_disconnect(request.receive))
@@ -231,91 +213,6 @@ def create_app(config: ServerConfig | None = None, **kw):
             if not watcher.done():
                 watcher.cancel()
 
-    async def _parse(form, task: str = "transcribe"):
-        up = form.get("file")
-        if up is None or isinstance(up, str):
-            return _err(400, "missing 'file': send the audio as a multipart file part named 'file'", param="file",
-                        code="missing_file")
-        data = await up.read()
-        if len(data) > max_bytes:
-            return _err(413, f"upload of {len(data)} bytes exceeds the {config.max_upload_mb:g} MB limit",
-                        param="file", code="too_large")
-        model = str(form.get("model") or config.model)
-        if model not in config.model_names:
-            return _err(404, f"The model `{model}` does not exist; this server serves: "
-                             f"{', '.join(sorted(config.model_names))}", type_="NotFoundError", param="model",
-                        code="model_not_found")
-        fmt = str(form.get("response_format") or "json")
-        if fmt not in RESPONSE_FORMATS:
-            return _err(400, f"response_format must be one of {', '.join(RESPONSE_FORMATS)}; got {fmt!r}",
-                        param="response_format")
-        stream = _truthy(form.get("stream", "false"))
-        if stream is None:
-            return _err(400, f"stream must be true or false; got {form.get('stream')!r}", param="stream")
-        if stream and fmt == "verbose_json":
-            return _err(400, "stream=true supports response_format json or text, not verbose_json",
-                        param="response_format")
-        language = str(form.get("language") or "").strip().lower() or None
-        if srv.engine is not None:
-            if not srv.engine.multilingual and language not in (None, "en"):
-                return _err(400, f"model {config.model!r} is English-only; language must be 'en', got {language!r}",
-                            param="language")
-            if language is not None and language not in srv.engine.languages:
-                return _err(400, f"language {language!r} is not supported by {config.model!r} "
-                                 f"(ISO 639-1 codes such as en, es, de, id)", param="language")
-        if task == "translate" and srv.engine is not None and not srv.engine.multilingual:
-            return _err(400, f"model {config.model!r} is English-only and cannot translate; serve a multilingual "
-                             "model (--model base) for /v1/audio/translations", param="model", code="unsupported_task")
-        prompt = str(form.get("prompt") or "").strip() or None
-        grans = [str(g).strip() for k in ("timestamp_granularities[]", "timestamp_granularities")
-                 for g in form.getlist(k) if str(g).strip()]
-        for g in grans:
-            if g not in ("segment", "word"):
-                return _err(400, f"timestamp_granularities values are 'segment' or 'word', got {g!r}",
-                            param="timestamp_granularities", code="invalid_value")
-            if g not in TIMESTAMP_GRANULARITIES:
-                return _err(400, f"timestamp_granularities {g!r} is not supported by this server: it decodes without "
-                                 "timestamp tokens, so only 'segment' timestamps (one per decoded window) exist",
-                            param="timestamp_granularities", code="unsupported_value")
-        if grans and fmt != "verbose_json":
-            return _err(400, f"timestamp_granularities needs response_format 'verbose_json', got {fmt!r}",
-                        param="timestamp_granularities", code="invalid_value")
-        inc = [str(v).strip() for k in ("include[]", "include") for v in form.getlist(k) if str(v).strip()]
-        if inc:
-            return _err(400, f"include {', '.join(map(repr, inc))} is not supported by this server (it keeps no "
-                             "log-probabilities); leave 'include' out", param="include", code="unsupported_value")
-        bracketed = {k[len("vllm_xargs["):-1]: v for k, v in form.multi_items()
-                     if k.startswith("vllm_xargs[") and k.endswith("]")}
-        xargs = form.get("vllm_xargs")
-        if xargs:
-            try:
-                if not isinstance(json.loads(str(xargs)), dict):
-                    raise ValueError
-            except ValueError:
-                return _err(400, f"vllm_xargs must be a JSON object, got {str(xargs)[:80]!r}", param="vllm_xargs")
-        temp = form.get("temperature")
-        if temp not in (None, ""):
-            try:
-                tv = float(str(temp))
-                if not (0.0 <= tv <= 2.0):
-                    raise ValueError
-            except ValueError:
-                return _err(400, f"temperature must be a number in [0, 2], got {temp!r}", param="temperature")
-        try:
-            info = audio_info(data)
-        except AudioError as e:
-            name = getattr(up, "filename", None) or "file"
-            return _err(400, f"{name}: {e.reason}: {e.detail}", param="file", code=e.reason)
-        if srv.engine is not None and info.channels > 8:
-            return _err(400, f"{info.channels} audio channels; at most 8 are mixed to mono", param="file",
-                        code="channels")
-        lang = language or (config.default_language if (srv.engine is None or not srv.engine.multilingual)
-                            else None)
-        del bracketed  # accepted like vLLM's JSON field; this server sizes requests from the audio itself
-        return data, float(info.duration_s), dict(
-            language=lang, model=model, response_format=fmt, stream=bool(stream), prompt=prompt, task=task,
-            filename=getattr(up, "filename", None), content_type=getattr(up, "content_type", None))
-
     async def _next_event(req: TranscriptionRequest, watcher: asyncio.Future, deadline: float):
         """The request's next event; ``None`` if the client left; an error event on timeout."""
         get = asyncio.ensure_future(req.events.get())
@@ -334,10 +231,10 @@ def create_app(config: ServerConfig | None = None, **kw):
     def _error_response(err, config):
         status, message, outcome, code = err
         if outcome == "timeout":
-            return _err(504, message, type_="timeout", code="timeout")
+            return error_response(504, message, type_="timeout", code="timeout")
         if outcome == "bad_request":
-            return _err(status, message, param="file", code=code)
-        return _err(status, message, type_="server_error" if status >= 500 else "invalid_request_error",
+            return error_response(status, message, param="file", code=code)
+        return error_response(status, message, type_="server_error" if status >= 500 else "invalid_request_error",
                     code=code or outcome)
 
     def _extra(req: TranscriptionRequest) -> dict:
@@ -410,8 +307,8 @@ def create_app(config: ServerConfig | None = None, **kw):
     async def not_found(request, exc):
         status = getattr(exc, "status_code", 404)
         if status == 405:
-            return _err(405, f"method {request.method} is not allowed on {request.url.path}", code="method_not_allowed")
-        return _err(status, f"no such endpoint: {request.method} {request.url.path} (this server serves "
+            return error_response(405, f"method {request.method} is not allowed on {request.url.path}", code="method_not_allowed")
+        return error_response(status, f"no such endpoint: {request.method} {request.url.path} (this server serves "
                             "POST /v1/audio/transcriptions, POST /v1/audio/translations, GET /v1/models, /health, "
                             "/metrics)", type_="NotFoundError", code="not_found")
 

@@ -17,7 +17,8 @@ import pandas as pd
 
 from asrsched.core.service import ServiceModel
 from asrsched.core.workloads import make_trace
-from asrsched.serving.loadgen import plan_requests, run_coro, run_load
+from asrsched.serving.loadgen import run_coro, run_load
+from asrsched.serving.request_plan import plan_requests
 from asrsched.serving.servers import server_records
 
 __all__ = ["probe", "calibrate", "client_tokens", "engine_step_model"]

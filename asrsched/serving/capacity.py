@@ -24,7 +24,8 @@ import numpy as np
 
 from asrsched.core.service import ServiceModel
 from asrsched.core.workloads import make_trace
-from asrsched.serving.loadgen import plan_requests, run_coro, run_load
+from asrsched.serving.loadgen import run_coro, run_load
+from asrsched.serving.request_plan import plan_requests
 from asrsched.sim.capacity import Capacity
 
 __all__ = ["ServingCapacity", "capacity_rps", "measure_saturation"]

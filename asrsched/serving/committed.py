@@ -1,7 +1,7 @@
 """The committed real-engine study (``figures/04_real_serving``), read back with its provenance.
 
-``python -m asrsched.serving.experiment --setting full`` writes the study
-(:class:`asrsched.serving.experiment.ServingStudy`); notebook 04 shows it with :func:`load_committed_study`, which reads every file
+``python -m asrsched.serving.engine_study --setting full`` writes the study
+(:class:`asrsched.serving.engine_study.ServingStudy`); notebook 04 shows it with :func:`load_committed_study`, which reads every file
 the study left (results, provenance of each invocation, the vLLM step times, their fitted service model
 and the load-tool comparison) and gives the summary lines the notebook prints, so that the notebook
 holds calls only and every number shown is read from those files.
@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from asrsched.core.service import ServiceModel
-from asrsched.serving.experiment import LOAD_TOOLS_CSV, RESULTS_CSV, RUN_JSON, STEP_MODEL_JSON, STEP_TIMES_CSV
+from asrsched.serving.engine_study import LOAD_TOOLS_CSV, RESULTS_CSV, RUN_JSON, STEP_MODEL_JSON, STEP_TIMES_CSV
 from asrsched.serving.study_stats import sim_error_summary
 
 __all__ = ["CommittedStudy", "load_committed_study"]

@@ -1,11 +1,8 @@
 """Load generator: replay a request trace against any OpenAI-compatible transcription endpoint.
 
 A trace (:func:`asrsched.core.workloads.make_trace`: arrival process x duration source)
-becomes a *plan*: each request gets a real speech clip from the synthesised corpus
-(:func:`asrsched.whisper.corpus.build_corpus`, espeak-ng reading LibriSpeech/Common Voice
-texts at their real durations) whose duration is nearest the trace's
-(``audio="pool"``), or the trace row's own utterance synthesised at its duration
-(``audio="exact"``). :func:`run_load` then sends every request at its arrival time
+becomes a *plan* (:func:`asrsched.serving.request_plan.plan_requests`: a real speech clip per request).
+:func:`run_load` then sends every request at its arrival time
 (open loop, like ``vllm bench serve``; ``max_concurrency`` caps requests in flight),
 streaming by default so that the time to the first transcribed text is measured.
 
@@ -39,10 +36,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
 import json
 import math
-import os
 import sys
 import threading
 import time
@@ -54,12 +49,11 @@ import pandas as pd
 
 from asrsched.core.policies import validate_policies
 from asrsched.core.workloads import Trace, make_trace
+from asrsched.serving.request_plan import AUDIO_MODES, plan_requests
 from asrsched.vllm_plugin.size_estimate import XARG_DURATION, XARG_LANGUAGE, XARG_POLICY
 
 __all__ = [
     "LOADGEN_COLUMNS",
-    "AUDIO_MODES",
-    "plan_requests",
     "run_load",
     "replay",
     "format_summary",
@@ -73,7 +67,6 @@ LOADGEN_COLUMNS = _SIM_COLUMNS + [
     "queue_delay", "ttft", "e2el", "scheduled", "sent", "first_byte", "end", "status", "error", "text", "text_len",
     "text_tokens", "service_s", "trace_duration", "utt_id", "clip", "server_rid", "policy",
 ]
-AUDIO_MODES = ("pool", "exact")
 RESPONSE_FORMATS = ("json", "text", "verbose_json")
 
 
@@ -87,99 +80,6 @@ def transcription_url(url: str) -> str:
     if u.endswith("/v1"):
         return u + "/audio/transcriptions"
     return u + "/v1/audio/transcriptions"
-
-
-# ----------------------------------------------------------------------------- plan
-
-def _exact_clips(trace: Trace, cache: str | os.PathLike | None, progress: bool) -> pd.DataFrame:
-    """Synthesise each trace row's own text at its duration (cached by text, duration and language)."""
-    import soundfile as sf
-    from tqdm.auto import tqdm
-
-    from asrsched.whisper.audio import TARGET_SR
-    from asrsched.whisper.corpus import LANGUAGES, corpus_dir, load_texts, synthesize_to_duration
-
-    ex = trace.extra.reset_index(drop=True) if len(trace.extra) else pd.DataFrame(index=range(len(trace)))
-    root = corpus_dir(cache) / "loadgen"
-    root.mkdir(parents=True, exist_ok=True)
-    pools: dict[str, pd.DataFrame] = {}
-    rows = []
-    for i in tqdm(range(len(trace)), desc="synthesising trace audio", disable=not progress, leave=False):
-        lang = str(trace.language[i])
-        if lang not in LANGUAGES:
-            raise ValueError(f"trace language {lang!r} has no packaged texts; allowed values: {', '.join(LANGUAGES)}")
-        d = float(trace.duration[i])
-        text = str(ex["text"].iloc[i]) if "text" in ex and isinstance(ex["text"].iloc[i], str) else None
-        utt = str(ex["utt_id"].iloc[i]) if "utt_id" in ex else None
-        if not text:  # a duration without a text (uniform, mixtures): borrow the text nearest in length
-            if lang not in pools:
-                pools[lang] = load_texts(lang)
-            p = pools[lang]
-            j = int(np.argmin(np.abs(np.log(p["target_s"].to_numpy(float) / d))))
-            text, utt = str(p["text"].iloc[j]), str(p["utt_id"].iloc[j])
-        key = hashlib.sha1(repr((lang, text, round(d, 3))).encode()).hexdigest()[:16]
-        path = root / lang / f"{key}.wav"
-        if not path.exists():
-            y, _ = synthesize_to_duration(text, lang, d)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}.wav")
-            sf.write(tmp, y, TARGET_SR, subtype="PCM_16")
-            tmp.replace(path)
-        info = sf.info(str(path))
-        rows.append({"path": str(path), "audio_s": info.frames / info.samplerate, "utt_id": utt, "text": text})
-    return pd.DataFrame(rows)
-
-
-def plan_requests(
-    trace: Trace,
-    *,
-    audio: str = "pool",
-    pool_size: int = 40,
-    min_s: float = 1.0,
-    max_s: float = 35.0,
-    seed: int = 0,
-    cache: str | os.PathLike | None = None,
-    progress: bool = True,
-) -> pd.DataFrame:
-    """One row per trace request: ``rid, scheduled, duration`` (of the clip sent), ``trace_duration,
-    language, path, utt_id, ref_text``.
-
-    ``audio="pool"``: ``pool_size`` clips per language spread over ``[min_s, max_s]``
-    (stratified by duration, cached) and each request gets the clip nearest its
-    duration on a log scale. ``audio="exact"``: each row's own utterance (LibriSpeech /
-    Common Voice rows carry their text) synthesised at its duration, cached.
-    """
-    if audio not in AUDIO_MODES:
-        raise ValueError(f"audio must be one of {', '.join(AUDIO_MODES)}; got {audio!r}")
-    if int(pool_size) != pool_size or pool_size < 2:
-        raise ValueError(f"pool_size must be an integer >= 2, got {pool_size!r}")
-    if not isinstance(trace, Trace) or len(trace) == 0:
-        raise ValueError("trace must be a non-empty asrsched.core.workloads.Trace")
-    lang = np.asarray([str(x) for x in trace.language], dtype=object)
-    dur = np.asarray(trace.duration, float)
-    if audio == "exact":
-        clips = _exact_clips(trace, cache, progress)
-    else:
-        from asrsched.whisper.corpus import build_corpus
-
-        parts = {}
-        for lg in pd.unique(lang):
-            m = build_corpus([lg], int(pool_size), seed=seed, sample="stratified", min_s=min_s, max_s=max_s,
-                             cache=cache, progress=progress)
-            parts[lg] = m.sort_values("audio_s").reset_index(drop=True)
-        rows = []
-        for d, lg in zip(dur, lang):
-            p = parts[lg]
-            j = int(np.argmin(np.abs(np.log(p["audio_s"].to_numpy(float) / d))))
-            rows.append({"path": p["path"].iloc[j], "audio_s": float(p["audio_s"].iloc[j]),
-                         "utt_id": p["utt_id"].iloc[j], "text": p["text"].iloc[j]})
-        clips = pd.DataFrame(rows)
-    return pd.DataFrame({
-        "rid": np.arange(len(trace)), "scheduled": np.asarray(trace.arrival, float) - float(trace.arrival[0]),
-        "duration": clips["audio_s"].to_numpy(float), "trace_duration": dur, "language": lang,
-        "path": clips["path"].to_numpy(object), "utt_id": clips["utt_id"].to_numpy(object),
-        "ref_text": clips["text"].to_numpy(object),
-    })
 
 
 # ----------------------------------------------------------------------------- sending
@@ -309,7 +209,7 @@ async def run_load(
     run_timeout_s: float | None = None,
     policy: str | None = None,
 ) -> pd.DataFrame:
-    """Send ``plan`` (from :func:`plan_requests`) to ``url`` at its arrival times; one record per row.
+    """Send ``plan`` (from :func:`~asrsched.serving.request_plan.plan_requests`) to ``url`` at its arrival times; one record per row.
 
     See the module docstring for the columns. ``timeout_s`` bounds each request
     (its record then says ``client timeout``); ``max_concurrency`` (None = open loop)
@@ -447,7 +347,7 @@ def run_coro(coro):
 
 
 def replay(url: str, trace: Trace | pd.DataFrame, **kw) -> pd.DataFrame:
-    """Synchronous :func:`run_load`; ``trace`` may be a ``Trace`` (planned with :func:`plan_requests`
+    """Synchronous :func:`run_load`; ``trace`` may be a ``Trace`` (planned with :func:`~asrsched.serving.request_plan.plan_requests`
     using ``audio``/``pool_size``/``cache``/``seed`` from ``kw``) or a ready plan."""
     pk = {k: kw.pop(k) for k in ("audio", "pool_size", "min_s", "max_s", "seed", "cache") if k in kw}
     plan = trace if isinstance(trace, pd.DataFrame) else plan_requests(trace, progress=kw.get("progress", True), **pk)

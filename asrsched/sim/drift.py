@@ -18,7 +18,8 @@ import pandas as pd
 from asrsched.core.service import ServiceModel, as_service_model
 from asrsched.core.workloads import make_trace
 from asrsched.sim.capacity import measure_capacity, regime
-from asrsched.sim.engine import one_overload_warning, simulate
+from asrsched.sim.engine import simulate
+from asrsched.sim.overload import one_overload_warning
 from asrsched.sim.sweep import check_sweep_params
 
 __all__ = ["drift_records", "phase_loads", "phase_table"]
@@ -29,7 +30,7 @@ def drift_records(drift, rate: float, policies: Sequence[str], *, n_requests: in
     """Per-request records of each policy on one drifting trace, with the ``phase`` each request came from.
 
     A phase above capacity makes the queue grow; such runs warn once
-    (:class:`~asrsched.sim.engine.OverloadWarning`). :func:`phase_loads` states each phase's ``rho``.
+    (:class:`~asrsched.sim.overload.OverloadWarning`). :func:`phase_loads` states each phase's ``rho``.
     """
     from asrsched.core.workloads import Drift
 

@@ -46,7 +46,6 @@ the policy (:func:`asrsched.sim.inputs.compiled_support`), the Python one otherw
 from __future__ import annotations
 
 import bisect
-import contextlib
 import heapq
 import itertools
 import math
@@ -60,6 +59,7 @@ import pandas as pd
 from asrsched.core.policies import Job, make_queue
 from asrsched.core.service import WORK_TOKEN_GRID, ServiceModel, default_service_model, work_tokens
 from asrsched.core.workloads import Trace, trace_chunks
+from asrsched.sim.overload import OverloadWarning, check_offered_load, queue_growth
 from asrsched.sim.records import (
     OCCUPANCY_QUANTITIES,
     RECORD_COLUMNS,
@@ -83,33 +83,12 @@ __all__ = [
     "SummarySink",
     "ParquetSink",
     "trace_chunks",
-    "OverloadWarning",
-    "one_overload_warning",
     "Engine",
     "chunk_jobs",
     "occupancy",
     "time_average",
     "OCCUPANCY_QUANTITIES",
 ]
-
-
-class OverloadWarning(UserWarning):
-    """The arrival rate exceeds what the server can serve: the queue grows without bound."""
-
-
-@contextlib.contextmanager
-def one_overload_warning(what: str) -> Iterator[None]:
-    """Collect the :class:`OverloadWarning` s raised inside and re-issue them as one, naming ``what``; others pass through."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    over = [w for w in caught if issubclass(w.category, OverloadWarning)]
-    for w in caught:
-        if not issubclass(w.category, OverloadWarning):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    if over:
-        warnings.warn(f"{what}: {len(over)} overload warning(s); the first: {over[0].message}", OverloadWarning,
-                      stacklevel=3)
 
 
 class SimJob(Job):
@@ -346,17 +325,6 @@ def chunk_jobs(trace: Trace, service: ServiceModel, est_duration: np.ndarray | N
         yield SimJob(rid_base + i, a, est[i], dur[i], lang[i], tok[i], enc[i])
 
 
-def _check_offered_load(trace: Trace, service: ServiceModel) -> None:
-    if len(trace) <= 10:
-        return
-    span = float(trace.arrival[-1] - trace.arrival[0])
-    rate = (len(trace) - 1) / span if span > 0 else math.inf
-    enc_load = rate * float(np.mean(service.windows(trace.duration))) * service.encode_s_per_window
-    if enc_load >= 1.0:
-        warnings.warn(f"arrival rate {rate:.2f} req/s exceeds capacity: encoder work alone is "
-                      f"{enc_load:.2f} s per second; the queue will grow without bound", OverloadWarning, stacklevel=3)
-
-
 def simulate(
     trace: Trace | Iterable[Trace],
     policy: str = "fcfs",
@@ -378,7 +346,7 @@ def simulate(
     duration in the size estimate (e.g. speech duration measured by a VAD).
     ``sink`` receives finished records in batches (default: keep them all).
     Arrival rates above capacity are not an error: the run completes, warns
-    with :class:`OverloadWarning` and reports ``queue_growth_per_s``.
+    with :class:`~asrsched.sim.overload.OverloadWarning` and reports ``queue_growth_per_s``.
 
     ``engine``: ``"auto"`` runs the compiled engine (:mod:`asrsched.sim.kernel`, a fleet of one
     replica: same decisions, identical records, timeline, event and mode counts) exactly when it
@@ -406,7 +374,7 @@ def simulate(
     records, (tt, tr_, tq), n_arrivals, n_completed, events, mode_counts, span = run(
         chunks, in_memory, policy, service, M, policy_params, est_duration, sink, flush_every, timeline_points,
         warn_overload)
-    growth, overloaded = _queue_growth((tt, tq), M, span[0], span[1])
+    growth, overloaded = queue_growth((tt, tq), M, span[0], span[1])
     if overloaded and warn_overload:
         warnings.warn(f"queue grew by {growth:.2f} requests/s over the second half of the run "
                       f"(peak depth {int(tq.max()) if len(tq) else 0}): "
@@ -448,7 +416,7 @@ def _run_python(chunks, in_memory, policy, service, M, policy_params, est_durati
     while nxt is not None:
         tr, nxt, ci = nxt, next(chunks, None), ci + 1
         if warn_overload and ci == 0:
-            _check_offered_load(tr, service)
+            check_offered_load(tr, service)
         # the next chunk's arrivals too: encodes at the end of this chunk can run past its first arrivals
         cur["arr"] = tr.arrival if nxt is None else np.concatenate([tr.arrival, nxt.arrival])
         cur["base"] = n_arrivals
@@ -475,7 +443,7 @@ def _run_compiled(chunks, in_memory, policy, service, M, policy_params, est_dura
     if not stream:
         (tr,) = chunks
         if warn_overload:
-            _check_offered_load(tr, service)
+            check_offered_load(tr, service)
         records, run = run_in_memory(tr, service, [policy], max_num_seqs=M, policy_params=policy_params,
                                      est_duration=est_duration, timeline_points=timeline_points)
         span = [float(tr.arrival[0]), float(tr.arrival[-1])] if len(tr) else [math.inf, -math.inf]
@@ -491,7 +459,7 @@ def _run_compiled(chunks, in_memory, policy, service, M, policy_params, est_dura
     n_arrivals = 0
     for ci, tr in enumerate(chunks):
         if warn_overload and ci == 0:
-            _check_offered_load(tr, service)
+            check_offered_load(tr, service)
         _span(span, tr)
         inp = trace_inputs(tr, service, cache=False)  # a chunk is seen once
         arrival = np.ascontiguousarray(tr.arrival, np.float64)
@@ -504,32 +472,3 @@ def _run_compiled(chunks, in_memory, policy, service, M, policy_params, est_dura
         n_arrivals += len(tr)
     run.close()
     return sink.result(), run.timeline(), n_arrivals, run.n_written, run.events, run.mode_counts(), span
-
-
-def _queue_growth(timeline: pd.DataFrame | tuple[np.ndarray, np.ndarray], M: int, first_arrival: float = -math.inf,
-                  last_arrival: float = math.inf) -> tuple[float, bool]:
-    """Slope of queue depth (req/s) over the second half of the arrivals, and an overload flag.
-
-    ``timeline``: the timeline DataFrame, or its ``(time, waiting)`` arrays.
-    """
-    if isinstance(timeline, pd.DataFrame):
-        t, w = timeline["time"].to_numpy(float), timeline["waiting"].to_numpy(float)
-    else:
-        t, w = (np.asarray(x, float) for x in timeline)
-    if len(t) < 20:
-        return 0.0, False
-    # only while requests still arrive: after the last arrival the queue drains. Select by time,
-    # not by sample index: a long drain can hold most of the samples.
-    if math.isfinite(first_arrival) and math.isfinite(last_arrival) and last_arrival > first_arrival:
-        m = (t >= 0.5 * (first_arrival + last_arrival)) & (t <= last_arrival)
-        tt, ww = t[m], w[m]
-    else:
-        peak = int(np.argmax(w))
-        seg = slice(len(t) // 4, max(peak + 1, len(t) // 4 + 10))
-        tt, ww = t[seg], w[seg]
-    if len(tt) < 5 or tt[-1] <= tt[0]:
-        return 0.0, False
-    dt = tt - tt.mean()
-    slope = float(np.dot(dt, ww - ww.mean()) / np.dot(dt, dt))  # least-squares line, closed form
-    overloaded = slope > 0 and w.max() > 4 * M and ww[-1] > 2 * max(ww[0], 1) and w.max() > 50
-    return slope, bool(overloaded)

@@ -15,7 +15,8 @@ router picks a replica from what it can see (:meth:`~asrsched.sim.engine.Engine.
 :meth:`~asrsched.sim.engine.Engine.outstanding_work`), and the request joins that replica's
 waiting queue (:meth:`~asrsched.sim.engine.Engine.submit`). A switchback boundary re-orders
 every waiting queue (:meth:`~asrsched.sim.engine.Engine.set_policy`). Queues and policy
-rules come from :mod:`asrsched.core.rulebook`.
+rules come from :mod:`asrsched.core.rulebook` (:func:`~asrsched.core.rulebook.queue_push`,
+:func:`~asrsched.core.rulebook.queue_pop`, :func:`~asrsched.core.rulebook.queue_set_policy`).
 
 State, packed (every array is owned by the driver, so a call resumes where the last stopped):
 
@@ -48,26 +49,7 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-from asrsched.core.rulebook import (
-    ADAPTIVE,
-    FCFS,
-    HRRN,
-    KEY,
-    MODE_FCFS,
-    MODE_SJF,
-    adaptive_mode,
-    fcfs_argmin,
-    fifo_pop,
-    fifo_push,
-    heap_pop,
-    heap_push,
-    hrrn_argbest,
-    insertion_sort,
-    response_ratio,
-    slot_put,
-    slot_take,
-    static_keys,
-)
+from asrsched.core.rulebook import FCFS, insertion_sort, queue_pop, queue_push, queue_set_policy
 
 __all__ = ["Params", "Requests", "Queues", "Replicas", "Running", "Routing", "Switches", "Output", "run", "call",
            "ROUTER_CODES", "CTL", "DONE", "MORE", "FLUSH", "FULL", "NOSTEP", "NONE"]
@@ -94,94 +76,13 @@ NONE = -(1 << 62)  # an empty slot's estimate end (never past any step)
 NOSTEP = 1 << 62  # an empty slot's finish step, and the next completion of an empty running set
 
 
-# ----------------------------------------------------------------------------- a replica's waiting queue
+# ----------------------------------------------------------------------------- the loop's helpers
 #
-# The kernel and its helpers take arrays and scalars as arguments, never the namedtuples, and the
-# loop takes no array slices: numba then proves every reference count redundant and emits none.
-# A tuple argument holding an array, or one slice method call, defeats that proof for the whole
-# function, and every inlined helper call then costs atomic increments and decrements (more than
-# the loop's own work).
-
-@njit(cache=True, inline="always")
-def _push(code, r, j, b, arrival, est, key, min_service, k1, k2, kid, sid, sarr, sinv, spos, alive, nxt, head, tail,
-          heap_n, slot_n):
-    """Request ``j`` joins replica ``r``'s waiting queue (offset ``b``) under policy ``code``."""
-    if code == FCFS:
-        fifo_push(nxt, head, tail, r, j)
-    elif code != HRRN:  # a heap: sjf, ljf, a static key, and the SJF side of adaptive
-        x1, x2 = static_keys(code, arrival[j], est[j], key[j] if code == KEY else 0.0)
-        heap_n[r] = heap_push(k1, k2, kid, b, heap_n[r], x1, x2, j)
-    if code == HRRN or code == ADAPTIVE:
-        slot_n[r] = slot_put(sid, sarr, sinv, spos, b, slot_n[r], j, arrival[j], 1.0 / max(est[j], min_service))
-        alive[j] = True
-
-
-@njit(cache=True, inline="always")
-def _pop(code, r, now, b, arrival, est, low_depth, ratio_cap, min_service, k1, k2, kid, sid, sarr, sinv, spos, alive,
-         nxt, head, tail, heap_n, slot_n, modes):
-    """The request replica ``r``'s policy ``code`` admits at ``now`` (its queue is not empty), taken out."""
-    if code == FCFS:
-        return fifo_pop(nxt, head, tail, r)
-    if code != HRRN and code != ADAPTIVE:
-        j = kid[b]
-        heap_n[r] = heap_pop(k1, k2, kid, b, heap_n[r])
-        return j
-    n = slot_n[r]
-    if code == HRRN:
-        i = hrrn_argbest(sarr, sinv, sid, b, n, now)
-    else:  # adaptive: FCFS below low_depth, else HRRN when the top response ratio exceeds ratio_cap, else SJF
-        if n < low_depth:
-            i = fcfs_argmin(sarr, sid, b, n)
-            mode = MODE_FCFS
-        else:
-            i = hrrn_argbest(sarr, sinv, sid, b, n, now)
-            top = sid[b + i]
-            mode = adaptive_mode(n, low_depth, response_ratio(now, arrival[top], est[top], min_service), ratio_cap)
-        if mode == MODE_SJF:
-            while not alive[kid[b]]:  # lazy deletion: entries the FCFS and HRRN modes took
-                heap_n[r] = heap_pop(k1, k2, kid, b, heap_n[r])
-            i = spos[kid[b]]
-            heap_n[r] = heap_pop(k1, k2, kid, b, heap_n[r])
-        modes[3 * r + mode] += 1
-    j = slot_take(sid, sarr, sinv, spos, b, n, i)
-    slot_n[r] = n - 1
-    alive[j] = False
-    if n == 1 and code == ADAPTIVE:
-        heap_n[r] = 0  # nothing waits: every entry left in the SJF heap is dead (no need to pop them one by one)
-    return j
-
-
-@njit(cache=True)
-def _set_policy(r, new, cap, min_service, arrival, est, key, k1, k2, kid, sid, sarr, sinv, spos, alive, nxt, nwait,
-                heap_n, slot_n, head, tail, policy):
-    """Engine.set_policy: the waiting requests re-pushed, in submission order, into a fresh ``new`` queue."""
-    old = policy[r]
-    if old == new:
-        return
-    n = nwait[r]
-    w = np.empty(n, np.int64)
-    b = r * cap
-    if old == FCFS:
-        j = head[r]
-        for i in range(n):
-            w[i] = j
-            j = nxt[j]
-    elif old == HRRN or old == ADAPTIVE:
-        w[:] = sid[b:b + n]
-        for i in range(n):
-            alive[w[i]] = False
-    else:
-        w[:] = kid[b:b + n]
-    w.sort()
-    heap_n[r] = 0
-    slot_n[r] = 0
-    head[r] = -1
-    tail[r] = -1
-    policy[r] = new
-    for j in w:
-        _push(new, r, j, b, arrival, est, key, min_service, k1, k2, kid, sid, sarr, sinv, spos, alive, nxt, head,
-              tail, heap_n, slot_n)
-
+# The kernel and its helpers (here and the rulebook's queue_push/queue_pop) take arrays and scalars as
+# arguments, never the namedtuples, and the loop takes no array slices: numba then proves every
+# reference count redundant and emits none. A tuple argument holding an array, or one slice method
+# call, defeats that proof for the whole function, and every inlined helper call then costs atomic
+# increments and decrements (more than the loop's own work).
 
 @njit(cache=True, inline="always")
 def _record(final, arrival, nrun, nwait, tl_t, tl_r, tl_q, tl_open, ctl, t, j, count):
@@ -217,7 +118,7 @@ def _record(final, arrival, nrun, nwait, tl_t, tl_r, tl_q, tl_open, ctl, t, j, c
 
 @njit(cache=True)
 def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flush_at, keep_out, timeline, work,  # noqa: C901
-        # (the engine's one loop, kept flat: see above) the fields of Params, then
+        # (the engine's one loop, kept flat: see above; one line per namedtuple, unformatted) the fields of Params, then
         arrival, est, enc, tokens, est_q, key,  # Requests
         k1, k2, kid, sid, sarr, sinv, spos, alive, nxt,  # Queues
         T, G, nrun, next_fin, npend, nwait, heap_n, slot_n, head, tail, est_wait, just_fin, events, policy,  # Replicas
@@ -226,7 +127,7 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
         route_arm, inst_of_arm, r_code, r_d, U, uptr, rrnext, cands, ncand, samp, tied, vals,  # Routing
         sw_req, sw_time, sw_code,  # Switches
         admit, first, finish, replica, out_j, tl_t, tl_r, tl_q, tl_open,  # Output
-        ctl):
+        ctl):  # fmt: skip
     """Run from ``ctl``'s position until DONE, MORE, FLUSH or FULL (see the module docstring).
 
     The arguments are the fields of :class:`Params`, :class:`Requests`, :class:`Queues`,
@@ -271,7 +172,7 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
                 while nr < M:  # admissions, each with its encoder stall
                     if nw == 0 or t >= h:  # arrivals during the encodes compete for the remaining slots
                         break
-                    jq = _pop(code, r, t, r * cap, arrival, est, low_depth, ratio_cap, min_service, k1, k2, kid,
+                    jq = queue_pop(code, r, t, r * cap, arrival, est, low_depth, ratio_cap, min_service, k1, k2, kid,
                               sid, sarr, sinv, spos, alive, nxt, head, tail, heap_n, slot_n, modes)
                     nw -= 1
                     if work:
@@ -371,7 +272,7 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
                 if status == FULL:
                     break
             for r in range(N):
-                _set_policy(r, sw_code[s], cap, min_service, arrival, est, key, k1, k2, kid, sid, sarr, sinv, spos,
+                queue_set_policy(r, sw_code[s], cap, min_service, arrival, est, key, k1, k2, kid, sid, sarr, sinv, spos,
                             alive, nxt, nwait, heap_n, slot_n, head, tail, policy)
             s += 1
             continue
@@ -455,7 +356,7 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
             break
         if rc == _ROUND_ROBIN:
             rrnext[inst] += 1
-        _push(policy[dst], dst, j, dst * cap, arrival, est, key, min_service, k1, k2, kid, sid, sarr, sinv, spos,
+        queue_push(policy[dst], dst, j, dst * cap, arrival, est, key, min_service, k1, k2, kid, sid, sarr, sinv, spos,
               alive, nxt, head, tail, heap_n, slot_n)
         nwait[dst] += 1
         if work:

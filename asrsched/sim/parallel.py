@@ -3,7 +3,7 @@
 :func:`run_study` runs every study of the package -- the A/B estimator study
 (:class:`asrsched.abtest.study.StudyConfig`), the A/B test of ASR policies on a fleet
 (:class:`asrsched.abtest.asr_fleet.ASRStudyConfig`) and the real-engine study
-(:class:`asrsched.serving.experiment.ServingStudy`): it validates the study (nothing runs on bad
+(:class:`asrsched.serving.engine_study.ServingStudy`): it validates the study (nothing runs on bad
 input), asks it for its :class:`StudyPlan` (one function and its tasks), runs the tasks with
 :func:`run_tasks` (cache keyed by the study module's code, task order, progress, processes or Dask)
 and hands the results back to the study to assemble. A study module keeps only its own model of

@@ -15,7 +15,7 @@ throughput for that workload, service model and ``max_num_seqs``) and a ``regime
 * ``overload`` (``rho >= 1``, or the simulator's ``overloaded`` flag): the queue grows for
   as long as requests arrive, so latencies are *finite-run transients* that depend on
   ``n_requests`` (:func:`asrsched.sim.sweep_report.run_length_effect` shows how). A sweep with such points warns
-  once with :class:`~asrsched.sim.engine.OverloadWarning`.
+  once with :class:`~asrsched.sim.overload.OverloadWarning`.
 
 Points fan out through :func:`asrsched.sim.parallel.map_tasks` — joblib locally, or a
 Dask cluster when ``address`` is given (one code path). Each finished point is
@@ -46,7 +46,8 @@ from asrsched.core.policies import validate_policies
 from asrsched.core.service import ServiceModel, as_service_model, check_kappa
 from asrsched.core.workloads import check_rate, make_source, make_trace
 from asrsched.sim.capacity import Capacity, measure_capacity, regime
-from asrsched.sim.engine import OverloadWarning, simulate
+from asrsched.sim.engine import simulate
+from asrsched.sim.overload import OverloadWarning
 from asrsched.sim.parallel import map_tasks
 
 __all__ = ["run_sweep", "run_point", "point_records", "SIM_VERSION", "check_sweep_params", "capacities", "WARMUP_FRAC"]
@@ -130,7 +131,7 @@ def point_records(workload: str, rate: float, policies: Sequence[str], *, seed: 
     """Per-request records of each policy on one shared trace: ``{policy: SimResult}``.
 
     Each :class:`~asrsched.sim.engine.SimResult` carries the simulator's ``overloaded`` flag;
-    an overloaded run warns (:class:`~asrsched.sim.engine.OverloadWarning`).
+    an overloaded run warns (:class:`~asrsched.sim.overload.OverloadWarning`).
     """
     check_sweep_params([rate], policies, [workload], [seed], n_requests, max_num_seqs, kappa)
     sm = as_service_model(service, kappa)

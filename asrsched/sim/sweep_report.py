@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from asrsched.sim.engine import one_overload_warning
+from asrsched.sim.overload import one_overload_warning
 from asrsched.sim.sweep import run_sweep
 
 __all__ = ["change_ci", "common_seeds", "throughput_spread", "PAPER_HEADLINES", "HEADLINE_COLUMNS", "headline",

@@ -158,7 +158,7 @@ def test_bad_study_config_is_refused_before_running(kw, param, monkeypatch):
 
 def test_explorer_reacts_to_sliders_and_reports_bad_input():
     need("plotly", "ipywidgets")
-    from asrsched.figures.widgets import estimator_explorer
+    from asrsched.figures.ab_widgets import estimator_explorer
 
     box = estimator_explorer(lam=0.7, n_servers=6, reps=3, n_requests=30_000)
     fig, table = box.children[1], box.children[2]

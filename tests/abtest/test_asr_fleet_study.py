@@ -183,7 +183,7 @@ def test_cache_resumes_without_rerunning(tmp_path, monkeypatch):
 
 def test_explorer_shows_the_study_and_redraws_on_input():
     need("plotly", "ipywidgets")
-    from asrsched.figures.widgets import ab_explorer
+    from asrsched.figures.ab_widgets import ab_explorer
 
     box = ab_explorer(ASRStudyConfig(**TINY), reps=2, n_requests=2500)
     f_w, m_w = box.children[1].children[1:]  # (L, test, metric)

@@ -168,7 +168,7 @@ def _sim_figures() -> dict[str, go.Figure]:
 def _abtest_figures() -> dict[str, go.Figure]:
     from asrsched.abtest.study import ablation_table, coverage_table, switchback_table
     from asrsched.figures import abtest as F
-    from asrsched.figures.widgets import small_study
+    from asrsched.figures.ab_widgets import small_study
 
     res, summary = small_study(reps=3, n_servers=6, n_requests=40_000, scenario="homogeneous")
     out = {"ab_overview": F.fig_overview(summary), "ab_scenario": F.fig_scenario(summary, "homogeneous"),

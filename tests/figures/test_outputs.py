@@ -218,6 +218,8 @@ def test_explorer_export_button_writes_the_current_view_into_the_run_folder(tmp_
     assert len(stems) == 1 and next(iter(stems)).startswith("policy_explorer_") and "run.json" in written
     assert {p.rsplit(".", 1)[1] for p in written} == {"html", "svg", "json"}
     assert "wrote" in status.value and str(run.name) in status.value
-    shown = style.figure_from_html(run / f"{next(iter(stems))}.html")
+    from asrsched.figures.reexport import figure_from_html
+
+    shown = figure_from_html(run / f"{next(iter(stems))}.html")
     assert [t.name for t in shown.data] == [t.name for t in fig.data]  # the view as it is now
     assert shown.layout.xaxis.ticktext == fig.layout.xaxis.ticktext  # 1-2-5 log ticks, as on screen

@@ -23,7 +23,7 @@ from asrsched.figures.sim import (
     service_note,
 )
 from asrsched.figures.widgets import drift_explorer, policy_explorer
-from asrsched.sim.engine import OverloadWarning
+from asrsched.sim.overload import OverloadWarning
 from asrsched.sim.sweep import point_records, run_sweep
 from asrsched.sim.sweep_report import change_ci, run_length_effect, throughput_spread
 

@@ -11,16 +11,14 @@ from extras import need
 from asrsched.core.service import ServiceModel
 from asrsched.profiling.fit import (
     fit_kappa,
-    fit_profile,
     fit_service_model,
-    refit,
     silence_estimates,
     split_holdout,
     vad_summary,
     validate_holdout,
 )
 from asrsched.profiling.measure import normalize_text, word_error_rate
-from asrsched.profiling.run import packaged_profile, run_profile
+from asrsched.profiling.run import fit_profile, packaged_profile, refit, run_profile
 
 TRUE = dict(enc=0.47, step=0.011, over=0.05)
 

@@ -19,7 +19,8 @@ from asrsched.core.workloads import Uniform, make_trace
 from asrsched.serving.app import run_in_thread
 from asrsched.serving.comparison import records_to_trace
 from asrsched.serving.config import ServerConfig
-from asrsched.serving.loadgen import LOADGEN_COLUMNS, main, plan_requests, replay, run_coro, run_load
+from asrsched.serving.loadgen import LOADGEN_COLUMNS, main, replay, run_coro, run_load
+from asrsched.serving.request_plan import plan_requests
 from asrsched.sim.engine import RECORD_COLUMNS
 
 pytestmark = pytest.mark.slow

@@ -26,7 +26,8 @@ from asrsched.core.metrics import summarize
 from asrsched.core.workloads import Uniform, make_trace
 from asrsched.serving.app import run_in_thread
 from asrsched.serving.config import ServerConfig
-from asrsched.serving.loadgen import plan_requests, run_coro, run_load
+from asrsched.serving.loadgen import run_coro, run_load
+from asrsched.serving.request_plan import plan_requests
 
 pytestmark = pytest.mark.slow
 

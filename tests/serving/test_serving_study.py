@@ -9,14 +9,8 @@ import pytest
 from extras import need
 
 from asrsched.core.provenance import provenance
-from asrsched.serving.experiment import (
-    RESULT_COLUMNS,
-    SETTINGS,
-    ServingStudy,
-    cell_statistics,
-    results_table,
-    run_engine_experiment,
-)
+from asrsched.serving.engine_study import SETTINGS, ServingStudy
+from asrsched.serving.experiment import RESULT_COLUMNS, cell_statistics, results_table, run_engine_experiment
 from asrsched.sim.parallel import run_study
 
 
@@ -104,7 +98,7 @@ def test_settings_full_has_enough_requests_and_bad_engine_is_named(tmp_path):
 
 
 def test_provenance_records_commit_cpu_load_and_command():
-    p = provenance("python -m asrsched.serving.experiment --setting quick", {"n_requests": 4})
+    p = provenance("python -m asrsched.serving.engine_study --setting quick", {"n_requests": 4})
     assert p["command"].endswith("--setting quick") and p["parameters"] == {"n_requests": 4}
     assert p["cpu_count"] >= 1 and p["cpu_model"] and len(p["load_average_end_1_5_15"]) == 3
     assert p["commit"] is None or len(p["commit"]) == 40
@@ -165,15 +159,8 @@ def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_
     rows and provenance already in the folder."""
     need("vllm")
     from asrsched.core.service import ServiceModel
-    from asrsched.serving.experiment import (
-        LOAD_TOOLS_CSV,
-        PROBE_RECORDS_CSV,
-        RUN_JSON,
-        SATURATION_RECORDS_CSV,
-        STEP_MODEL_JSON,
-        STEP_TIMES_CSV,
-        client_tokens,
-    )
+    from asrsched.serving.engine_study import LOAD_TOOLS_CSV, RUN_JSON, STEP_MODEL_JSON, STEP_TIMES_CSV
+    from asrsched.serving.experiment import PROBE_RECORDS_CSV, SATURATION_RECORDS_CSV, client_tokens
     from asrsched.serving.loadtools import bench_serve_records
     from asrsched.serving.vllm_steps import read_step_log
 

@@ -11,7 +11,7 @@ from scipy import stats
 from asrsched.core.metrics import relative_change, summarize
 from asrsched.core.workloads import Drift, make_source
 from asrsched.sim.drift import drift_records, phase_loads, phase_table
-from asrsched.sim.engine import OverloadWarning
+from asrsched.sim.overload import OverloadWarning
 from asrsched.sim.sweep import point_records, run_point, run_sweep
 from asrsched.sim.sweep_report import (
     HEADLINE_COLUMNS,
@@ -25,7 +25,7 @@ from asrsched.sim.sweep_report import (
 
 # GRID's 19 req/s is above capacity on purpose; the warning itself is tested in
 # test_overloaded_sweep_warns_once_and_stable_sweep_not
-pytestmark = pytest.mark.filterwarnings("ignore::asrsched.sim.engine.OverloadWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::asrsched.sim.overload.OverloadWarning")
 
 GRID = dict(rates=[6.0, 19.0], policies=["fcfs", "sjf", "hrrn"], workloads=["librispeech"], seeds=[0],
             n_requests=400)
