@@ -1,2 +1,3 @@
 """asrsched: duration-aware scheduling for ASR serving."""
+
 __version__ = "0.1.0"

@@ -94,12 +94,19 @@ def study_ratio(scenarios=("homogeneous", "switchback"), reps: int = 1, n_reques
                 raise AssertionError(f"{s} rep {r}: study path and reference path disagree")
             t_new += a
             t_ref += b
-    return {"scenarios": list(scenarios), "reps": reps, "n_requests": n_requests, "new_cpu_s": t_new, "reference_cpu_s": t_ref,
-            "ratio": t_ref / t_new}
+    return {
+        "scenarios": list(scenarios),
+        "reps": reps,
+        "n_requests": n_requests,
+        "new_cpu_s": t_new,
+        "reference_cpu_s": t_ref,
+        "ratio": t_ref / t_new,
+    }
 
 
-def projected_study_wall(cores: int = 2, study: S.StudyConfig | None = None, truth_probe_requests: int = 1_000_000,
-                         repeats: int = 2) -> dict:
+def projected_study_wall(
+    cores: int = 2, study: S.StudyConfig | None = None, truth_probe_requests: int = 1_000_000, repeats: int = 2
+) -> dict:
     """Projected wall time of the full study on ``cores`` cores from measured CPU per task.
 
     One replication of every scenario (the full study's experiment length) and one truth-arm
@@ -126,9 +133,16 @@ def projected_study_wall(cores: int = 2, study: S.StudyConfig | None = None, tru
     arms = 4 if sc.slope_h else 2
     truth_cpu = len(groups) * arms * sc.truth_seeds * (sc.truth_requests + 50_000) * per_truth_job
     rep_cpu = sum(per.values()) * sc.reps
-    return {"per_replication_cpu_s": per, "replications_cpu_s": rep_cpu, "truth_cpu_s": truth_cpu,
-            "cpu_s": rep_cpu + truth_cpu, "cores": cores, "projected_wall_s": (rep_cpu + truth_cpu) / cores,
-            "reps": sc.reps, "truth_requests": sc.truth_requests}
+    return {
+        "per_replication_cpu_s": per,
+        "replications_cpu_s": rep_cpu,
+        "truth_cpu_s": truth_cpu,
+        "cpu_s": rep_cpu + truth_cpu,
+        "cores": cores,
+        "projected_wall_s": (rep_cpu + truth_cpu) / cores,
+        "reps": sc.reps,
+        "truth_requests": sc.truth_requests,
+    }
 
 
 def quick_ratio() -> tuple[float, float]:
@@ -140,15 +154,33 @@ def quick_ratio() -> tuple[float, float]:
 def check_targets(quick: bool = True) -> list[dict]:
     """Targets in the format of ``benchmarks/check.py``: the study-path ratio and the projected 2-core wall time."""
     r = study_ratio(("homogeneous", "small_effect"), reps=1, n_requests=200_000 if quick else 500_000)
-    rows = [{"name": "A/B study replication: reference path / study path", "value": r["ratio"],
-             "target": STUDY_RATIO_FLOOR, "unit": "x", "kind": "min", "passed": r["ratio"] >= STUDY_RATIO_FLOOR,
-             "note": f"CPU time, {len(r['scenarios'])} scenarios x {r['n_requests']:,} jobs, estimates equal"}]
+    rows = [
+        {
+            "name": "A/B study replication: reference path / study path",
+            "value": r["ratio"],
+            "target": STUDY_RATIO_FLOOR,
+            "unit": "x",
+            "kind": "min",
+            "passed": r["ratio"] >= STUDY_RATIO_FLOOR,
+            "note": f"CPU time, {len(r['scenarios'])} scenarios x {r['n_requests']:,} jobs, estimates equal",
+        }
+    ]
     p = projected_study_wall(truth_probe_requests=500_000 if quick else 2_000_000)
-    note = (f"{p['cpu_s']:.0f} CPU-s projected from 1 replication of each of {len(p['per_replication_cpu_s'])} "
-            "systems and a truth probe, perfect packing on 2 cores")
-    rows.append({"name": "full A/B study (100 reps), projected 2-core wall", "value": p["projected_wall_s"],
-                 "target": STUDY_WALL_TARGET_S, "unit": "s", "kind": "max",
-                 "passed": p["projected_wall_s"] <= STUDY_WALL_TARGET_S, "note": note})
+    note = (
+        f"{p['cpu_s']:.0f} CPU-s projected from 1 replication of each of {len(p['per_replication_cpu_s'])} "
+        "systems and a truth probe, perfect packing on 2 cores"
+    )
+    rows.append(
+        {
+            "name": "full A/B study (100 reps), projected 2-core wall",
+            "value": p["projected_wall_s"],
+            "target": STUDY_WALL_TARGET_S,
+            "unit": "s",
+            "kind": "max",
+            "passed": p["projected_wall_s"] <= STUDY_WALL_TARGET_S,
+            "note": note,
+        }
+    )
     rows.append(measured_study_row())
     return rows
 
@@ -167,22 +199,36 @@ def measured_study_row(path: Path | None = None) -> dict:
     prov = rec.get("provenance", {})
     name = "full A/B study (100 reps), measured 2-worker wall (committed run)"
     if not full:
-        return {"name": name, "value": float("nan"), "target": STUDY_WALL_TARGET_S, "unit": "s", "kind": "max",
-                "passed": False, "note": f"no full run in {path.name}: python benchmarks/bench_abtest.py --study-only "
-                                         "--study-full"}
+        return {
+            "name": name,
+            "value": float("nan"),
+            "target": STUDY_WALL_TARGET_S,
+            "unit": "s",
+            "kind": "max",
+            "passed": False,
+            "note": f"no full run in {path.name}: python benchmarks/bench_abtest.py --study-only --study-full",
+        }
     probe = ""
     if full.get("probe_ns_per_job"):
         from provenance import machine_probe
 
         walls = ", ".join(f"{r['wall_s']:.0f}" for r in full.get("runs", []))
-        probe = (f"; best of {full.get('best_of', 1)} runs ({walls} s); machine probe "
-                 f"{min(full['probe_ns_per_job']):.1f}-{max(full['probe_ns_per_job']):.1f} ns/job before/after it, "
-                 f"{machine_probe():.1f} now (lower is faster)")
-    return {"name": name, "value": float(full["wall_s"]), "target": STUDY_WALL_TARGET_S, "unit": "s", "kind": "max",
-            "passed": float(full["wall_s"]) <= STUDY_WALL_TARGET_S,
-            "note": f"{full['cpu_s']:.0f} CPU-s in {full['workers']} workers; commit {str(prov.get('commit'))[:10]}"
-                    f"{'' if prov.get('clean_tree') else ' (dirty tree)'}, {str(prov.get('date_utc'))[:10]} "
-                    f"({path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}){probe}"}
+        probe = (
+            f"; best of {full.get('best_of', 1)} runs ({walls} s); machine probe "
+            f"{min(full['probe_ns_per_job']):.1f}-{max(full['probe_ns_per_job']):.1f} ns/job before/after it, "
+            f"{machine_probe():.1f} now (lower is faster)"
+        )
+    return {
+        "name": name,
+        "value": float(full["wall_s"]),
+        "target": STUDY_WALL_TARGET_S,
+        "unit": "s",
+        "kind": "max",
+        "passed": float(full["wall_s"]) <= STUDY_WALL_TARGET_S,
+        "note": f"{full['cpu_s']:.0f} CPU-s in {full['workers']} workers; commit {str(prov.get('commit'))[:10]}"
+        f"{'' if prov.get('clean_tree') else ' (dirty tree)'}, {str(prov.get('date_utc'))[:10]} "
+        f"({path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}){probe}",
+    }
 
 
 def full_study(workers: int = 2, runs: int = 3) -> dict:
@@ -250,18 +296,24 @@ def study_main(full: bool, runs: int = 3) -> dict:
     r = study_ratio(tuple(S.SCENARIOS), reps=1)
     p = projected_study_wall()
     out = {"ratio": r, "projection": p}
-    print(f"A/B study: reference path / study path = {r['ratio']:.2f}x CPU ({r['reference_cpu_s']:.1f} s vs "
-          f"{r['new_cpu_s']:.1f} s for one replication of each of {len(r['scenarios'])} scenarios; floor "
-          f"{STUDY_RATIO_FLOOR}x)")
-    print(f"full study projected: {p['cpu_s']:.0f} CPU-s -> {p['projected_wall_s']:.0f} s on 2 cores "
-          f"(target <= {STUDY_WALL_TARGET_S:.0f} s)")
+    print(
+        f"A/B study: reference path / study path = {r['ratio']:.2f}x CPU ({r['reference_cpu_s']:.1f} s vs "
+        f"{r['new_cpu_s']:.1f} s for one replication of each of {len(r['scenarios'])} scenarios; floor "
+        f"{STUDY_RATIO_FLOOR}x)"
+    )
+    print(
+        f"full study projected: {p['cpu_s']:.0f} CPU-s -> {p['projected_wall_s']:.0f} s on 2 cores "
+        f"(target <= {STUDY_WALL_TARGET_S:.0f} s)"
+    )
     if full:
         f = full_study(runs=runs)
         out["full"] = f
         for r in f["runs"]:
-            print(f"full study measured: {r['wall_s']:.1f} s wall, {r['cpu_s']:.0f} CPU-s with {f['workers']} workers "
-                  f"(machine probe {r['probe_ns_per_job'][0]:.1f} / {r['probe_ns_per_job'][1]:.1f} ns per job before "
-                  "/ after)")
+            print(
+                f"full study measured: {r['wall_s']:.1f} s wall, {r['cpu_s']:.0f} CPU-s with {f['workers']} workers "
+                f"(machine probe {r['probe_ns_per_job'][0]:.1f} / {r['probe_ns_per_job'][1]:.1f} ns per job before "
+                "/ after)"
+            )
         print(f"full study: best of {f['best_of']}: {f['wall_s']:.1f} s (target <= {STUDY_WALL_TARGET_S:.0f} s)")
     return out
 
@@ -286,11 +338,14 @@ def main(argv=None) -> int:
     n_numba = 2_000_000 if args.quick else 10_000_000
     warm = 10_000
 
-    simulate_supermarket(SystemConfig(n_servers=N, lam=LAM, n_requests=1000, warmup_requests=0), 0)  # compile / load cache
+    simulate_supermarket(
+        SystemConfig(n_servers=N, lam=LAM, n_requests=1000, warmup_requests=0), 0
+    )  # compile / load cache
     rows, ok = [], True
     for d in (1, 2):
-        cfg = SystemConfig(n_servers=N, lam=LAM, control=d, treatment=d, design="control", n_requests=n_numba,
-                           warmup_requests=warm)
+        cfg = SystemConfig(
+            n_servers=N, lam=LAM, control=d, treatment=d, design="control", n_requests=n_numba, warmup_requests=warm
+        )
         t = time.process_time()
         tr = simulate_supermarket(cfg, seed=1)
         t_numba = time.process_time() - t
@@ -302,20 +357,34 @@ def main(argv=None) -> int:
         rate_n = (n_numba + warm) / t_numba
         rate_s = (n_simpy + warm) / t_simpy
         agree = abs(m_n - m_s) <= 4 * np.hypot(se_n, se_s)
-        row = dict(policy="random" if d == 1 else f"pod{d}", numba_jobs=n_numba, simpy_jobs=n_simpy,
-                   numba_jobs_per_s=rate_n, simpy_jobs_per_s=rate_s, ratio=rate_n / rate_s,
-                   numba_mean_response=m_n, numba_se=se_n, simpy_mean_response=m_s, simpy_se=se_s,
-                   means_agree=bool(agree), mm1_exact=1 / (1 - LAM) if d == 1 else None)
+        row = dict(
+            policy="random" if d == 1 else f"pod{d}",
+            numba_jobs=n_numba,
+            simpy_jobs=n_simpy,
+            numba_jobs_per_s=rate_n,
+            simpy_jobs_per_s=rate_s,
+            ratio=rate_n / rate_s,
+            numba_mean_response=m_n,
+            numba_se=se_n,
+            simpy_mean_response=m_s,
+            simpy_se=se_s,
+            means_agree=bool(agree),
+            mm1_exact=1 / (1 - LAM) if d == 1 else None,
+        )
         ok &= bool(agree) and row["ratio"] >= 100
         rows.append(row)
 
     print(f"Supermarket N={N}, lam={LAM}: numba kernel vs SimPy model (jobs per CPU second, same run)")
-    print(f"{'policy':8s} {'numba jobs/s':>14s} {'SimPy jobs/s':>13s} {'ratio':>8s}  "
-          f"{'mean W numba':>18s} {'mean W SimPy':>18s}  agree")
+    print(
+        f"{'policy':8s} {'numba jobs/s':>14s} {'SimPy jobs/s':>13s} {'ratio':>8s}  "
+        f"{'mean W numba':>18s} {'mean W SimPy':>18s}  agree"
+    )
     for r in rows:
-        print(f"{r['policy']:8s} {r['numba_jobs_per_s']:14,.0f} {r['simpy_jobs_per_s']:13,.0f} {r['ratio']:7.0f}x  "
-              f"{r['numba_mean_response']:10.4f}±{1.96 * r['numba_se']:.4f} "
-              f"{r['simpy_mean_response']:10.4f}±{1.96 * r['simpy_se']:.4f}  {r['means_agree']}")
+        print(
+            f"{r['policy']:8s} {r['numba_jobs_per_s']:14,.0f} {r['simpy_jobs_per_s']:13,.0f} {r['ratio']:7.0f}x  "
+            f"{r['numba_mean_response']:10.4f}±{1.96 * r['numba_se']:.4f} "
+            f"{r['simpy_mean_response']:10.4f}±{1.96 * r['simpy_se']:.4f}  {r['means_agree']}"
+        )
     print(f"ratio (min over policies): {min(r['ratio'] for r in rows):.0f}x  (target >= 100x)")
     study = study_main(full=args.study_full, runs=args.study_runs) if not args.quick or args.study_full else None
     if study is not None:
@@ -324,9 +393,20 @@ def main(argv=None) -> int:
 
     out = HERE / "results" / ("bench_abtest_quick.json" if args.quick else "bench_abtest.json")
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"rows": rows, "study": study, "provenance": provenance(),
-                               "machine": platform.platform(), "python": platform.python_version(), "ok": ok},
-                              indent=2, default=float))
+    out.write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "study": study,
+                "provenance": provenance(),
+                "machine": platform.platform(),
+                "python": platform.python_version(),
+                "ok": ok,
+            },
+            indent=2,
+            default=float,
+        )
+    )
     print(f"wrote {out}; {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 

@@ -65,8 +65,17 @@ def _timed(fn, *args, **kw):
     return out, time.perf_counter() - w, time.process_time() - c
 
 
-def fleet_ratios(n_requests: int = QUICK_N, sizes=SIZES, *, router: str = "least_work", policy: str = "fcfs",
-                 load: float = 0.95, repeats: int = 5, warmup: int = 10, seed: int = 0) -> list[dict]:
+def fleet_ratios(
+    n_requests: int = QUICK_N,
+    sizes=SIZES,
+    *,
+    router: str = "least_work",
+    policy: str = "fcfs",
+    load: float = 0.95,
+    repeats: int = 5,
+    warmup: int = 10,
+    seed: int = 0,
+) -> list[dict]:
     """SimPy-over-compiled speed ratios for each fleet size, with the record comparison.
 
     One dict per size: ``n_replicas``, ``n_requests``, ``router``, ``policy``, ``load``,
@@ -88,22 +97,48 @@ def fleet_ratios(n_requests: int = QUICK_N, sizes=SIZES, *, router: str = "least
             got, w, c = _timed(simulate_fleet, tr, n_replicas=N, router=router, policy=policy, seed=seed)
             best_w, best_c = min(best_w, w), min(best_c, c)
         # the baseline warm too: one short SimPy run first (imports, first-call costs), then the timed one
-        simulate_fleet_simpy(fleet_trace("librispeech", n_replicas=int(N), rho=load, n_requests=200, seed=seed)[0],
-                             n_replicas=N, router=router, policy=policy, seed=seed)
+        simulate_fleet_simpy(
+            fleet_trace("librispeech", n_replicas=int(N), rho=load, n_requests=200, seed=seed)[0],
+            n_replicas=N,
+            router=router,
+            policy=policy,
+            seed=seed,
+        )
         ref, sw, sc = _timed(simulate_fleet_simpy, tr, n_replicas=N, router=router, policy=policy, seed=seed)
         rec = got.records
-        same = bool((ref["replica"].to_numpy() == rec["replica"].to_numpy()).all()
-                    and (ref["tokens"].to_numpy() == rec["tokens"].to_numpy()).all()
-                    and (ref["rid"].to_numpy() == rec["rid"].to_numpy()).all())
-        diff = max(float(np.abs(ref[k].to_numpy() - rec[k].to_numpy()).max()) for k in ("admit", "first_token",
-                                                                                          "finish"))
+        same = bool(
+            (ref["replica"].to_numpy() == rec["replica"].to_numpy()).all()
+            and (ref["tokens"].to_numpy() == rec["tokens"].to_numpy()).all()
+            and (ref["rid"].to_numpy() == rec["rid"].to_numpy()).all()
+        )
+        diff = max(
+            float(np.abs(ref[k].to_numpy() - rec[k].to_numpy()).max()) for k in ("admit", "first_token", "finish")
+        )
         if not (same and diff <= 1e-9):
-            raise AssertionError(f"fleet of {N}: SimPy and compiled records differ (same replicas: {same}, "
-                                 f"max time difference {diff:.3g} s)")
-        out.append(dict(n_replicas=int(N), n_requests=int(n_requests), router=router, policy=policy, load=load,
-                        rate=float(lam), simpy_s=sw, simpy_cpu_s=sc, compiled_s=best_w, compiled_cpu_s=best_c,
-                        ratio=sw / best_w, ratio_cpu=sc / best_c if best_c > 0 else float("nan"),
-                        identical=True, max_abs_diff_s=diff, repeats=int(repeats), warmup=int(warmup)))
+            raise AssertionError(
+                f"fleet of {N}: SimPy and compiled records differ (same replicas: {same}, "
+                f"max time difference {diff:.3g} s)"
+            )
+        out.append(
+            dict(
+                n_replicas=int(N),
+                n_requests=int(n_requests),
+                router=router,
+                policy=policy,
+                load=load,
+                rate=float(lam),
+                simpy_s=sw,
+                simpy_cpu_s=sc,
+                compiled_s=best_w,
+                compiled_cpu_s=best_c,
+                ratio=sw / best_w,
+                ratio_cpu=sc / best_c if best_c > 0 else float("nan"),
+                identical=True,
+                max_abs_diff_s=diff,
+                repeats=int(repeats),
+                warmup=int(warmup),
+            )
+        )
     return out
 
 
@@ -111,12 +146,18 @@ def check_targets(quick: bool = True) -> list[dict]:
     """Rows for ``benchmarks/check.py``: fleet of 4 and 16 replicas >= 100x SimPy (CPU-time ratio)."""
     rows = []
     for r in fleet_ratios(QUICK_N if quick else FULL_N):
-        rows.append(dict(name=f"fleet of {r['n_replicas']} vs SimPy fleet ({r['router']}, {r['policy']}, "
-                              f"{r['n_requests']} req)",
-                         value=r["ratio_cpu"], target=TARGET, unit="x", kind="min",
-                         passed=bool(r["ratio_cpu"] >= TARGET),
-                         note=f"wall ratio {r['ratio']:.0f}x; records identical (max |dt| "
-                              f"{r['max_abs_diff_s']:.1g} s); SimPy {r['simpy_cpu_s']:.2f} CPU-s"))
+        rows.append(
+            dict(
+                name=f"fleet of {r['n_replicas']} vs SimPy fleet ({r['router']}, {r['policy']}, {r['n_requests']} req)",
+                value=r["ratio_cpu"],
+                target=TARGET,
+                unit="x",
+                kind="min",
+                passed=bool(r["ratio_cpu"] >= TARGET),
+                note=f"wall ratio {r['ratio']:.0f}x; records identical (max |dt| "
+                f"{r['max_abs_diff_s']:.1g} s); SimPy {r['simpy_cpu_s']:.2f} CPU-s",
+            )
+        )
     return rows
 
 
@@ -129,17 +170,22 @@ def main(argv=None) -> int:
     rows = fleet_ratios(n)
     from provenance import provenance
 
-    rec = {"benchmark": "bench_fleet", "target": TARGET,
-           "provenance": provenance(["asrsched/sim", "benchmarks/bench_fleet.py",
-                                     "benchmarks/simpy_fleet_reference.py"]), "rows": rows}
+    rec = {
+        "benchmark": "bench_fleet",
+        "target": TARGET,
+        "provenance": provenance(["asrsched/sim", "benchmarks/bench_fleet.py", "benchmarks/simpy_fleet_reference.py"]),
+        "rows": rows,
+    }
     name = "bench_fleet_quick.json" if args.quick and args.n is None else "bench_fleet.json"
     path = HERE / "results" / name
     path.write_text(json.dumps(rec, indent=2) + "\n")
     for r in rows:
-        print(f"fleet of {r['n_replicas']:>2}, {r['n_requests']} requests: SimPy {r['simpy_s']:.2f} s "
-              f"({r['simpy_cpu_s']:.2f} CPU-s), compiled {1e3 * r['compiled_s']:.1f} ms "
-              f"({1e3 * r['compiled_cpu_s']:.1f} CPU-ms): {r['ratio']:.0f}x wall, {r['ratio_cpu']:.0f}x CPU "
-              f"(target {TARGET:.0f}x); records identical")
+        print(
+            f"fleet of {r['n_replicas']:>2}, {r['n_requests']} requests: SimPy {r['simpy_s']:.2f} s "
+            f"({r['simpy_cpu_s']:.2f} CPU-s), compiled {1e3 * r['compiled_s']:.1f} ms "
+            f"({1e3 * r['compiled_cpu_s']:.1f} CPU-ms): {r['ratio']:.0f}x wall, {r['ratio_cpu']:.0f}x CPU "
+            f"(target {TARGET:.0f}x); records identical"
+        )
     print(f"wrote {path.relative_to(ROOT)}")
     return 0 if all(r["ratio_cpu"] >= TARGET for r in rows) else 1
 

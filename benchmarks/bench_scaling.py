@@ -86,8 +86,9 @@ BATCH = 10
 # the model: greedy list scheduling
 
 
-def list_schedule(costs: Sequence[float], workers: int, overhead: float = 0.0, warmup: float = 0.0,
-                  serial: float = 0.0) -> float:
+def list_schedule(
+    costs: Sequence[float], workers: int, overhead: float = 0.0, warmup: float = 0.0, serial: float = 0.0
+) -> float:
     """Makespan of a greedy list schedule of ``costs`` (in order) on ``workers`` identical workers.
 
     Each task goes to the worker that becomes free first and occupies it for ``cost + overhead``;
@@ -124,13 +125,23 @@ def draw_costs(cost_by_scenario: dict[str, Sequence[float]], n: int, rng: np.ran
     scenario by scenario), each drawn with replacement from that scenario's measured costs."""
     names = list(cost_by_scenario)
     per = [n // len(names) + (i < n % len(names)) for i in range(len(names))]
-    return np.concatenate([rng.choice(np.asarray(cost_by_scenario[s], float), size=k, replace=True)
-                           for s, k in zip(names, per)])
+    return np.concatenate(
+        [rng.choice(np.asarray(cost_by_scenario[s], float), size=k, replace=True) for s, k in zip(names, per)]
+    )
 
 
-def predict(cost_by_scenario: dict[str, Sequence[float]], *, n_tasks: int = N_STUDY, workers=WORKERS,
-            overhead: float = 0.0, warmup: float = 0.0, serial: float = 0.0, n_draws: int = 20,
-            seed: int = 0, batch: int = 1) -> list[dict]:
+def predict(
+    cost_by_scenario: dict[str, Sequence[float]],
+    *,
+    n_tasks: int = N_STUDY,
+    workers=WORKERS,
+    overhead: float = 0.0,
+    warmup: float = 0.0,
+    serial: float = 0.0,
+    n_draws: int = 20,
+    seed: int = 0,
+    batch: int = 1,
+) -> list[dict]:
     """Predicted wall time and efficiency of ``n_tasks`` tasks on each worker count (see the module doc).
 
     Efficiency = total task cost / (W x predicted wall); the 95 % range is over ``n_draws``
@@ -147,12 +158,20 @@ def predict(cost_by_scenario: dict[str, Sequence[float]], *, n_tasks: int = N_ST
     for w in workers:
         spans = np.array([list_schedule(d, w, overhead, warmup, serial) for d in draws])
         eff = np.array([d.sum() / (w * s) for d, s in zip(draws, spans)])
-        out.append({"workers": int(w), "wall_s": float(np.median(spans)),
-                    "wall_s_lo": float(np.quantile(spans, 0.025)), "wall_s_hi": float(np.quantile(spans, 0.975)),
-                    "efficiency": float(np.median(eff)), "efficiency_lo": float(np.quantile(eff, 0.025)),
-                    "efficiency_hi": float(np.quantile(eff, 0.975)),
-                    "speedup": float(np.median([list_schedule(d, 1, overhead, warmup, serial) / s
-                                                for d, s in zip(draws, spans)]))})
+        out.append(
+            {
+                "workers": int(w),
+                "wall_s": float(np.median(spans)),
+                "wall_s_lo": float(np.quantile(spans, 0.025)),
+                "wall_s_hi": float(np.quantile(spans, 0.975)),
+                "efficiency": float(np.median(eff)),
+                "efficiency_lo": float(np.quantile(eff, 0.025)),
+                "efficiency_hi": float(np.quantile(eff, 0.975)),
+                "speedup": float(
+                    np.median([list_schedule(d, 1, overhead, warmup, serial) / s for d, s in zip(draws, spans)])
+                ),
+            }
+        )
     return out
 
 
@@ -170,8 +189,9 @@ def _load() -> float:
 def study_tasks(reps: int, n_requests: int | None = None, seed: int = 0) -> list[dict]:
     """The replication tasks of a study (every scenario, ``reps`` each), as ``run_study`` builds them."""
     base = S.StudyConfig().base
-    sc = S.StudyConfig(base=base if n_requests is None else base.replace(n_requests=int(n_requests)), reps=max(2, reps),
-                       seed=seed).validate()
+    sc = S.StudyConfig(
+        base=base if n_requests is None else base.replace(n_requests=int(n_requests)), reps=max(2, reps), seed=seed
+    ).validate()
     sd = sc.to_dict()
     return [dict(scenario=s, rep=r, study=sd) for s in sc.scenarios for r in range(int(reps))]
 
@@ -187,24 +207,38 @@ def measure_in_process(tasks: list[dict], warm: bool = True) -> dict:
         S.run_replication(**t)
         cpu.append(time.process_time() - c)
         wall.append(time.perf_counter() - w)
-    return {"scenario": [t["scenario"] for t in tasks], "cpu_s": cpu, "wall_s": wall,
-            "wall_over_cpu": float(sum(wall) / sum(cpu)), "load_before": load0, "load_after": _load()}
+    return {
+        "scenario": [t["scenario"] for t in tasks],
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "wall_over_cpu": float(sum(wall) / sum(cpu)),
+        "load_before": load0,
+        "load_after": _load(),
+    }
 
 
 def _cpu_snapshot(client) -> dict:
     """Process CPU seconds of this process (the client), the scheduler and every worker."""
-    return {"client": time.process_time(), "scheduler": client.run_on_scheduler(time.process_time),
-            "workers": client.run(time.process_time)}
+    return {
+        "client": time.process_time(),
+        "scheduler": client.run_on_scheduler(time.process_time),
+        "workers": client.run(time.process_time),
+    }
 
 
 def _cpu_delta(a: dict, b: dict) -> dict:
     per = {k: b["workers"][k] - a["workers"][k] for k in a["workers"]}
-    return {"client": b["client"] - a["client"], "scheduler": b["scheduler"] - a["scheduler"],
-            "workers": sum(per.values()), "per_worker": sorted(per.values())}
+    return {
+        "client": b["client"] - a["client"],
+        "scheduler": b["scheduler"] - a["scheduler"],
+        "workers": sum(per.values()),
+        "per_worker": sorted(per.values()),
+    }
 
 
-def measure_cluster(n_workers: int, tasks: list[dict], n_trivial: int, processes: bool = True,
-                    probe_s: float = 1.0) -> dict:
+def measure_cluster(
+    n_workers: int, tasks: list[dict], n_trivial: int, processes: bool = True, probe_s: float = 1.0
+) -> dict:
     """Start a LocalCluster of ``n_workers`` 1-thread workers; time its start, the workers' warm-up,
     ``n_trivial`` trivial tasks (overhead, CPU per process) and ``tasks`` (wall), all via ``map_tasks``.
 
@@ -215,16 +249,26 @@ def measure_cluster(n_workers: int, tasks: list[dict], n_trivial: int, processes
     from distributed import Client, LocalCluster
 
     t0 = time.perf_counter()
-    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=processes, dashboard_address=None,
-                           silence_logs=logging.ERROR)
+    cluster = LocalCluster(
+        n_workers=n_workers,
+        threads_per_worker=1,
+        processes=processes,
+        dashboard_address=None,
+        silence_logs=logging.ERROR,
+    )
     client = Client(cluster)
     try:
         client.wait_for_workers(n_workers)
         start_s = time.perf_counter() - t0
         # in a LocalCluster the scheduler lives in the client's process: one CPU count for both
         shared = client.run_on_scheduler(os.getpid) == os.getpid()
-        out = {"workers": n_workers, "processes": processes, "scheduler_in_client_process": shared,
-               "start_s": start_s, "load_before": _load()}
+        out = {
+            "workers": n_workers,
+            "processes": processes,
+            "scheduler_in_client_process": shared,
+            "start_s": start_s,
+            "load_before": _load(),
+        }
         # warm-up: each worker imports the package, loads the kernels and runs one replication
         before = client.run(time.process_time)
         warm_task = functools.partial(S.run_replication, **dict(tasks[0], rep=10_001))
@@ -299,7 +343,8 @@ def _worker_cores(client, seconds: float) -> float:
     import cloudpickle
 
     if client.run_on_scheduler(os.getpid) == os.getpid() and all(
-            pid == os.getpid() for pid in client.run(os.getpid).values()):
+        pid == os.getpid() for pid in client.run(os.getpid).values()
+    ):
         return probe_cores(seconds)
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -322,8 +367,15 @@ def _spin(seconds: float) -> float:
     return time.process_time() - c
 
 
-def predict_wall(costs: Sequence[float], workers: int, overhead: float, serial: float, cores: float,
-                 idle_cores: float = 0.0, dispatch_shares_cores: bool = False) -> float:
+def predict_wall(
+    costs: Sequence[float],
+    workers: int,
+    overhead: float,
+    serial: float,
+    cores: float,
+    idle_cores: float = 0.0,
+    dispatch_shares_cores: bool = False,
+) -> float:
     """Wall time of ``costs`` (CPU-s) on ``workers`` workers when the machine gives the workers ``cores``
     cores in all: the list schedule, or the workers' total CPU demand (tasks and per-task overhead)
     over the cores left after their own background use ``idle_cores``, whichever is longer
@@ -336,8 +388,15 @@ def predict_wall(costs: Sequence[float], workers: int, overhead: float, serial: 
     return max(list_schedule(c, workers, overhead, 0.0, serial), demand / left)
 
 
-def run(quick: bool = False, reps: int | None = None, n_requests: int | None = None, n_trivial: int | None = None,
-        cluster_workers: Sequence[int] | None = None, n_draws: int = 20, seed: int = 0) -> dict:
+def run(
+    quick: bool = False,
+    reps: int | None = None,
+    n_requests: int | None = None,
+    n_trivial: int | None = None,
+    cluster_workers: Sequence[int] | None = None,
+    n_draws: int = 20,
+    seed: int = 0,
+) -> dict:
     """All three parts (see the module doc); returns the JSON-ready record without provenance.
 
     ``quick``: 1 replication per scenario of 200,000 jobs per experiment, 50 trivial tasks and a
@@ -354,14 +413,19 @@ def run(quick: bool = False, reps: int | None = None, n_requests: int | None = N
     # in-process passes before and after the cluster runs: the machine's load drifts, so the cores the
     # session gets (CPU / wall) are taken over both, around the runs they are used to predict
     first = measure_in_process(tasks)
-    clusters = [measure_cluster(w, tasks, n_trivial, processes=not quick, probe_s=0.5 if quick else 1.0)
-                for w in cluster_workers]
+    clusters = [
+        measure_cluster(w, tasks, n_trivial, processes=not quick, probe_s=0.5 if quick else 1.0)
+        for w in cluster_workers
+    ]
     second = measure_in_process(tasks, warm=False)
-    single = {"scenario": first["scenario"],
-              "cpu_s": [(a + b) / 2 for a, b in zip(first["cpu_s"], second["cpu_s"])],
-              "wall_s": [(a + b) / 2 for a, b in zip(first["wall_s"], second["wall_s"])],
-              "passes": [{k: v for k, v in x.items() if k != "scenario"} for x in (first, second)],
-              "load_before": first["load_before"], "load_after": second["load_after"]}
+    single = {
+        "scenario": first["scenario"],
+        "cpu_s": [(a + b) / 2 for a, b in zip(first["cpu_s"], second["cpu_s"])],
+        "wall_s": [(a + b) / 2 for a, b in zip(first["wall_s"], second["wall_s"])],
+        "passes": [{k: v for k, v in x.items() if k != "scenario"} for x in (first, second)],
+        "load_before": first["load_before"],
+        "load_after": second["load_after"],
+    }
     single["wall_over_cpu"] = float(sum(single["wall_s"]) / sum(single["cpu_s"]))
 
     # overheads in CPU seconds (load-independent): worker per task, serial dispatcher per task, worker warm-up
@@ -373,10 +437,20 @@ def run(quick: bool = False, reps: int | None = None, n_requests: int | None = N
     by_scen: dict[str, list[float]] = {}
     for s, c in zip(single["scenario"], single["cpu_s"]):
         by_scen.setdefault(s, []).append(c)
-    pred = predict(by_scen, n_tasks=N_STUDY, overhead=overhead, warmup=warmup, serial=serial, n_draws=n_draws,
-                   seed=seed)
-    pred_batched = predict(by_scen, n_tasks=N_STUDY, workers=(64, 128), overhead=overhead, warmup=warmup,
-                           serial=serial, n_draws=n_draws, seed=seed, batch=BATCH)
+    pred = predict(
+        by_scen, n_tasks=N_STUDY, overhead=overhead, warmup=warmup, serial=serial, n_draws=n_draws, seed=seed
+    )
+    pred_batched = predict(
+        by_scen,
+        n_tasks=N_STUDY,
+        workers=(64, 128),
+        overhead=overhead,
+        warmup=warmup,
+        serial=serial,
+        n_draws=n_draws,
+        seed=seed,
+        batch=BATCH,
+    )
 
     # validation on this machine: the cores the session got during the in-process run (CPU / wall)
     cores = float(sum(single["cpu_s"]) / sum(single["wall_s"]))
@@ -386,37 +460,78 @@ def run(quick: bool = False, reps: int | None = None, n_requests: int | None = N
         # it; worker threads are this one process, which got CPU / wall of the in-process passes around it
         # (and then the dispatch runs in the same process, so its CPU is part of the demand)
         got = float(np.mean(c["cores_probe_before_after"])) if c["processes"] else cores
-        p = predict_wall(single["cpu_s"], c["workers"], overhead, serial, got, c["idle_cores"]["workers"],
-                         dispatch_shares_cores=not c["processes"])
-        v = {"workers": c["workers"], "processes": c["processes"], "n_tasks": len(tasks), "cores_available": got,
-             "idle_worker_cores": c["idle_cores"]["workers"],
-             "predicted_wall_s": p, "measured_wall_s": c["real_wall_s"], "error": p / c["real_wall_s"] - 1.0,
-             "load_before": c["load_before"], "load_after": c["load_after"]}
+        p = predict_wall(
+            single["cpu_s"],
+            c["workers"],
+            overhead,
+            serial,
+            got,
+            c["idle_cores"]["workers"],
+            dispatch_shares_cores=not c["processes"],
+        )
+        v = {
+            "workers": c["workers"],
+            "processes": c["processes"],
+            "n_tasks": len(tasks),
+            "cores_available": got,
+            "idle_worker_cores": c["idle_cores"]["workers"],
+            "predicted_wall_s": p,
+            "measured_wall_s": c["real_wall_s"],
+            "error": p / c["real_wall_s"] - 1.0,
+            "load_before": c["load_before"],
+            "load_after": c["load_after"],
+        }
         if c["processes"]:  # load-independent: the busiest worker's CPU vs the list schedule's
             pb = list_schedule(single["cpu_s"], c["workers"], overhead)
-            v.update(predicted_busiest_worker_cpu_s=pb, measured_busiest_worker_cpu_s=c["real_worker_cpu_max_s"],
-                     busiest_worker_error=pb / c["real_worker_cpu_max_s"] - 1.0)
+            v.update(
+                predicted_busiest_worker_cpu_s=pb,
+                measured_busiest_worker_cpu_s=c["real_worker_cpu_max_s"],
+                busiest_worker_error=pb / c["real_worker_cpu_max_s"] - 1.0,
+            )
         val.append(v)
     cpu = np.asarray(single["cpu_s"])
     return {
-        "benchmark": "bench_scaling", "quick": quick, "seconds": time.perf_counter() - t_all,
-        "params": {"reps_per_scenario": reps, "scenarios": list(by_scen), "n_requests_per_experiment":
-                   tasks[0]["study"]["base"]["n_requests"], "n_trivial": n_trivial, "cluster_workers": list(cluster_workers),
-                   "cluster_processes": not quick, "n_study": N_STUDY, "workers": list(WORKERS), "n_draws": n_draws,
-                   "seed": seed},
+        "benchmark": "bench_scaling",
+        "quick": quick,
+        "seconds": time.perf_counter() - t_all,
+        "params": {
+            "reps_per_scenario": reps,
+            "scenarios": list(by_scen),
+            "n_requests_per_experiment": tasks[0]["study"]["base"]["n_requests"],
+            "n_trivial": n_trivial,
+            "cluster_workers": list(cluster_workers),
+            "cluster_processes": not quick,
+            "n_study": N_STUDY,
+            "workers": list(WORKERS),
+            "n_draws": n_draws,
+            "seed": seed,
+        },
         "session_capacity": cap,
         "cores_in_process_passes": cores,
-        "single_node": {"n_tasks": len(tasks), "cpu_s_mean": float(cpu.mean()), "cpu_s_median": float(np.median(cpu)),
-                        "cpu_s_p10": float(np.quantile(cpu, 0.1)), "cpu_s_p90": float(np.quantile(cpu, 0.9)),
-                        "cpu_s_min": float(cpu.min()), "cpu_s_max": float(cpu.max()),
-                        "cpu_s_mean_ci95": _mean_ci(cpu),
-                        "replications_per_cpu_s": float(1.0 / cpu.mean()),
-                        "cpu_s_by_scenario": {s: float(np.mean(v)) for s, v in by_scen.items()},
-                        "study_cpu_s": float(N_STUDY * cpu.mean()), **single},
-        "overhead": {"worker_cpu_per_task_s": overhead, "dispatch_cpu_per_task_s": serial,
-                     "worker_warmup_cpu_s": warmup, "from_workers": ref["workers"],
-                     "from_processes": ref["processes"]},
-        "clusters": clusters, "prediction": pred, "prediction_batched": {"batch": BATCH, "rows": pred_batched},
+        "single_node": {
+            "n_tasks": len(tasks),
+            "cpu_s_mean": float(cpu.mean()),
+            "cpu_s_median": float(np.median(cpu)),
+            "cpu_s_p10": float(np.quantile(cpu, 0.1)),
+            "cpu_s_p90": float(np.quantile(cpu, 0.9)),
+            "cpu_s_min": float(cpu.min()),
+            "cpu_s_max": float(cpu.max()),
+            "cpu_s_mean_ci95": _mean_ci(cpu),
+            "replications_per_cpu_s": float(1.0 / cpu.mean()),
+            "cpu_s_by_scenario": {s: float(np.mean(v)) for s, v in by_scen.items()},
+            "study_cpu_s": float(N_STUDY * cpu.mean()),
+            **single,
+        },
+        "overhead": {
+            "worker_cpu_per_task_s": overhead,
+            "dispatch_cpu_per_task_s": serial,
+            "worker_warmup_cpu_s": warmup,
+            "from_workers": ref["workers"],
+            "from_processes": ref["processes"],
+        },
+        "clusters": clusters,
+        "prediction": pred,
+        "prediction_batched": {"batch": BATCH, "rows": pred_batched},
         "validation": val,
     }
 
@@ -438,8 +553,10 @@ def table(rec: dict) -> str:
     """Markdown table of the prediction (one row per worker count)."""
     lines = ["| workers | predicted wall | 95 % range | speed-up | efficiency |", "|---:|---:|---:|---:|---:|"]
     for r in rec["prediction"]:
-        lines.append(f"| {r['workers']} | {_dur(r['wall_s'])} | {_dur(r['wall_s_lo'])} – {_dur(r['wall_s_hi'])} | "
-                     f"{r['speedup']:.1f}× | {r['efficiency']:.2f} |")
+        lines.append(
+            f"| {r['workers']} | {_dur(r['wall_s'])} | {_dur(r['wall_s_lo'])} – {_dur(r['wall_s_hi'])} | "
+            f"{r['speedup']:.1f}× | {r['efficiency']:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -455,20 +572,26 @@ def _validation_text(rec: dict) -> str:
     out = []
     for v in rec["validation"]:
         kind = "worker process" if v["processes"] else "worker thread"
-        t = (f"{v['workers']} {kind}{'es' if v['processes'] and v['workers'] > 1 else ''}"
-             f"{'s' if not v['processes'] and v['workers'] > 1 else ''} ({v['cores_available']:.2f} cores): "
-             f"predicted {v['predicted_wall_s']:.1f} s, measured {v['measured_wall_s']:.1f} s "
-             f"({100 * v['error']:+.0f} %, load average {v['load_before']} → {v['load_after']})")
+        t = (
+            f"{v['workers']} {kind}{'es' if v['processes'] and v['workers'] > 1 else ''}"
+            f"{'s' if not v['processes'] and v['workers'] > 1 else ''} ({v['cores_available']:.2f} cores): "
+            f"predicted {v['predicted_wall_s']:.1f} s, measured {v['measured_wall_s']:.1f} s "
+            f"({100 * v['error']:+.0f} %, load average {v['load_before']} → {v['load_after']})"
+        )
         if "busiest_worker_error" in v:
-            t += (f"; busiest worker's CPU predicted {v['predicted_busiest_worker_cpu_s']:.2f} s, measured "
-                  f"{v['measured_busiest_worker_cpu_s']:.2f} s ({100 * v['busiest_worker_error']:+.0f} %)")
+            t += (
+                f"; busiest worker's CPU predicted {v['predicted_busiest_worker_cpu_s']:.2f} s, measured "
+                f"{v['measured_busiest_worker_cpu_s']:.2f} s ({100 * v['busiest_worker_error']:+.0f} %)"
+            )
         out.append(t)
     return "; ".join(out)
 
 
 def _batched_text(rec: dict) -> str:
-    return ", ".join(f"{_dur(r['wall_s'])} (efficiency {r['efficiency']:.2f}) on {r['workers']} workers"
-                     for r in rec["prediction_batched"]["rows"])
+    return ", ".join(
+        f"{_dur(r['wall_s'])} (efficiency {r['efficiency']:.2f}) on {r['workers']} workers"
+        for r in rec["prediction_batched"]["rows"]
+    )
 
 
 def markdown(rec: dict) -> str:
@@ -483,15 +606,18 @@ def markdown(rec: dict) -> str:
     if cap:
         c1, c2 = cap.get("cores_with_1_procs", float("nan")), cap.get("cores_with_2_procs", float("nan"))
         cap_txt = f" A busy loop got {c1:.2f} cores with one process and {c2:.2f} cores in all with two"
-        cap_txt += (": at this load a second local process adds little CPU, so a local cluster here cannot show "
-                    "the speed-up of dedicated cores; the validation below accounts for the cores the workers got."
-                    if c2 < 1.5 * c1 else ".")
+        cap_txt += (
+            ": at this load a second local process adds little CPU, so a local cluster here cannot show "
+            "the speed-up of dedicated cores; the validation below accounts for the cores the workers got."
+            if c2 < 1.5 * c1
+            else "."
+        )
     where = "worker processes" if o["from_processes"] else "worker threads in one process (quick run)"
     return f"""# Scaling past one machine
 
-Generated by `python benchmarks/bench_scaling.py{' --quick' if rec['quick'] else ''} --write-md` from
-`benchmarks/results/{Path(rec['_file']).name}` (commit `{p['commit'][:10]}`{'' if p['clean_tree'] else ' with local changes'},
-{p['date_utc'][:10]}, {p['cpu_model']}, {p['cpu_count']} cores, load average {(p['load_average_start_1_5_15'] or ['?'])[0]}
+Generated by `python benchmarks/bench_scaling.py{" --quick" if rec["quick"] else ""} --write-md` from
+`benchmarks/results/{Path(rec["_file"]).name}` (commit `{p["commit"][:10]}`{"" if p["clean_tree"] else " with local changes"},
+{p["date_utc"][:10]}, {p["cpu_model"]}, {p["cpu_count"]} cores, load average {(p["load_average_start_1_5_15"] or ["?"])[0]}
 at the start). The machine is shared (its speed drifts from hour to hour, whatever the load average
 says), so CPU times (`time.process_time`, read in each process) are what carries over; wall times here
 are labelled as measured under that machine's state.
@@ -503,35 +629,35 @@ all go through `asrsched.sim.parallel.map_tasks` (`address="tcp://scheduler:8786
 plain arguments, so a worker needs only the package installed.
 
 **Single-node throughput.** One replication of the A/B estimator study (three experiments of
-{par['n_requests_per_experiment']:,} jobs each, every estimator) costs {s['cpu_s_mean']:.3f} CPU-s on average
-(95 % CI {ci[0]:.3f}–{ci[1]:.3f}; median {s['cpu_s_median']:.3f}, range {s['cpu_s_min']:.3f}–{s['cpu_s_max']:.3f}
-over {s['n_tasks']} replications of {len(par['scenarios'])} scenarios, in-process, one at a time), i.e.
-{s['replications_per_cpu_s']:.1f} replications per CPU second: a {N_STUDY:,}-replication study is
-{s['study_cpu_s'] / 60:.0f} CPU-minutes. During that run this session got {cores:.2f} cores of the machine
+{par["n_requests_per_experiment"]:,} jobs each, every estimator) costs {s["cpu_s_mean"]:.3f} CPU-s on average
+(95 % CI {ci[0]:.3f}–{ci[1]:.3f}; median {s["cpu_s_median"]:.3f}, range {s["cpu_s_min"]:.3f}–{s["cpu_s_max"]:.3f}
+over {s["n_tasks"]} replications of {len(par["scenarios"])} scenarios, in-process, one at a time), i.e.
+{s["replications_per_cpu_s"]:.1f} replications per CPU second: a {N_STUDY:,}-replication study is
+{s["study_cpu_s"] / 60:.0f} CPU-minutes. During that run this session got {cores:.2f} cores of the machine
 (CPU time / wall time, both passes).{cap_txt}
 
-**Dask overhead** (a real `LocalCluster` of {o['from_workers']} {where}, 1 thread each, {par['n_trivial']:,}
+**Dask overhead** (a real `LocalCluster` of {o["from_workers"]} {where}, 1 thread each, {par["n_trivial"]:,}
 trivial tasks through `map_tasks(address=client)`, CPU time read in each process):
-{1e3 * o['worker_cpu_per_task_s']:.2f} ms per task on the worker and {1e3 * o['dispatch_cpu_per_task_s']:.2f} ms
+{1e3 * o["worker_cpu_per_task_s"]:.2f} ms per task on the worker and {1e3 * o["dispatch_cpu_per_task_s"]:.2f} ms
 in the client and scheduler (one process in a `LocalCluster`), which dispatch one task at a time; a fresh worker
-spends {o['worker_warmup_cpu_s']:.2f} CPU-s once on imports and loading the compiled kernels (beyond its first
+spends {o["worker_warmup_cpu_s"]:.2f} CPU-s once on imports and loading the compiled kernels (beyond its first
 replication). On a real cluster the scheduler runs apart from the client, so the serial part per task is
 likely smaller than this; it is used as measured.
 
 **How wall time falls with workers** for {N_STUDY:,} replications on dedicated cores (exact greedy list
 schedule, in submission order, of task costs drawn per scenario from the measured ones, plus the overheads
-above; median and 95 % range over {par['n_draws']} draws -- narrow, since {N_STUDY:,} costs average out):
+above; median and 95 % range over {par["n_draws"]} draws -- narrow, since {N_STUDY:,} costs average out):
 
 {table(rec)}
 
 Efficiency (task CPU / (workers × wall)) stays at or above {EFFICIENCY_16_FLOOR} up to {knee} workers
-({eff[16]['efficiency']:.2f} at 16, {eff[128]['efficiency']:.2f} at 128). What stops it is the serial
-dispatch cost: {N_STUDY:,} × {1e3 * o['dispatch_cpu_per_task_s']:.2f} ms = {N_STUDY * o['dispatch_cpu_per_task_s']:.0f} s
+({eff[16]["efficiency"]:.2f} at 16, {eff[128]["efficiency"]:.2f} at 128). What stops it is the serial
+dispatch cost: {N_STUDY:,} × {1e3 * o["dispatch_cpu_per_task_s"]:.2f} ms = {N_STUDY * o["dispatch_cpu_per_task_s"]:.0f} s
 is a floor under the wall time whatever the number of workers. Submitting several replications per task
-(a batch of k costs one dispatch) lowers that floor k-fold: with {rec['prediction_batched']['batch']} per task the
+(a batch of k costs one dispatch) lowers that floor k-fold: with {rec["prediction_batched"]["batch"]} per task the
 same model gives {_batched_text(rec)}.
 
-**Validation** against measured `LocalCluster` runs of the same {rec['validation'][0]['n_tasks']} replications
+**Validation** against measured `LocalCluster` runs of the same {rec["validation"][0]["n_tasks"]} replications
 through `map_tasks` (predicted wall = the list schedule of the in-process CPU times, or the total CPU demand
 over the cores the workers got, all of them in a 1 s busy loop just before and after each run, less the
 idle workers' own background use, whichever is longer): {_validation_text(rec)}. The wall-time error mostly measures how steady the machine's load was;
@@ -550,15 +676,26 @@ def check_targets(quick: bool = True) -> list[dict]:
     s = rec["single_node"]
     kind = "processes" if v2["processes"] else "threads"
     return [
-        {"name": "10k-replication study: predicted efficiency at 16 workers", "value": e16["efficiency"],
-         "target": EFFICIENCY_16_FLOOR, "unit": "", "kind": "min", "passed": e16["efficiency"] >= EFFICIENCY_16_FLOOR,
-         "note": f"{s['cpu_s_mean']:.3f} CPU-s per replication of {rec['params']['n_requests_per_experiment']:,} jobs, "
-                 "measured Dask overhead, list schedule"},
-        {"name": "scaling model: |error| vs measured 2-worker LocalCluster", "value": abs(v2["error"]),
-         "target": VALIDATION_ERROR_CEILING, "unit": "", "kind": "max",
-         "passed": abs(v2["error"]) <= VALIDATION_ERROR_CEILING,
-         "note": f"wall predicted {v2['predicted_wall_s']:.1f} s vs measured {v2['measured_wall_s']:.1f} s, "
-                 f"{v2['n_tasks']} replications, 2 worker {kind}, {v2['cores_available']:.2f} cores available"},
+        {
+            "name": "10k-replication study: predicted efficiency at 16 workers",
+            "value": e16["efficiency"],
+            "target": EFFICIENCY_16_FLOOR,
+            "unit": "",
+            "kind": "min",
+            "passed": e16["efficiency"] >= EFFICIENCY_16_FLOOR,
+            "note": f"{s['cpu_s_mean']:.3f} CPU-s per replication of {rec['params']['n_requests_per_experiment']:,} jobs, "
+            "measured Dask overhead, list schedule",
+        },
+        {
+            "name": "scaling model: |error| vs measured 2-worker LocalCluster",
+            "value": abs(v2["error"]),
+            "target": VALIDATION_ERROR_CEILING,
+            "unit": "",
+            "kind": "max",
+            "passed": abs(v2["error"]) <= VALIDATION_ERROR_CEILING,
+            "note": f"wall predicted {v2['predicted_wall_s']:.1f} s vs measured {v2['measured_wall_s']:.1f} s, "
+            f"{v2['n_tasks']} replications, 2 worker {kind}, {v2['cores_available']:.2f} cores available",
+        },
     ]
 
 
@@ -584,15 +721,19 @@ def main(argv=None) -> int:
     rec["load_end"] = _load()
     out.write_text(json.dumps(rec, indent=2, default=float) + "\n")
     s, o = rec["single_node"], rec["overhead"]
-    print(f"single node: {s['cpu_s_mean']:.3f} CPU-s per replication ({s['n_tasks']} tasks; wall/CPU "
-          f"{s['wall_over_cpu']:.1f} at load {s['load_before']}); Dask per task: worker "
-          f"{1e3 * o['worker_cpu_per_task_s']:.2f} ms, dispatch {1e3 * o['dispatch_cpu_per_task_s']:.2f} ms CPU; "
-          f"worker warm-up {o['worker_warmup_cpu_s']:.2f} CPU-s; session capacity {rec['session_capacity']}")
+    print(
+        f"single node: {s['cpu_s_mean']:.3f} CPU-s per replication ({s['n_tasks']} tasks; wall/CPU "
+        f"{s['wall_over_cpu']:.1f} at load {s['load_before']}); Dask per task: worker "
+        f"{1e3 * o['worker_cpu_per_task_s']:.2f} ms, dispatch {1e3 * o['dispatch_cpu_per_task_s']:.2f} ms CPU; "
+        f"worker warm-up {o['worker_warmup_cpu_s']:.2f} CPU-s; session capacity {rec['session_capacity']}"
+    )
     print(table(rec))
     for v in rec["validation"]:
-        print(f"validation, {v['workers']} worker(s), {v['n_tasks']} tasks: predicted {v['predicted_wall_s']:.1f} s, "
-              f"measured {v['measured_wall_s']:.1f} s, error {100 * v['error']:+.1f} % (load {v['load_before']} -> "
-              f"{v['load_after']}); busiest worker CPU error {100 * v.get('busiest_worker_error', float('nan')):+.1f} %")
+        print(
+            f"validation, {v['workers']} worker(s), {v['n_tasks']} tasks: predicted {v['predicted_wall_s']:.1f} s, "
+            f"measured {v['measured_wall_s']:.1f} s, error {100 * v['error']:+.1f} % (load {v['load_before']} -> "
+            f"{v['load_after']}); busiest worker CPU error {100 * v.get('busiest_worker_error', float('nan')):+.1f} %"
+        )
     print(f"wrote {out.relative_to(ROOT)} in {rec['seconds']:.0f} s")
     if args.write_md:
         rec["_file"] = str(out)

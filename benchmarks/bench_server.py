@@ -106,8 +106,16 @@ def burst_throughput(policy: str, plan, rounds_log: list) -> tuple[float, float]
         raise RuntimeError(f"{policy}: {len(plan) - len(ok)} requests failed: {rec['error'].unique()}")
     span = float(ok["finish"].max() - rec["arrival"].min())
     thr = len(ok) / span
-    rounds_log.append({"policy": policy, "throughput_rps": thr, "makespan_s": span, "cpu_s": cpu,
-                       "requests_per_cpu_s": len(ok) / cpu, "loadavg": loadavg()})
+    rounds_log.append(
+        {
+            "policy": policy,
+            "throughput_rps": thr,
+            "makespan_s": span,
+            "cpu_s": cpu,
+            "requests_per_cpu_s": len(ok) / cpu,
+            "loadavg": loadavg(),
+        }
+    )
     return thr, len(ok) / cpu
 
 
@@ -131,14 +139,23 @@ def main(argv=None) -> int:
     inf = [eng.transcribe(audio, "en")["total_s"] for _ in range(3)]
     inference_s = float(np.median(inf))
     ov = overhead_in_process(wav)
-    res["in_process"] = {"clip_s": float(clip["audio_s"]), "inference_s": inference_s, **ov,
-                         "ratio_to_inference": {pol: {d: (ov["header_and_estimate_us"] + us) * 1e-6 / inference_s
-                                                      for d, us in v.items()} for pol, v in ov["queue_us"].items()}}
+    res["in_process"] = {
+        "clip_s": float(clip["audio_s"]),
+        "inference_s": inference_s,
+        **ov,
+        "ratio_to_inference": {
+            pol: {d: (ov["header_and_estimate_us"] + us) * 1e-6 / inference_s for d, us in v.items()}
+            for pol, v in ov["queue_us"].items()
+        },
+    }
     print(f"inference of a {clip['audio_s']:.1f} s clip: {1e3 * inference_s:.0f} ms (median of 3)")
     print(f"header read + estimate: {ov['header_and_estimate_us']:.1f} us")
     for pol, v in ov["queue_us"].items():
-        print(f"  {pol:5s} push+pop " + ", ".join(f"depth {d}: {us:.1f} us" for d, us in v.items())
-              + f"  -> total/inference at depth 256: {res['in_process']['ratio_to_inference'][pol]['256']:.1e}")
+        print(
+            f"  {pol:5s} push+pop "
+            + ", ".join(f"depth {d}: {us:.1f} us" for d, us in v.items())
+            + f"  -> total/inference at depth 256: {res['in_process']['ratio_to_inference'][pol]['256']:.1e}"
+        )
 
     # 2. overhead measured by the real server, sequential requests over loopback
     tr = make_trace("librispeech", rate=1.0, n=8, seed=5)
@@ -152,15 +169,21 @@ def main(argv=None) -> int:
     sched = np.array([s["sched_s"] for s, _ in rows])
     service = np.array([s["finish"] - s["admit"] for s, _ in rows])
     http = np.array([r.e2el - (s["finish"] - s["arrival"]) for s, r in rows])
-    res["in_server"] = {"n": len(rows), "sched_ms_median": 1e3 * float(np.median(sched)),
-                        "sched_ms_max": 1e3 * float(sched.max()), "service_ms_median": 1e3 * float(np.median(service)),
-                        "sched_over_service_median": float(np.median(sched / service)),
-                        "http_overhead_ms_median": 1e3 * float(np.median(http)),
-                        "http_over_e2el_median": float(np.median(http / rec["e2el"].to_numpy()))}
+    res["in_server"] = {
+        "n": len(rows),
+        "sched_ms_median": 1e3 * float(np.median(sched)),
+        "sched_ms_max": 1e3 * float(sched.max()),
+        "service_ms_median": 1e3 * float(np.median(service)),
+        "sched_over_service_median": float(np.median(sched / service)),
+        "http_overhead_ms_median": 1e3 * float(np.median(http)),
+        "http_over_e2el_median": float(np.median(http / rec["e2el"].to_numpy())),
+    }
     r2 = res["in_server"]
-    print(f"in the server (n={r2['n']}): scheduling {r2['sched_ms_median']:.2f} ms/request (max {r2['sched_ms_max']:.2f})"
-          f" vs service {r2['service_ms_median']:.0f} ms -> ratio {r2['sched_over_service_median']:.1e}; "
-          f"HTTP overhead {r2['http_overhead_ms_median']:.1f} ms ({100 * r2['http_over_e2el_median']:.2f} % of E2EL)")
+    print(
+        f"in the server (n={r2['n']}): scheduling {r2['sched_ms_median']:.2f} ms/request (max {r2['sched_ms_max']:.2f})"
+        f" vs service {r2['service_ms_median']:.0f} ms -> ratio {r2['sched_over_service_median']:.1e}; "
+        f"HTTP overhead {r2['http_overhead_ms_median']:.1f} ms ({100 * r2['http_over_e2el_median']:.2f} % of E2EL)"
+    )
 
     # 3. throughput at saturation per policy (same clips, A B C C B A)
     tr = make_trace("librispeech", rate=1.0, n=n_burst, seed=9)
@@ -180,16 +203,29 @@ def main(argv=None) -> int:
     ratio_cpu = {p: mean_cpu[p] / mean_cpu["fcfs"] for p in POLICIES}
     within = all(abs(r - 1) <= 0.05 for r in ratio.values())
     within_cpu = all(abs(r - 1) <= 0.05 for r in ratio_cpu.values())
-    res["saturation"] = {"n_burst": n_burst, "rounds": log, "mean_throughput_rps": mean, "ratio_vs_fcfs": ratio,
-                         "within_5pct": within, "mean_requests_per_cpu_s": mean_cpu,
-                         "cpu_ratio_vs_fcfs": ratio_cpu, "cpu_within_5pct": within_cpu}
-    print("throughput at saturation vs FCFS, wall clock: " + ", ".join(f"{p} {r:.3f}" for p, r in ratio.items())
-          + f" -> {'within' if within else 'NOT within'} 5 %")
-    print("requests per CPU-second vs FCFS (contention-robust): "
-          + ", ".join(f"{p} {r:.3f}" for p, r in ratio_cpu.items())
-          + f" -> {'within' if within_cpu else 'NOT within'} 5 %")
-    res["provenance"] = provenance(["asrsched/serving", "asrsched/core", "benchmarks/bench_server.py"],
-                                   load_start=load_start)
+    res["saturation"] = {
+        "n_burst": n_burst,
+        "rounds": log,
+        "mean_throughput_rps": mean,
+        "ratio_vs_fcfs": ratio,
+        "within_5pct": within,
+        "mean_requests_per_cpu_s": mean_cpu,
+        "cpu_ratio_vs_fcfs": ratio_cpu,
+        "cpu_within_5pct": within_cpu,
+    }
+    print(
+        "throughput at saturation vs FCFS, wall clock: "
+        + ", ".join(f"{p} {r:.3f}" for p, r in ratio.items())
+        + f" -> {'within' if within else 'NOT within'} 5 %"
+    )
+    print(
+        "requests per CPU-second vs FCFS (contention-robust): "
+        + ", ".join(f"{p} {r:.3f}" for p, r in ratio_cpu.items())
+        + f" -> {'within' if within_cpu else 'NOT within'} 5 %"
+    )
+    res["provenance"] = provenance(
+        ["asrsched/serving", "asrsched/core", "benchmarks/bench_server.py"], load_start=load_start
+    )
     res["total_s"] = time.perf_counter() - t_all
     out = Path(__file__).parent / "results" / ("bench_server_quick.json" if a.quick else "bench_server.json")
     out.parent.mkdir(parents=True, exist_ok=True)

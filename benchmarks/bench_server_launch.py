@@ -49,18 +49,22 @@ def measure(together: bool, n: int = 24, seed: int = 3, model: str = "base") -> 
     rows = []
     try:
         for i in range(len(plan)):
-            for k in ([0, 1, 2] if i % 2 == 0 else [2, 1, 0]):
-                r = run_coro(run_load(servers[k].url, plan.iloc[[i]].assign(scheduled=0.0), model=model,
-                                      progress=False))
+            for k in [0, 1, 2] if i % 2 == 0 else [2, 1, 0]:
+                r = run_coro(
+                    run_load(servers[k].url, plan.iloc[[i]].assign(scheduled=0.0), model=model, progress=False)
+                )
                 rows.append(dict(i=i, server=k, service=float(r["service_s"].iloc[0])))
     finally:
         for s in servers:
             s.stop()
     d = pd.DataFrame(rows)
     p = d.pivot_table(index="i", columns="server", values="service")
-    return {"launch": "together" if together else "one after another", "n_requests": int(n),
-            "median_service_s": {int(k): float(v) for k, v in d.groupby("server").service.median().items()},
-            "paired_ratio_to_server0": {k: float((p[k] / p[0]).median()) for k in (1, 2)}}
+    return {
+        "launch": "together" if together else "one after another",
+        "n_requests": int(n),
+        "median_service_s": {int(k): float(v) for k, v in d.groupby("server").service.median().items()},
+        "paired_ratio_to_server0": {k: float((p[k] / p[0]).median()) for k in (1, 2)},
+    }
 
 
 def main(argv=None) -> int:
@@ -70,13 +74,18 @@ def main(argv=None) -> int:
     from provenance import provenance
 
     rows = [measure(True, a.n), measure(False, a.n)]
-    rec = {"benchmark": "bench_server_launch",
-           "provenance": provenance(["asrsched/serving", "benchmarks/bench_server_launch.py"]), "rows": rows}
+    rec = {
+        "benchmark": "bench_server_launch",
+        "provenance": provenance(["asrsched/serving", "benchmarks/bench_server_launch.py"]),
+        "rows": rows,
+    }
     path = HERE / "results" / "bench_server_launch.json"
     path.write_text(json.dumps(rec, indent=2) + "\n")
     for r in rows:
-        print(f"{r['launch']:>18}: median service {r['median_service_s']} s; server k / server 0 (paired): "
-              + ", ".join(f"{k}: {v:.3f}" for k, v in r["paired_ratio_to_server0"].items()))
+        print(
+            f"{r['launch']:>18}: median service {r['median_service_s']} s; server k / server 0 (paired): "
+            + ", ".join(f"{k}: {v:.3f}" for k, v in r["paired_ratio_to_server0"].items())
+        )
     print(f"wrote {path.relative_to(ROOT)}")
     return 0
 

@@ -70,8 +70,13 @@ POLICIES_TIMED = ("fcfs", "sjf", "hrrn", "adaptive")
 DEPTHS = (10, 100, 1_000, 10_000)
 CHUNK = 200_000  # trace chunk of the streaming runs (both sizes hold whole chunks, so compare like with like)
 SECTIONS = ("simpy", "custom", "decisions", "streaming", "supermarket")
-MEASURED_PATHS = ("asrsched/sim", "asrsched/core", "asrsched/abtest/model.py", "benchmarks/bench_sim.py",
-                  "benchmarks/simpy_reference.py")
+MEASURED_PATHS = (
+    "asrsched/sim",
+    "asrsched/core",
+    "asrsched/abtest/model.py",
+    "benchmarks/bench_sim.py",
+    "benchmarks/simpy_reference.py",
+)
 # the floors (issue: "Speed that buys statistical power")
 SIMPY_FLOOR = 100.0
 CUSTOM_CEIL = 1.5
@@ -124,13 +129,21 @@ def _cpu_time_pair(fa, fb, min_s: float = 0.4) -> tuple[float, object, float, ob
 # ----------------------------------------------------------------------------- 1. compiled engine vs SimPy
 
 
-SIMPY_CASES = [("librispeech", 4.0, "fcfs"), ("librispeech", 12.0, "fcfs"), ("librispeech", 8.0, "sjf"),
-               ("librispeech", 13.0, "sjf"), ("librispeech", 8.0, "hrrn"), ("uniform", 4.0, "hrrn"),
-               ("librispeech", 12.0, "adaptive"), ("uniform", 4.0, "adaptive")]
+SIMPY_CASES = [
+    ("librispeech", 4.0, "fcfs"),
+    ("librispeech", 12.0, "fcfs"),
+    ("librispeech", 8.0, "sjf"),
+    ("librispeech", 13.0, "sjf"),
+    ("librispeech", 8.0, "hrrn"),
+    ("uniform", 4.0, "hrrn"),
+    ("librispeech", 12.0, "adaptive"),
+    ("uniform", 4.0, "adaptive"),
+]
 
 
-def bench_vs_simpy(n: int, *, cases=SIMPY_CASES, python_engine: bool = True, simpy_calls: int = 3,
-                   verbose: bool = True) -> list[dict]:
+def bench_vs_simpy(
+    n: int, *, cases=SIMPY_CASES, python_engine: bool = True, simpy_calls: int = 3, verbose: bool = True
+) -> list[dict]:
     """Same trace through the compiled engine, SimPy (and the Python engine); identical records asserted."""
     rows = []
     for workload, rate, policy in cases:
@@ -138,8 +151,11 @@ def bench_vs_simpy(n: int, *, cases=SIMPY_CASES, python_engine: bool = True, sim
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OverloadWarning)
             simulate(tr, policy)  # warm: numba dispatch, pandas caches
-            t_py = _cpu_time(lambda tr=tr, policy=policy: simulate(tr, policy, engine="python"), 0.0)[0] \
-                if python_engine else math.nan
+            t_py = (
+                _cpu_time(lambda tr=tr, policy=policy: simulate(tr, policy, engine="python"), 0.0)[0]
+                if python_engine
+                else math.nan
+            )
             # the two sides interleaved: each SimPy call beside a burst of compiled calls, so a change of the
             # machine's speed during the measurement moves both (timed in two windows, the ratio moved with it)
             t_fast = t_ref = math.inf
@@ -152,19 +168,37 @@ def bench_vs_simpy(n: int, *, cases=SIMPY_CASES, python_engine: bool = True, sim
         assert res.params.get("engine") == "numba", "the default engine must be the compiled one here"
         for c in ("rid", "arrival", "duration", "est_service", "tokens"):
             assert np.array_equal(fast[c].to_numpy(), ref[c].to_numpy()), f"{c} differs"
-        diff = max(float(np.max(np.abs(fast[c].to_numpy() - ref[c].to_numpy())))
-                   for c in ("admit", "first_token", "finish"))
+        diff = max(
+            float(np.max(np.abs(fast[c].to_numpy() - ref[c].to_numpy()))) for c in ("admit", "first_token", "finish")
+        )
         assert diff <= 1e-9, f"per-request times differ by {diff} s ({workload}, {rate}, {policy})"
-        rows.append(dict(section="simpy", workload=workload, rate=rate, policy=policy, n=n, sim_cpu_s=t_fast,
-                         simpy_cpu_s=t_ref, ratio=t_ref / t_fast, sim_req_per_s=n / t_fast,
-                         python_engine_cpu_s=t_py, python_engine_ratio=t_ref / t_py,
-                         max_abs_diff_s=diff, sim_events=res.events,
-                         mean_running=float(np.average(res.timeline["running"])),
-                         p50_e2el_ms=res.summary()["p50_e2el_ms"], **_prov()))
+        rows.append(
+            dict(
+                section="simpy",
+                workload=workload,
+                rate=rate,
+                policy=policy,
+                n=n,
+                sim_cpu_s=t_fast,
+                simpy_cpu_s=t_ref,
+                ratio=t_ref / t_fast,
+                sim_req_per_s=n / t_fast,
+                python_engine_cpu_s=t_py,
+                python_engine_ratio=t_ref / t_py,
+                max_abs_diff_s=diff,
+                sim_events=res.events,
+                mean_running=float(np.average(res.timeline["running"])),
+                p50_e2el_ms=res.summary()["p50_e2el_ms"],
+                **_prov(),
+            )
+        )
         if verbose:
-            print(f"  {workload:11s} {rate:5.1f} req/s {policy:8s}: sim {1e3 * t_fast:8.2f} ms, "
-                  f"SimPy {t_ref:7.3f} s, x{rows[-1]['ratio']:6.0f} (Python engine x{rows[-1]['python_engine_ratio']:.1f}),"
-                  f" max |diff| {diff:.1e} s", flush=True)
+            print(
+                f"  {workload:11s} {rate:5.1f} req/s {policy:8s}: sim {1e3 * t_fast:8.2f} ms, "
+                f"SimPy {t_ref:7.3f} s, x{rows[-1]['ratio']:6.0f} (Python engine x{rows[-1]['python_engine_ratio']:.1f}),"
+                f" max |diff| {diff:.1e} s",
+                flush=True,
+            )
     return rows
 
 
@@ -175,9 +209,11 @@ def _ensure_custom_policy() -> str:
     """A user-defined static policy as a user would write it: shortest estimate first, by a numba key."""
     name = "bench_shortest_estimate"
     if name not in POLICIES:
+
         @register_static_policy(name)
         def key(estimate, arrival, duration, language):
             return estimate
+
     return name
 
 
@@ -188,20 +224,31 @@ def bench_custom(n: int, verbose: bool = True) -> list[dict]:
         warnings.simplefilter("ignore", OverloadWarning)
         simulate(tr, name)
         simulate(tr, "sjf")
-        t_custom, res, t_sjf, ref = _cpu_time_pair(lambda: (clear_trace_cache(), simulate(tr, name))[1],
-                                                   lambda: (clear_trace_cache(), simulate(tr, "sjf"))[1])
+        t_custom, res, t_sjf, ref = _cpu_time_pair(
+            lambda: (clear_trace_cache(), simulate(tr, name))[1], lambda: (clear_trace_cache(), simulate(tr, "sjf"))[1]
+        )
         t_py, py = _cpu_time(lambda: simulate(tr, name, engine="python"), 0.0)
     assert res.params.get("engine") == "numba"
     cols = ["admit", "first_token", "finish"]
     assert np.array_equal(res.records[cols].to_numpy(), py.records[cols].to_numpy()), "compiled != Python"
     assert np.array_equal(res.records[cols].to_numpy(), ref.records[cols].to_numpy()), "key(est) must equal SJF"
-    row = dict(section="custom", policy=name, n=n, custom_cpu_s=t_custom, sjf_cpu_s=t_sjf,
-               custom_vs_sjf=t_custom / t_sjf, python_engine_cpu_s=t_py, compiled_speedup=t_py / t_custom,
-               **_prov())
+    row = dict(
+        section="custom",
+        policy=name,
+        n=n,
+        custom_cpu_s=t_custom,
+        sjf_cpu_s=t_sjf,
+        custom_vs_sjf=t_custom / t_sjf,
+        python_engine_cpu_s=t_py,
+        compiled_speedup=t_py / t_custom,
+        **_prov(),
+    )
     if verbose:
-        print(f"  custom key policy: {1e3 * t_custom:.2f} ms vs built-in SJF {1e3 * t_sjf:.2f} ms "
-              f"(x{row['custom_vs_sjf']:.2f}); Python engine {t_py:.2f} s (compiled x{row['compiled_speedup']:.0f})",
-              flush=True)
+        print(
+            f"  custom key policy: {1e3 * t_custom:.2f} ms vs built-in SJF {1e3 * t_sjf:.2f} ms "
+            f"(x{row['custom_vs_sjf']:.2f}); Python engine {t_py:.2f} s (compiled x{row['compiled_speedup']:.0f})",
+            flush=True,
+        )
     return [row]
 
 
@@ -253,11 +300,22 @@ def bench_decisions(budget_s: float, verbose: bool = True) -> list[dict]:
         for policy in POLICIES_TIMED:
             per, m = _decision_cost(policy, depth, budget_s, rng)
             base = per if policy == "fcfs" else base
-            rows.append(dict(section="decisions", policy=policy, depth=depth, us_per_decision=1e6 * per,
-                             decisions_timed=m, ratio_vs_fcfs=per / base, **_prov()))
+            rows.append(
+                dict(
+                    section="decisions",
+                    policy=policy,
+                    depth=depth,
+                    us_per_decision=1e6 * per,
+                    decisions_timed=m,
+                    ratio_vs_fcfs=per / base,
+                    **_prov(),
+                )
+            )
             if verbose:
-                print(f"  decision {policy:9s} depth {depth:6d}: {1e6 * per:8.2f} us  (x{per / base:.1f} FCFS)",
-                      flush=True)
+                print(
+                    f"  decision {policy:9s} depth {depth:6d}: {1e6 * per:8.2f} us  (x{per / base:.1f} FCFS)",
+                    flush=True,
+                )
     return rows
 
 
@@ -272,15 +330,26 @@ def _big_run(n: int) -> dict:
     t0 = time.perf_counter()
     c0 = time.process_time()
     if n > 0:
-        res = simulate(trace_chunks("librispeech", rate=10.0, n=n, chunk=CHUNK, seed=0), "hrrn",
-                       sink=SummarySink(), flush_every=100_000)
+        res = simulate(
+            trace_chunks("librispeech", rate=10.0, n=n, chunk=CHUNK, seed=0),
+            "hrrn",
+            sink=SummarySink(),
+            flush_every=100_000,
+        )
         summ = res.records
         assert res.n_arrivals == n and summ["completed"] == n and res.params.get("engine") == "numba"
     dt, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return dict(n=n, seconds=dt, cpu_seconds=cpu, peak_rss_mb=_peak_rss_mb(), req_per_s=n / dt if n else None,
-                req_per_cpu_s=n / cpu if n else None,
-                p50_e2el_ms=summ.get("p50_e2el_ms"), p99_e2el_ms=summ.get("p99_e2el_ms"),
-                request_throughput=summ.get("request_throughput"))
+    return dict(
+        n=n,
+        seconds=dt,
+        cpu_seconds=cpu,
+        peak_rss_mb=_peak_rss_mb(),
+        req_per_s=n / dt if n else None,
+        req_per_cpu_s=n / cpu if n else None,
+        p50_e2el_ms=summ.get("p50_e2el_ms"),
+        p99_e2el_ms=summ.get("p99_e2el_ms"),
+        request_throughput=summ.get("request_throughput"),
+    )
 
 
 def _peak_rss_mb() -> float:
@@ -297,14 +366,18 @@ def _peak_rss_mb() -> float:
 def bench_streaming(n: int, sizes=None, verbose: bool = True) -> list[dict]:
     rows = []
     for m in sizes or (0, max(n // 10, 2 * CHUNK), n):  # the shorter run also carries jobs over a chunk boundary
-        out = subprocess.run([sys.executable, __file__, "--_big", str(m)], capture_output=True, text=True,
-                             check=True, cwd=ROOT)
+        out = subprocess.run(
+            [sys.executable, __file__, "--_big", str(m)], capture_output=True, text=True, check=True, cwd=ROOT
+        )
         row = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append(dict(section="streaming", **row, **_prov()))
         if verbose:
             what = "imports + warm-up only" if m == 0 else f"{m:,} requests"
-            extra = (f", {row['seconds']:.1f} s ({row['cpu_seconds']:.1f} CPU s), {row['req_per_cpu_s']:,.0f} req per CPU s"
-                     if m else "")
+            extra = (
+                f", {row['seconds']:.1f} s ({row['cpu_seconds']:.1f} CPU s), {row['req_per_cpu_s']:,.0f} req per CPU s"
+                if m
+                else ""
+            )
             print(f"  streaming {what:>22s}: peak RSS {row['peak_rss_mb']:.0f} MB{extra}", flush=True)
     return rows
 
@@ -326,11 +399,12 @@ def ciw_supermarket(n_servers: int, lam: float, d: int, horizon: float, warmup: 
 
     ciw.seed(seed)
     if d == 1:
-        net = ciw.create_network(arrival_distributions=[ciw.dists.Exponential(lam)] * n_servers,
-                                 service_distributions=[ciw.dists.Exponential(1.0)] * n_servers,
-                                 number_of_servers=[1] * n_servers,
-                                 routing=ciw.routing.NetworkRouting(
-                                     routers=[ciw.routing.Leave() for _ in range(n_servers)]))
+        net = ciw.create_network(
+            arrival_distributions=[ciw.dists.Exponential(lam)] * n_servers,
+            service_distributions=[ciw.dists.Exponential(1.0)] * n_servers,
+            number_of_servers=[1] * n_servers,
+            routing=ciw.routing.NetworkRouting(routers=[ciw.routing.Leave() for _ in range(n_servers)]),
+        )
     else:
         rng = random.Random(seed)
         nodes = list(range(2, n_servers + 2))
@@ -339,14 +413,16 @@ def ciw_supermarket(n_servers: int, lam: float, d: int, horizon: float, warmup: 
             def next_node(self, ind):
                 cand = rng.sample(nodes, d)
                 best = min(self.simulation.nodes[c].number_of_individuals for c in cand)
-                return self.simulation.nodes[rng.choice(
-                    [c for c in cand if self.simulation.nodes[c].number_of_individuals == best])]
+                return self.simulation.nodes[
+                    rng.choice([c for c in cand if self.simulation.nodes[c].number_of_individuals == best])
+                ]
 
         net = ciw.create_network(
             arrival_distributions=[ciw.dists.Exponential(n_servers * lam)] + [None] * n_servers,
             service_distributions=[ciw.dists.Deterministic(0.0)] + [ciw.dists.Exponential(1.0)] * n_servers,
             number_of_servers=[float("inf")] + [1] * n_servers,
-            routing=ciw.routing.NetworkRouting(routers=[PowerOfD()] + [ciw.routing.Leave() for _ in range(n_servers)]))
+            routing=ciw.routing.NetworkRouting(routers=[PowerOfD()] + [ciw.routing.Leave() for _ in range(n_servers)]),
+        )
     sim = ciw.Simulation(net)
     sim.simulate_until_max_time(horizon)
     recs = [r for r in sim.get_all_records() if r.node != 1 or d == 1]
@@ -373,8 +449,15 @@ def bench_supermarket(n_model: int, ciw_jobs: int, verbose: bool = True) -> list
     lindley(1000, SUPER_N, SUPER_N * SUPER_LAM, 0)
     rows = []
     for d in (1, 2):
-        cfg = SystemConfig(n_servers=SUPER_N, lam=SUPER_LAM, control=d, treatment=d, design="control",
-                           n_requests=n_model, warmup_requests=warm_jobs)
+        cfg = SystemConfig(
+            n_servers=SUPER_N,
+            lam=SUPER_LAM,
+            control=d,
+            treatment=d,
+            design="control",
+            n_requests=n_model,
+            warmup_requests=warm_jobs,
+        )
         t_model, traj = _cpu_time(lambda cfg=cfg: simulate_model(cfg, seed=1), 0.3)
         rate_model = (n_model + warm_jobs) / t_model
         horizon = ciw_jobs / (SUPER_N * SUPER_LAM)
@@ -387,24 +470,46 @@ def bench_supermarket(n_model: int, ciw_jobs: int, verbose: bool = True) -> list
         m_model, se_model = _mean_se(traj.response)
         m_ciw, se_ciw = _mean_se(resp)
         agree = abs(m_model - m_ciw) <= 4 * math.hypot(se_model, se_ciw)
-        row = dict(section="supermarket", routing="random" if d == 1 else f"pod{d}", n_servers=SUPER_N,
-                   lam=SUPER_LAM, model_jobs=n_model + warm_jobs, model_jobs_per_cpu_s=rate_model,
-                   ciw_jobs=ciw_done, ciw_jobs_per_cpu_s=rate_ciw, ratio_vs_ciw=rate_model / rate_ciw,
-                   model_mean_response=m_model, model_se=se_model, ciw_mean_response=m_ciw, ciw_se=se_ciw,
-                   means_agree=bool(agree), mm1_exact=1 / (1 - SUPER_LAM) if d == 1 else None)
+        row = dict(
+            section="supermarket",
+            routing="random" if d == 1 else f"pod{d}",
+            n_servers=SUPER_N,
+            lam=SUPER_LAM,
+            model_jobs=n_model + warm_jobs,
+            model_jobs_per_cpu_s=rate_model,
+            ciw_jobs=ciw_done,
+            ciw_jobs_per_cpu_s=rate_ciw,
+            ratio_vs_ciw=rate_model / rate_ciw,
+            model_mean_response=m_model,
+            model_se=se_model,
+            ciw_mean_response=m_ciw,
+            ciw_se=se_ciw,
+            means_agree=bool(agree),
+            mm1_exact=1 / (1 - SUPER_LAM) if d == 1 else None,
+        )
         if d == 1:
             n_l = max(n_model, 2_000_000)
             t_l, w_l = _cpu_time(lambda n_l=n_l: lindley(n_l, SUPER_N, SUPER_N * SUPER_LAM, 1), 0.3)
-            row.update(lindley_jobs=n_l, lindley_jobs_per_cpu_s=n_l / t_l,
-                       lindley_over_model=(n_l / t_l) / rate_model, lindley_mean_response=float(w_l))
+            row.update(
+                lindley_jobs=n_l,
+                lindley_jobs_per_cpu_s=n_l / t_l,
+                lindley_over_model=(n_l / t_l) / rate_model,
+                lindley_mean_response=float(w_l),
+            )
         row.update(_prov())
         rows.append(row)
         if verbose:
-            extra = (f"; Lindley {row['lindley_jobs_per_cpu_s']:,.0f} jobs/s (model within "
-                     f"{row['lindley_over_model']:.1f}x)" if d == 1 else "")
-            print(f"  supermarket {row['routing']:6s}: model {rate_model:,.0f} jobs/s, Ciw {rate_ciw:,.0f} jobs/s "
-                  f"(x{row['ratio_vs_ciw']:.0f}); mean W {m_model:.3f} vs {m_ciw:.3f} "
-                  f"({'agree' if agree else 'DISAGREE'}){extra}", flush=True)
+            extra = (
+                f"; Lindley {row['lindley_jobs_per_cpu_s']:,.0f} jobs/s (model within {row['lindley_over_model']:.1f}x)"
+                if d == 1
+                else ""
+            )
+            print(
+                f"  supermarket {row['routing']:6s}: model {rate_model:,.0f} jobs/s, Ciw {rate_ciw:,.0f} jobs/s "
+                f"(x{row['ratio_vs_ciw']:.0f}); mean W {m_model:.3f} vs {m_ciw:.3f} "
+                f"({'agree' if agree else 'DISAGREE'}){extra}",
+                flush=True,
+            )
     return rows
 
 
@@ -417,33 +522,64 @@ def targets_from(sections: dict[str, list[dict]], quick: bool) -> list[dict]:
 
     def add(name, value, target, unit, kind, note=""):
         ok = (value >= target if kind == "min" else value <= target) and not math.isnan(value)
-        out.append(dict(name=name, value=float(value), target=float(target), unit=unit, kind=kind, passed=bool(ok),
-                        note=note))
+        out.append(
+            dict(name=name, value=float(value), target=float(target), unit=unit, kind=kind, passed=bool(ok), note=note)
+        )
 
     rows = sections.get("simpy") or []
     for policy in POLICIES_TIMED:
         r = [x for x in rows if x["policy"] == policy]
         if r:
             n = r[0]["n"]
-            add(f"single server {policy} vs SimPy ({n:,} req)", min(x["ratio"] for x in r), SIMPY_FLOOR, "x", "min",
-                f"min over {len(r)} loads")
+            add(
+                f"single server {policy} vs SimPy ({n:,} req)",
+                min(x["ratio"] for x in r),
+                SIMPY_FLOOR,
+                "x",
+                "min",
+                f"min over {len(r)} loads",
+            )
     for r in sections.get("custom") or []:
-        add("custom static key policy / built-in SJF time", r["custom_vs_sjf"], CUSTOM_CEIL, "x", "max",
-            f"Python engine x{r['compiled_speedup']:.0f} slower")
+        add(
+            "custom static key policy / built-in SJF time",
+            r["custom_vs_sjf"],
+            CUSTOM_CEIL,
+            "x",
+            "max",
+            f"Python engine x{r['compiled_speedup']:.0f} slower",
+        )
     rows = sections.get("streaming") or []
     big = [r for r in rows if r["n"]]
     if big:
         top = max(big, key=lambda r: r["n"])
-        add(f"streaming {top['n']:,}-request run, requests per CPU s", top["req_per_cpu_s"], STREAM_REQ_PER_S_FLOOR,
-            "req/s", "min", f"{top['cpu_seconds']:.1f} CPU s, {top['seconds']:.1f} s wall, peak RSS "
-            f"{top['peak_rss_mb']:.0f} MB (10M in 20 s = 500k req/s)")
+        add(
+            f"streaming {top['n']:,}-request run, requests per CPU s",
+            top["req_per_cpu_s"],
+            STREAM_REQ_PER_S_FLOOR,
+            "req/s",
+            "min",
+            f"{top['cpu_seconds']:.1f} CPU s, {top['seconds']:.1f} s wall, peak RSS "
+            f"{top['peak_rss_mb']:.0f} MB (10M in 20 s = 500k req/s)",
+        )
         small = [r for r in big if r["n"] < top["n"]]
         if small:
-            add(f"peak RSS {top['n']:,} / {small[0]['n']:,} requests", top["peak_rss_mb"] / small[0]["peak_rss_mb"],
-                RSS_RATIO_CEIL, "x", "max", f"{small[0]['peak_rss_mb']:.0f} -> {top['peak_rss_mb']:.0f} MB")
+            add(
+                f"peak RSS {top['n']:,} / {small[0]['n']:,} requests",
+                top["peak_rss_mb"] / small[0]["peak_rss_mb"],
+                RSS_RATIO_CEIL,
+                "x",
+                "max",
+                f"{small[0]['peak_rss_mb']:.0f} -> {top['peak_rss_mb']:.0f} MB",
+            )
     for r in sections.get("supermarket") or []:
-        add(f"supermarket ({r['routing']}) vs Ciw", r["ratio_vs_ciw"], CIW_FLOOR, "x", "min",
-            f"mean W {'agrees' if r['means_agree'] else 'DISAGREES'}")
+        add(
+            f"supermarket ({r['routing']}) vs Ciw",
+            r["ratio_vs_ciw"],
+            CIW_FLOOR,
+            "x",
+            "min",
+            f"mean W {'agrees' if r['means_agree'] else 'DISAGREES'}",
+        )
         if not r["means_agree"]:
             out[-1]["passed"] = False
         if "lindley_over_model" in r:
@@ -458,15 +594,19 @@ def check_targets(quick: bool = True) -> list[dict]:
     uses larger sizes (about a minute).
     """
     n = 10_000 if quick else 20_000
-    cases = [("librispeech", 12.0, "fcfs"), ("librispeech", 13.0, "sjf"), ("librispeech", 8.0, "hrrn"),
-             ("librispeech", 12.0, "adaptive")]
+    cases = [
+        ("librispeech", 12.0, "fcfs"),
+        ("librispeech", 13.0, "sjf"),
+        ("librispeech", 8.0, "hrrn"),
+        ("librispeech", 12.0, "adaptive"),
+    ]
     sections = {
         "simpy": bench_vs_simpy(n, cases=cases, python_engine=False, simpy_calls=3, verbose=False),
         "custom": bench_custom(n, verbose=False),
-        "streaming": bench_streaming(0, sizes=(2 * CHUNK, 1_000_000) if quick else (2 * CHUNK, 2_000_000),
-                                     verbose=False),
-        "supermarket": bench_supermarket(1_000_000 if quick else 5_000_000, 20_000 if quick else 60_000,
-                                         verbose=False),
+        "streaming": bench_streaming(
+            0, sizes=(2 * CHUNK, 1_000_000) if quick else (2 * CHUNK, 2_000_000), verbose=False
+        ),
+        "supermarket": bench_supermarket(1_000_000 if quick else 5_000_000, 20_000 if quick else 60_000, verbose=False),
     }
     return targets_from(sections, quick)
 
@@ -478,8 +618,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (10k-request traces, a 1M-request run)")
     ap.add_argument("--out", type=Path, default=None, help="JSON output path")
-    ap.add_argument("--only", choices=SECTIONS, action="append", default=None,
-                    help="re-measure only these sections (repeatable); the others keep their rows and provenance")
+    ap.add_argument(
+        "--only",
+        choices=SECTIONS,
+        action="append",
+        default=None,
+        help="re-measure only these sections (repeatable); the others keep their rows and provenance",
+    )
     ap.add_argument("--_big", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args._big is not None:
@@ -487,8 +632,9 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     quick = args.quick
     out = args.out or HERE / "results" / ("bench_sim_quick.json" if quick else "bench_sim.json")
-    n_cmp, budget, n_big, n_model, n_ciw = ((10_000, 0.3, 1_000_000, 2_000_000, 30_000) if quick
-                                            else (20_000, 1.0, 10_000_000, 10_000_000, 200_000))
+    n_cmp, budget, n_big, n_model, n_ciw = (
+        (10_000, 0.3, 1_000_000, 2_000_000, 30_000) if quick else (20_000, 1.0, 10_000_000, 10_000_000, 200_000)
+    )
     run = set(args.only or SECTIONS)
     prev = json.loads(out.read_text()) if args.only and out.exists() else {}
     if prev and prev.get("mode") != ("quick" if quick else "full"):
@@ -511,22 +657,30 @@ def main(argv: list[str] | None = None) -> dict:
         sections["supermarket"] = bench_supermarket(n_model, n_ciw)
 
     targets = targets_from(sections, quick)
-    result = {"mode": "quick" if quick else "full", "written": _prov(),
-              "measured_by": {k: (v[0]["command"], v[0]["date_utc"]) if v else None for k, v in sections.items()},
-              "targets": targets, "sections": sections}
+    result = {
+        "mode": "quick" if quick else "full",
+        "written": _prov(),
+        "measured_by": {k: (v[0]["command"], v[0]["date_utc"]) if v else None for k, v in sections.items()},
+        "targets": targets,
+        "sections": sections,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=float) + "\n")
 
     print("\ntargets")
     for t in targets:
         op = ">=" if t["kind"] == "min" else "<="
-        print(f"  {'PASS' if t['passed'] else 'FAIL'}  {t['name']:52s} {t['value']:14,.2f} {t['unit']:5s} "
-              f"(target {op} {t['target']:,.4g})  {t['note']}")
+        print(
+            f"  {'PASS' if t['passed'] else 'FAIL'}  {t['name']:52s} {t['value']:14,.2f} {t['unit']:5s} "
+            f"(target {op} {t['target']:,.4g})  {t['note']}"
+        )
     dec = [r for r in sections.get("decisions") or [] if r["depth"] == 1000]
     for r in dec:
         print(f"  info  decision cost at depth 1,000, {r['policy']:9s} {r['us_per_decision']:11.2f} us")
-    print(f"  load average at the end: {result['written']['load_average_end_1_5_15']} on {result['written']['cpu_count']} cores "
-          f"({result['written']['cpu_model']})")
+    print(
+        f"  load average at the end: {result['written']['load_average_end_1_5_15']} on {result['written']['cpu_count']} cores "
+        f"({result['written']['cpu_model']})"
+    )
     print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     return result
 

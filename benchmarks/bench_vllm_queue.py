@@ -61,13 +61,22 @@ def make_requests(n: int, rng: np.random.Generator, t0: float, real: bool, est: 
         xa = {"audio_duration_s": float(d), "language": "en"}
         s = est.estimate_from(xa, 440)[0]
         if real:
-            r = Request(f"r{i}", prompt_token_ids=[50258, 50259, 50359, 50363],
-                        sampling_params=SamplingParams(max_tokens=440, extra_args=xa), pooling_params=None,
-                        arrival_time=t0 + i * 1e-4, priority=int(s * 1000))
+            r = Request(
+                f"r{i}",
+                prompt_token_ids=[50258, 50259, 50359, 50363],
+                sampling_params=SamplingParams(max_tokens=440, extra_args=xa),
+                pooling_params=None,
+                arrival_time=t0 + i * 1e-4,
+                priority=int(s * 1000),
+            )
         else:
-            r = SimpleNamespace(request_id=f"r{i}", arrival_time=t0 + i * 1e-4, priority=int(s * 1000),
-                                sampling_params=SimpleNamespace(extra_args=xa, max_tokens=440),
-                                status=SimpleNamespace(name="WAITING"))
+            r = SimpleNamespace(
+                request_id=f"r{i}",
+                arrival_time=t0 + i * 1e-4,
+                priority=int(s * 1000),
+                sampling_params=SimpleNamespace(extra_args=xa, max_tokens=440),
+                status=SimpleNamespace(name="WAITING"),
+            )
         out.append(r)
     return out
 
@@ -112,8 +121,9 @@ class Runner:
         return 1e6 * t_dec / n, 1e6 * t_add / n
 
 
-def measure(depths=DEPTHS, chunks: int = 5, per_chunk: int = 100, progress: bool = True,
-            real: bool | None = None) -> tuple[list[dict], str, bool]:
+def measure(
+    depths=DEPTHS, chunks: int = 5, per_chunk: int = 100, progress: bool = True, real: bool | None = None
+) -> tuple[list[dict], str, bool]:
     """Rows ``{queue, depth, decision_us, add_us, ratio_vs_<baseline>}``; the baseline's name; real vLLM or not.
 
     ``real=None`` uses real ``vllm.v1.request.Request`` objects when vLLM imports;
@@ -137,8 +147,10 @@ def measure(depths=DEPTHS, chunks: int = 5, per_chunk: int = 100, progress: bool
 
     bar = tqdm(total=len(depths) * chunks, desc="queue benchmark", disable=not progress)
     for depth in depths:
-        runners = {k: Runner(k, depth, make_requests(depth + n_adm, np.random.default_rng(depth), t0, real, est),
-                             est) for k in kinds}
+        runners = {
+            k: Runner(k, depth, make_requests(depth + n_adm, np.random.default_rng(depth), t0, real, est), est)
+            for k in kinds
+        }
         res: dict[str, list] = {k: [] for k in kinds}
         for k in kinds:
             runners[k].chunk(50)  # warm-up, untimed
@@ -150,16 +162,22 @@ def measure(depths=DEPTHS, chunks: int = 5, per_chunk: int = 100, progress: bool
         for k in kinds:
             dec = float(np.median([d for d, _ in res[k]]))
             add = float(np.median([a for _, a in res[k]]))
-            rows.append({"queue": k, "depth": depth, "decision_us": dec, "add_us": add,
-                         "ratio_vs_" + baseline: dec / base})
+            rows.append(
+                {"queue": k, "depth": depth, "decision_us": dec, "add_us": add, "ratio_vs_" + baseline: dec / base}
+            )
         del runners
     bar.close()
     return rows, baseline, real
 
 
 #: issue targets: (policy, depth) -> ceiling on the decision cost in microseconds
-TARGETS_US = {("fcfs", 1_000): 10.0, ("sjf", 1_000): 10.0, ("hrrn", 1_000): 10.0, ("adaptive", 1_000): 10.0,
-              ("hrrn", 10_000): 20.0}
+TARGETS_US = {
+    ("fcfs", 1_000): 10.0,
+    ("sjf", 1_000): 10.0,
+    ("hrrn", 1_000): 10.0,
+    ("adaptive", 1_000): 10.0,
+    ("hrrn", 10_000): 20.0,
+}
 
 
 def check_targets(quick: bool = True) -> list[dict]:
@@ -168,14 +186,23 @@ def check_targets(quick: bool = True) -> list[dict]:
     Absolute microseconds (the targets are absolute); the ratio to vLLM's own FCFS
     queue in the same run is given beside each, as the load-independent reading.
     """
-    rows, baseline, _ = measure(depths=(1_000, 10_000), chunks=5 if quick else 20, progress=False,
-                                real=None if not quick else False)
+    rows, baseline, _ = measure(
+        depths=(1_000, 10_000), chunks=5 if quick else 20, progress=False, real=None if not quick else False
+    )
     out = []
     for (pol, depth), ceiling in TARGETS_US.items():
         r = next(r for r in rows if r["queue"] == pol and r["depth"] == depth)
-        out.append({"name": f"vLLM plug-in {pol} decision @ depth {depth:,}", "value": r["decision_us"],
-                    "target": ceiling, "unit": "µs", "kind": "max", "passed": r["decision_us"] <= ceiling,
-                    "note": f"{r['ratio_vs_' + baseline]:.1f}× {baseline}"})
+        out.append(
+            {
+                "name": f"vLLM plug-in {pol} decision @ depth {depth:,}",
+                "value": r["decision_us"],
+                "target": ceiling,
+                "unit": "µs",
+                "kind": "max",
+                "passed": r["decision_us"] <= ceiling,
+                "note": f"{r['ratio_vs_' + baseline]:.1f}× {baseline}",
+            }
+        )
     return out
 
 
@@ -186,20 +213,35 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     chunks, per_chunk = (5, 100) if args.quick else (20, 100)
     rows, baseline, real = measure(chunks=chunks, per_chunk=per_chunk)
-    print(f"\nper admission (peek + pop), median over {chunks} chunks of {per_chunk}; baseline {baseline} at the same depth;"
-          f" {'real vLLM Request objects' if real else 'stand-in requests (vLLM not installed)'}\n")
+    print(
+        f"\nper admission (peek + pop), median over {chunks} chunks of {per_chunk}; baseline {baseline} at the same depth;"
+        f" {'real vLLM Request objects' if real else 'stand-in requests (vLLM not installed)'}\n"
+    )
     print(f"{'queue':<15}{'depth':>7}{'decision µs':>13}{'add µs':>9}{'ratio':>9}")
     for r in rows:
-        print(f"{r['queue']:<15}{r['depth']:>7}{r['decision_us']:>13.2f}{r['add_us']:>9.2f}"
-              f"{r['ratio_vs_' + baseline]:>9.1f}")
+        print(
+            f"{r['queue']:<15}{r['depth']:>7}{r['decision_us']:>13.2f}{r['add_us']:>9.2f}"
+            f"{r['ratio_vs_' + baseline]:>9.1f}"
+        )
     out = args.out or HERE / "results" / ("bench_vllm_queue_quick.json" if args.quick else "bench_vllm_queue.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "benchmark": "bench_vllm_queue", "quick": args.quick, "chunks": chunks, "admissions_per_chunk": per_chunk,
-        "baseline": baseline, "real_vllm_requests": real,
-        "provenance": provenance(["asrsched/core", "asrsched/vllm_plugin", "benchmarks"]),
-        "targets": {f"{p}@{d}": us for (p, d), us in TARGETS_US.items()}, "rows": rows,
-    }, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "benchmark": "bench_vllm_queue",
+                "quick": args.quick,
+                "chunks": chunks,
+                "admissions_per_chunk": per_chunk,
+                "baseline": baseline,
+                "real_vllm_requests": real,
+                "provenance": provenance(["asrsched/core", "asrsched/vllm_plugin", "benchmarks"]),
+                "targets": {f"{p}@{d}": us for (p, d), us in TARGETS_US.items()},
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"\nwrote {out}")
     return 0
 

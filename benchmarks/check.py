@@ -55,8 +55,17 @@ def run_checks(modules=MODULES, quick: bool = True) -> list[dict]:
                 raise ValueError(f"{name}.check_targets returned no targets")
         except Exception as exc:  # a broken benchmark is a failed target, not a crash of the check
             traceback.print_exc(limit=3)
-            got = [{"name": f"{name}: could not measure", "value": float("nan"), "target": float("nan"), "unit": "",
-                    "kind": "min", "passed": False, "note": f"{type(exc).__name__}: {exc}"}]
+            got = [
+                {
+                    "name": f"{name}: could not measure",
+                    "value": float("nan"),
+                    "target": float("nan"),
+                    "unit": "",
+                    "kind": "min",
+                    "passed": False,
+                    "note": f"{type(exc).__name__}: {exc}",
+                }
+            ]
         dt = time.perf_counter() - t0
         for r in got:
             r.setdefault("note", "")
@@ -75,25 +84,31 @@ def _fmt(x: float) -> str:
 def line(r: dict) -> str:
     """One printed line: name, measured value, floor or ceiling, PASS/FAIL, note."""
     op = "≥" if r["kind"] == "min" else "≤"
-    return (f"{'PASS' if r['passed'] else 'FAIL'}  {r['name']:<52} {_fmt(r['value']):>10} {r['unit']:<3} "
-            f"(target {op} {_fmt(r['target'])} {r['unit']})  {r.get('note', '')}").rstrip()
+    return (
+        f"{'PASS' if r['passed'] else 'FAIL'}  {r['name']:<52} {_fmt(r['value']):>10} {r['unit']:<3} "
+        f"(target {op} {_fmt(r['target'])} {r['unit']})  {r.get('note', '')}"
+    ).rstrip()
 
 
 def readme_table(record: dict) -> str:
     """The README's table of targets, rendered from a ``check.json`` record."""
     p = record["provenance"]
-    out = [BEGIN,
-           f"Measured by `python benchmarks/check.py --write` at commit `{p['commit'][:10]}`"
-           f"{'' if p['clean_tree'] else ' (with local changes)'} on {p['date_utc'][:10]}, {p['cpu_model']}, "
-           f"{p['cpu_count']} cores, load average {(p['load_average_start_1_5_15'] or ['?'])[0]} at the start:",
-           "",
-           "| target | measured | required | met |",
-           "|---|---:|---:|:---:|"]
+    out = [
+        BEGIN,
+        f"Measured by `python benchmarks/check.py --write` at commit `{p['commit'][:10]}`"
+        f"{'' if p['clean_tree'] else ' (with local changes)'} on {p['date_utc'][:10]}, {p['cpu_model']}, "
+        f"{p['cpu_count']} cores, load average {(p['load_average_start_1_5_15'] or ['?'])[0]} at the start:",
+        "",
+        "| target | measured | required | met |",
+        "|---|---:|---:|:---:|",
+    ]
     for r in record["rows"]:
         op = "≥" if r["kind"] == "min" else "≤"
         note = f" ({r['note']})" if r.get("note") else ""
-        out.append(f"| {r['name']}{note} | {_fmt(r['value'])} {r['unit']} | {op} {_fmt(r['target'])} {r['unit']} | "
-                   f"{'yes' if r['passed'] else '**missed**'} |")
+        out.append(
+            f"| {r['name']}{note} | {_fmt(r['value'])} {r['unit']} | {op} {_fmt(r['target'])} {r['unit']} | "
+            f"{'yes' if r['passed'] else '**missed**'} |"
+        )
     out.append(END)
     return "\n".join(out)
 
@@ -103,7 +118,7 @@ def render_readme(record: dict, path: Path = README) -> bool:
     text = path.read_text()
     if BEGIN not in text or END not in text:
         raise ValueError(f"{path} has no {BEGIN} ... {END} block to fill")
-    new = text[:text.index(BEGIN)] + readme_table(record) + text[text.index(END) + len(END):]
+    new = text[: text.index(BEGIN)] + readme_table(record) + text[text.index(END) + len(END) :]
     if new != text:
         path.write_text(new)
     return new != text
@@ -126,9 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(line(r))
     n_ok = sum(r["passed"] for r in rows)
-    print(f"\n{n_ok}/{len(rows)} targets met in {wall:.0f} s "
-          f"(load average {(prov['load_average_start_1_5_15'] or ['?'])[0]} at the start, "
-          f"{prov['cpu_count']} cores; commit {prov['commit'][:10]}{'' if prov['clean_tree'] else ' + local changes'})")
+    print(
+        f"\n{n_ok}/{len(rows)} targets met in {wall:.0f} s "
+        f"(load average {(prov['load_average_start_1_5_15'] or ['?'])[0]} at the start, "
+        f"{prov['cpu_count']} cores; commit {prov['commit'][:10]}{'' if prov['clean_tree'] else ' + local changes'})"
+    )
     if args.write and not args.only:
         prov["load_average_end_1_5_15"] = load_average()
         record = {"benchmark": "check", "wall_s": round(wall, 1), "provenance": prov, "rows": rows}

@@ -50,7 +50,7 @@ def measure(tree: Path, python: str) -> list[dict]:
     out = subprocess.run([python, "-c", _PROBE], cwd=tree, capture_output=True, text=True, timeout=1800)
     for line in out.stdout.splitlines():
         if line.startswith("@@ROWS@@"):
-            return json.loads(line[len("@@ROWS@@"):])
+            return json.loads(line[len("@@ROWS@@") :])
     raise RuntimeError(f"no results from {tree}: {out.stderr[-2000:]}")
 
 
@@ -69,8 +69,7 @@ def best(values: list[float], kind: str) -> float:
 def compare(base: str, rounds: int, python: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="asrsched-base-") as tmp:
         wt = Path(tmp) / "base"
-        subprocess.run(["git", "worktree", "add", "--detach", str(wt), base], cwd=ROOT, check=True,
-                       capture_output=True)
+        subprocess.run(["git", "worktree", "add", "--detach", str(wt), base], cwd=ROOT, check=True, capture_output=True)
         try:
             runs: dict[str, list[list[dict]]] = {"base": [], "new": []}
             order = []
@@ -88,15 +87,25 @@ def compare(base: str, rounds: int, python: str) -> dict:
     alias = {}
     for n in names["new"]:
         if n not in names["base"]:
-            alias[n] = next((b for b in names["base"] if b not in names["new"] and key(b) == key(n)
-                             and b not in alias.values()), n)
+            alias[n] = next(
+                (b for b in names["base"] if b not in names["new"] and key(b) == key(n) and b not in alias.values()), n
+            )
     table = {}
     for side, rs in runs.items():
         for rows in rs:
             for row in rows:
                 k = alias.get(row["name"], row["name"]) if side == "new" else row["name"]
-                e = table.setdefault(k, {"name": row["name"], "unit": row["unit"], "kind": row["kind"],
-                                         "target": row["target"], "base": [], "new": []})
+                e = table.setdefault(
+                    k,
+                    {
+                        "name": row["name"],
+                        "unit": row["unit"],
+                        "kind": row["kind"],
+                        "target": row["target"],
+                        "base": [],
+                        "new": [],
+                    },
+                )
                 e[side].append(row["value"])
                 if side == "new":
                     e["name"], e["target"] = row["name"], row["target"]
@@ -122,8 +131,9 @@ def main(argv=None) -> int:
         print(f"{r['name'][:75]:75s} {r['base_best']:10.4g} {r['new_best']:10.4g} {r['new_over_base']:9.3f}")
     if args.write:
         res["provenance"] = provenance(["asrsched", "benchmarks"])
-        res["base_commit"] = subprocess.run(["git", "rev-parse", args.base], cwd=ROOT, capture_output=True,
-                                            text=True).stdout.strip()
+        res["base_commit"] = subprocess.run(
+            ["git", "rev-parse", args.base], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
         res["wall_s"] = round(time.time() - t0, 1)
         OUT.write_text(json.dumps(res, indent=1, default=float) + "\n")
         print(f"wrote {OUT.relative_to(ROOT)}")

@@ -134,9 +134,17 @@ class _View:
         return r.queued_est + (s - (len(ex) - k) * G) * st
 
 
-def simulate_fleet_simpy(trace: Trace, *, n_replicas: int = 4, router: str = "random", policy: str = "fcfs",
-                         service: ServiceModel | None = None, max_num_seqs: int = 32, seed: int = 0,
-                         policy_params: dict | None = None) -> pd.DataFrame:
+def simulate_fleet_simpy(
+    trace: Trace,
+    *,
+    n_replicas: int = 4,
+    router: str = "random",
+    policy: str = "fcfs",
+    service: ServiceModel | None = None,
+    max_num_seqs: int = 32,
+    seed: int = 0,
+    policy_params: dict | None = None,
+) -> pd.DataFrame:
     """Per-request records (columns of :func:`asrsched.sim.fleet.simulate_fleet`'s, without ``z``/``block``)."""
     service = service or default_service_model()
     M, N = int(max_num_seqs), int(n_replicas)
@@ -147,8 +155,19 @@ def simulate_fleet_simpy(trace: Trace, *, n_replicas: int = 4, router: str = "ra
     # the grid the fleet's work view reads (exact sums)
     est_tok = work_tokens(np.broadcast_to(service.est_tokens(trace.duration, trace.language), (n,)))
     overhead = float(service.overhead_s)
-    reqs = [_Req(i, float(trace.arrival[i]), float(est[i]), float(trace.duration[i]), str(trace.language[i]),
-                 int(trace.tokens[i]), float(enc[i]), float(est_tok[i])) for i in range(len(trace))]
+    reqs = [
+        _Req(
+            i,
+            float(trace.arrival[i]),
+            float(est[i]),
+            float(trace.duration[i]),
+            str(trace.language[i]),
+            int(trace.tokens[i]),
+            float(enc[i]),
+            float(est_tok[i]),
+        )
+        for i in range(len(trace))
+    ]
     steps = [0.0] + [float(service.step_s(b)) for b in range(1, M + 1)]
     reps = [_Replica(env, policy, policy_params) for _ in range(N)]
     view = _View(reps, steps, M)
@@ -214,8 +233,9 @@ def simulate_fleet_simpy(trace: Trace, *, n_replicas: int = 4, router: str = "ra
         env.process(engine(r))
     env.run()
     df = pd.DataFrame.from_records(
-        [(q.rid, q.arrival, q.duration, q.language, q.est_service, q.tokens, q.admit, q.first, q.finish)
-         for q in reqs], columns=RECORD_COLUMNS)
+        [(q.rid, q.arrival, q.duration, q.language, q.est_service, q.tokens, q.admit, q.first, q.finish) for q in reqs],
+        columns=RECORD_COLUMNS,
+    )
     df = add_derived(df)
     df["replica"] = np.array([q.replica for q in reqs], np.int64)
     return df

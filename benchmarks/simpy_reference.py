@@ -65,8 +65,15 @@ def simulate_simpy(
     enc = np.asarray(service.windows(trace.duration)) * float(service.encode_s_per_window)
     overhead = float(service.overhead_s)
     reqs = [
-        _Req(i, float(trace.arrival[i]), float(est[i]), float(trace.duration[i]), str(trace.language[i]),
-             int(trace.tokens[i]), float(enc[i]))
+        _Req(
+            i,
+            float(trace.arrival[i]),
+            float(est[i]),
+            float(trace.duration[i]),
+            str(trace.language[i]),
+            int(trace.tokens[i]),
+            float(enc[i]),
+        )
         for i in range(len(trace))
     ]
     steps = [0.0] + [float(service.step_s(b)) for b in range(1, M + 1)]
@@ -116,8 +123,7 @@ def simulate_simpy(
     env.process(engine())
     env.run()
     df = pd.DataFrame.from_records(
-        [(r.rid, r.arrival, r.duration, r.language, r.est_service, r.tokens, r.admit, r.first, r.finish)
-         for r in reqs],
+        [(r.rid, r.arrival, r.duration, r.language, r.est_service, r.tokens, r.admit, r.first, r.finish) for r in reqs],
         columns=RECORD_COLUMNS,
     )
     return add_derived(df)

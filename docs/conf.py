@@ -29,8 +29,12 @@ autodoc_inherit_docstrings = False  # not tqdm's or vLLM's own docstrings
 autodoc_typehints = "none"  # the signatures carry them; the docstrings say what they mean
 html_theme = "alabaster"
 html_title = f"asrsched {release}"
-html_theme_options = {"description": "Duration-aware scheduling for ASR serving", "fixed_sidebar": True,
-                      "page_width": "1180px", "sidebar_width": "260px"}
+html_theme_options = {
+    "description": "Duration-aware scheduling for ASR serving",
+    "fixed_sidebar": True,
+    "page_width": "1180px",
+    "sidebar_width": "260px",
+}
 # a broken reference fails the build, for this package's names; other projects' names are not checked
 nitpicky = True
 nitpick_ignore_regex = [(r"py:.*", r"(?!asrsched\b).*")]

@@ -89,16 +89,46 @@ from asrsched.profiling.text_kappa import CORPORA, kappa_gap, text_kappa
 
 setup()  # house template, figures laid out as exported, explorers that survive a saved page, progress bars
 NB = "01_profile_whisper"
-run = run_profile(model=MODEL, backend=BACKEND, languages=LANGUAGES, n_per_language=N_PER_LANGUAGE,
-                  n_silence_per_language=N_SILENCE_PER_LANGUAGE, silence=SILENCE, beam_size=BEAM_SIZE,
-                  temperature_fallback=TEMPERATURE_FALLBACK, compute_type=COMPUTE_TYPE, cpu_threads=CPU_THREADS,
-                  repeats=REPEATS, clock=CLOCK, batch_sizes=BATCH_SIZES, holdout_frac=HOLDOUT_FRAC, n_boot=N_BOOT, seed=SEED, out_dir=runs_path(OUT_DIR))
+run = run_profile(
+    model=MODEL,
+    backend=BACKEND,
+    languages=LANGUAGES,
+    n_per_language=N_PER_LANGUAGE,
+    n_silence_per_language=N_SILENCE_PER_LANGUAGE,
+    silence=SILENCE,
+    beam_size=BEAM_SIZE,
+    temperature_fallback=TEMPERATURE_FALLBACK,
+    compute_type=COMPUTE_TYPE,
+    cpu_threads=CPU_THREADS,
+    repeats=REPEATS,
+    clock=CLOCK,
+    batch_sizes=BATCH_SIZES,
+    holdout_frac=HOLDOUT_FRAC,
+    n_boot=N_BOOT,
+    seed=SEED,
+    out_dir=runs_path(OUT_DIR),
+)
 if PROFILE_JSON:
     run.service_model.to_json(PROFILE_JSON)
 m = run.measurements
 print(f"{len(m)} requests measured ({int(m.ok.sum())} good) with {run.service_model.name}")
-m[["utt_id", "language", "silence", "audio_s", "speech_s", "tokens_kept", "decode_steps", "encode_s",
-   "decode_s", "total_s", "cpu_s", "rtf", "wer"]].round(3).head(12)
+m[
+    [
+        "utt_id",
+        "language",
+        "silence",
+        "audio_s",
+        "speech_s",
+        "tokens_kept",
+        "decode_steps",
+        "encode_s",
+        "decode_s",
+        "total_s",
+        "cpu_s",
+        "rtf",
+        "wer",
+    ]
+].round(3).head(12)
 
 # %% [markdown]
 # ## κ per language
@@ -151,11 +181,13 @@ else:
             continue
         total = g["kappa"].iloc[-1] - g["kappa"].iloc[0]
         parts = "; ".join(f"{step} {row.change:+.2f}" for step, row in g.iloc[1:].iterrows())
-        print(f"{lang}: fitted κ ({run.kappa.tokens}, training clips) {prof.loc[lang, 'kappa']:.2f} "
-              f"[{prof.loc[lang, 'ci_low']:.2f}, {prof.loc[lang, 'ci_high']:.2f}]; on all "
-              f"{int(g['n'].iloc[-1])} clean clips {g['kappa'].iloc[-1]:.2f} vs kappa_text {g['kappa'].iloc[0]:.2f}: "
-              f"gap {total:+.2f} tokens/s = {parts} (Whisper's text re-tokenised / its text-token count = "
-              f"{g['retokenised_over_tokens_text'].iloc[0]:.3f})")
+        print(
+            f"{lang}: fitted κ ({run.kappa.tokens}, training clips) {prof.loc[lang, 'kappa']:.2f} "
+            f"[{prof.loc[lang, 'ci_low']:.2f}, {prof.loc[lang, 'ci_high']:.2f}]; on all "
+            f"{int(g['n'].iloc[-1])} clean clips {g['kappa'].iloc[-1]:.2f} vs kappa_text {g['kappa'].iloc[0]:.2f}: "
+            f"gap {total:+.2f} tokens/s = {parts} (Whisper's text re-tokenised / its text-token count = "
+            f"{g['retokenised_over_tokens_text'].iloc[0]:.3f})"
+        )
     display(gap.round(3))
     figs["kappa_text_vs_profile"] = fig_kappa_text(tk.table, run.kappa_tables)
     figs["kappa_text_vs_profile"].show()
@@ -196,12 +228,22 @@ if tk is not None:
     export_table(gap, "kappa_gap", NB)
 export_table(run.vad, "vad_summary", NB)
 export_table(m, "measurements", NB)
-coef = pd.DataFrame([{"name": sm.name, "encode_s_per_window": sm.encode_s_per_window,
-                      "decode_s_per_token": sm.decode_s_per_token, "overhead_s": sm.overhead_s,
-                      "decode_batch_slope": sm.decode_batch_slope, "holdout_n": run.holdout.get("n"),
-                      "holdout_measured_mean_s": run.holdout.get("measured_mean_s"),
-                      "holdout_predicted_mean_s": run.holdout.get("predicted_mean_s"),
-                      "holdout_rel_error": run.holdout.get("rel_error"), **run.timings}])
+coef = pd.DataFrame(
+    [
+        {
+            "name": sm.name,
+            "encode_s_per_window": sm.encode_s_per_window,
+            "decode_s_per_token": sm.decode_s_per_token,
+            "overhead_s": sm.overhead_s,
+            "decode_batch_slope": sm.decode_batch_slope,
+            "holdout_n": run.holdout.get("n"),
+            "holdout_measured_mean_s": run.holdout.get("measured_mean_s"),
+            "holdout_predicted_mean_s": run.holdout.get("predicted_mean_s"),
+            "holdout_rel_error": run.holdout.get("rel_error"),
+            **run.timings,
+        }
+    ]
+)
 export_table(coef, "service_model", NB)
 coef.T
 

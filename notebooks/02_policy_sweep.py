@@ -113,8 +113,15 @@ for c in caps.values():
     print(c.describe())
 
 # %%
-sweep_kw = dict(n_requests=N_REQUESTS, max_num_seqs=MAX_NUM_SEQS, service=service, kappa=KAPPA, workers=WORKERS,
-                address=DASK_ADDRESS, cache_dir=runs_path(CACHE_DIR))
+sweep_kw = dict(
+    n_requests=N_REQUESTS,
+    max_num_seqs=MAX_NUM_SEQS,
+    service=service,
+    kappa=KAPPA,
+    workers=WORKERS,
+    address=DASK_ADDRESS,
+    cache_dir=runs_path(CACHE_DIR),
+)
 with warnings.catch_warnings(record=True) as caught:  # printed below (a stderr box hides in a dashboard)
     warnings.simplefilter("always", OverloadWarning)
     df = run_sweep(RATES, POLICIES, WORKLOADS, SEEDS, rhos=None if RATES else RHOS, **sweep_kw)
@@ -122,8 +129,11 @@ with warnings.catch_warnings(record=True) as caught:  # printed below (a stderr 
 for w in caught:
     print(f"{w.category.__name__}: {w.message}")
 rc = change_ci(df)
-main_table = rc.pivot_table(index=["workload", "rho", "regime"], columns="policy",
-                            values=["p50_e2el_ms_change_pct", "p90_e2el_ms_change_pct", "p50_ttft_ms_change_pct"])
+main_table = rc.pivot_table(
+    index=["workload", "rho", "regime"],
+    columns="policy",
+    values=["p50_e2el_ms_change_pct", "p90_e2el_ms_change_pct", "p50_ttft_ms_change_pct"],
+)
 print(service_note(service.name))
 main_table.round(0)
 
@@ -143,19 +153,29 @@ display(hl.round({"ours_pct": 1, "ours_ci_low": 1, "ours_ci_high": 1, "rho": 2, 
 # CDFs and the P50/P90 trade-off: one run per policy at CDF_RHO (or CDF_RATE), per workload
 at = {w: float(CDF_RATE) if CDF_RATE else float(caps[w].rate_at(CDF_RHO)) for w in WORKLOADS}
 tag = {w: f"rate{at[w]:g}" if CDF_RATE else f"rho{CDF_RHO:g}" for w in WORKLOADS}
-where = {w: f"{w}, {at[w]:.2f} req/s, ρ = {caps[w].rho(at[w]):.2f}, one run of {N_REQUESTS} requests"
-         for w in WORKLOADS}
-recs = {w: point_records(w, at[w], POLICIES, n_requests=N_REQUESTS, max_num_seqs=MAX_NUM_SEQS, service=service,
-                         kappa=KAPPA) for w in WORKLOADS}
+where = {
+    w: f"{w}, {at[w]:.2f} req/s, ρ = {caps[w].rho(at[w]):.2f}, one run of {N_REQUESTS} requests" for w in WORKLOADS
+}
+recs = {
+    w: point_records(w, at[w], POLICIES, n_requests=N_REQUESTS, max_num_seqs=MAX_NUM_SEQS, service=service, kappa=KAPPA)
+    for w in WORKLOADS
+}
 variants = []
 for w in WORKLOADS:
     for p in ("fcfs", "sjf", "hrrn"):
         variants.append({"workload": w, "policy": p, "label": p.upper(), **summarize(recs[w][p].records)})
     for cap in ADAPTIVE_CAPS:
-        r = point_records(w, at[w], ["adaptive"], n_requests=N_REQUESTS, max_num_seqs=MAX_NUM_SEQS, service=service,
-                          kappa=KAPPA, policy_params={"adaptive": {"ratio_cap": cap}})["adaptive"]
-        variants.append({"workload": w, "policy": "adaptive", "label": f"adaptive cap={cap}",
-                         **summarize(r.records)})
+        r = point_records(
+            w,
+            at[w],
+            ["adaptive"],
+            n_requests=N_REQUESTS,
+            max_num_seqs=MAX_NUM_SEQS,
+            service=service,
+            kappa=KAPPA,
+            policy_params={"adaptive": {"ratio_cap": cap}},
+        )["adaptive"]
+        variants.append({"workload": w, "policy": "adaptive", "label": f"adaptive cap={cap}", **summarize(r.records)})
 tradeoff = pd.DataFrame(variants).assign(service_model=service.name)
 tradeoff[["workload", "label", "p50_e2el_ms", "p90_e2el_ms", "max_queue_delay_ms"]].round(0)
 
@@ -163,23 +183,39 @@ tradeoff[["workload", "label", "p50_e2el_ms", "p90_e2el_ms", "max_queue_delay_ms
 # the headline change against run length: stable (HEADLINE_RHO) vs overload (OVERLOAD_RHO), first workload
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always", OverloadWarning)
-    rl = run_length_effect(WORKLOADS[0], rhos=[HEADLINE_RHO, OVERLOAD_RHO], n_list=RUN_LENGTHS,
-                           seeds=list(range(RUN_LENGTH_SEEDS)), **{k: v for k, v in sweep_kw.items() if k != "n_requests"})
+    rl = run_length_effect(
+        WORKLOADS[0],
+        rhos=[HEADLINE_RHO, OVERLOAD_RHO],
+        n_list=RUN_LENGTHS,
+        seeds=list(range(RUN_LENGTH_SEEDS)),
+        **{k: v for k, v in sweep_kw.items() if k != "n_requests"},
+    )
 for w in caught:
     print(f"{w.category.__name__}: {w.message}")
-rl[["rho", "regime", "n_requests", "n_seeds", "p50_e2el_ms_change_pct", "p50_e2el_ms_change_ci_low",
-    "p50_e2el_ms_change_ci_high"]].round(1)
+rl[
+    [
+        "rho",
+        "regime",
+        "n_requests",
+        "n_seeds",
+        "p50_e2el_ms_change_pct",
+        "p50_e2el_ms_change_ci_low",
+        "p50_e2el_ms_change_ci_high",
+    ]
+].round(1)
 
 # %%
 figs = {}
 note = service_note(service.name)
 for w in WORKLOADS:
     figs[f"relative_change_{w}"] = fig_relative_change(rc, workload=w)
-    figs[f"cdf_e2el_{w}_{tag[w]}"] = fig_cdf({p: r.records for p, r in recs[w].items()},
-                                             subtitle=f"{where[w]}<br>{note}")
+    figs[f"cdf_e2el_{w}_{tag[w]}"] = fig_cdf(
+        {p: r.records for p, r in recs[w].items()}, subtitle=f"{where[w]}<br>{note}"
+    )
     figs[f"tradeoff_{w}_{tag[w]}"] = fig_tradeoff(tradeoff[tradeoff.workload == w], subtitle=f"{where[w]}<br>{note}")
-    figs[f"queue_depth_{w}_{tag[w]}"] = fig_occupancy({p: r.timeline for p, r in recs[w].items()},
-                                                      subtitle=f"{where[w]}<br>{note}")
+    figs[f"queue_depth_{w}_{tag[w]}"] = fig_occupancy(
+        {p: r.timeline for p, r in recs[w].items()}, subtitle=f"{where[w]}<br>{note}"
+    )
 figs["throughput"] = fig_throughput(df, workload=WORKLOADS[0])
 figs["run_length"] = fig_run_length(rl, subtitle=note)
 with export_session():
@@ -190,8 +226,12 @@ export_table(hl, "headline_vs_paper", NB)
 export_table(rl.assign(service_model=service.name), "run_length", NB)
 export_table(tradeoff, "adaptive_tradeoff", NB)
 export_table(df, "sweep_points", NB)
-for name in ("relative_change_" + WORKLOADS[0], f"cdf_e2el_{WORKLOADS[0]}_{tag[WORKLOADS[0]]}", "throughput",
-             "run_length"):
+for name in (
+    "relative_change_" + WORKLOADS[0],
+    f"cdf_e2el_{WORKLOADS[0]}_{tag[WORKLOADS[0]]}",
+    "throughput",
+    "run_length",
+):
     figs[name].show()
 
 # %% [markdown]
@@ -200,17 +240,23 @@ for name in ("relative_change_" + WORKLOADS[0], f"cdf_e2el_{WORKLOADS[0]}_{tag[W
 # %%
 print(note)
 for _, r in hl.iterrows():
-    ci = (f"95 % CI {pct(r.ours_ci_low)} to {pct(r.ours_ci_high)}, {r.n_seeds} seeds" if r.n_seeds > 1
-          else f"{r.n_seeds} seed, no CI")
-    label = ("stable" if r.regime == "stable"
-             else f"overload: finite-run transient of n_requests={r.n_requests}")
-    print(f"{r.claim}\n    paper {pct(r.paper_pct)} | here {pct(r.ours_pct)} ({ci}) at rho {r.rho:.2f} "
-          f"({r.rate:.2f} req/s), {label}")
+    ci = (
+        f"95 % CI {pct(r.ours_ci_low)} to {pct(r.ours_ci_high)}, {r.n_seeds} seeds"
+        if r.n_seeds > 1
+        else f"{r.n_seeds} seed, no CI"
+    )
+    label = "stable" if r.regime == "stable" else f"overload: finite-run transient of n_requests={r.n_requests}"
+    print(
+        f"{r.claim}\n    paper {pct(r.paper_pct)} | here {pct(r.ours_pct)} ({ci}) at rho {r.rho:.2f} "
+        f"({r.rate:.2f} req/s), {label}"
+    )
 sp = throughput_spread(df)
 for w, g in sp.groupby("workload"):
     top = g.loc[g.spread_pct.idxmax()]
-    print(f"{w}: served rate differs across policies by at most {top.spread_pct:.1f} % "
-          f"(at {top.rate:.2f} req/s, rho {top.rho:.2f}, {top.regime}; {top.lowest} lowest, {top.highest} highest)")
+    print(
+        f"{w}: served rate differs across policies by at most {top.spread_pct:.1f} % "
+        f"(at {top.rate:.2f} req/s, rho {top.rho:.2f}, {top.regime}; {top.lowest} lowest, {top.highest} highest)"
+    )
 
 # %% [markdown]
 # ## Explore
@@ -219,5 +265,10 @@ for w, g in sp.groupby("workload"):
 # %%
 from asrsched.figures.widgets import policy_explorer
 
-policy_explorer(rate=round(at[WORKLOADS[0]]), workload=WORKLOADS[0], n_requests=min(N_REQUESTS, 1500),
-                max_num_seqs=MAX_NUM_SEQS, service=service)
+policy_explorer(
+    rate=round(at[WORKLOADS[0]]),
+    workload=WORKLOADS[0],
+    n_requests=min(N_REQUESTS, 1500),
+    max_num_seqs=MAX_NUM_SEQS,
+    service=service,
+)

@@ -73,17 +73,21 @@ for _, r in loads.iterrows():
     print(f"{r.phase}: rho {r.rho:.2f} ({RATE:g} req/s / capacity {r.capacity_rps:.2f} req/s), {r.regime}")
 
 # %%
-results = {kind: drift_records(d, RATE, POLICIES, n_requests=N_REQUESTS, seed=SEED, max_num_seqs=MAX_NUM_SEQS,
-                               service=service) for kind, d in schedules.items()}
+results = {
+    kind: drift_records(d, RATE, POLICIES, n_requests=N_REQUESTS, seed=SEED, max_num_seqs=MAX_NUM_SEQS, service=service)
+    for kind, d in schedules.items()
+}
 table = pd.concat([phase_table(r, names).assign(drift=kind) for kind, r in results.items()], ignore_index=True)
 table.pivot_table(index=["drift", "phase"], columns="policy", values="p90_e2el_s").round(2)
 
 # %%
 figs = {}
 for kind, res in results.items():
-    sub = (f"{kind} drift at {RATE:g} req/s; " + ", ".join(f"{w} ρ = {x:.2f}" for w, x in
-                                                         loads.groupby("workload", sort=False).rho.first().items())
-           + f"; one run of {N_REQUESTS} requests<br>{service_note(service.name)}")
+    sub = (
+        f"{kind} drift at {RATE:g} req/s; "
+        + ", ".join(f"{w} ρ = {x:.2f}" for w, x in loads.groupby("workload", sort=False).rho.first().items())
+        + f"; one run of {N_REQUESTS} requests<br>{service_note(service.name)}"
+    )
     f = fig_drift(res, window_s=WINDOW_S, phase_marks=[float(t) for t, _ in PHASES[1:]], subtitle=sub)
     figs[f"drift_{kind}"] = f
 with export_session():
@@ -101,8 +105,10 @@ p90 = table.pivot_table(index=["drift", "phase"], columns="policy", values="p90_
 n = table.groupby(["drift", "phase"]).requests.first()
 rho = loads.set_index("phase").rho
 for (kind, ph), row in p90.iterrows():
-    print(f"{kind:8s} {ph:28s} (rho {rho[ph]:.2f}, n = {n[(kind, ph)]}) P90 E2EL: "
-          + ", ".join(f"{p} {v:6.1f} s" for p, v in row.items()))
+    print(
+        f"{kind:8s} {ph:28s} (rho {rho[ph]:.2f}, n = {n[(kind, ph)]}) P90 E2EL: "
+        + ", ".join(f"{p} {v:6.1f} s" for p, v in row.items())
+    )
 worst = table.groupby(["drift", "policy"]).p90_e2el_s.max().unstack()
 print("\nworst-phase P90 (s):\n", worst.round(1).to_string())
 
@@ -113,5 +119,4 @@ print("\nworst-phase P90 (s):\n", worst.round(1).to_string())
 # %%
 from asrsched.figures.widgets import drift_explorer
 
-drift_explorer(rate=RATE, ramp_s=RAMP_S, n_requests=min(N_REQUESTS, 2500), max_num_seqs=MAX_NUM_SEQS,
-               service=service)
+drift_explorer(rate=RATE, ramp_s=RAMP_S, n_requests=min(N_REQUESTS, 2500), max_num_seqs=MAX_NUM_SEQS, service=service)

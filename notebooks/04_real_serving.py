@@ -132,12 +132,28 @@ setup()  # house template, figures laid out as exported, explorers that survive 
 NB = "04_real_serving"
 
 # %%
-exp = run_engine_experiment(POLICIES, RHOS, rates=RATES, n_requests=N_REQUESTS, n_probe=N_PROBE, workload=WORKLOAD,
-                     seed=SEED, model=MODEL, server_slots=SERVER_SLOTS, target_url=TARGET_URL or None,
-                     upstream_concurrency=UPSTREAM_CONCURRENCY, stream=STREAM, profile=PROFILE or None,
-                     pool_size=POOL_SIZE, engine=ENGINE, n_saturation=N_SATURATION, n_boot=N_BOOT,
-                     vllm_max_num_seqs=VLLM_MAX_NUM_SEQS,
-                     timeout_s=TIMEOUT_S, out_dir=runs_path(OUT_DIR))
+exp = run_engine_experiment(
+    POLICIES,
+    RHOS,
+    rates=RATES,
+    n_requests=N_REQUESTS,
+    n_probe=N_PROBE,
+    workload=WORKLOAD,
+    seed=SEED,
+    model=MODEL,
+    server_slots=SERVER_SLOTS,
+    target_url=TARGET_URL or None,
+    upstream_concurrency=UPSTREAM_CONCURRENCY,
+    stream=STREAM,
+    profile=PROFILE or None,
+    pool_size=POOL_SIZE,
+    engine=ENGINE,
+    n_saturation=N_SATURATION,
+    n_boot=N_BOOT,
+    vllm_max_num_seqs=VLLM_MAX_NUM_SEQS,
+    timeout_s=TIMEOUT_S,
+    out_dir=runs_path(OUT_DIR),
+)
 print(exp.summary())
 
 # %% [markdown]
@@ -152,9 +168,11 @@ res = exp.results
 display(res[list(RESULT_COLUMNS) + ["regime", "verdict_p50_e2el", "verdict_p90_e2el", "verdict_p50_ttft"]].round(3))
 half = 100 * (res.p50_ci_high - res.p50_ci_low) / 2 / res.p50_e2el_s
 n_cell = int(res.n_requests.min())
-print(f"{n_cell} requests per cell; the P50 E2EL 95 % CI half-width is {half.median():.0f} % of P50 (median over "
-      f"cells, range {half.min():.0f}-{half.max():.0f} %): differences smaller than that cannot be resolved here"
-      + (f", and no verdict is given below {MIN_N_VERDICT} requests per cell" if n_cell < MIN_N_VERDICT else ""))
+print(
+    f"{n_cell} requests per cell; the P50 E2EL 95 % CI half-width is {half.median():.0f} % of P50 (median over "
+    f"cells, range {half.min():.0f}-{half.max():.0f} %): differences smaller than that cannot be resolved here"
+    + (f", and no verdict is given below {MIN_N_VERDICT} requests per cell" if n_cell < MIN_N_VERDICT else "")
+)
 
 # %% [markdown]
 # ## The comparison table: policy x load
@@ -169,8 +187,13 @@ print(f"{n_cell} requests per cell; the P50 E2EL 95 % CI half-width is {half.med
 # %%
 t = exp.table
 real = t[["rho", "rate", "policy", "completed", "failed"]].assign(
-    p50_e2el_s=t.p50_e2el_ms / 1e3, p90_e2el_s=t.p90_e2el_ms / 1e3, p50_ttft_s=t.p50_ttft_ms / 1e3,
-    p90_ttft_s=t.p90_ttft_ms / 1e3, throughput_rps=t.request_throughput, mean_service_s=t.mean_service_ms / 1e3)
+    p50_e2el_s=t.p50_e2el_ms / 1e3,
+    p90_e2el_s=t.p90_e2el_ms / 1e3,
+    p50_ttft_s=t.p50_ttft_ms / 1e3,
+    p90_ttft_s=t.p90_ttft_ms / 1e3,
+    throughput_rps=t.request_throughput,
+    mean_service_s=t.mean_service_ms / 1e3,
+)
 display(real.round(3))
 
 # %% [markdown]
@@ -212,25 +235,39 @@ for rho in sorted(res.rho.unique()):
     for m in ("p50_e2el", "p90_e2el", "p50_ttft"):
         print(f"ρ={rho:g} ({regime}): {verdict_text(res, m, rho)}")
     for r in res[(res.rho == rho) & (res.policy != "fcfs")].itertuples():
-        print(f"    {r.policy.upper()} P50 E2EL {r.d_p50_e2el_pct:+.0f} % [{r.d_p50_e2el_pct_ci_low:+.0f}, "
-              f"{r.d_p50_e2el_pct_ci_high:+.0f}] vs FCFS: {r.verdict_p50_e2el}")
+        print(
+            f"    {r.policy.upper()} P50 E2EL {r.d_p50_e2el_pct:+.0f} % [{r.d_p50_e2el_pct_ci_low:+.0f}, "
+            f"{r.d_p50_e2el_pct_ci_high:+.0f}] vs FCFS: {r.verdict_p50_e2el}"
+        )
 spread = t.groupby("rho").request_throughput.agg(lambda s: 100 * (s.max() - s.min()) / s.mean())
-print(f"throughput spread across policies per load: {', '.join(f'ρ={level:g} {v:.0f} %' for level, v in spread.items())}")
+print(
+    f"throughput spread across policies per load: {', '.join(f'ρ={level:g} {v:.0f} %' for level, v in spread.items())}"
+)
 drift = t.groupby("rho").mean_service_ms.agg(lambda s: 100 * (s.max() / s.min() - 1))
-print(f"machine drift (largest/smallest mean service time of the same clips across policies): "
-      f"{', '.join(f'ρ={level:g} +{v:.0f} %' for level, v in drift.items())}")
-names = {"sim": "prediction, engine's fitted model", "probe": "prediction, one-at-a-time probe",
-         "profile": "prediction, packaged profile", "replay": "replay"}
+print(
+    f"machine drift (largest/smallest mean service time of the same clips across policies): "
+    f"{', '.join(f'ρ={level:g} +{v:.0f} %' for level, v in drift.items())}"
+)
+names = {
+    "sim": "prediction, engine's fitted model",
+    "probe": "prediction, one-at-a-time probe",
+    "profile": "prediction, packaged profile",
+    "replay": "replay",
+}
 for mode, name in names.items():
     if f"{mode}_p50_e2el_ms_err_pct" not in t:
         continue
     e = t[[f"{mode}_p50_e2el_ms_err_pct", f"{mode}_p90_e2el_ms_err_pct", f"{mode}_p50_ttft_ms_err_pct"]].abs()
-    print(f"{name:<30} median |error| P50 E2EL {e.iloc[:, 0].median():.0f} %, "
-          f"P90 E2EL {e.iloc[:, 1].median():.0f} %, P50 TTFT {e.iloc[:, 2].median():.0f} %")
+    print(
+        f"{name:<30} median |error| P50 E2EL {e.iloc[:, 0].median():.0f} %, "
+        f"P90 E2EL {e.iloc[:, 1].median():.0f} %, P50 TTFT {e.iloc[:, 2].median():.0f} %"
+    )
 print(f"failed requests: {int(t.failed.sum())} of {int(t.completed.sum() + t.failed.sum())}")
 sv = exp.records["service_s"].dropna()
-print(f"service time of the requests: {sv.quantile(0.1):.2f}-{sv.quantile(0.9):.2f} s (P10-P90), "
-      f"coefficient of variation {sv.std() / sv.mean():.2f}: duration-aware ordering gains only where sizes differ")
+print(
+    f"service time of the requests: {sv.quantile(0.1):.2f}-{sv.quantile(0.9):.2f} s (P10-P90), "
+    f"coefficient of variation {sv.std() / sv.mean():.2f}: duration-aware ordering gains only where sizes differ"
+)
 
 # %% [markdown]
 # How to read the printout (the numbers are this run's): a policy's change is a finding only where

@@ -78,8 +78,16 @@ N_REQUESTS = 500_000
 L = 0
 BLOCK_LEN = 200.0
 BURN_IN = 50.0
-SCENARIOS = ["homogeneous", "heterogeneous", "nonstationary", "delayed", "constant", "pareto", "switchback",
-             "small_effect"]
+SCENARIOS = [
+    "homogeneous",
+    "heterogeneous",
+    "nonstationary",
+    "delayed",
+    "constant",
+    "pareto",
+    "switchback",
+    "small_effect",
+]
 SEED = 0
 WORKERS = 0
 DASK_ADDRESS = None
@@ -126,12 +134,23 @@ setup()  # house template, figures laid out as exported, explorers that survive 
 NB = "05_ab_estimators"
 pd.set_option("display.precision", 4)
 pd.set_option("display.width", 160)
-base = SystemConfig(n_servers=N_SERVERS, lam=LAM, control=D1, treatment=D2, p=P, n_requests=N_REQUESTS, warmup_requests=20_000)
-study = StudyConfig(base=base, scenarios=tuple(SCENARIOS), reps=REPS if QUICK else REPS_FULL, L=L or None,
-                    block_len=BLOCK_LEN, burn_in=BURN_IN, truth_requests=TRUTH_REQUESTS_QUICK if QUICK else TRUTH_REQUESTS_FULL,
-                    seed=SEED).validate()
-print(f"{len(SCENARIOS)} scenarios x {study.reps} replications, {N_REQUESTS:,} requests per experiment, "
-      f"L = {study.L_default}")
+base = SystemConfig(
+    n_servers=N_SERVERS, lam=LAM, control=D1, treatment=D2, p=P, n_requests=N_REQUESTS, warmup_requests=20_000
+)
+study = StudyConfig(
+    base=base,
+    scenarios=tuple(SCENARIOS),
+    reps=REPS if QUICK else REPS_FULL,
+    L=L or None,
+    block_len=BLOCK_LEN,
+    burn_in=BURN_IN,
+    truth_requests=TRUTH_REQUESTS_QUICK if QUICK else TRUTH_REQUESTS_FULL,
+    seed=SEED,
+).validate()
+print(
+    f"{len(SCENARIOS)} scenarios x {study.reps} replications, {N_REQUESTS:,} requests per experiment, "
+    f"L = {study.L_default}"
+)
 t0 = time.perf_counter()
 res = run_study(study, workers=WORKERS or None, address=DASK_ADDRESS)
 STUDY_SECONDS = time.perf_counter() - t0
@@ -147,8 +166,12 @@ print(f"study finished in {STUDY_SECONDS:.0f} s wall, {res.cpu_seconds:.0f} CPU-
 
 # %%
 display(res.truth.set_index("scenario"))
-print("max |Little's-law gap| over all experiment runs:", f"{res.little.rel_gap.abs().max():.2e}",
-      "| over truth runs:", f"{res.truth_runs.little_rel_gap.abs().max():.2e}")
+print(
+    "max |Little's-law gap| over all experiment runs:",
+    f"{res.little.rel_gap.abs().max():.2e}",
+    "| over truth runs:",
+    f"{res.truth_runs.little_rel_gap.abs().max():.2e}",
+)
 
 # %% [markdown]
 # ## Bias, standard deviation and MSE per estimator and scenario
@@ -161,8 +184,25 @@ print("max |Little's-law gap| over all experiment runs:", f"{res.little.rel_gap.
 # %%
 summary = summary_table(res)
 claims = claims_table(summary, res)
-cols = ["scenario", "estimator", "truth", "mean", "bias", "bias_ci_lo", "bias_ci_hi", "sd", "rmse", "rmse_ci_lo",
-        "rmse_ci_hi", "sd_vs_naive", "coverage", "coverage_of_mean", "se_ratio", "alpha_mean", "reps"]
+cols = [
+    "scenario",
+    "estimator",
+    "truth",
+    "mean",
+    "bias",
+    "bias_ci_lo",
+    "bias_ci_hi",
+    "sd",
+    "rmse",
+    "rmse_ci_lo",
+    "rmse_ci_hi",
+    "sd_vs_naive",
+    "coverage",
+    "coverage_of_mean",
+    "se_ratio",
+    "alpha_mean",
+    "reps",
+]
 for s, g in summary.groupby("scenario", sort=False, observed=True):
     display(Markdown(f"**{s}** — {SCENARIO_TEXT[s]} ({int(g.reps.min())} replications; CIs are 95 %)"))
     display(g[cols[1:]].assign(estimator=g.estimator.map(ESTIMATOR_LABELS)).set_index("estimator"))
@@ -229,9 +269,22 @@ with export_session():
     export_table(cov, "coverage", NB)
     export_table(curve, "wp_curve", NB)
     export_table(wp, "wp", NB)
-    export_table(pd.DataFrame([{"study_seconds": STUDY_SECONDS, "cpu_seconds": res.cpu_seconds,
-                                "reps": study.reps, "quick": QUICK,
-                                "n_requests": N_REQUESTS, "scenarios": len(SCENARIOS)}]), "run", NB)
+    export_table(
+        pd.DataFrame(
+            [
+                {
+                    "study_seconds": STUDY_SECONDS,
+                    "cpu_seconds": res.cpu_seconds,
+                    "reps": study.reps,
+                    "quick": QUICK,
+                    "n_requests": N_REQUESTS,
+                    "scenarios": len(SCENARIOS),
+                }
+            ]
+        ),
+        "run",
+        NB,
+    )
 for name in ("overview", f"errors_{SCENARIOS[0]}", "coverage"):
     figs[name].show()
 if "switchback" in SCENARIOS:
@@ -271,12 +324,15 @@ if fr is None:
 else:
     r, prm = fr.run, fr.run["parameters"]["study"]
     tm = r["timings"]
-    display(Markdown(
-        f"Shown: `{FULL_RUN_DIR}/`, {describe(r)}. "
-        f"{prm['reps']} replications per scenario, {prm['base']['n_requests']:,} jobs per experiment, truth runs of "
-        f"{prm['truth_requests']:,} jobs × {prm['truth_seeds']}; N = {prm['base']['n_servers']}, "
-        f"λ = {prm['base']['lam']:g}, p = {prm['base']['p']:g}. The study took {tm['study_seconds']:.0f} s wall "
-        f"({tm['study_cpu_seconds']:.0f} CPU-seconds over all tasks) on that machine."))
+    display(
+        Markdown(
+            f"Shown: `{FULL_RUN_DIR}/`, {describe(r)}. "
+            f"{prm['reps']} replications per scenario, {prm['base']['n_requests']:,} jobs per experiment, truth runs of "
+            f"{prm['truth_requests']:,} jobs × {prm['truth_seeds']}; N = {prm['base']['n_servers']}, "
+            f"λ = {prm['base']['lam']:g}, p = {prm['base']['p']:g}. The study took {tm['study_seconds']:.0f} s wall "
+            f"({tm['study_cpu_seconds']:.0f} CPU-seconds over all tasks) on that machine."
+        )
+    )
     display(Markdown((fr.folder / "claims.md").read_text()))
     fig_overview(fr.summary, fr.claims).show()
     fig_wp(fr.wp_curve, fr.wp, prm["base"]["p"]).show()
@@ -295,13 +351,16 @@ if fr is not None:
     top = sr.iloc[0]
     n_claim = int((sr.gain_ci_lo >= 2).sum())
     n_above1 = int((sr.gain_ci_lo > 1).sum())
-    display(Markdown(
-        f"{len(sr)} cells, {int(sr.reps.min())} replications each. Largest gain: **{top.gain:.2f}×** "
-        f"(95 % CI {top.gain_ci_lo:.2f}–{top.gain_ci_hi:.2f}) at λ = {top.lam:g}, {router_label(top.control)} → "
-        f"{router_label(top.treatment)}, "
-        f"L = {int(top.L)} ({top.L_factor:g} × 30·N·λ), {COST_LABELS[top.cost]}; there wDQ and qDQ correlate "
-        f"{top['corr']:.3f} across replications, which caps any fixed-α mix at {top.gain_bound:.2f}×. "
-        f"Cells whose CI lies at or above 2×: {n_claim} of {len(sr)}; cells whose CI lies above 1× (any gain): "
-        f"{n_above1}."))
+    display(
+        Markdown(
+            f"{len(sr)} cells, {int(sr.reps.min())} replications each. Largest gain: **{top.gain:.2f}×** "
+            f"(95 % CI {top.gain_ci_lo:.2f}–{top.gain_ci_hi:.2f}) at λ = {top.lam:g}, {router_label(top.control)} → "
+            f"{router_label(top.treatment)}, "
+            f"L = {int(top.L)} ({top.L_factor:g} × 30·N·λ), {COST_LABELS[top.cost]}; there wDQ and qDQ correlate "
+            f"{top['corr']:.3f} across replications, which caps any fixed-α mix at {top.gain_bound:.2f}×. "
+            f"Cells whose CI lies at or above 2×: {n_claim} of {len(sr)}; cells whose CI lies above 1× (any gain): "
+            f"{n_above1}."
+        )
+    )
     display(sr.head(10))
     fig_search(sr).show()

@@ -113,25 +113,51 @@ from asrsched.sim.parallel import run_study
 
 setup()  # house template, figures laid out as exported, explorers that survive a saved page, progress bars
 NB = "06_ab_asr_policies"
-cfg = ASRStudyConfig(workloads=tuple(WORKLOADS), n_replicas=N_REPLICAS, rho=RHO, n_requests=N_REQUESTS,
-                     warmup_s=WARMUP_S, p=P, routing_control=ROUTING[0], routing_treatment=ROUTING[1],
-                     routing_policy=ROUTING_POLICY, scheduling_control=SCHEDULING[0],
-                     scheduling_treatment=SCHEDULING[1], scheduling_router=SCHEDULING_ROUTER, block_s=BLOCK_S,
-                     burn_in_s=BURN_IN_S, sb_burn_ins=tuple(SB_BURN_INS), L=L, L_factors=tuple(L_FACTORS),
-                     reps=REPS, truth_seeds=TRUTH_SEEDS, seed=SEED)
+cfg = ASRStudyConfig(
+    workloads=tuple(WORKLOADS),
+    n_replicas=N_REPLICAS,
+    rho=RHO,
+    n_requests=N_REQUESTS,
+    warmup_s=WARMUP_S,
+    p=P,
+    routing_control=ROUTING[0],
+    routing_treatment=ROUTING[1],
+    routing_policy=ROUTING_POLICY,
+    scheduling_control=SCHEDULING[0],
+    scheduling_treatment=SCHEDULING[1],
+    scheduling_router=SCHEDULING_ROUTER,
+    block_s=BLOCK_S,
+    burn_in_s=BURN_IN_S,
+    sb_burn_ins=tuple(SB_BURN_INS),
+    L=L,
+    L_factors=tuple(L_FACTORS),
+    reps=REPS,
+    truth_seeds=TRUTH_SEEDS,
+    seed=SEED,
+)
 if LARGE:
     cfg = cfg.replace(**LARGE_STUDY)
     print(f"LARGE study: {LARGE_STUDY}")
 cfg.validate()
-pd.DataFrame({w: {"total rate (req/s)": cfg.total_rate(w), "L (requests)": cfg.L_for(cfg.total_rate(w)),
-                  "run length (s)": cfg.n_requests / cfg.total_rate(w)} for w in cfg.workloads}).round(1)
+pd.DataFrame(
+    {
+        w: {
+            "total rate (req/s)": cfg.total_rate(w),
+            "L (requests)": cfg.L_for(cfg.total_rate(w)),
+            "run length (s)": cfg.n_requests / cfg.total_rate(w),
+        }
+        for w in cfg.workloads
+    }
+).round(1)
 
 # %%
 t0 = time.perf_counter()
 res = run_study(cfg, workers=WORKERS, address=DASK_ADDRESS, cache_dir=runs_path(CACHE_DIR))
 summary = report.summary_table(res)
-print(f"{len(res.estimates)} estimates from {cfg.reps} experiments x {len(cfg.designs())} designs x "
-      f"{len(cfg.workloads)} workloads, plus {len(res.truth_runs)} ground-truth runs, in {time.perf_counter() - t0:.0f} s")
+print(
+    f"{len(res.estimates)} estimates from {cfg.reps} experiments x {len(cfg.designs())} designs x "
+    f"{len(cfg.workloads)} workloads, plus {len(res.truth_runs)} ground-truth runs, in {time.perf_counter() - t0:.0f} s"
+)
 
 # %% [markdown]
 # ## Ground truth
@@ -153,9 +179,29 @@ truth.pivot_table(index=["factor", "workload"], columns=["metric", "stat"], valu
 # otherwise it lists the estimators it is tied with.
 
 # %%
-cols = ["workload", "factor", "design", "estimator", "metric", "stat", "reps", "truth", "mean", "bias", "bias_ci_lo",
-        "bias_ci_hi", "sd", "sd_ci_lo", "sd_ci_hi", "rmse", "rmse_ci_lo", "rmse_ci_hi", "recovered_pct", "coverage",
-        "alpha"]
+cols = [
+    "workload",
+    "factor",
+    "design",
+    "estimator",
+    "metric",
+    "stat",
+    "reps",
+    "truth",
+    "mean",
+    "bias",
+    "bias_ci_lo",
+    "bias_ci_hi",
+    "sd",
+    "sd_ci_lo",
+    "sd_ci_hi",
+    "rmse",
+    "rmse_ci_lo",
+    "rmse_ci_hi",
+    "recovered_pct",
+    "coverage",
+    "alpha",
+]
 with pd.option_context("display.max_rows", 200):
     display(summary[cols].round(4))
 
@@ -208,8 +254,14 @@ export_table(tail, "tail_little", NB)
 export_table(ablation, "dq_horizon", NB)
 export_table(burn, "switchback_burn_in", NB)
 export_table(res.little, "littles_law", NB)
-for name in ("ground_truth_e2el", "routing_mean_e2el", "rmse_routing", "rmse_scheduling", "tail_mixed_dq",
-             "dq_horizon_e2el"):
+for name in (
+    "ground_truth_e2el",
+    "routing_mean_e2el",
+    "rmse_routing",
+    "rmse_scheduling",
+    "tail_mixed_dq",
+    "dq_horizon_e2el",
+):
     figs[name].show()
 
 # %% [markdown]

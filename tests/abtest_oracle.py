@@ -70,8 +70,11 @@ def _readable_pair(tr: Trajectory, L: int, n_batches: int, alpha_batches: int, a
     bw = np_batch_diffs(Qw, z, n_batches)
     bq = np_batch_diffs(Qq, z, n_batches)
     vw, vq = np_diff_means(Qw, z), np_diff_means(Qq, z)
-    return {"wdq": batch_ci("wdq", vw, bw), "qdq": batch_ci("qdq", vq, bq),
-            "mixed_dq": batch_ci("mixed_dq", a * vw + (1 - a) * vq, a * bw + (1 - a) * bq, alpha=a)}
+    return {
+        "wdq": batch_ci("wdq", vw, bw),
+        "qdq": batch_ci("qdq", vq, bq),
+        "mixed_dq": batch_ci("mixed_dq", a * vw + (1 - a) * vq, a * bw + (1 - a) * bq, alpha=a),
+    }
 
 
 def reference_dq_sweep(tr: Trajectory, Ls, n_batches: int = 20, alpha_batches: int = 100, costs=("w", "q")) -> dict:
@@ -87,8 +90,27 @@ def reference_simulate(cfg, seed: int = 0, **_ignored) -> Trajectory:
 
 
 @njit(cache=True)
-def linked_list_kernel(n_requests, n_warm, rates, total_rate, amp, period, svc_kind, shape, d0, d1, design, p,
-                       group, block_len, alternate, delay, st, scan_max, keep):
+def linked_list_kernel(
+    n_requests,
+    n_warm,
+    rates,
+    total_rate,
+    amp,
+    period,
+    svc_kind,
+    shape,
+    d0,
+    d1,
+    design,
+    p,
+    group,
+    block_len,
+    alternate,
+    delay,
+    st,
+    scan_max,
+    keep,
+):
     """The supermarket model on per-server linked lists over the job arrays, with its own heap:
     an independent implementation of :func:`asrsched.abtest.model._simulate` (same signature, same
     random draws in the same order), written before it; the package's kernel must match it bit for bit."""
@@ -131,7 +153,7 @@ def linked_list_kernel(n_requests, n_warm, rates, total_rate, amp, period, svc_k
     # server pools: pool 0 = control servers, pool 1 = treatment servers (group design);
     # otherwise both pools hold all servers.
     pools = np.empty((2, N), np.int64)  # row z: the servers arm z routes to (indexed by row: the loop never
-    m0 = 0                              # rebinds an array variable)
+    m0 = 0  # rebinds an array variable)
     m1 = 0
     for s in range(N):
         if design != 1 or group[s] == 0:

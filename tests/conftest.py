@@ -48,22 +48,29 @@ def _reason(longrepr) -> str:
 
 
 def _message(what: str, reason: str) -> str:
-    return (f"{what} skipped ({reason}), and skips fail in this suite: install what it needs "
-            f"(pip install -e '.[dev,vllm,notebooks,whisper,serve,dashboard]', Debian chromium), set {ALLOW_ENV}=1 "
-            f"for a partial install, or mark a skip that is legitimate everywhere with @pytest.mark.allow_skip")
+    return (
+        f"{what} skipped ({reason}), and skips fail in this suite: install what it needs "
+        f"(pip install -e '.[dev,vllm,notebooks,whisper,serve,dashboard]', Debian chromium), set {ALLOW_ENV}=1 "
+        f"for a partial install, or mark a skip that is legitimate everywhere with @pytest.mark.allow_skip"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", f"allow_skip(reason): this test may skip (e.g. needs a GPU); other skips fail unless {ALLOW_ENV}=1")
+        "markers", f"allow_skip(reason): this test may skip (e.g. needs a GPU); other skips fail unless {ALLOW_ENV}=1"
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     outcome = yield
     rep = outcome.get_result()
-    if (rep.skipped and not hasattr(rep, "wasxfail") and not _allowed(_reason(rep.longrepr))
-            and item.get_closest_marker("allow_skip") is None):
+    if (
+        rep.skipped
+        and not hasattr(rep, "wasxfail")
+        and not _allowed(_reason(rep.longrepr))
+        and item.get_closest_marker("allow_skip") is None
+    ):
         rep.outcome = "failed"
         rep.longrepr = _message(f"test {item.nodeid}", _reason(rep.longrepr))
 

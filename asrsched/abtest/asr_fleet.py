@@ -109,6 +109,7 @@ AB_STATS = ("mean", "p90")
 
 # ----------------------------------------------------------------------------- config
 
+
 @dataclass(frozen=True)
 class ASRStudyConfig:
     """Parameters of the ASR A/B study (see the module docstring).
@@ -159,13 +160,29 @@ class ASRStudyConfig:
     def test(self, factor: str, design: str = "control") -> ABTest:
         """The :class:`ABTest` of ``factor`` under ``design``."""
         if factor == "routing":
-            return ABTest(factor="routing", control=self.routing_control, treatment=self.routing_treatment,
-                          design=design, p=self.p, block_s=self.block_s, alternate=True, policy=self.routing_policy,
-                          router=self.routing_control)
+            return ABTest(
+                factor="routing",
+                control=self.routing_control,
+                treatment=self.routing_treatment,
+                design=design,
+                p=self.p,
+                block_s=self.block_s,
+                alternate=True,
+                policy=self.routing_policy,
+                router=self.routing_control,
+            )
         if factor == "scheduling":
-            return ABTest(factor="scheduling", control=self.scheduling_control, treatment=self.scheduling_treatment,
-                          design=design, p=self.p, block_s=self.block_s, alternate=True, policy=self.scheduling_control,
-                          router=self.scheduling_router)
+            return ABTest(
+                factor="scheduling",
+                control=self.scheduling_control,
+                treatment=self.scheduling_treatment,
+                design=design,
+                p=self.p,
+                block_s=self.block_s,
+                alternate=True,
+                policy=self.scheduling_control,
+                router=self.scheduling_router,
+            )
         raise ValueError(f"factor: {factor!r} not in ('routing', 'scheduling')")
 
     def designs(self) -> list[tuple[str, str]]:
@@ -176,8 +193,9 @@ class ASRStudyConfig:
         """Check every parameter before any simulation (errors name the parameter)."""
         bad = [w for w in self.workloads if w not in ("librispeech", "uniform", "drift", "commonvoice_id", "mix")]
         if bad or not self.workloads:
-            raise ValueError(f"workloads: {bad or '()'} not allowed; use librispeech, uniform, drift, "
-                             "commonvoice_id, mix")
+            raise ValueError(
+                f"workloads: {bad or '()'} not allowed; use librispeech, uniform, drift, commonvoice_id, mix"
+            )
         if not (isinstance(self.rho, (int, float)) and 0 < self.rho < 1):
             raise ValueError(f"rho: offered load must be in (0, 1) of fleet capacity, got {self.rho!r}")
         if not isinstance(self.n_requests, (int, np.integer)) or self.n_requests < 500:
@@ -195,10 +213,12 @@ class ASRStudyConfig:
         if not (0 <= self.burn_in_s < self.block_s):
             raise ValueError(f"burn_in_s: need 0 <= burn_in_s < block_s ({self.block_s}), got {self.burn_in_s!r}")
         if any(not (0 <= b < self.block_s) for b in self.sb_burn_ins):
-            raise ValueError(f"sb_burn_ins: every burn-in must be in [0, block_s={self.block_s}), got "
-                             f"{self.sb_burn_ins!r}")
-        if self.L is not None and (not isinstance(self.L, (int, np.integer)) or isinstance(self.L, bool)
-                                   or self.L <= 0):
+            raise ValueError(
+                f"sb_burn_ins: every burn-in must be in [0, block_s={self.block_s}), got {self.sb_burn_ins!r}"
+            )
+        if self.L is not None and (
+            not isinstance(self.L, (int, np.integer)) or isinstance(self.L, bool) or self.L <= 0
+        ):
             raise ValueError(f"L: the DQ horizon must be a positive integer number of requests or None, got {self.L!r}")
         if not self.L_factors or any(not (f > 0) for f in self.L_factors):
             raise ValueError(f"L_factors: need positive factors, got {self.L_factors!r}")
@@ -215,16 +235,22 @@ class ASRStudyConfig:
             if n_meas < 2 * Lmax + 2 * self.n_batches:
                 raise ValueError(
                     f"n_requests: {self.n_requests} requests leave {n_meas:.0f} after the warm-up on {w}, too few for "
-                    f"a DQ horizon of {Lmax} requests (need >= 2 L); raise n_requests or lower L / L_factors")
+                    f"a DQ horizon of {Lmax} requests (need >= 2 L); raise n_requests or lower L / L_factors"
+                )
             if self.n_requests / total_rate < 4 * self.block_s and any(d == "switchback" for _, d in self.designs()):
-                raise ValueError(f"block_s: a run of {self.n_requests / total_rate:.0f} s on {w} holds fewer than 4 "
-                                 f"switchback blocks of {self.block_s} s; lower block_s or raise n_requests")
+                raise ValueError(
+                    f"block_s: a run of {self.n_requests / total_rate:.0f} s on {w} holds fewer than 4 "
+                    f"switchback blocks of {self.block_s} s; lower block_s or raise n_requests"
+                )
         return self
 
     def total_rate(self, workload: str) -> float:
         """Total arrival rate (req/s) of the fleet on ``workload``."""
-        return float(self.rho) * self.n_replicas * replica_capacity(workload, service=self.service_model(),
-                                                                     max_num_seqs=self.max_num_seqs)
+        return (
+            float(self.rho)
+            * self.n_replicas
+            * replica_capacity(workload, service=self.service_model(), max_num_seqs=self.max_num_seqs)
+        )
 
     def L_for(self, total_rate: float, factor: float = 1.0) -> int:
         """DQ horizon (requests) at ``factor`` x the headline ``L``."""
@@ -243,26 +269,38 @@ class ASRStudyConfig:
             for arm in ("control", "treatment"):
                 if t.setting(arm) not in settings:
                     settings.append(t.setting(arm))
-        truth = [dict(workload=w, k=k, settings=[list(x) for x in sorted(settings)], study=sd) for w in self.workloads
-                 for k in range(self.truth_seeds)]
-        reps = [dict(workload=w, rep=r, designs=[list(x) for x in self.designs()], study=sd) for w in self.workloads
-                for r in range(self.reps)]
+        truth = [
+            dict(workload=w, k=k, settings=[list(x) for x in sorted(settings)], study=sd)
+            for w in self.workloads
+            for k in range(self.truth_seeds)
+        ]
+        reps = [
+            dict(workload=w, rep=r, designs=[list(x) for x in self.designs()], study=sd)
+            for w in self.workloads
+            for r in range(self.reps)
+        ]
         tasks = [dict(kind="truth", task=t) for t in truth] + [dict(kind="rep", task=t) for t in reps]
         return StudyPlan(_dispatch, tasks, prefix="abasr", desc="ASR A/B runs", context={"n_truth": len(truth)})
 
     def assemble(self, plan: StudyPlan, results: list, seconds: float) -> ASRStudyResult:
         """The :class:`ASRStudyResult` from the results of :meth:`plan`'s tasks, by workload, design and replication."""
-        truth, reps = results[: plan.context["n_truth"]], results[plan.context["n_truth"]:]
+        truth, reps = results[: plan.context["n_truth"]], results[plan.context["n_truth"] :]
         order = {w: i for i, w in enumerate(self.workloads)}
         truth_runs = pd.DataFrame([row for r in truth for row in r])
-        truth_runs = truth_runs.sort_values(["workload", "router", "policy", "k"], key=lambda s: s.map(order)
-                                            if s.name == "workload" else s, kind="stable").reset_index(drop=True)
+        truth_runs = truth_runs.sort_values(
+            ["workload", "router", "policy", "k"],
+            key=lambda s: s.map(order) if s.name == "workload" else s,
+            kind="stable",
+        ).reset_index(drop=True)
         est = pd.DataFrame([row for r in reps for row in r["rows"]])
         little = pd.DataFrame([row for r in reps for row in r["little"]])
 
         def in_order(df: pd.DataFrame) -> pd.DataFrame:  # by workload, design and replication
-            return df.sort_values(["workload", "factor", "design", "rep", "metric"], key=lambda s: s.map(order)
-                                  if s.name == "workload" else s, kind="stable").reset_index(drop=True)
+            return df.sort_values(
+                ["workload", "factor", "design", "rep", "metric"],
+                key=lambda s: s.map(order) if s.name == "workload" else s,
+                kind="stable",
+            ).reset_index(drop=True)
 
         est, little = in_order(est), in_order(little)
         return ASRStudyResult(self, est, truth_runs, _truth_table(truth_runs, self), little, seconds)
@@ -282,6 +320,7 @@ class ASRStudyConfig:
 
 
 # ----------------------------------------------------------------------------- estimators on one run
+
 
 def _quantile(x: np.ndarray, q: float) -> float:
     """``np.quantile(x, q)`` (method ``"linear"``), the same arithmetic on two partitioned order statistics.
@@ -307,8 +346,9 @@ def _qdiff(w: np.ndarray, z: np.ndarray, q: float = 0.9) -> float:
     return _quantile(w[t], q) - _quantile(w[~t], q)
 
 
-def quantile_estimate(traj: Trajectory, name: str, q: float = 0.9, burn_in: float = 0.0,
-                      n_batches: int = 20) -> Estimate:
+def quantile_estimate(
+    traj: Trajectory, name: str, q: float = 0.9, burn_in: float = 0.0, n_batches: int = 20
+) -> Estimate:
     """Difference of the arms' ``q``-quantiles of ``response`` with a batch-means CI.
 
     Switchback trajectories drop each block's first ``burn_in`` seconds and batch over
@@ -389,17 +429,31 @@ def estimate_run(res, cfg: ASRStudyConfig) -> tuple[list[dict], list[dict]]:
 
 # ----------------------------------------------------------------------------- tasks
 
+
 def _trace(cfg: ASRStudyConfig, workload: str, *seed_parts):
-    return fleet_trace(workload, n_replicas=cfg.n_replicas, rho=cfg.rho, n_requests=cfg.n_requests,
-                         seed=task_seed(cfg.seed, workload, *seed_parts), service=cfg.service_model(),
-                         max_num_seqs=cfg.max_num_seqs)
+    return fleet_trace(
+        workload,
+        n_replicas=cfg.n_replicas,
+        rho=cfg.rho,
+        n_requests=cfg.n_requests,
+        seed=task_seed(cfg.seed, workload, *seed_parts),
+        service=cfg.service_model(),
+        max_num_seqs=cfg.max_num_seqs,
+    )
 
 
 def _replication(cfg: ASRStudyConfig, tr, total_rate: float, workload: str, rep: int, factor: str, design: str) -> dict:
     t0 = time.perf_counter()
-    res = run_experiment(tr, cfg.test(factor, design), n_replicas=cfg.n_replicas, service=cfg.service_model(),
-                         max_num_seqs=cfg.max_num_seqs, seed=task_seed(cfg.seed, workload, "rep", rep, factor, design),
-                         warmup_s=cfg.warmup_s, total_rate=total_rate)
+    res = run_experiment(
+        tr,
+        cfg.test(factor, design),
+        n_replicas=cfg.n_replicas,
+        service=cfg.service_model(),
+        max_num_seqs=cfg.max_num_seqs,
+        seed=task_seed(cfg.seed, workload, "rep", rep, factor, design),
+        warmup_s=cfg.warmup_s,
+        total_rate=total_rate,
+    )
     rows, little = estimate_run(res, cfg)
     share = float(res.measured["z"].mean())
     for r in rows + little:
@@ -438,12 +492,26 @@ def _truth(cfg: ASRStudyConfig, tr, total_rate: float, workload: str, router: st
     # the whole fleet under one setting: the control arm of an experiment with that router and policy
     # (= asrsched.sim.fleet.simulate_fleet, with the trajectories of the A/B layer)
     setting = ABTest(factor="routing", control=router, treatment=router, design="control", policy=policy)
-    res = run_experiment(tr, setting, n_replicas=cfg.n_replicas, service=cfg.service_model(),
-                         max_num_seqs=cfg.max_num_seqs, seed=task_seed(cfg.seed, workload, "truth", k),
-                         warmup_s=cfg.warmup_s, total_rate=total_rate)
+    res = run_experiment(
+        tr,
+        setting,
+        n_replicas=cfg.n_replicas,
+        service=cfg.service_model(),
+        max_num_seqs=cfg.max_num_seqs,
+        seed=task_seed(cfg.seed, workload, "truth", k),
+        warmup_s=cfg.warmup_s,
+        total_rate=total_rate,
+    )
     m = res.measured
-    out = {"workload": workload, "router": router, "policy": policy, "k": k, "total_rate": total_rate,
-           "n": int(len(m)), "seconds": 0.0}
+    out = {
+        "workload": workload,
+        "router": router,
+        "policy": policy,
+        "k": k,
+        "total_rate": total_rate,
+        "n": int(len(m)),
+        "seconds": 0.0,
+    }
     for metric in AB_METRICS:
         v = m[metric].to_numpy(float)
         out[f"mean_{metric}"] = float(v.mean())
@@ -468,6 +536,7 @@ def run_truths(workload: str, k: int, settings: list, study: dict) -> list[dict]
 
 
 # ----------------------------------------------------------------------------- study
+
 
 @dataclass
 class ASRStudyResult:
@@ -494,11 +563,21 @@ def _truth_table(runs: pd.DataFrame, cfg: ASRStudyConfig) -> pd.DataFrame:
                 for stat in AB_STATS:
                     col = f"{stat}_{metric}"
                     d = (tt[col] - c[col]).dropna()
-                    out.append({"workload": w, "factor": factor, "metric": metric, "stat": stat,
-                                "control": f"{rc}|{pc}", "treatment": f"{rt}|{pt}",
-                                "value_control": float(c[col].mean()), "value_treatment": float(tt[col].mean()),
-                                "gte": float(d.mean()), "gte_se": float(d.std(ddof=1) / np.sqrt(len(d)))
-                                if len(d) > 1 else np.nan, "truth_runs": int(len(d))})
+                    out.append(
+                        {
+                            "workload": w,
+                            "factor": factor,
+                            "metric": metric,
+                            "stat": stat,
+                            "control": f"{rc}|{pc}",
+                            "treatment": f"{rt}|{pt}",
+                            "value_control": float(c[col].mean()),
+                            "value_treatment": float(tt[col].mean()),
+                            "gte": float(d.mean()),
+                            "gte_se": float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else np.nan,
+                            "truth_runs": int(len(d)),
+                        }
+                    )
     df = pd.DataFrame(out)
     df["gte_pct"] = 100 * df["gte"] / df["value_control"]
     return df

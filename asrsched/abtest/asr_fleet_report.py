@@ -85,8 +85,9 @@ def summary_table(res: ASRStudyResult) -> pd.DataFrame:
     e = e[e["headline"].astype(bool)]
     tt = res.truth.set_index(_KEYS)
     rows = []
-    for (w, f, d, name, m, s), g in e.groupby(["workload", "factor", "design", "estimator", "metric", "stat"],
-                                                sort=False):
+    for (w, f, d, name, m, s), g in e.groupby(
+        ["workload", "factor", "design", "estimator", "metric", "stat"], sort=False
+    ):
         t = tt.loc[(w, f, m, s)]
         gte = float(t["gte"])
         v = g["estimate"].to_numpy(float)
@@ -95,22 +96,34 @@ def summary_table(res: ASRStudyResult) -> pd.DataFrame:
             continue
         lo, hi = g["ci_lo"].to_numpy(float), g["ci_hi"].to_numpy(float)
         ok = np.isfinite(lo) & np.isfinite(hi)
-        r = {"workload": w, "factor": f, "design": d, "estimator": name, "metric": m, "stat": s,
-             "truth": gte, "truth_se": float(t["gte_se"]), "mean": float(v.mean()), "bias": float(v.mean() - gte),
-             "sd": float(v.std(ddof=1)) if v.size > 1 else np.nan,
-             "mse": float(np.mean((v - gte) ** 2)), "reps": int(v.size),
-             "coverage": float(np.mean((lo[ok] <= gte) & (gte <= hi[ok]))) if ok.any() else np.nan,
-             "alpha": float(np.nanmean(g["alpha"].astype(float))) if g["alpha"].notna().any() else np.nan}
+        r = {
+            "workload": w,
+            "factor": f,
+            "design": d,
+            "estimator": name,
+            "metric": m,
+            "stat": s,
+            "truth": gte,
+            "truth_se": float(t["gte_se"]),
+            "mean": float(v.mean()),
+            "bias": float(v.mean() - gte),
+            "sd": float(v.std(ddof=1)) if v.size > 1 else np.nan,
+            "mse": float(np.mean((v - gte) ** 2)),
+            "reps": int(v.size),
+            "coverage": float(np.mean((lo[ok] <= gte) & (gte <= hi[ok]))) if ok.any() else np.nan,
+            "alpha": float(np.nanmean(g["alpha"].astype(float))) if g["alpha"].notna().any() else np.nan,
+        }
         r["rmse"] = math.sqrt(r["mse"])
         n = v.size
         tq = float(stats.t.ppf(0.975, n - 1)) if n > 1 else np.nan
         se_mean = r["sd"] / math.sqrt(n) if n > 1 else np.nan
         tse = r["truth_se"] if np.isfinite(r["truth_se"]) else 0.0
-        r["bias_se"] = math.sqrt(se_mean ** 2 + tse ** 2) if n > 1 else np.nan
+        r["bias_se"] = math.sqrt(se_mean**2 + tse**2) if n > 1 else np.nan
         r["mean_ci_lo"], r["mean_ci_hi"] = r["mean"] - tq * se_mean, r["mean"] + tq * se_mean
         r["bias_ci_lo"], r["bias_ci_hi"] = r["bias"] - tq * r["bias_se"], r["bias"] + tq * r["bias_se"]
         r["sd_ci_lo"], r["sd_ci_hi"], r["rmse_ci_lo"], r["rmse_ci_hi"] = _boot_sd_rmse(
-            v, gte, r["truth_se"], _cell_rng(w, f, d, name, m, s))
+            v, gte, r["truth_se"], _cell_rng(w, f, d, name, m, s)
+        )
         den = abs(gte) if abs(gte) > 0 else np.nan
         r["bias_pct"] = 100 * r["bias"] / den
         r["rmse_pct"] = 100 * r["rmse"] / den
@@ -157,10 +170,20 @@ def best_table(summary: pd.DataFrame) -> pd.DataFrame:
         b = g.loc[g["mse"].idxmin()]
         ties = tied_with(g)
         nv = g[g.estimator.isin(["naive"])]
-        row = dict(zip(_KEYS, keys), truth=b["truth"], truth_se=b["truth_se"], best=f"{b.design}/{b.estimator}",
-                   best_rmse=b["rmse"], best_rmse_ci_lo=b["rmse_ci_lo"], best_rmse_ci_hi=b["rmse_ci_hi"],
-                   best_bias=b["bias"], best_sd=b["sd"], resolved=not ties,
-                   winner=f"{b.design}/{b.estimator}" if not ties else "tie", tied_with=", ".join(ties))
+        row = dict(
+            zip(_KEYS, keys),
+            truth=b["truth"],
+            truth_se=b["truth_se"],
+            best=f"{b.design}/{b.estimator}",
+            best_rmse=b["rmse"],
+            best_rmse_ci_lo=b["rmse_ci_lo"],
+            best_rmse_ci_hi=b["rmse_ci_hi"],
+            best_bias=b["bias"],
+            best_sd=b["sd"],
+            resolved=not ties,
+            winner=f"{b.design}/{b.estimator}" if not ties else "tie",
+            tied_with=", ".join(ties),
+        )
         if len(nv):
             row.update(naive_recovered_pct=float(nv["recovered_pct"].iloc[0]), naive_rmse=float(nv["rmse"].iloc[0]))
         for name in ("mixed_dq", "wdq", "qdq", "group", "switchback"):
@@ -198,13 +221,26 @@ def tail_table(summary: pd.DataFrame, res: ASRStudyResult | None = None) -> pd.D
     touching the signal) and ``sd_vs_wdq`` the estimator's sd over wDQ's.
     """
     s = summary[(summary.design == "bernoulli") & summary.estimator.isin(["naive", "qdq", "wdq", "mixed_dq"])]
-    cols = ["workload", "metric", "stat", "estimator", "truth", "mean", "recovered_pct", "bias", "sd", "rmse",
-            "coverage", "alpha"]
+    cols = [
+        "workload",
+        "metric",
+        "stat",
+        "estimator",
+        "truth",
+        "mean",
+        "recovered_pct",
+        "bias",
+        "sd",
+        "rmse",
+        "coverage",
+        "alpha",
+    ]
     t = s[cols].copy()
     mean_truth = s[s.stat == "mean"].groupby(["workload", "metric"])["truth"].first()
     t["mean_effect"] = [mean_truth.get((w, m), np.nan) for w, m in zip(t.workload, t.metric)]
-    t["predicted_mixed_bias"] = np.where((t.stat == "p90") & (t.estimator == "mixed_dq"),
-                                         (1 - t["alpha"]) * (t["mean_effect"] - t["truth"]), np.nan)
+    t["predicted_mixed_bias"] = np.where(
+        (t.stat == "p90") & (t.estimator == "mixed_dq"), (1 - t["alpha"]) * (t["mean_effect"] - t["truth"]), np.nan
+    )
     wsd = s[s.estimator == "wdq"].set_index(["workload", "metric", "stat"])["sd"]
     t["sd_vs_wdq"] = [r.sd / wsd.get((r.workload, r.metric, r.stat), np.nan) for r in t.itertuples()]
     if res is not None:
@@ -229,9 +265,20 @@ def burn_in_table(res: ASRStudyResult) -> pd.DataFrame:
     for (w, f, m, s, b), g in e.groupby(["workload", "factor", "metric", "stat", "burn_in"], sort=False):
         v = g["estimate"].to_numpy(float)
         gte = float(tt.loc[(w, f, m, s)])
-        rows.append({"workload": w, "factor": f, "metric": m, "stat": s, "burn_in_s": b, "mean": v.mean(),
-                     "bias": v.mean() - gte, "sd": v.std(ddof=1), "rmse": float(np.sqrt(np.mean((v - gte) ** 2))),
-                     "coverage": float(np.mean((g.ci_lo <= gte) & (gte <= g.ci_hi)))})
+        rows.append(
+            {
+                "workload": w,
+                "factor": f,
+                "metric": m,
+                "stat": s,
+                "burn_in_s": b,
+                "mean": v.mean(),
+                "bias": v.mean() - gte,
+                "sd": v.std(ddof=1),
+                "rmse": float(np.sqrt(np.mean((v - gte) ** 2))),
+                "coverage": float(np.mean((g.ci_lo <= gte) & (gte <= g.ci_hi))),
+            }
+        )
     out = pd.DataFrame(rows)
     out["_w"] = out["workload"].map({w: i for i, w in enumerate(res.config.workloads)})
     return out.sort_values(["_w", "factor", "metric", "stat", "burn_in_s"]).drop(columns="_w").reset_index(drop=True)
@@ -246,15 +293,27 @@ def ablation_table(res: ASRStudyResult) -> pd.DataFrame:
     for (w, m, s, name, L), g in e.groupby(["workload", "metric", "stat", "estimator", "L"], sort=False):
         v = g["estimate"].to_numpy(float)
         gte = float(tt.loc[(w, "routing", m, s)])
-        rows.append({"workload": w, "metric": m, "stat": s, "estimator": name, "L": int(L),
-                     "L_factor": float(g["L_factor"].iloc[0]), "mean": v.mean(), "bias": v.mean() - gte,
-                     "sd": v.std(ddof=1), "rmse": float(np.sqrt(np.mean((v - gte) ** 2)))})
+        rows.append(
+            {
+                "workload": w,
+                "metric": m,
+                "stat": s,
+                "estimator": name,
+                "L": int(L),
+                "L_factor": float(g["L_factor"].iloc[0]),
+                "mean": v.mean(),
+                "bias": v.mean() - gte,
+                "sd": v.std(ddof=1),
+                "rmse": float(np.sqrt(np.mean((v - gte) ** 2))),
+            }
+        )
     out = pd.DataFrame(rows)
     out["_w"] = out["workload"].map({w: i for i, w in enumerate(res.config.workloads)})
     return out.sort_values(["_w", "metric", "stat", "estimator", "L"]).drop(columns="_w").reset_index(drop=True)
 
 
 # ----------------------------------------------------------------------------- recommendation
+
 
 def _fmt_s(x: float) -> str:
     return f"{x * 1e3:+.0f} ms" if abs(x) < 1 else f"{x:+.2f} s"
@@ -275,8 +334,10 @@ def _pct(x: float, sign: bool = False) -> str:
 def _how(design: str, estimator: str, cfg: ASRStudyConfig) -> str:
     """How an operator runs and analyses a (design, estimator) pair, in words."""
     if design == "switchback":
-        return (f"a switchback test (the whole fleet alternates every {cfg.block_s:g} s, first "
-                f"{cfg.burn_in_s:g} s of each block dropped)")
+        return (
+            f"a switchback test (the whole fleet alternates every {cfg.block_s:g} s, first "
+            f"{cfg.burn_in_s:g} s of each block dropped)"
+        )
     if design == "group":
         return "a replica-split test (each arm routes its requests over its own half of the fleet)"
     if design == "replica":
@@ -292,8 +353,10 @@ def _naive_words(nv: pd.DataFrame) -> str:
         v = sign_verdict(nv.loc[r.Index])
         pct = f"{_pct(r.recovered_pct)} % of the effect"
         if v == "wrong sign":
-            parts.append(f"{r.workload}: the wrong sign ({_pct(r.recovered_pct)} %: the average naive estimate points "
-                         "the other way, its 95 % CI excludes zero)")
+            parts.append(
+                f"{r.workload}: the wrong sign ({_pct(r.recovered_pct)} %: the average naive estimate points "
+                "the other way, its 95 % CI excludes zero)"
+            )
         elif v == "sign not resolved":
             parts.append(f"{r.workload}: {pct}, sign not resolved (95 % CI holds zero)")
         else:
@@ -318,14 +381,18 @@ def recommendation(res: ASRStudyResult, summary: pd.DataFrame | None = None) -> 
             continue
         t = cfg.test(factor)
         fixed = f"every replica {t.policy.upper()}" if factor == "routing" else f"router {t.router}"
-        lines.append(f"**{factor.capitalize()} test: {t.control} → {t.treatment} ({fixed}; {cfg.n_replicas} "
-                     f"replicas, load ρ = {cfg.rho:g} of capacity, {reps} experiments of {cfg.n_requests} requests per "
-                     f"design; 95 % CIs).**")
+        lines.append(
+            f"**{factor.capitalize()} test: {t.control} → {t.treatment} ({fixed}; {cfg.n_replicas} "
+            f"replicas, load ρ = {cfg.rho:g} of capacity, {reps} experiments of {cfg.n_requests} requests per "
+            f"design; 95 % CIs).**"
+        )
         cells = []
         for (m, st), g in sf.groupby(["metric", "stat"], sort=False):
             tr = res.truth[(res.truth.factor == factor) & (res.truth.metric == m) & (res.truth.stat == st)]
-            eff = ", ".join(f"{r.workload} {_fmt_s(r.gte)} ± {_abs_s(1.96 * r.gte_se)} ({_pct(r.gte_pct, True)} %)"
-                            for r in tr.itertuples())
+            eff = ", ".join(
+                f"{r.workload} {_fmt_s(r.gte)} ± {_abs_s(1.96 * r.gte_se)} ({_pct(r.gte_pct, True)} %)"
+                for r in tr.itertuples()
+            )
             winners = []
             for w, gw in g.groupby("workload", sort=False):
                 b = gw.loc[gw["mse"].idxmin()]
@@ -339,14 +406,21 @@ def recommendation(res: ASRStudyResult, summary: pd.DataFrame | None = None) -> 
                 sel = [x[3] for x in res_w if x[1] == count.index[0]]
                 rel = float(np.median([r["rmse_pct"] for r in sel]))
                 cells.append((m, st, d, e, rel))
-                line += (f" Lowest MSE, clear of the others' CIs: **{e}** ({d} design) on {count.iloc[0]} of "
-                         f"{len(winners)} workloads (RMSE " + ", ".join(
-                             f"{_abs_s(r['rmse'])} [{_abs_s(r['rmse_ci_lo'])}, {_abs_s(r['rmse_ci_hi'])}]"
-                             for r in sel) + f", median {_pct(rel)} % of the effect).")
+                line += (
+                    f" Lowest MSE, clear of the others' CIs: **{e}** ({d} design) on {count.iloc[0]} of "
+                    f"{len(winners)} workloads (RMSE "
+                    + ", ".join(
+                        f"{_abs_s(r['rmse'])} [{_abs_s(r['rmse_ci_lo'])}, {_abs_s(r['rmse_ci_hi'])}]" for r in sel
+                    )
+                    + f", median {_pct(rel)} % of the effect)."
+                )
             tied = [x for x in winners if x[2]]
             if tied:
-                line += " Statistical tie (overlapping RMSE CIs) on " + "; ".join(
-                    f"{w}: {best} with {', '.join(ties)}" for w, best, ties, _ in tied) + "."
+                line += (
+                    " Statistical tie (overlapping RMSE CIs) on "
+                    + "; ".join(f"{w}: {best} with {', '.join(ties)}" for w, best, ties, _ in tied)
+                    + "."
+                )
             nv = g[g.estimator == "naive"]
             if len(nv):
                 line += " Naive request-level comparison: " + _naive_words(nv) + "."
@@ -369,26 +443,34 @@ def recommendation(res: ASRStudyResult, summary: pd.DataFrame | None = None) -> 
             if not n_stat:
                 continue
             if not c:
-                lines.append(f"- For {what} judged on {lab}: no design/estimator is clearly best at this experiment "
-                             f"length (overlapping RMSE CIs in every workload of the {n_stat} metric cells); more "
-                             "or longer experiments would be needed to separate them.")
+                lines.append(
+                    f"- For {what} judged on {lab}: no design/estimator is clearly best at this experiment "
+                    f"length (overlapping RMSE CIs in every workload of the {n_stat} metric cells); more "
+                    "or longer experiments would be needed to separate them."
+                )
                 continue
             top = pd.Series([f"{d}/{e}" for _, _, d, e, _ in c]).value_counts()
             d, e = top.index[0].split("/")
             rel = np.median([r for *_, r in c])
-            lines.append(f"- For {what} judged on {lab}: {_how(d, e, cfg)} had the lowest error, clear of the others, "
-                         f"in {top.iloc[0]} of {n_stat} metric cells (median RMSE {rel:.0f} % of the effect).")
+            lines.append(
+                f"- For {what} judged on {lab}: {_how(d, e, cfg)} had the lowest error, clear of the others, "
+                f"in {top.iloc[0]} of {n_stat} metric cells (median RMSE {rel:.0f} % of the effect)."
+            )
         sn = s[(s.factor == factor) & (s.estimator == "naive")]
         if len(sn):
             biased = int(((sn.bias_ci_lo > 0) | (sn.bias_ci_hi < 0)).sum())
             wrong = int(sum(sign_verdict(r) == "wrong sign" for _, r in sn.iterrows()))
-            lines.append(f"- The naive difference between request-level arms: bias CI excludes zero in {biased} of "
-                         f"{len(sn)} workload × metric cells, the wrong sign in {wrong}. (Both arms share the "
-                         "replicas, so each arm's routing changes the queues the other arm sees.)")
+            lines.append(
+                f"- The naive difference between request-level arms: bias CI excludes zero in {biased} of "
+                f"{len(sn)} workload × metric cells, the wrong sign in {wrong}. (Both arms share the "
+                "replicas, so each arm's routing changes the queues the other arm sees.)"
+            )
         if factor == "scheduling":
-            lines.append(f"- Request-level randomisation is not defined for a scheduling change (one queue orders both "
-                         f"arms); with {cfg.n_replicas} replicas the replica-level design has "
-                         f"{int(round(cfg.p * cfg.n_replicas))} treated units.")
+            lines.append(
+                f"- Request-level randomisation is not defined for a scheduling change (one queue orders both "
+                f"arms); with {cfg.n_replicas} replicas the replica-level design has "
+                f"{int(round(cfg.p * cfg.n_replicas))} treated units."
+            )
     return "\n".join(lines)
 
 
@@ -405,9 +487,11 @@ def _tail_lines(s: pd.DataFrame) -> list[str]:
     ss = s[(s.design == "bernoulli") & (s.estimator == "mixed_dq") & (s.stat == "p90")]
     biased = int(((ss.bias_ci_lo > 0) | (ss.bias_ci_hi < 0)).sum())
     spread = f"{ratio:.1f}x less spread than wDQ" if ratio >= 1 else f"{1 / ratio:.1f}x more spread than wDQ"
-    line = (f"- Tail metrics and Little's law. For means, wDQ and qDQ estimate the same quantity (median mixed-DQ "
-            f"weight α = {np.nanmedian(mm.alpha):.2f}). For P90, qDQ still estimates the *mean* effect; mixed DQ on "
-            f"P90 (median α = {np.nanmedian(mp.alpha):.2f}) is {spread}, recovers "
-            f"{_pct(float(np.median(mp.recovered_pct)))} % of the P90 effect (median over cells), its bias CI excludes zero in "
-            f"{biased} of {len(ss)} cells, and its 95 % interval holds the truth in {cov:.0f} % of experiments.")
+    line = (
+        f"- Tail metrics and Little's law. For means, wDQ and qDQ estimate the same quantity (median mixed-DQ "
+        f"weight α = {np.nanmedian(mm.alpha):.2f}). For P90, qDQ still estimates the *mean* effect; mixed DQ on "
+        f"P90 (median α = {np.nanmedian(mp.alpha):.2f}) is {spread}, recovers "
+        f"{_pct(float(np.median(mp.recovered_pct)))} % of the P90 effect (median over cells), its bias CI excludes zero in "
+        f"{biased} of {len(ss)} cells, and its 95 % interval holds the truth in {cov:.0f} % of experiments."
+    )
     return [line]

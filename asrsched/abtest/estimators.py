@@ -236,8 +236,15 @@ def switchback(traj: Trajectory, burn_in: float = 0.0, n_batches: int = 20, leve
         raise ValueError("traj.block: blocks must not decrease in arrival order (block = floor(arrival / block_len))")
     nb = min(n_batches, ub.size // 2)
     gstarts = ub[np.linspace(0, ub.size, nb + 1).astype(np.int64)[:-1]] if nb >= 1 else np.zeros(0, np.int64)
-    tot, grp = _kept_sums(arrival, block, float(traj.block_len), float(burn_in),
-                          np.ascontiguousarray(traj.response, np.float64), _as_z(traj.z), gstarts)
+    tot, grp = _kept_sums(
+        arrival,
+        block,
+        float(traj.block_len),
+        float(burn_in),
+        np.ascontiguousarray(traj.response, np.float64),
+        _as_z(traj.z),
+        gstarts,
+    )
     s, s1, n1, n = tot
     v = float("nan") if n1 == 0 or n1 == n else float(s1 / n1 - (s - s1) / (n - n1))
     if gstarts.size:
@@ -298,8 +305,7 @@ def _kept_sums(arrival, block, block_len, burn_in, w, z, gstarts):
     return (a, a1, c1, c), (gs, gs1, gn1, gn)
 
 
-def dq(traj: Trajectory, L: int | None = None, cost: str = "w", n_batches: int = 20,
-       level: float = 0.95) -> Estimate:
+def dq(traj: Trajectory, L: int | None = None, cost: str = "w", n_batches: int = 20, level: float = 0.95) -> Estimate:
     """Differences-in-Q with cost ``"w"`` (response time), ``"q"`` (number in system / total_rate) or ``"qt"``
     (its time integral); :func:`dq_family`'s ``f"{cost}dq"``."""
     if cost not in COSTS:
@@ -368,8 +374,9 @@ def _sweep_plan(traj: Trajectory, L, n_batches: int, alpha_batches: int, costs: 
     ka = max(3, min(int(alpha_batches), m // (5 * L)))
     ea, eb = _edges(m, n_batches), _edges(m, ka)
     seg = np.union1d(ea, eb)  # both batchings are unions of these segments
-    return dict(L=L, seg=seg, ia=np.searchsorted(seg, ea[:-1]), ib=np.searchsorted(seg, eb[:-1]),
-                na=np.diff(ea), nb=np.diff(eb))
+    return dict(
+        L=L, seg=seg, ia=np.searchsorted(seg, ea[:-1]), ib=np.searchsorted(seg, eb[:-1]), na=np.diff(ea), nb=np.diff(eb)
+    )
 
 
 def _family_from_sums(plan: dict, sums: dict, costs: tuple, level: float, alpha) -> dict[str, Estimate]:
@@ -397,8 +404,15 @@ def _family_from_sums(plan: dict, sums: dict, costs: tuple, level: float, alpha)
     return out
 
 
-def dq_family(traj: Trajectory, L: int | None = None, n_batches: int = 20, alpha_batches: int = 100,
-              costs: tuple = ("w", "q"), level: float = 0.95, alpha="batch") -> dict[str, Estimate]:
+def dq_family(
+    traj: Trajectory,
+    L: int | None = None,
+    n_batches: int = 20,
+    alpha_batches: int = 100,
+    costs: tuple = ("w", "q"),
+    level: float = 0.95,
+    alpha="batch",
+) -> dict[str, Estimate]:
     """DQ with every cost in ``costs``, and mixed DQ of wDQ with each queue-length DQ, at horizon ``L``.
 
     Returns ``{"wdq", "qdq", "mixed_dq"}`` for the default costs; with ``"qt"`` also
@@ -466,8 +480,9 @@ def _sweep_sums2(Ca, oa, Cb, ob, Ls, z, bps, segs, nseg):
     return s, s1, n1
 
 
-def dq_sweep(traj: Trajectory, Ls, n_batches: int = 20, alpha_batches: int = 100, costs: tuple = ("w", "q"),
-             level: float = 0.95) -> dict[int, dict[str, Estimate]]:
+def dq_sweep(
+    traj: Trajectory, Ls, n_batches: int = 20, alpha_batches: int = 100, costs: tuple = ("w", "q"), level: float = 0.95
+) -> dict[int, dict[str, Estimate]]:
     """:func:`dq_family` at every horizon in ``Ls``: ``{L: {name: Estimate}}``, the same bits.
 
     The prefix sums are computed once, and each pair of costs is one compiled pass over the decisions
@@ -478,8 +493,9 @@ def dq_sweep(traj: Trajectory, Ls, n_batches: int = 20, alpha_batches: int = 100
     return dict(zip(Ls, _sweep(traj, Ls, n_batches, alpha_batches, costs, level, "batch")))
 
 
-def _sweep(traj: Trajectory, Ls: list, n_batches: int, alpha_batches: int, costs: tuple, level: float,
-           alpha) -> list[dict[str, Estimate]]:
+def _sweep(
+    traj: Trajectory, Ls: list, n_batches: int, alpha_batches: int, costs: tuple, level: float, alpha
+) -> list[dict[str, Estimate]]:
     """The DQ family at each horizon of ``Ls`` (distinct; ``None``: the default), in ``Ls``' order."""
     if not Ls:
         return []
@@ -529,16 +545,29 @@ def pilot_alpha(trajs, L: int | None = None) -> float:
     return optimal_alpha(np.array([f["wdq"].value for f in fams]), np.array([f["qdq"].value for f in fams]))
 
 
-def mixed_dq(traj: Trajectory, L: int | None = None, alpha="batch", n_batches: int = 20,
-             level: float = 0.95, alpha_batches: int = 100) -> Estimate:
+def mixed_dq(
+    traj: Trajectory,
+    L: int | None = None,
+    alpha="batch",
+    n_batches: int = 20,
+    level: float = 0.95,
+    alpha_batches: int = 100,
+) -> Estimate:
     """Mixed DQ, ``alpha*wDQ + (1-alpha)*qDQ``; alpha estimated in the experiment (``"batch"``: wDQ and
     qDQ on ``alpha_batches`` contiguous batches, fewer if a batch would hold under ``5 * L`` decisions,
     never fewer than 3, then :func:`optimal_alpha`) or fixed."""
     return dq_family(traj, L, n_batches, alpha_batches, ("w", "q"), level, alpha)["mixed_dq"]
 
 
-def estimate_all(traj: Trajectory, L: int | None = None, n_batches: int = 20, burn_in: float = 0.0,
-                 alpha="batch", level: float = 0.95, alpha_batches: int = 100) -> dict[str, Estimate]:
+def estimate_all(
+    traj: Trajectory,
+    L: int | None = None,
+    n_batches: int = 20,
+    burn_in: float = 0.0,
+    alpha="batch",
+    level: float = 0.95,
+    alpha_batches: int = 100,
+) -> dict[str, Estimate]:
     """Every estimator that applies to the trajectory's design.
 
     bernoulli -> naive, qdq, wdq, mixed_dq; group -> group; switchback -> switchback.

@@ -89,11 +89,14 @@ __all__ = [
 ]
 
 FACTORS = ("routing", "scheduling")
-FLEET_DESIGNS = {"routing": ("bernoulli", "group", "switchback", "control", "treatment"),
-           "scheduling": ("replica", "switchback", "control", "treatment")}
+FLEET_DESIGNS = {
+    "routing": ("bernoulli", "group", "switchback", "control", "treatment"),
+    "scheduling": ("replica", "switchback", "control", "treatment"),
+}
 
 
 # ----------------------------------------------------------------------------- designs
+
 
 @dataclass(frozen=True)
 class ABTest:
@@ -124,10 +127,14 @@ class ABTest:
         if self.design not in FLEET_DESIGNS[self.factor]:
             hint = ""
             if self.factor == "scheduling" and self.design in ("bernoulli", "group"):
-                hint = (" (request-level randomisation of a per-replica scheduling policy is ill-defined: one "
-                        "waiting queue orders both arms' requests; use 'replica' or 'switchback')")
-            raise ValueError(f"design: {self.design!r} not allowed for a {self.factor} test; allowed: "
-                             f"{', '.join(FLEET_DESIGNS[self.factor])}{hint}")
+                hint = (
+                    " (request-level randomisation of a per-replica scheduling policy is ill-defined: one "
+                    "waiting queue orders both arms' requests; use 'replica' or 'switchback')"
+                )
+            raise ValueError(
+                f"design: {self.design!r} not allowed for a {self.factor} test; allowed: "
+                f"{', '.join(FLEET_DESIGNS[self.factor])}{hint}"
+            )
         if not isinstance(n_replicas, (int, np.integer)) or isinstance(n_replicas, bool) or n_replicas < 1:
             raise ValueError(f"n_replicas: need an integer >= 1, got {n_replicas!r}")
         if not (isinstance(self.p, (int, float)) and 0 < self.p < 1):
@@ -148,8 +155,10 @@ class ABTest:
         if self.design in ("group", "replica"):
             m = int(round(self.p * n_replicas))
             if not 1 <= m <= n_replicas - 1:
-                raise ValueError(f"n_replicas: the {self.design} design splits replicas round(p*N) = {m} vs "
-                                 f"{n_replicas - m}; need at least one replica per arm (N >= 2 and p not extreme)")
+                raise ValueError(
+                    f"n_replicas: the {self.design} design splits replicas round(p*N) = {m} vs "
+                    f"{n_replicas - m}; need at least one replica per arm (N >= 2 and p not extreme)"
+                )
         return self
 
     def replace(self, **kw) -> ABTest:
@@ -173,6 +182,7 @@ class ABTest:
 
 # ----------------------------------------------------------------------------- result
 
+
 @dataclass(kw_only=True)
 class ExperimentResult(FleetResult):
     """Output of :func:`run_experiment`: a :class:`~asrsched.sim.fleet.FleetResult` and the design's realisation.
@@ -191,8 +201,15 @@ class ExperimentResult(FleetResult):
         """Requests, share and mean/P90 E2EL and TTFT per arm (measured requests)."""
         m = self.measured
         g = m.groupby("z")
-        out = pd.DataFrame({"requests": g.size(), "mean_e2el_s": g.e2el.mean(), "p90_e2el_s": g.e2el.quantile(0.9),
-                            "mean_ttft_s": g.ttft.mean(), "p90_ttft_s": g.ttft.quantile(0.9)})
+        out = pd.DataFrame(
+            {
+                "requests": g.size(),
+                "mean_e2el_s": g.e2el.mean(),
+                "p90_e2el_s": g.e2el.quantile(0.9),
+                "mean_ttft_s": g.ttft.mean(),
+                "p90_ttft_s": g.ttft.quantile(0.9),
+            }
+        )
         out["share"] = out["requests"] / out["requests"].sum()
         return out
 
@@ -221,24 +238,52 @@ class ExperimentResult(FleetResult):
         kw: dict[str, Any] = dict(server=r["replica"].to_numpy(np.int64))
         if sb:
             kw.update(block=r["block"].to_numpy(np.int64))
-        full = Trajectory.from_records(arr, fin, r["z"].to_numpy(np.int8), total_rate=self.total_rate, t_start=self.warmup_s,
-                                       t_end=float(arr.max()), **kw)
+        full = Trajectory.from_records(
+            arr,
+            fin,
+            r["z"].to_numpy(np.int8),
+            total_rate=self.total_rate,
+            t_start=self.warmup_s,
+            t_end=float(arr.max()),
+            **kw,
+        )
         keep = full.arrival >= self.warmup_s
         if keep.sum() < 2:
             raise ValueError(f"warmup_s: {self.warmup_s} s leaves fewer than 2 measured requests")
         return Trajectory(
-            arrival=full.arrival[keep], z=full.z[keep], response=full.response[keep],
-            n_before=full.n_before[keep], total_rate=self.total_rate, area=full.area, t_start=full.t_start, t_end=full.t_end,
-            block=full.block[keep] if sb else None, block_len=float(self.test.block_s) if sb else None,
-            server=full.server[keep], design=design, p=float(self.test.p),
-            meta=dict(metric=metric, factor=self.test.factor, design=self.test.design))
+            arrival=full.arrival[keep],
+            z=full.z[keep],
+            response=full.response[keep],
+            n_before=full.n_before[keep],
+            total_rate=self.total_rate,
+            area=full.area,
+            t_start=full.t_start,
+            t_end=full.t_end,
+            block=full.block[keep] if sb else None,
+            block_len=float(self.test.block_s) if sb else None,
+            server=full.server[keep],
+            design=design,
+            p=float(self.test.p),
+            meta=dict(metric=metric, factor=self.test.factor, design=self.test.design),
+        )
 
 
 # ----------------------------------------------------------------------------- driver
 
-def run_experiment(trace: Trace, test: ABTest, *, n_replicas: int = 4, service: ServiceModel | None = None,
-                   max_num_seqs: int = 32, seed: int = 0, warmup_s: float = 0.0, total_rate: float | None = None,
-                   policy_params: dict | None = None, engine: str = "auto") -> ExperimentResult:
+
+def run_experiment(
+    trace: Trace,
+    test: ABTest,
+    *,
+    n_replicas: int = 4,
+    service: ServiceModel | None = None,
+    max_num_seqs: int = 32,
+    seed: int = 0,
+    warmup_s: float = 0.0,
+    total_rate: float | None = None,
+    policy_params: dict | None = None,
+    engine: str = "auto",
+) -> ExperimentResult:
     """Run one A/B experiment (or a ground-truth arm) of ``test`` on ``trace`` (see module docstring).
 
     ``total_rate`` is the nominal total arrival rate (default: the trace's empirical rate);
@@ -271,8 +316,10 @@ def run_experiment(trace: Trace, test: ABTest, *, n_replicas: int = 4, service: 
     else:
         pols = [test.policy] * N
         routers = [(test.control, s_rc), (test.treatment, s_rt)]
-        cands = [[i for i in allr if replica_arm[i] == 0] if design == "group" else allr,
-                 [i for i in allr if replica_arm[i] == 1] if design == "group" else allr]
+        cands = [
+            [i for i in allr if replica_arm[i] == 0] if design == "group" else allr,
+            [i for i in allr if replica_arm[i] == 1] if design == "group" else allr,
+        ]
 
     n = len(trace)
     z = np.zeros(n, np.int8)
@@ -302,9 +349,18 @@ def run_experiment(trace: Trace, test: ABTest, *, n_replicas: int = 4, service: 
         z[:] = 1
     route_arm = z.astype(np.int64) if test.factor == "routing" else np.zeros(n, np.int64)
 
-    rec, events, used = run_fleet(trace, pols, routers, route_arm=route_arm, cands=cands, switches=switches,
-                                  service=service, max_num_seqs=max_num_seqs, policy_params=policy_params,
-                                  engine=engine)
+    rec, events, used = run_fleet(
+        trace,
+        pols,
+        routers,
+        route_arm=route_arm,
+        cands=cands,
+        switches=switches,
+        service=service,
+        max_num_seqs=max_num_seqs,
+        policy_params=policy_params,
+        engine=engine,
+    )
     rid = rec["rid"].to_numpy(np.int64)
     if design == "replica":
         z = replica_arm[rec["replica"].to_numpy(np.int64)].astype(np.int8)
@@ -314,8 +370,24 @@ def run_experiment(trace: Trace, test: ABTest, *, n_replicas: int = 4, service: 
     rec["block"] = block[rid]
     if total_rate is None:
         total_rate = float(trace.rate) if len(trace) > 1 and trace.arrival[-1] > trace.arrival[0] else 1.0
-    params = dict(test.to_dict(), n_replicas=N, max_num_seqs=int(max_num_seqs), service=service.name,
-                  seed=int(seed), engine=used, **{f"trace_{k}": v for k, v in trace.meta.items()})
-    return ExperimentResult(records=rec, n_replicas=N, total_rate=float(total_rate), warmup_s=float(warmup_s),
-                            seconds=time.perf_counter() - t0, events=events, params=params, test=test,
-                            replica_arm=replica_arm, block_arms=block_arms)
+    params = dict(
+        test.to_dict(),
+        n_replicas=N,
+        max_num_seqs=int(max_num_seqs),
+        service=service.name,
+        seed=int(seed),
+        engine=used,
+        **{f"trace_{k}": v for k, v in trace.meta.items()},
+    )
+    return ExperimentResult(
+        records=rec,
+        n_replicas=N,
+        total_rate=float(total_rate),
+        warmup_s=float(warmup_s),
+        seconds=time.perf_counter() - t0,
+        events=events,
+        params=params,
+        test=test,
+        replica_arm=replica_arm,
+        block_arms=block_arms,
+    )

@@ -55,6 +55,7 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- W(p): why DQ is biased
 
+
 def run_wp_point(scenario: str, p: float, k: int, study: dict, n_requests: int) -> dict:
     """Mean response time of the mixed system with a fraction ``p`` of jobs on the treatment policy.
 
@@ -72,13 +73,27 @@ def run_wp_point(scenario: str, p: float, k: int, study: dict, n_requests: int) 
         cfg = cfg.replace(design="bernoulli", p=float(p))
     c0 = time.process_time()
     tr = simulate_supermarket(cfg, task_seed(sc.seed, scenario, "wp", float(p), k), details=False, area_at=False)
-    return {"scenario": scenario, "p": float(p), "k": k, "mean_w": float(tr.response.mean()),
-            "se_w": batch_mean_se(tr.response), "n_requests": len(tr), "cpu_seconds": time.process_time() - c0}
+    return {
+        "scenario": scenario,
+        "p": float(p),
+        "k": k,
+        "mean_w": float(tr.response.mean()),
+        "se_w": batch_mean_se(tr.response),
+        "n_requests": len(tr),
+        "cpu_seconds": time.process_time() - c0,
+    }
 
 
-def run_wp_curve(study: StudyConfig, ps=(0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0), *,
-                 requests_per_point: int = 1_000_000, seeds: int = 1, workers: int | None = None, address=None,
-                 progress: bool = True) -> pd.DataFrame:
+def run_wp_curve(
+    study: StudyConfig,
+    ps=(0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0),
+    *,
+    requests_per_point: int = 1_000_000,
+    seeds: int = 1,
+    workers: int | None = None,
+    address=None,
+    progress: bool = True,
+) -> pd.DataFrame:
     """W(p) for every scenario of ``study`` at the treatment fractions ``ps`` (see :func:`run_wp_point`).
 
     Returns one row per (scenario, p): ``mean_w``, ``se_w`` (over ``seeds`` runs of
@@ -91,8 +106,12 @@ def run_wp_curve(study: StudyConfig, ps=(0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.
     if not isinstance(requests_per_point, (int, np.integer)) or requests_per_point < 10_000:
         raise ValueError(f"requests_per_point: need an integer >= 10000, got {requests_per_point!r}")
     sd = study.to_dict()
-    tasks = [dict(scenario=s, p=float(p), k=k, study=sd, n_requests=int(requests_per_point))
-             for s in study.scenarios for p in ps for k in range(int(seeds))]
+    tasks = [
+        dict(scenario=s, p=float(p), k=k, study=sd, n_requests=int(requests_per_point))
+        for s in study.scenarios
+        for p in ps
+        for k in range(int(seeds))
+    ]
     rows = run_tasks(run_wp_point, tasks, workers=workers, address=address, progress=progress, desc="W(p) curve")
     d = pd.DataFrame(rows)
     g = d.groupby(["scenario", "p"], sort=False)
@@ -103,8 +122,9 @@ def run_wp_curve(study: StudyConfig, ps=(0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.
     return out.sort_values(["scenario", "p"]).reset_index(drop=True)
 
 
-def wp_table(curve: pd.DataFrame, truth: pd.DataFrame, summary: pd.DataFrame | None = None,
-             p: float = 0.5) -> pd.DataFrame:
+def wp_table(
+    curve: pd.DataFrame, truth: pd.DataFrame, summary: pd.DataFrame | None = None, p: float = 0.5
+) -> pd.DataFrame:
     """Per scenario: the chord slope (GTE), the tangent slope dW/dp at ``p`` and DQ's mean estimates.
 
     ``chord`` = W(1) - W(0) from the curve (with its SE), ``tangent`` = the truth table's slope
@@ -117,8 +137,13 @@ def wp_table(curve: pd.DataFrame, truth: pd.DataFrame, summary: pd.DataFrame | N
     for s, g in curve.groupby("scenario", sort=False, observed=True):
         g = g.sort_values("p")
         w0, w1 = g.iloc[0], g.iloc[-1]
-        row = {"scenario": s, "w0": w0.mean_w, "w1": w1.mean_w, "chord": w1.mean_w - w0.mean_w,
-               "chord_se": float(np.hypot(w0.se_w, w1.se_w))}
+        row = {
+            "scenario": s,
+            "w0": w0.mean_w,
+            "w1": w1.mean_w,
+            "chord": w1.mean_w - w0.mean_w,
+            "chord_se": float(np.hypot(w0.se_w, w1.se_w)),
+        }
         if s in t.index and "slope" in t and np.isfinite(t.loc[s].get("slope", np.nan)):
             row["tangent"], row["tangent_se"], row["tangent_from"] = t.loc[s, "slope"], t.loc[s, "slope_se"], "p±h runs"
         else:
@@ -151,26 +176,49 @@ SEARCH_GRID = {
 COST_LABELS = {"q": "queue length at arrivals", "qt": "time-integral of queue length over the horizon"}
 
 
-def run_search_rep(lam: float, control: str, treatment: str, rep: int, study: dict, L_factors: tuple,
-                   costs: tuple) -> list[dict]:
+def run_search_rep(
+    lam: float, control: str, treatment: str, rep: int, study: dict, L_factors: tuple, costs: tuple
+) -> list[dict]:
     """One Bernoulli experiment of the search: wDQ, each queue-length DQ and each mixed DQ at every L."""
     keep_freed_memory()
     sc = StudyConfig.from_dict(study)
     cfg = sc.base.replace(lam=float(lam), control=control, treatment=treatment, design="bernoulli")
     L0 = default_L(cfg.total_rate)
-    tr = simulate_supermarket(cfg, task_seed(sc.seed, "search", float(lam), control, treatment, rep), details=False,
-                  area_at="qt" in costs)
+    tr = simulate_supermarket(
+        cfg, task_seed(sc.seed, "search", float(lam), control, treatment, rep), details=False, area_at="qt" in costs
+    )
     fac = {max(1, int(round(f * L0))): float(f) for f in L_factors}  # L -> its nominal factor
     rows = []
     for L, fam in dq_sweep(tr, sorted(fac), sc.n_batches, sc.alpha_batches, costs=("w", *costs)).items():
         for name, e in fam.items():
-            rows.append({"lam": float(lam), "control": control, "treatment": treatment, "rep": rep, "L": L,
-                         "L_factor": fac[L], "estimator": name, "estimate": e.value, "alpha": e.alpha})
+            rows.append(
+                {
+                    "lam": float(lam),
+                    "control": control,
+                    "treatment": treatment,
+                    "rep": rep,
+                    "L": L,
+                    "L_factor": fac[L],
+                    "estimator": name,
+                    "estimate": e.value,
+                    "alpha": e.alpha,
+                }
+            )
     return rows
 
 
-def scenario_search(study: StudyConfig, *, lams=None, pairs=None, L_factors=None, costs=None, reps: int = 30,
-                    workers: int | None = None, address=None, progress: bool = True) -> pd.DataFrame:
+def scenario_search(
+    study: StudyConfig,
+    *,
+    lams=None,
+    pairs=None,
+    L_factors=None,
+    costs=None,
+    reps: int = 30,
+    workers: int | None = None,
+    address=None,
+    progress: bool = True,
+) -> pd.DataFrame:
     """Replications of a Bernoulli experiment over (lambda, policy pair): raw DQ-family estimates.
 
     The system is ``study.base`` (N, p, experiment length) with the per-server load and the
@@ -185,13 +233,27 @@ def scenario_search(study: StudyConfig, *, lams=None, pairs=None, L_factors=None
         raise ValueError(f"reps: need an integer >= 3 replications per cell, got {reps!r}")
     for c in g["costs"]:
         if c not in COSTS or c == "w":
-            raise ValueError(f"costs: queue-length costs must be among {tuple(x for x in COSTS if x != 'w')}, got {c!r}")
+            raise ValueError(
+                f"costs: queue-length costs must be among {tuple(x for x in COSTS if x != 'w')}, got {c!r}"
+            )
     for lam in g["lams"]:
         for c, t in g["pairs"]:
             study.base.replace(lam=float(lam), control=c, treatment=t).validate()
     sd = study.to_dict()
-    tasks = [dict(lam=float(lam), control=c, treatment=t, rep=r, study=sd, L_factors=tuple(g["L_factors"]),
-                  costs=tuple(g["costs"])) for lam in g["lams"] for c, t in g["pairs"] for r in range(reps)]
+    tasks = [
+        dict(
+            lam=float(lam),
+            control=c,
+            treatment=t,
+            rep=r,
+            study=sd,
+            L_factors=tuple(g["L_factors"]),
+            costs=tuple(g["costs"]),
+        )
+        for lam in g["lams"]
+        for c, t in g["pairs"]
+        for r in range(reps)
+    ]
     done = run_tasks(run_search_rep, tasks, workers=workers, address=address, progress=progress, desc="scenario search")
     rows = [row for res in done for row in res]
     return pd.DataFrame(rows)
@@ -221,20 +283,41 @@ def search_table(raw: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.Dat
                 lo, hi = percentile_ci(np.minimum(sds[:, 0], sds[:, 1]) / sds[:, 2])
             s = X.std(axis=0, ddof=1)
             cv = np.cov(X[:, 0], X[:, 1], ddof=1)
-            out.append({"lam": lam, "control": c, "treatment": t, "L": int(L),
-                        "L_factor": float(g.L_factor.iloc[0]), "cost": cost, "sd_wdq": s[0], "sd_qdq": s[1],
-                        "sd_mixed": s[2], "gain": min(s[0], s[1]) / s[2],
-                        "gain_ci_lo": lo, "gain_ci_hi": hi,
-                        "corr": float(cv[0, 1] / np.sqrt(cv[0, 0] * cv[1, 1])), "gain_bound": gain_bound(cv),
-                        "alpha_mean": float(g[g.estimator == mix].alpha.mean()), "reps": R})
+            out.append(
+                {
+                    "lam": lam,
+                    "control": c,
+                    "treatment": t,
+                    "L": int(L),
+                    "L_factor": float(g.L_factor.iloc[0]),
+                    "cost": cost,
+                    "sd_wdq": s[0],
+                    "sd_qdq": s[1],
+                    "sd_mixed": s[2],
+                    "gain": min(s[0], s[1]) / s[2],
+                    "gain_ci_lo": lo,
+                    "gain_ci_hi": hi,
+                    "corr": float(cv[0, 1] / np.sqrt(cv[0, 0] * cv[1, 1])),
+                    "gain_bound": gain_bound(cv),
+                    "alpha_mean": float(g[g.estimator == mix].alpha.mean()),
+                    "reps": R,
+                }
+            )
     return pd.DataFrame(out).sort_values("gain", ascending=False).reset_index(drop=True)
 
 
 # ----------------------------------------------------------------------------- the committed full run
 
 #: the full study of notebook 05 (``QUICK = False``): what ``python -m asrsched.abtest.full_run --full`` runs
-FULL = {"reps": 100, "truth_requests": 4_000_000, "n_requests": 500_000, "wp_requests": 2_000_000, "wp_seeds": 2,
-        "search_reps": 40, "search_requests": 500_000}
+FULL = {
+    "reps": 100,
+    "truth_requests": 4_000_000,
+    "n_requests": 500_000,
+    "wp_requests": 2_000_000,
+    "wp_seeds": 2,
+    "search_reps": 40,
+    "search_requests": 500_000,
+}
 
 
 def full_run_provenance(command: str | None = None, params: dict | None = None, load_start=None) -> dict:
@@ -246,13 +329,26 @@ def full_run_provenance(command: str | None = None, params: dict | None = None, 
 
     from asrsched.core.provenance import provenance as _provenance
 
-    return _provenance(command or " ".join(shlex.quote(a) for a in ["python", "-m", "asrsched.abtest.full_run",
-                                                                      *sys.argv[1:]]),
-                       params, load_start=load_start, paths=("asrsched",))
+    return _provenance(
+        command or " ".join(shlex.quote(a) for a in ["python", "-m", "asrsched.abtest.full_run", *sys.argv[1:]]),
+        params,
+        load_start=load_start,
+        paths=("asrsched",),
+    )
 
 
-def write_full_run(out, study: StudyConfig, *, wp_requests: int, wp_seeds: int, search_reps: int, search_requests: int,
-                   workers: int | None = None, progress: bool = True, command: str | None = None) -> Path:
+def write_full_run(
+    out,
+    study: StudyConfig,
+    *,
+    wp_requests: int,
+    wp_seeds: int,
+    search_reps: int,
+    search_requests: int,
+    workers: int | None = None,
+    progress: bool = True,
+    command: str | None = None,
+) -> Path:
     """Run the study, the W(p) curves and the scenario search; write every table and ``run.json`` into ``out``.
 
     Files: ``summary.csv``, ``claims.csv``, ``claims.md``, ``truth.csv``, ``truth_runs.csv``,
@@ -281,18 +377,33 @@ def write_full_run(out, study: StudyConfig, *, wp_requests: int, wp_seeds: int, 
     claims = claims_table(summary, res)
     wp = wp_table(curve, res.truth, summary, study.base.p)
     search = search_table(raw)
-    tables = {"summary": summary, "claims": claims, "truth": res.truth, "truth_runs": res.truth_runs,
-              "ablation": ablation_table(res), "switchback": switchback_table(res),
-              "coverage": coverage_table(summary), "little": res.little, "wp_curve": curve, "wp": wp,
-              "search": search}
+    tables = {
+        "summary": summary,
+        "claims": claims,
+        "truth": res.truth,
+        "truth_runs": res.truth_runs,
+        "ablation": ablation_table(res),
+        "switchback": switchback_table(res),
+        "coverage": coverage_table(summary),
+        "little": res.little,
+        "wp_curve": curve,
+        "wp": wp,
+        "search": search,
+    }
     for name, df in tables.items():
         df.to_csv(out / f"{name}.csv", index=False)
     res.estimates.to_csv(out / "estimates.csv.gz", index=False)
     raw.to_csv(out / "search_raw.csv.gz", index=False)
     (out / "claims.md").write_text(claims_markdown(claims, summary, res.truth, wp) + "\n")
-    params = {"study": study.to_dict(), "wp_requests": wp_requests, "wp_seeds": wp_seeds, "search_reps": search_reps,
-              "search_requests": search_requests, "search_grid": {k: list(v) for k, v in SEARCH_GRID.items()},
-              "workers": workers}
+    params = {
+        "study": study.to_dict(),
+        "wp_requests": wp_requests,
+        "wp_seeds": wp_seeds,
+        "search_reps": search_reps,
+        "search_requests": search_requests,
+        "search_grid": {k: list(v) for k, v in SEARCH_GRID.items()},
+        "workers": workers,
+    }
     run = full_run_provenance(command, params, load0)
     run["timings"] = timings
     (out / "run.json").write_text(json.dumps(run, indent=2, default=json_default) + "\n")
@@ -323,12 +434,24 @@ class FullRun:
 def load_full_run(folder) -> FullRun:
     """Read a folder written by :func:`write_full_run` (raises ``FileNotFoundError`` naming what is missing)."""
     folder = Path(folder)
-    need = ["run.json", "estimates.csv.gz", "truth.csv", "truth_runs.csv", "little.csv", "summary.csv", "claims.csv",
-            "wp_curve.csv", "wp.csv", "search.csv"]
+    need = [
+        "run.json",
+        "estimates.csv.gz",
+        "truth.csv",
+        "truth_runs.csv",
+        "little.csv",
+        "summary.csv",
+        "claims.csv",
+        "wp_curve.csv",
+        "wp.csv",
+        "search.csv",
+    ]
     missing = [f for f in need if not (folder / f).exists()]
     if missing:
-        raise FileNotFoundError(f"{folder}: no committed full run here (missing {', '.join(missing)}); "
-                                "write one with `python -m asrsched.abtest.full_run --full --out <folder>`")
+        raise FileNotFoundError(
+            f"{folder}: no committed full run here (missing {', '.join(missing)}); "
+            "write one with `python -m asrsched.abtest.full_run --full --out <folder>`"
+        )
     run = json.loads((folder / "run.json").read_text())
     sc = StudyConfig.from_dict(run["parameters"]["study"])
     est = pd.read_csv(folder / "estimates.csv.gz")
@@ -336,8 +459,15 @@ def load_full_run(folder) -> FullRun:
     est["headline"] = est["headline"].astype(bool)
     rd = lambda n: pd.read_csv(folder / f"{n}.csv")  # noqa: E731
     t = run.get("timings", {})
-    res = StudyResult(sc, est, rd("truth"), rd("little"), rd("truth_runs"), float(t.get("study_seconds", np.nan)),
-                      float(t.get("study_cpu_seconds", np.nan)))
+    res = StudyResult(
+        sc,
+        est,
+        rd("truth"),
+        rd("little"),
+        rd("truth_runs"),
+        float(t.get("study_seconds", np.nan)),
+        float(t.get("study_cpu_seconds", np.nan)),
+    )
     return FullRun(folder, run, res, rd("summary"), rd("claims"), rd("wp_curve"), rd("wp"), rd("search"))
 
 
@@ -347,9 +477,11 @@ def main(argv=None) -> int:
     import shlex
     import sys
 
-    ap = argparse.ArgumentParser(prog="python -m asrsched.abtest.full_run",
-                                 description="Run notebook 05's estimator study with W(p) curves and the scenario "
-                                             "search, and write its tables plus run.json (provenance) to --out.")
+    ap = argparse.ArgumentParser(
+        prog="python -m asrsched.abtest.full_run",
+        description="Run notebook 05's estimator study with W(p) curves and the scenario "
+        "search, and write its tables plus run.json (provenance) to --out.",
+    )
     ap.add_argument("--full", action="store_true", help=f"the full study: {FULL}")
     ap.add_argument("--out", required=True, help="output folder (e.g. figures/05_ab_estimators/full)")
     ap.add_argument("--reps", type=int, help="replications per scenario (default 100 with --full, else 10)")
@@ -362,8 +494,15 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     a = ap.parse_args(argv)
-    small = {"reps": 10, "truth_requests": 1_000_000, "n_requests": 500_000, "wp_requests": 500_000, "wp_seeds": 1,
-             "search_reps": 10, "search_requests": 200_000}
+    small = {
+        "reps": 10,
+        "truth_requests": 1_000_000,
+        "n_requests": 500_000,
+        "wp_requests": 500_000,
+        "wp_seeds": 1,
+        "search_reps": 10,
+        "search_requests": 200_000,
+    }
     d = dict(FULL if a.full else small)
     for k in ("reps", "truth_requests", "n_requests", "wp_requests", "search_reps", "search_requests"):
         if getattr(a, k) is not None:
@@ -371,12 +510,22 @@ def main(argv=None) -> int:
     base = StudyConfig().base.replace(n_requests=int(d["n_requests"]))
     study = StudyConfig(base=base, reps=int(d["reps"]), truth_requests=int(d["truth_requests"]), seed=a.seed)
     cmd = " ".join(shlex.quote(x) for x in ["python", "-m", "asrsched.abtest.full_run", *(argv or sys.argv[1:])])
-    out = write_full_run(a.out, study, wp_requests=int(d["wp_requests"]), wp_seeds=int(d["wp_seeds"]),
-                         search_reps=int(d["search_reps"]), search_requests=int(d["search_requests"]), workers=a.workers,
-                         progress=not a.quiet, command=cmd)
+    out = write_full_run(
+        a.out,
+        study,
+        wp_requests=int(d["wp_requests"]),
+        wp_seeds=int(d["wp_seeds"]),
+        search_reps=int(d["search_reps"]),
+        search_requests=int(d["search_requests"]),
+        workers=a.workers,
+        progress=not a.quiet,
+        command=cmd,
+    )
     run = json.loads((out / "run.json").read_text())
-    print(f"wrote {out}: study {run['timings']['study_seconds']:.1f} s wall, "
-          f"{run['timings']['study_cpu_seconds']:.0f} CPU-s")
+    print(
+        f"wrote {out}: study {run['timings']['study_seconds']:.1f} s wall, "
+        f"{run['timings']['study_cpu_seconds']:.0f} CPU-s"
+    )
     return 0
 
 

@@ -280,8 +280,9 @@ def _check_pod_stability(name: str, d: int, rates: np.ndarray, total: float) -> 
             )
 
 
-def simulate_supermarket(cfg: SystemConfig, seed: int = 0, *, details: bool = True, area_at: bool = True, _scan_max: int = 64,
-             _kernel=None) -> Trajectory:
+def simulate_supermarket(
+    cfg: SystemConfig, seed: int = 0, *, details: bool = True, area_at: bool = True, _scan_max: int = 64, _kernel=None
+) -> Trajectory:
     """Simulate one experiment; returns its :class:`Trajectory` (validated before any work).
 
     ``seed`` fixes everything (arrivals, services, sampling, assignments): the same
@@ -298,9 +299,23 @@ def simulate_supermarket(cfg: SystemConfig, seed: int = 0, *, details: bool = Tr
     rates = cfg.rate_array
     code = _DESIGN_CODE[cfg.design]
     group = cfg.group_mask().astype(np.int8) if cfg.design == "group" else np.zeros(cfg.n_servers, np.int8)
-    args = (int(cfg.n_requests), int(cfg.warmup_requests), rates, float(cfg.total_rate), float(cfg.amp), float(cfg.period),
-            SERVICE_KINDS.index(cfg.service), float(cfg.pareto_shape), int(d0), int(d1), int(code), float(cfg.p),
-            group, float(cfg.block_len), bool(cfg.alternate))
+    args = (
+        int(cfg.n_requests),
+        int(cfg.warmup_requests),
+        rates,
+        float(cfg.total_rate),
+        float(cfg.amp),
+        float(cfg.period),
+        SERVICE_KINDS.index(cfg.service),
+        float(cfg.pareto_shape),
+        int(d0),
+        int(d1),
+        int(code),
+        float(cfg.p),
+        group,
+        float(cfg.block_len),
+        bool(cfg.alternate),
+    )
     st = _rng.state(int(seed))
     keep = (1 if details else 0) | (2 if area_at else 0)
     out = (_kernel or _simulate)(*args, float(cfg.delay), st, int(_scan_max), keep)
@@ -391,7 +406,7 @@ def _simulate(n_requests, n_warm, rates, total_rate, amp, period, svc_kind, shap
     # server pools: pool 0 = control servers, pool 1 = treatment servers (group design);
     # otherwise both pools hold all servers.
     pools = np.empty((2, N), np.int64)  # row z: the servers arm z routes to (indexed by row: the loop never
-    m0 = 0                              # rebinds an array variable)
+    m0 = 0  # rebinds an array variable)
     m1 = 0
     for s in range(N):
         if design != 1 or group[s] == 0:

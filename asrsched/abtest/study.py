@@ -109,7 +109,6 @@ SCENARIOS = {
 }
 
 
-
 def scenario_config(name: str, base: SystemConfig) -> SystemConfig:
     """The system of scenario ``name`` built on ``base`` (N, lam, policies, p, n_requests)."""
     if name not in SCENARIOS:
@@ -138,8 +137,11 @@ class StudyConfig:
     modifies it via :func:`scenario_config`. ``L=None`` uses ``30 * N * lam``.
     """
 
-    base: SystemConfig = field(default_factory=lambda: SystemConfig(
-        n_servers=20, lam=0.8, control="random", treatment="pod2", p=0.5, n_requests=500_000, warmup_requests=20_000))
+    base: SystemConfig = field(
+        default_factory=lambda: SystemConfig(
+            n_servers=20, lam=0.8, control="random", treatment="pod2", p=0.5, n_requests=500_000, warmup_requests=20_000
+        )
+    )
     scenarios: tuple = tuple(SCENARIOS)
     reps: int = 24
     L: int | None = None
@@ -172,14 +174,16 @@ class StudyConfig:
         if max(int(round(f * L)) for f in (*self.L_factors, 1.0)) * 4 * self.n_batches > self.base.n_requests:
             raise ValueError(
                 f"n_requests: {self.base.n_requests} jobs is too short for L up to {max(self.L_factors) * L:g} with "
-                f"{self.n_batches} batches (need n_requests >= 4 * L * n_batches)")
+                f"{self.n_batches} batches (need n_requests >= 4 * L * n_batches)"
+            )
         if not isinstance(self.n_batches, (int, np.integer)) or self.n_batches < 2:
             raise ValueError(f"n_batches: need an integer >= 2, got {self.n_batches!r}")
         if not isinstance(self.alpha_batches, (int, np.integer)) or self.alpha_batches < 3:
             raise ValueError(f"alpha_batches: need an integer >= 3, got {self.alpha_batches!r}")
         if not (self.block_len > 0 and 0 <= self.burn_in < self.block_len):
-            raise ValueError(f"burn_in: need 0 <= burn_in < block_len, got burn_in={self.burn_in}, "
-                             f"block_len={self.block_len}")
+            raise ValueError(
+                f"burn_in: need 0 <= burn_in < block_len, got burn_in={self.burn_in}, block_len={self.block_len}"
+            )
         if any(not (b > 0) for b in self.sb_blocks):
             raise ValueError(f"sb_blocks: block lengths must be > 0, got {self.sb_blocks!r}")
         if not isinstance(self.truth_requests, (int, np.integer)) or self.truth_requests < 10_000:
@@ -211,14 +215,23 @@ class StudyConfig:
         """
         sd = self.to_dict()
         groups = shared_systems(self)
-        reps = [dict(scenario=s, rep=r, study=sd, **({"also": also} if also else {}))
-                for s, also in groups.items() for r in range(self.reps)]
+        reps = [
+            dict(scenario=s, rep=r, study=sd, **({"also": also} if also else {}))
+            for s, also in groups.items()
+            for r in range(self.reps)
+        ]
         arms = ["control", "treatment"] + (["p_minus", "p_plus"] if self.slope_h else [])
         truth = [dict(scenario=s, arm=a, k=k, study=sd) for s in groups for a in arms for k in range(self.truth_seeds)]
-        every = [dict(fn=fn.__name__, task=t) for fn, tlist in ((run_truth, truth), (run_replication, reps))
-                 for t in tlist]
-        return StudyPlan(_study_task, every, prefix="abtest", desc="truth runs and replications",
-                         context={"groups": groups, "n_truth": len(truth)})
+        every = [
+            dict(fn=fn.__name__, task=t) for fn, tlist in ((run_truth, truth), (run_replication, reps)) for t in tlist
+        ]
+        return StudyPlan(
+            _study_task,
+            every,
+            prefix="abtest",
+            desc="truth runs and replications",
+            context={"groups": groups, "n_truth": len(truth)},
+        )
 
     def assemble(self, plan: StudyPlan, results: list, seconds: float) -> StudyResult:
         """The :class:`StudyResult` of :func:`~asrsched.sim.parallel.run_study` from the tasks of :meth:`plan`."""
@@ -232,10 +245,23 @@ class StudyConfig:
         # every scenario gets its system's truth runs, in the study's scenario order; ``system`` names the scenario
         # whose runs they are, and a shared run's CPU time is counted once (on its own scenario's rows)
         of = {s: first for first, also in groups.items() for s in (first, *also)}
-        truth_runs = pd.DataFrame([dict(r, scenario=s, system=of[s], cpu_seconds=r["cpu_seconds"] if s == of[s] else 0.0)
-                                   for s in self.scenarios for r in truth if r["scenario"] == of[s]])
-        return StudyResult(self, est.sort_values(["scenario", "rep"]).reset_index(drop=True),
-                           _truth_table(truth_runs, self), pd.DataFrame(little), truth_runs, seconds, cpu)
+        truth_runs = pd.DataFrame(
+            [
+                dict(r, scenario=s, system=of[s], cpu_seconds=r["cpu_seconds"] if s == of[s] else 0.0)
+                for s in self.scenarios
+                for r in truth
+                if r["scenario"] == of[s]
+            ]
+        )
+        return StudyResult(
+            self,
+            est.sort_values(["scenario", "rep"]).reset_index(drop=True),
+            _truth_table(truth_runs, self),
+            pd.DataFrame(little),
+            truth_runs,
+            seconds,
+            cpu,
+        )
 
     @classmethod
     def from_dict(cls, d: dict) -> StudyConfig:
@@ -254,8 +280,11 @@ def _switchback_plan(scenario: str, sc: StudyConfig) -> list[tuple[float, float,
     """``(block length, burn-in, headline)`` of every switchback estimate that ``scenario`` reports, in order."""
     if scenario != "switchback":
         return [(float(sc.block_len), float(sc.burn_in), True)]
-    return [(float(b), float(burn), b == sc.block_len and (burn == sc.burn_in or burn == 0.25 * b))
-            for b in sc.sb_blocks for burn in (0.0, 0.25 * b)]
+    return [
+        (float(b), float(burn), b == sc.block_len and (burn == sc.burn_in or burn == 0.25 * b))
+        for b in sc.sb_blocks
+        for burn in (0.0, 0.25 * b)
+    ]
 
 
 def shared_systems(study: StudyConfig) -> dict[str, tuple[str, ...]]:
@@ -296,8 +325,10 @@ def run_replication(scenario: str, rep: int, study: dict, also: tuple = (), *, _
     cfg = scenario_config(scenario, sc.base)
     for o in also:
         if scenario_config(o, sc.base) != cfg:
-            raise ValueError(f"also: scenario {o!r} simulates another system than {scenario!r}; "
-                             "only scenarios with the same system share a replication")
+            raise ValueError(
+                f"also: scenario {o!r} simulates another system than {scenario!r}; "
+                "only scenarios with the same system share a replication"
+            )
     names = (scenario, *also)
     L0 = sc.L_default
     rows, little = [], []
@@ -306,14 +337,19 @@ def run_replication(scenario: str, rep: int, study: dict, also: tuple = (), *, _
     # 1. Bernoulli(p) job-level experiment
     simulate_, dq_sweep_ = _paths or (simulate_supermarket, dq_sweep)
     kw = dict(details=False, area_at=False)
-    tr = simulate_(cfg.replace(design="bernoulli"), task_seed(sc.seed, scenario, rep, "bernoulli"),
-                  **(dict(kw, area_at=True) if "qt" in sc.costs else kw))
+    tr = simulate_(
+        cfg.replace(design="bernoulli"),
+        task_seed(sc.seed, scenario, rep, "bernoulli"),
+        **(dict(kw, area_at=True) if "qt" in sc.costs else kw),
+    )
     little.append(dict(littles_law(tr), design="bernoulli"))
     e = naive(tr, sc.n_batches)
     rows.append(dict(e.as_dict(), L=np.nan))
     factors = sorted(set((*sc.L_factors, 1.0)))
     Ls = [max(1, int(round(f * L0))) for f in factors]
-    fam = dq_sweep_(tr, sorted(set(Ls)), sc.n_batches, sc.alpha_batches, costs=tuple(sc.costs))  # one O(n) pass, every L
+    fam = dq_sweep_(
+        tr, sorted(set(Ls)), sc.n_batches, sc.alpha_batches, costs=tuple(sc.costs)
+    )  # one O(n) pass, every L
     for f, L in zip(factors, Ls):
         for est in fam[L].values():
             rows.append(dict(est.as_dict(), L=L, headline=f == 1.0))
@@ -329,12 +365,12 @@ def run_replication(scenario: str, rep: int, study: dict, also: tuple = (), *, _
     plans = {n: _switchback_plan(n, sc) for n in names}
     sb_rows, sb_little = {}, {}
     for b in dict.fromkeys(b for n in names for b, _, _ in plans[n]):
-        tr = simulate_(cfg.replace(design="switchback", block_len=b), task_seed(sc.seed, scenario, rep, "switchback", b),
-                      **kw)
+        tr = simulate_(
+            cfg.replace(design="switchback", block_len=b), task_seed(sc.seed, scenario, rep, "switchback", b), **kw
+        )
         sb_little[b] = dict(littles_law(tr), design=f"switchback(b={b:g})")
         for burn in dict.fromkeys(burn for n in names for bb, burn, _ in plans[n] if bb == b):
-            sb_rows[b, burn] = dict(switchback(tr, burn, sc.n_batches).as_dict(), L=np.nan, block_len=b,
-                                    burn_in=burn)
+            sb_rows[b, burn] = dict(switchback(tr, burn, sc.n_batches).as_dict(), L=np.nan, block_len=b, burn_in=burn)
         del tr
     out_rows, out_little = [], []
     for n in names:
@@ -347,8 +383,12 @@ def run_replication(scenario: str, rep: int, study: dict, also: tuple = (), *, _
         for r in mine_l:
             r.update(scenario=n, rep=rep)
         out_little += mine_l
-    return {"rows": out_rows, "little": out_little, "seconds": time.perf_counter() - t0,
-            "cpu_seconds": time.process_time() - c0}
+    return {
+        "rows": out_rows,
+        "little": out_little,
+        "seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - c0,
+    }
 
 
 def run_truth(scenario: str, arm: str, k: int, study: dict) -> dict:
@@ -366,9 +406,18 @@ def run_truth(scenario: str, arm: str, k: int, study: dict) -> dict:
     c0 = time.process_time()
     tr = simulate_supermarket(cfg, task_seed(sc.seed, scenario, "truth", arm, k), details=False, area_at=False)
     ll = littles_law(tr)
-    return {"scenario": scenario, "arm": arm, "k": k, "mean_w": ll["mean_response"],
-            "se_w": batch_mean_se(tr.response), "time_avg_n": ll["time_avg_n"], "observed_rate": ll["observed_rate"],
-            "little_rel_gap": ll["rel_gap"], "n_requests": len(tr), "cpu_seconds": time.process_time() - c0}
+    return {
+        "scenario": scenario,
+        "arm": arm,
+        "k": k,
+        "mean_w": ll["mean_response"],
+        "se_w": batch_mean_se(tr.response),
+        "time_avg_n": ll["time_avg_n"],
+        "observed_rate": ll["observed_rate"],
+        "little_rel_gap": ll["rel_gap"],
+        "n_requests": len(tr),
+        "cpu_seconds": time.process_time() - c0,
+    }
 
 
 @dataclass
@@ -401,10 +450,14 @@ def _truth_table(runs: pd.DataFrame, sc: StudyConfig) -> pd.DataFrame:
             x = arm[a]
             return float(np.sqrt((x["se_w"] ** 2).sum()) / len(x))
 
-        row = {"scenario": s, "w_control": m("control"), "w_treatment": m("treatment"),
-               "gte": m("treatment") - m("control"),
-               "gte_se": float(np.hypot(se("treatment"), se("control"))),
-               "gte_q": (m("treatment", "time_avg_n") - m("control", "time_avg_n")) / total_rate}
+        row = {
+            "scenario": s,
+            "w_control": m("control"),
+            "w_treatment": m("treatment"),
+            "gte": m("treatment") - m("control"),
+            "gte_se": float(np.hypot(se("treatment"), se("control"))),
+            "gte_q": (m("treatment", "time_avg_n") - m("control", "time_avg_n")) / total_rate,
+        }
         if "p_plus" in arm:
             row["slope"] = (m("p_plus") - m("p_minus")) / (2 * sc.slope_h)
             row["slope_se"] = float(np.hypot(se("p_plus"), se("p_minus")) / (2 * sc.slope_h))

@@ -33,7 +33,6 @@ __all__ = [
 ]
 
 
-
 def _headline(res: StudyResult) -> pd.DataFrame:
     e = res.estimates
     return e[e["headline"].astype(bool)].copy()
@@ -77,9 +76,18 @@ def summary_table(res: StudyResult) -> pd.DataFrame:
     for (s, name), g in h.groupby(["scenario", "estimator"], observed=True, sort=False):
         gte = float(tt.loc[s, "gte"])
         v = g["estimate"].to_numpy(float)
-        r = {"scenario": s, "estimator": name, "truth": gte, "truth_se": float(tt.loc[s, "gte_se"]),
-             "mean": v.mean(), "bias": v.mean() - gte, "sd": v.std(ddof=1), "rmse": np.sqrt(np.mean((v - gte) ** 2)),
-             "mse": np.mean((v - gte) ** 2), "reps": len(v)}
+        r = {
+            "scenario": s,
+            "estimator": name,
+            "truth": gte,
+            "truth_se": float(tt.loc[s, "gte_se"]),
+            "mean": v.mean(),
+            "bias": v.mean() - gte,
+            "sd": v.std(ddof=1),
+            "rmse": np.sqrt(np.mean((v - gte) ** 2)),
+            "mse": np.mean((v - gte) ** 2),
+            "reps": len(v),
+        }
         r["bias_se"] = r["sd"] / np.sqrt(len(v))
         h95 = 1.96 * float(np.hypot(r["bias_se"], r["truth_se"]))
         r["bias_ci_lo"], r["bias_ci_hi"] = r["bias"] - h95, r["bias"] + h95
@@ -111,9 +119,20 @@ def ablation_table(res: StudyResult) -> pd.DataFrame:
     for (s, name, L), g in e.groupby(["scenario", "estimator", "L"], observed=True):
         v = g["estimate"].to_numpy(float)
         gte = float(tt.loc[s])
-        rows.append({"scenario": s, "estimator": name, "L": int(L), "L_factor": L / res.config.L_default,
-                     "mean": v.mean(), "bias": v.mean() - gte, "bias_se": v.std(ddof=1) / np.sqrt(len(v)),
-                     "sd": v.std(ddof=1), "rmse": float(np.sqrt(np.mean((v - gte) ** 2))), "reps": len(v)})
+        rows.append(
+            {
+                "scenario": s,
+                "estimator": name,
+                "L": int(L),
+                "L_factor": L / res.config.L_default,
+                "mean": v.mean(),
+                "bias": v.mean() - gte,
+                "bias_se": v.std(ddof=1) / np.sqrt(len(v)),
+                "sd": v.std(ddof=1),
+                "rmse": float(np.sqrt(np.mean((v - gte) ** 2))),
+                "reps": len(v),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -126,9 +145,19 @@ def switchback_table(res: StudyResult) -> pd.DataFrame:
     for (s, b, burn), g in e.groupby(["scenario", "block_len", "burn_in"], observed=True):
         v = g["estimate"].to_numpy(float)
         gte = float(tt.loc[s])
-        rows.append({"scenario": s, "block_len": b, "burn_in": burn, "mean": v.mean(), "bias": v.mean() - gte,
-                     "sd": v.std(ddof=1), "rmse": float(np.sqrt(np.mean((v - gte) ** 2))),
-                     "coverage": float(np.mean((g.ci_lo <= gte) & (gte <= g.ci_hi))), "reps": len(v)})
+        rows.append(
+            {
+                "scenario": s,
+                "block_len": b,
+                "burn_in": burn,
+                "mean": v.mean(),
+                "bias": v.mean() - gte,
+                "sd": v.std(ddof=1),
+                "rmse": float(np.sqrt(np.mean((v - gte) ** 2))),
+                "coverage": float(np.mean((g.ci_lo <= gte) & (gte <= g.ci_hi))),
+                "reps": len(v),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -150,8 +179,9 @@ def paired_estimates(res: StudyResult, scenario) -> pd.DataFrame:
 MSE_CANDIDATES = ("naive", "group", "switchback", "qdq", "wdq", "mixed_dq")
 
 
-def lowest_mse(paired: pd.DataFrame, truth: float, n_boot: int = 1000, seed: int = 0,
-               candidates=MSE_CANDIDATES) -> tuple[list[str], dict[str, float]]:
+def lowest_mse(
+    paired: pd.DataFrame, truth: float, n_boot: int = 1000, seed: int = 0, candidates=MSE_CANDIDATES
+) -> tuple[list[str], dict[str, float]]:
     """Who has the lowest MSE, with the statistical tie made explicit.
 
     Replications are resampled jointly (``n_boot`` times); ``share[e]`` is the fraction of
@@ -182,8 +212,9 @@ def _verdict(lo: float, hi: float, a: float, b: float) -> str:
     return "inconclusive"
 
 
-def claims_table(summary: pd.DataFrame, res: StudyResult | None = None, n_boot: int = 1000,
-                 seed: int = 0) -> pd.DataFrame:
+def claims_table(
+    summary: pd.DataFrame, res: StudyResult | None = None, n_boot: int = 1000, seed: int = 0
+) -> pd.DataFrame:
     """The study's four claims, checked per scenario from the numbers, with 95 % CIs and verdicts.
 
     * naive biased low: the naive estimate shrinks the effect toward zero
@@ -214,12 +245,16 @@ def claims_table(summary: pd.DataFrame, res: StudyResult | None = None, n_boot: 
             "scenario": s,
             "naive_shrink_pct": 100 * (1 - nv["mean"] / nv["truth"]) if nv["truth"] != 0 else np.nan,
             "naive_biased_low": biased_low,
-            "qdq_sd_x_naive": rq, "wdq_sd_x_naive": rw,
+            "qdq_sd_x_naive": rq,
+            "wdq_sd_x_naive": rw,
             "dq_sd_50_500x": bool(50 <= rq <= 500 and 50 <= rw <= 500),
             "mixed_sd_reduction": red,
             "mixed_2_5x_lower": bool(2 <= red <= 5),
-            "oracle_sd_reduction": (min(g.loc["qdq", "sd"], g.loc["wdq", "sd"]) / g.loc["mixed_dq_oracle", "sd"]
-                                    if "mixed_dq_oracle" in g.index else np.nan),
+            "oracle_sd_reduction": (
+                min(g.loc["qdq", "sd"], g.loc["wdq", "sd"]) / g.loc["mixed_dq_oracle", "sd"]
+                if "mixed_dq_oracle" in g.index
+                else np.nan
+            ),
             "lowest_mse": best,
             "mixed_lowest_mse": best == "mixed_dq",
         }
@@ -240,22 +275,31 @@ def claims_table(summary: pd.DataFrame, res: StudyResult | None = None, n_boot: 
                 mixr = percentile_ci(dq_min / sdb["mixed_dq"])
             cv = np.cov(X["wdq"], X["qdq"], ddof=1)
             winners, share = lowest_mse(P, truth, n_boot, seed)
-            row.update({
-                "naive_share": float(nv["mean"] / truth), "naive_share_ci_lo": sh[0], "naive_share_ci_hi": sh[1],
-                "dq_sd_x_naive_min": min(rq, rw), "dq_sd_x_naive_ci_lo": dq_n[0], "dq_sd_x_naive_ci_hi": dq_n[1],
-                "mixed_sd_reduction_ci_lo": mixr[0], "mixed_sd_reduction_ci_hi": mixr[1],
-                "wq_corr": float(cv[0, 1] / np.sqrt(cv[0, 0] * cv[1, 1])),
-                "gain_bound": gain_bound(cv),
-                "lowest_mse": winners[0] if len(winners) == 1 else "tie: " + ", ".join(winners),
-                "lowest_mse_share": share.get("mixed_dq", 0.0),
-                "verdict_naive_low": "holds" if biased_low and sh[1] < 1 else ("fails" if sh[0] >= 1 or sh[1] <= 0
-                                                                               else "inconclusive"),
-                "verdict_dq_50_500x": _verdict(dq_n[0], dq_n[1], 50, 500),
-                "verdict_mixed_2_5x": _verdict(mixr[0], mixr[1], 2, 5),
-                "verdict_mixed_lowest_mse": ("holds" if winners == ["mixed_dq"] else
-                                             "fails" if "mixed_dq" not in winners else "inconclusive"),
-                "reps": R,
-            })
+            row.update(
+                {
+                    "naive_share": float(nv["mean"] / truth),
+                    "naive_share_ci_lo": sh[0],
+                    "naive_share_ci_hi": sh[1],
+                    "dq_sd_x_naive_min": min(rq, rw),
+                    "dq_sd_x_naive_ci_lo": dq_n[0],
+                    "dq_sd_x_naive_ci_hi": dq_n[1],
+                    "mixed_sd_reduction_ci_lo": mixr[0],
+                    "mixed_sd_reduction_ci_hi": mixr[1],
+                    "wq_corr": float(cv[0, 1] / np.sqrt(cv[0, 0] * cv[1, 1])),
+                    "gain_bound": gain_bound(cv),
+                    "lowest_mse": winners[0] if len(winners) == 1 else "tie: " + ", ".join(winners),
+                    "lowest_mse_share": share.get("mixed_dq", 0.0),
+                    "verdict_naive_low": "holds"
+                    if biased_low and sh[1] < 1
+                    else ("fails" if sh[0] >= 1 or sh[1] <= 0 else "inconclusive"),
+                    "verdict_dq_50_500x": _verdict(dq_n[0], dq_n[1], 50, 500),
+                    "verdict_mixed_2_5x": _verdict(mixr[0], mixr[1], 2, 5),
+                    "verdict_mixed_lowest_mse": (
+                        "holds" if winners == ["mixed_dq"] else "fails" if "mixed_dq" not in winners else "inconclusive"
+                    ),
+                    "reps": R,
+                }
+            )
             row["mixed_lowest_mse"] = winners == ["mixed_dq"]
         rows.append(row)
     return pd.DataFrame(rows)
@@ -266,8 +310,9 @@ def _where(claims: pd.DataFrame, col: str, value: str) -> str:
     return ", ".join(names) if names else "none"
 
 
-def claims_markdown(claims: pd.DataFrame, summary: pd.DataFrame, truth: pd.DataFrame | None = None,
-                    wp: pd.DataFrame | None = None) -> str:
+def claims_markdown(
+    claims: pd.DataFrame, summary: pd.DataFrame, truth: pd.DataFrame | None = None, wp: pd.DataFrame | None = None
+) -> str:
     """A plain-language reading of :func:`claims_table` (Markdown), every number computed from the tables.
 
     With the verdict columns (``claims_table(summary, res)``) each claim lists the scenarios where it
@@ -278,63 +323,93 @@ def claims_markdown(claims: pd.DataFrame, summary: pd.DataFrame, truth: pd.DataF
     lines = []
     ci = "naive_share_ci_lo" in claims
     reps = int(claims["reps"].max()) if "reps" in claims else int(summary["reps"].max())
-    lines.append(f"Each verdict uses {reps} replications per scenario; ranges are over scenarios; "
-                 "brackets are 95 % bootstrap CIs over replications.")
+    lines.append(
+        f"Each verdict uses {reps} replications per scenario; ranges are over scenarios; "
+        "brackets are 95 % bootstrap CIs over replications."
+    )
     lo, hi = claims.naive_shrink_pct.min(), claims.naive_shrink_pct.max()
     if ci:
-        lines.append(f"- **Naive biased low** — holds in: {_where(claims, 'verdict_naive_low', 'holds')}; fails in: "
-                     f"{_where(claims, 'verdict_naive_low', 'fails')}; inconclusive: "
-                     f"{_where(claims, 'verdict_naive_low', 'inconclusive')}. Naive reports "
-                     + "; ".join(f"{r.scenario} {100 * r.naive_share:.0f} % [{100 * r.naive_share_ci_lo:.0f}, "
-                                 f"{100 * r.naive_share_ci_hi:.0f}]" for r in claims.itertuples())
-                     + " of the true effect. Condition: the arms share the servers, so the better policy also "
-                       "shortens the queues the control jobs see.")
+        lines.append(
+            f"- **Naive biased low** — holds in: {_where(claims, 'verdict_naive_low', 'holds')}; fails in: "
+            f"{_where(claims, 'verdict_naive_low', 'fails')}; inconclusive: "
+            f"{_where(claims, 'verdict_naive_low', 'inconclusive')}. Naive reports "
+            + "; ".join(
+                f"{r.scenario} {100 * r.naive_share:.0f} % [{100 * r.naive_share_ci_lo:.0f}, "
+                f"{100 * r.naive_share_ci_hi:.0f}]"
+                for r in claims.itertuples()
+            )
+            + " of the true effect. Condition: the arms share the servers, so the better policy also "
+            "shortens the queues the control jobs see."
+        )
     else:
         k = int(claims.naive_biased_low.sum())
-        lines.append(f"- **Naive biased low**: holds in {k}/{n} scenarios; it reports {100 - hi:.0f}-{100 - lo:.0f} % "
-                     "of the true effect.")
+        lines.append(
+            f"- **Naive biased low**: holds in {k}/{n} scenarios; it reports {100 - hi:.0f}-{100 - lo:.0f} % "
+            "of the true effect."
+        )
     r = pd.concat([claims.qdq_sd_x_naive, claims.wdq_sd_x_naive])
     if ci:
-        lines.append(f"- **DQ sd 50–500× naive** (the smaller of qDQ's and wDQ's sd over naive's) — holds in: "
-                     f"{_where(claims, 'verdict_dq_50_500x', 'holds')}; fails in: "
-                     f"{_where(claims, 'verdict_dq_50_500x', 'fails')}; inconclusive: "
-                     f"{_where(claims, 'verdict_dq_50_500x', 'inconclusive')}. Ratios: "
-                     + "; ".join(f"{r.scenario} {r.dq_sd_x_naive_min:.0f}× [{r.dq_sd_x_naive_ci_lo:.0f}, "
-                                 f"{r.dq_sd_x_naive_ci_hi:.0f}]" for r in claims.itertuples()) + ".")
+        lines.append(
+            f"- **DQ sd 50–500× naive** (the smaller of qDQ's and wDQ's sd over naive's) — holds in: "
+            f"{_where(claims, 'verdict_dq_50_500x', 'holds')}; fails in: "
+            f"{_where(claims, 'verdict_dq_50_500x', 'fails')}; inconclusive: "
+            f"{_where(claims, 'verdict_dq_50_500x', 'inconclusive')}. Ratios: "
+            + "; ".join(
+                f"{r.scenario} {r.dq_sd_x_naive_min:.0f}× [{r.dq_sd_x_naive_ci_lo:.0f}, {r.dq_sd_x_naive_ci_hi:.0f}]"
+                for r in claims.itertuples()
+            )
+            + "."
+        )
     else:
-        lines.append(f"- **DQ sd 50–500× naive**: qDQ/wDQ sd is {r.min():.0f}–{r.max():.0f}× the naive sd; inside "
-                     f"50–500× in {int(claims.dq_sd_50_500x.sum())}/{n} scenarios.")
+        lines.append(
+            f"- **DQ sd 50–500× naive**: qDQ/wDQ sd is {r.min():.0f}–{r.max():.0f}× the naive sd; inside "
+            f"50–500× in {int(claims.dq_sd_50_500x.sum())}/{n} scenarios."
+        )
     if ci:
-        lines.append(f"- **Mixed DQ 2–5× lower sd than the better DQ** — holds in: "
-                     f"{_where(claims, 'verdict_mixed_2_5x', 'holds')}; fails in: "
-                     f"{_where(claims, 'verdict_mixed_2_5x', 'fails')}; inconclusive: "
-                     f"{_where(claims, 'verdict_mixed_2_5x', 'inconclusive')}. Reduction: "
-                     + "; ".join(f"{r.scenario} {r.mixed_sd_reduction:.2f}× [{r.mixed_sd_reduction_ci_lo:.2f}, "
-                                 f"{r.mixed_sd_reduction_ci_hi:.2f}]" for r in claims.itertuples())
-                     + f". Condition: a fixed-α mix of two estimators can lower the sd by at most "
-                       f"`gain_bound` = √(min(V_w, V_q)·(V_w+V_q−2C)/(V_w·V_q−C²)); here wDQ and qDQ are "
-                       f"{claims.wq_corr.min():.3f}–{claims.wq_corr.max():.3f} correlated across replications, so "
-                       f"the bound is {claims.gain_bound.min():.2f}–{claims.gain_bound.max():.2f}×: the claim "
-                       "needs a bound of at least 2, i.e. two DQ estimates that are much less correlated or of "
-                       "very different variance.")
+        lines.append(
+            f"- **Mixed DQ 2–5× lower sd than the better DQ** — holds in: "
+            f"{_where(claims, 'verdict_mixed_2_5x', 'holds')}; fails in: "
+            f"{_where(claims, 'verdict_mixed_2_5x', 'fails')}; inconclusive: "
+            f"{_where(claims, 'verdict_mixed_2_5x', 'inconclusive')}. Reduction: "
+            + "; ".join(
+                f"{r.scenario} {r.mixed_sd_reduction:.2f}× [{r.mixed_sd_reduction_ci_lo:.2f}, "
+                f"{r.mixed_sd_reduction_ci_hi:.2f}]"
+                for r in claims.itertuples()
+            )
+            + f". Condition: a fixed-α mix of two estimators can lower the sd by at most "
+            f"`gain_bound` = √(min(V_w, V_q)·(V_w+V_q−2C)/(V_w·V_q−C²)); here wDQ and qDQ are "
+            f"{claims.wq_corr.min():.3f}–{claims.wq_corr.max():.3f} correlated across replications, so "
+            f"the bound is {claims.gain_bound.min():.2f}–{claims.gain_bound.max():.2f}×: the claim "
+            "needs a bound of at least 2, i.e. two DQ estimates that are much less correlated or of "
+            "very different variance."
+        )
     else:
-        lines.append(f"- **Mixed DQ 2–5× lower sd than DQ**: the reduction is {claims.mixed_sd_reduction.min():.2f}–"
-                     f"{claims.mixed_sd_reduction.max():.2f}×; inside 2–5× in {int(claims.mixed_2_5x_lower.sum())}/{n} "
-                     "scenarios.")
+        lines.append(
+            f"- **Mixed DQ 2–5× lower sd than DQ**: the reduction is {claims.mixed_sd_reduction.min():.2f}–"
+            f"{claims.mixed_sd_reduction.max():.2f}×; inside 2–5× in {int(claims.mixed_2_5x_lower.sum())}/{n} "
+            "scenarios."
+        )
     if "oracle_sd_reduction" in claims and claims.oracle_sd_reduction.notna().any():
-        lines.append(f"  With α from the replications' covariance (an oracle, not deployable) the reduction is "
-                     f"{claims.oracle_sd_reduction.min():.2f}–{claims.oracle_sd_reduction.max():.2f}×.")
+        lines.append(
+            f"  With α from the replications' covariance (an oracle, not deployable) the reduction is "
+            f"{claims.oracle_sd_reduction.min():.2f}–{claims.oracle_sd_reduction.max():.2f}×."
+        )
     winners = claims.lowest_mse.value_counts()
     if ci:
-        lines.append(f"- **Mixed DQ lowest MSE everywhere** — holds in: "
-                     f"{_where(claims, 'verdict_mixed_lowest_mse', 'holds')}; fails in: "
-                     f"{_where(claims, 'verdict_mixed_lowest_mse', 'fails')}; inconclusive (a statistical tie that "
-                     f"includes mixed DQ): {_where(claims, 'verdict_mixed_lowest_mse', 'inconclusive')}. Lowest MSE "
-                     "per scenario (a tie is named when no estimator wins in 95 % of bootstrap resamples): "
-                     + "; ".join(f"{r.scenario} {estimator_label(r.lowest_mse)}" for r in claims.itertuples()) + ".")
+        lines.append(
+            f"- **Mixed DQ lowest MSE everywhere** — holds in: "
+            f"{_where(claims, 'verdict_mixed_lowest_mse', 'holds')}; fails in: "
+            f"{_where(claims, 'verdict_mixed_lowest_mse', 'fails')}; inconclusive (a statistical tie that "
+            f"includes mixed DQ): {_where(claims, 'verdict_mixed_lowest_mse', 'inconclusive')}. Lowest MSE "
+            "per scenario (a tie is named when no estimator wins in 95 % of bootstrap resamples): "
+            + "; ".join(f"{r.scenario} {estimator_label(r.lowest_mse)}" for r in claims.itertuples())
+            + "."
+        )
     else:
-        lines.append(f"- **Mixed DQ lowest MSE everywhere**: holds in {int(claims.mixed_lowest_mse.sum())}/{n} "
-                     "scenarios; lowest MSE: " + ", ".join(f"{estimator_label(w)} ({c})" for w, c in winners.items()) + ".")
+        lines.append(
+            f"- **Mixed DQ lowest MSE everywhere**: holds in {int(claims.mixed_lowest_mse.sum())}/{n} "
+            "scenarios; lowest MSE: " + ", ".join(f"{estimator_label(w)} ({c})" for w, c in winners.items()) + "."
+        )
     if wp is not None and len(wp):
         parts = []
         for r in wp.itertuples():
@@ -346,22 +421,34 @@ def claims_markdown(claims: pd.DataFrame, summary: pd.DataFrame, truth: pd.DataF
             parts.append(t)
         big = wp.loc[wp.curvature_share.abs().idxmax()]
         small = wp.loc[wp.curvature_share.abs().idxmin()]
-        lines.append("- **Why DQ is biased here.** DQ estimates the tangent slope dW/dp of the mixed system at p; the "
-                     "GTE is the chord from p = 0 to p = 1. They agree only where W(p) is straight. The share of the "
-                     f"effect the tangent misses is largest in {big.scenario} ({100 * big.curvature_share:.0f} %) and "
-                     f"smallest in {small.scenario} ({100 * small.curvature_share:.0f} %). " + "; ".join(parts) + ".")
+        lines.append(
+            "- **Why DQ is biased here.** DQ estimates the tangent slope dW/dp of the mixed system at p; the "
+            "GTE is the chord from p = 0 to p = 1. They agree only where W(p) is straight. The share of the "
+            f"effect the tangent misses is largest in {big.scenario} ({100 * big.curvature_share:.0f} %) and "
+            f"smallest in {small.scenario} ({100 * small.curvature_share:.0f} %). " + "; ".join(parts) + "."
+        )
     elif truth is not None and "slope" in truth:
         t = truth.set_index("scenario")
         w = summary[summary.estimator == "wdq"].set_index("scenario")
-        parts = [f"{s}: GTE {t.loc[s, 'gte']:.2f}, dW/dp {t.loc[s, 'slope']:.2f}, wDQ {w.loc[s, 'mean']:.2f}"
-                 for s in t.index if s in w.index and np.isfinite(t.loc[s, "slope"])]
-        lines.append("- DQ targets the slope dW/dp of the mixed system at p, which equals the GTE only when W(p) is "
-                     "linear: " + "; ".join(parts) + ".")
+        parts = [
+            f"{s}: GTE {t.loc[s, 'gte']:.2f}, dW/dp {t.loc[s, 'slope']:.2f}, wDQ {w.loc[s, 'mean']:.2f}"
+            for s in t.index
+            if s in w.index and np.isfinite(t.loc[s, "slope"])
+        ]
+        lines.append(
+            "- DQ targets the slope dW/dp of the mixed system at p, which equals the GTE only when W(p) is "
+            "linear: " + "; ".join(parts) + "."
+        )
     cov = summary.dropna(subset=["coverage"])
-    cm = cov.groupby("estimator").agg(cov_truth=("coverage", "median"), cov_mean=("coverage_of_mean", "median"),
-                                      se_ratio=("se_ratio", "median"))
-    lines.append(f"- 95 % batch-means CIs, median over scenarios, {reps} replications each (coverage of the truth / "
-                 "of the estimator's own mean / mean SE over empirical sd): "
-                 + "; ".join(f"{estimator_label(e)} {r.cov_truth:.0%} / {r.cov_mean:.0%} / {r.se_ratio:.2f}"
-                             for e, r in cm.iterrows()) + ".")
+    cm = cov.groupby("estimator").agg(
+        cov_truth=("coverage", "median"), cov_mean=("coverage_of_mean", "median"), se_ratio=("se_ratio", "median")
+    )
+    lines.append(
+        f"- 95 % batch-means CIs, median over scenarios, {reps} replications each (coverage of the truth / "
+        "of the estimator's own mean / mean SE over empirical sd): "
+        + "; ".join(
+            f"{estimator_label(e)} {r.cov_truth:.0%} / {r.cov_mean:.0%} / {r.se_ratio:.2f}" for e, r in cm.iterrows()
+        )
+        + "."
+    )
     return "\n".join(lines)

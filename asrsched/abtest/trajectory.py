@@ -137,8 +137,17 @@ class Trajectory:
         return len(self) / (self.t_end - self.t_start)
 
     @classmethod
-    def from_records(cls, arrival, finish, z, *, total_rate: float | None = None, t_start: float | None = None,
-                     t_end: float | None = None, **kw) -> Trajectory:
+    def from_records(
+        cls,
+        arrival,
+        finish,
+        z,
+        *,
+        total_rate: float | None = None,
+        t_start: float | None = None,
+        t_end: float | None = None,
+        **kw,
+    ) -> Trajectory:
         """Build a trajectory from per-job arrival and finish times (any system).
 
         ``n_before[j]`` = jobs that arrived before ``j`` and finish after ``arrival[j]``;
@@ -177,8 +186,17 @@ class Trajectory:
         if total_rate is None:
             total_rate = n / (t1 - t0)
         kw.setdefault("area_at", area_at)
-        return cls(arrival=arrival, z=z, response=finish - arrival, n_before=n_before, total_rate=float(total_rate),
-                   area=area, t_start=t0, t_end=t1, **kw)
+        return cls(
+            arrival=arrival,
+            z=z,
+            response=finish - arrival,
+            n_before=n_before,
+            total_rate=float(total_rate),
+            area=area,
+            t_start=t0,
+            t_end=t1,
+            **kw,
+        )
 
 
 @dataclass
@@ -196,8 +214,15 @@ class Estimate:
 
     def as_dict(self) -> dict:
         """Scalars only (for DataFrames)."""
-        return {"estimator": self.name, "estimate": self.value, "se": self.se, "ci_lo": self.lo,
-                "ci_hi": self.hi, "n_batches": self.n_batches, "alpha": self.alpha}
+        return {
+            "estimator": self.name,
+            "estimate": self.value,
+            "se": self.se,
+            "ci_lo": self.lo,
+            "ci_hi": self.hi,
+            "n_batches": self.n_batches,
+            "alpha": self.alpha,
+        }
 
 
 @lru_cache(maxsize=256)
@@ -221,7 +246,6 @@ def batch_ci(name: str, value: float, batches: np.ndarray, level: float = 0.95, 
     return Estimate(name, float(value), se, float(value - h), float(value + h), k, alpha, batches)
 
 
-
 def littles_law(traj: Trajectory) -> dict:
     """Little's law check on one run: time-average number in system vs observed_rate * mean W.
 
@@ -235,5 +259,11 @@ def littles_law(traj: Trajectory) -> dict:
     xbar = traj.area / dur
     observed_rate = len(traj) / dur
     wbar = float(traj.response.mean())
-    return {"time_avg_n": xbar, "arrival_avg_n": float(traj.n_before.mean()), "observed_rate": observed_rate,
-            "mean_response": wbar, "little_n": observed_rate * wbar, "rel_gap": observed_rate * wbar / xbar - 1.0}
+    return {
+        "time_avg_n": xbar,
+        "arrival_avg_n": float(traj.n_before.mean()),
+        "observed_rate": observed_rate,
+        "mean_response": wbar,
+        "little_n": observed_rate * wbar,
+        "rel_gap": observed_rate * wbar / xbar - 1.0,
+    }

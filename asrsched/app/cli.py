@@ -71,11 +71,20 @@ def _cmd_run(args) -> int:
     if cli_params:
         params.setdefault("*", {}).update(cli_params)
     run_dir = Path(args.run_dir or paths.new_run_dir())
-    df = run_series(args.notebooks or None, params, run_dir=run_dir, figures_root=args.figures,
-                    timeout_s=args.timeout, gallery=args.gallery, formats=args.formats)
+    df = run_series(
+        args.notebooks or None,
+        params,
+        run_dir=run_dir,
+        figures_root=args.figures,
+        timeout_s=args.timeout,
+        gallery=args.gallery,
+        formats=args.formats,
+    )
     print(df[["notebook", "status", "seconds"]].to_string(index=False))
-    print(f"total {df.seconds.sum():.0f} s; figures and tables in "
-          f"{figures_root_for(run_dir, figures_root=args.figures, gallery=args.gallery)}")
+    print(
+        f"total {df.seconds.sum():.0f} s; figures and tables in "
+        f"{figures_root_for(run_dir, figures_root=args.figures, gallery=args.gallery)}"
+    )
     return 0 if (df.status == "ok").all() else 1
 
 
@@ -97,9 +106,16 @@ def _cmd_check_figures(args) -> int:
 def _cmd_simulate(args) -> int:
     from asrsched.sim.sweep import run_point
 
-    r = run_point(workload=args.workload, rate=args.rate, policy=args.policy, seed=args.seed,
-                  n_requests=args.n_requests, max_num_seqs=args.max_num_seqs,
-                  service=json.loads(open(args.profile).read()) if args.profile else None, kappa=args.kappa)
+    r = run_point(
+        workload=args.workload,
+        rate=args.rate,
+        policy=args.policy,
+        seed=args.seed,
+        n_requests=args.n_requests,
+        max_num_seqs=args.max_num_seqs,
+        service=json.loads(open(args.profile).read()) if args.profile else None,
+        kappa=args.kappa,
+    )
     width = max(map(len, r))
     for k, v in r.items():
         print(f"{k:<{width}}  {v:.3f}" if isinstance(v, float) else f"{k:<{width}}  {v}")
@@ -110,9 +126,18 @@ def _cmd_sweep(args) -> int:
     from asrsched.core.metrics import relative_change
     from asrsched.sim.sweep import run_sweep
 
-    df = run_sweep(args.rates, args.policies, args.workloads, args.seeds, n_requests=args.n_requests,
-                   max_num_seqs=args.max_num_seqs, service=args.profile, cache_dir=args.cache,
-                   workers=args.workers, address=args.address)
+    df = run_sweep(
+        args.rates,
+        args.policies,
+        args.workloads,
+        args.seeds,
+        n_requests=args.n_requests,
+        max_num_seqs=args.max_num_seqs,
+        service=args.profile,
+        cache_dir=args.cache,
+        workers=args.workers,
+        address=args.address,
+    )
     if args.out:
         df.to_csv(args.out, index=False)
     rc = relative_change(df)
@@ -128,7 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="list notebooks and parameters").set_defaults(fn=_cmd_list)
 
     r = sub.add_parser(
-        "run", help="execute notebooks with papermill", formatter_class=argparse.RawDescriptionHelpFormatter,
+        "run",
+        help="execute notebooks with papermill",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Execute notebooks headlessly (papermill) with parameters.\n\n"
         "Where things go (under the project: $ASRSCHED_ROOT, the checkout at or above the current\n"
         "directory, else the current directory):\n"
@@ -137,44 +164,68 @@ def build_parser() -> argparse.ArgumentParser:
         "  figures/<notebook>/                  the report gallery: only with --gallery (scripts/main.sh)",
         epilog="Parameter values (-p NAME VALUE) are Python literals; quote them for the shell:\n"
         "  asrsched run 03 -p RATE 8                       a number\n"
-        "  asrsched run 02 -p RATES \"[5, 15, 25]\" -p N_REQUESTS 500\n"
+        '  asrsched run 02 -p RATES "[5, 15, 25]" -p N_REQUESTS 500\n'
         "  asrsched run 03 -p PHASES \"[[0, 'librispeech'], [60, 'uniform']]\"\n"
         "  asrsched run 01 -p MODEL tiny.en              a bare word stays a string (or -p MODEL \"'tiny.en'\")\n"
         "  asrsched run 02 -p KAPPA None -p CACHE_DIR None   None, True, False as in Python\n"
         "  asrsched run --params tests/browser_params.json     a JSON file {notebook: {NAME: value}}\n"
         "  asrsched run --gallery                          every notebook, default parameters, into figures/\n"
         "  asrsched run 02 --formats html png svg pdf      also write PDFs\n"
-        "`asrsched list` shows every notebook's parameters and defaults.")
+        "`asrsched list` shows every notebook's parameters and defaults.",
+    )
     r.add_argument("notebooks", nargs="*", help="names, stems or numbers, e.g. 02 or 02_policy_sweep (default: all)")
-    r.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                   help="set a parameter; VALUE is a Python literal (number, string, list, None, True); "
-                        "repeatable; wins over --params")
+    r.add_argument(
+        "-p",
+        "--param",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        help="set a parameter; VALUE is a Python literal (number, string, list, None, True); "
+        "repeatable; wins over --params",
+    )
     r.add_argument("--params", help="JSON parameter file {notebook stem, number or '*': {NAME: value}}")
-    r.add_argument("--gallery", action="store_true",
-                   help="write figures into the report gallery figures/<notebook>/ and rewrite figures/README.md "
-                        "(the main job, bash scripts/main.sh, does this); default: into the run folder")
-    r.add_argument("--formats", nargs="+", default=None, metavar="FMT",
-                   help="formats of every exported figure: html png svg pdf (default: html png svg)")
+    r.add_argument(
+        "--gallery",
+        action="store_true",
+        help="write figures into the report gallery figures/<notebook>/ and rewrite figures/README.md "
+        "(the main job, bash scripts/main.sh, does this); default: into the run folder",
+    )
+    r.add_argument(
+        "--formats",
+        nargs="+",
+        default=None,
+        metavar="FMT",
+        help="formats of every exported figure: html png svg pdf (default: html png svg)",
+    )
     r.add_argument("--timeout", type=int, default=900, help="execution timeout per cell (s)")
-    r.add_argument("--run-dir", default=None,
-                   help="folder for the executed notebooks and summary.csv (default runs/<timestamp>)")
-    r.add_argument("--figures", default=None,
-                   help="figures root to write into instead (default runs/<timestamp>/figures, or figures/ "
-                        "with --gallery)")
+    r.add_argument(
+        "--run-dir", default=None, help="folder for the executed notebooks and summary.csv (default runs/<timestamp>)"
+    )
+    r.add_argument(
+        "--figures",
+        default=None,
+        help="figures root to write into instead (default runs/<timestamp>/figures, or figures/ with --gallery)",
+    )
     r.set_defaults(fn=_cmd_run)
 
-    e = sub.add_parser("export", help="write exported figures (.html) again as pdf/png/svg",
-                       description="Write figures that a notebook exported (their .html) again in other formats, "
-                                   "house size and layout. Example: asrsched export "
-                                   "runs/02_policy_sweep/<run>/throughput.html --formats pdf")
+    e = sub.add_parser(
+        "export",
+        help="write exported figures (.html) again as pdf/png/svg",
+        description="Write figures that a notebook exported (their .html) again in other formats, "
+        "house size and layout. Example: asrsched export "
+        "runs/02_policy_sweep/<run>/throughput.html --formats pdf",
+    )
     e.add_argument("figures", nargs="+", help="exported .html files (or their stem with the folder)")
     e.add_argument("--formats", nargs="+", default=["pdf"], metavar="FMT", help="html png svg pdf (default pdf)")
     e.add_argument("--out-dir", default=None, help="folder to write into (default: beside the .html)")
     e.set_defaults(fn=_cmd_export)
 
-    c = sub.add_parser("check-figures", help="fail when exported figures have clipped or overlapping text",
-                       description="Render exported SVGs in Chromium and report text that runs off the canvas or "
-                                   "overlaps other text (exit 1). Example: asrsched check-figures figures/")
+    c = sub.add_parser(
+        "check-figures",
+        help="fail when exported figures have clipped or overlapping text",
+        description="Render exported SVGs in Chromium and report text that runs off the canvas or "
+        "overlaps other text (exit 1). Example: asrsched check-figures figures/",
+    )
     c.add_argument("paths", nargs="+", help="SVG files or folders (searched recursively)")
     c.set_defaults(fn=_cmd_check_figures)
 

@@ -54,8 +54,13 @@ _warnings.showwarning = lambda m, c, *_a, **_k: print(f"⚠ {{c.__name__}}: {{m}
 """
 
 
-def prepare(notebook: str, parameters: Mapping[str, Any] | None = None, *, out_dir: str | os.PathLike | None = None,
-            root: str | os.PathLike | None = None) -> Path:
+def prepare(
+    notebook: str,
+    parameters: Mapping[str, Any] | None = None,
+    *,
+    out_dir: str | os.PathLike | None = None,
+    root: str | os.PathLike | None = None,
+) -> Path:
     """Write the parameterised copy of ``notebook`` that the dashboard serves; returns its path.
 
     ``notebook`` is a path, file name, stem or number (``"02"``). Unknown parameter names raise
@@ -81,11 +86,27 @@ def prepare(notebook: str, parameters: Mapping[str, Any] | None = None, *, out_d
     return out
 
 
-def voila_command(path: str | os.PathLike, *, ip: str = "127.0.0.1", port: int = 8866, token: str | None = None,
-                  open_browser: bool = True, show_tracebacks: bool = True, extra: list[str] | None = None) -> list[str]:
+def voila_command(
+    path: str | os.PathLike,
+    *,
+    ip: str = "127.0.0.1",
+    port: int = 8866,
+    token: str | None = None,
+    open_browser: bool = True,
+    show_tracebacks: bool = True,
+    extra: list[str] | None = None,
+) -> list[str]:
     """The ``voila`` command line serving ``path`` (``token=None``: no token; loopback by default)."""
-    cmd = [sys.executable, "-m", "voila", str(path), f"--Voila.ip={ip}", f"--port={port}",
-           f"--VoilaConfiguration.show_tracebacks={show_tracebacks}", "--Voila.port_retries=0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "voila",
+        str(path),
+        f"--Voila.ip={ip}",
+        f"--port={port}",
+        f"--VoilaConfiguration.show_tracebacks={show_tracebacks}",
+        "--Voila.port_retries=0",
+    ]
     cmd.append(f"--Voila.token={token or ''}")
     if not open_browser:
         cmd.append("--no-browser")
@@ -96,10 +117,17 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="asrsched dashboard",
         description="Serve one notebook as a Voila dashboard (outputs and controls, no code).",
-        epilog="Arguments after -- go to voila unchanged. Example: asrsched dashboard 03 -p N_REQUESTS 1500")
+        epilog="Arguments after -- go to voila unchanged. Example: asrsched dashboard 03 -p N_REQUESTS 1500",
+    )
     ap.add_argument("notebook", help="path, file name, stem or number (e.g. 02)")
-    ap.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                    help="a parameter (Python literal), repeatable")
+    ap.add_argument(
+        "-p",
+        "--param",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        help="a parameter (Python literal), repeatable",
+    )
     ap.add_argument("--params", help="JSON parameter file {notebook: {NAME: value}} (as for asrsched run)")
     ap.add_argument("--ip", default="127.0.0.1", help="address to listen on (default loopback only)")
     ap.add_argument("--port", type=int, default=8866)
@@ -107,8 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     tok.add_argument("--token", default=None, help="access token (default: a random one, printed with the URL)")
     tok.add_argument("--no-token", action="store_true", help="no token (anyone who can reach the port gets in)")
     ap.add_argument("--no-browser", action="store_true", help="do not open a browser")
-    ap.add_argument("--figures", default=None,
-                    help="a fixed folder for exports (default: each visit's run folder runs/<notebook>/<time>-<hash>)")
+    ap.add_argument(
+        "--figures",
+        default=None,
+        help="a fixed folder for exports (default: each visit's run folder runs/<notebook>/<time>-<hash>)",
+    )
     ap.add_argument("--out-dir", default=None, help="where the parameterised copy goes (default runs/dashboard)")
     ap.add_argument("--hide-tracebacks", action="store_true")
     ap.add_argument("--dry-run", action="store_true", help="write the copy and print the command; start nothing")
@@ -121,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     extra: list[str] = []
     if "--" in argv:
         i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
+        argv, extra = argv[:i], argv[i + 1 :]
     ap = build_parser()
     args = ap.parse_args(argv)
     try:
@@ -134,14 +165,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"asrsched dashboard: error: {e}", file=sys.stderr)
         return 2
     token = None if args.no_token else (args.token or secrets.token_urlsafe(16))
-    cmd = voila_command(path, ip=args.ip, port=args.port, token=token, open_browser=not args.no_browser,
-                        show_tracebacks=not args.hide_tracebacks, extra=extra)
+    cmd = voila_command(
+        path,
+        ip=args.ip,
+        port=args.port,
+        token=token,
+        open_browser=not args.no_browser,
+        show_tracebacks=not args.hide_tracebacks,
+        extra=extra,
+    )
     figures = Path(args.figures).resolve() if args.figures else None
     host = "127.0.0.1" if args.ip in ("0.0.0.0", "") else args.ip
     url = f"http://{host}:{args.port}/" + (f"?token={token}" if token else "")
     print(f"[dashboard] {nb.stem} with {params or 'default parameters'}", flush=True)
-    print(f"[dashboard] notebook copy: {path}\n[dashboard] figures: "
-          f"{figures or paths.runs_dir() / nb.stem / '<time>-<parameter hash>'}", flush=True)
+    print(
+        f"[dashboard] notebook copy: {path}\n[dashboard] figures: "
+        f"{figures or paths.runs_dir() / nb.stem / '<time>-<parameter hash>'}",
+        flush=True,
+    )
     if args.dry_run:
         print(" ".join(cmd))
         return 0

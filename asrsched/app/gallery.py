@@ -112,8 +112,15 @@ class FigureInfo:
     @property
     def caption(self) -> str:
         """The title (the finding) and, from the axis titles, what is plotted against what."""
-        axes = (f"{self.yaxis} vs {self.xaxis}" if self.xaxis and self.yaxis
-                else f"y: {self.yaxis}" if self.yaxis else f"x: {self.xaxis}" if self.xaxis else "")
+        axes = (
+            f"{self.yaxis} vs {self.xaxis}"
+            if self.xaxis and self.yaxis
+            else f"y: {self.yaxis}"
+            if self.yaxis
+            else f"x: {self.xaxis}"
+            if self.xaxis
+            else ""
+        )
         if self.title and axes:
             return f"{self.title} ({axes})"
         return self.title or axes or "(no title)"
@@ -157,9 +164,10 @@ def scan_figures(figures_root: str | os.PathLike) -> dict[str, list[FigureInfo]]
             ext = f.suffix.lstrip(".").lower()
             if f.is_file() and ext in FORMAT_ORDER:
                 groups.setdefault(f.stem, {})[ext] = f
-        out[d.name] = [_inspect(FigureInfo(d.name, n, dict(sorted(groups[n].items(),
-                                                                  key=lambda kv: FORMAT_ORDER.index(kv[0])))))
-                       for n in sorted(groups)]
+        out[d.name] = [
+            _inspect(FigureInfo(d.name, n, dict(sorted(groups[n].items(), key=lambda kv: FORMAT_ORDER.index(kv[0])))))
+            for n in sorted(groups)
+        ]
     return out
 
 
@@ -265,22 +273,33 @@ def render_gallery(figures_root: str | os.PathLike, *, notebooks_dir: str | os.P
         rec = json.loads(rec_path.read_text()) if rec_path.exists() else None
         src = f"../notebooks/{nb}.ipynb"
         exists = nb_dir is None or (nb_dir / f"{nb}.ipynb").exists()
-        lines += [f"## {nb}", "", f"Notebook: [`notebooks/{nb}.ipynb`]({src})"
-                  + ("" if exists else " (not in this checkout)") + "."]
+        lines += [
+            f"## {nb}",
+            "",
+            f"Notebook: [`notebooks/{nb}.ipynb`]({src})" + ("" if exists else " (not in this checkout)") + ".",
+        ]
         started = _parse_time(rec.get("start_time")) if rec else None
         if rec:
             inj = set(rec.get("injected", []))
             when = (rec.get("end_time") or rec.get("start_time") or "")[:19].replace("T", " ")
-            lines += [f"Last batch run: {when} UTC, status **{rec.get('status')}**"
-                      + (" — figures below may be from an earlier run" if rec.get("status") != "ok" else "") + ".",
-                      "Parameters (set by the run in **bold**, the rest are the notebook's defaults"
-                      + (f"; {rec['note']}" if rec.get("note") else "") + "):", ""]
+            lines += [
+                f"Last batch run: {when} UTC, status **{rec.get('status')}**"
+                + (" — figures below may be from an earlier run" if rec.get("status") != "ok" else "")
+                + ".",
+                "Parameters (set by the run in **bold**, the rest are the notebook's defaults"
+                + (f"; {rec['note']}" if rec.get("note") else "")
+                + "):",
+                "",
+            ]
             for k, v in rec.get("parameters", {}).items():
                 lines.append(f"- {'**' if k in inj else ''}`{k}`{'**' if k in inj else ''} = `{_fmt_value(v)}`")
             lines.append("")
         else:
-            lines += ["No batch-run record: these files were exported interactively or by a single-notebook",
-                      "run; the parameters that made them are not known. Re-run the series to record them.", ""]
+            lines += [
+                "No batch-run record: these files were exported interactively or by a single-notebook",
+                "run; the parameters that made them are not known. Re-run the series to record them.",
+                "",
+            ]
         fresh = [i for i in infos if started is None or i.mtime >= started - 1]
         stale = [i for i in infos if i not in fresh]
         if fresh:
@@ -298,13 +317,18 @@ def render_gallery(figures_root: str | os.PathLike, *, notebooks_dir: str | os.P
         tables = sorted(p for p in folder.glob("*.csv"))
         fresh_tables = [t for t in tables if started is None or t.stat().st_mtime >= started - 1]
         if fresh_tables:
-            lines.append("Tables: " + ", ".join(f"[`{t.name}`]({nb}/{t.name}) ({_csv_shape(t)})"
-                                                for t in fresh_tables) + ".")
+            lines.append(
+                "Tables: " + ", ".join(f"[`{t.name}`]({nb}/{t.name}) ({_csv_shape(t)})" for t in fresh_tables) + "."
+            )
             lines.append("")
         old = [i.name for i in stale] + [t.name for t in tables if t not in fresh_tables]
         if old:
-            lines += ["Stale (older than the last run, not made by it; delete or ignore): "
-                      + ", ".join(f"`{n}`" for n in old) + ".", ""]
+            lines += [
+                "Stale (older than the last run, not made by it; delete or ignore): "
+                + ", ".join(f"`{n}`" for n in old)
+                + ".",
+                "",
+            ]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -315,8 +339,12 @@ def _csv_shape(path: Path) -> str:
     return f"{n} rows × {len(header.split(','))} columns"
 
 
-def write_gallery(figures_root: str | os.PathLike | None = None, *, run_dir: str | os.PathLike | None = None,
-                  root: str | os.PathLike | None = None) -> Path:
+def write_gallery(
+    figures_root: str | os.PathLike | None = None,
+    *,
+    run_dir: str | os.PathLike | None = None,
+    root: str | os.PathLike | None = None,
+) -> Path:
     """Record the runs in ``run_dir`` (if given) and write ``<figures_root>/README.md``.
 
     ``figures_root`` defaults to ``$ASRSCHED_FIGURES`` or ``<base>/figures``; the notebooks the

@@ -18,11 +18,20 @@ __all__ = ["parse_value", "load_params", "notebook_parameters", "params_for", "c
 #: Notebook parameters renamed to the one vocabulary (CONTRIBUTING, *Vocabulary*): old name → new
 #: name, per notebook. Passing an old name is an error that names the new one.
 RENAMED: dict[str, dict[str, str]] = {
-    "02_policy_sweep": {"N_JOBS": "WORKERS", "LOADS": "RHOS", "HEADLINE_LOAD": "HEADLINE_RHO",
-                        "OVERLOAD_LOAD": "OVERLOAD_RHO", "CDF_LOAD": "CDF_RHO"},
+    "02_policy_sweep": {
+        "N_JOBS": "WORKERS",
+        "LOADS": "RHOS",
+        "HEADLINE_LOAD": "HEADLINE_RHO",
+        "OVERLOAD_LOAD": "OVERLOAD_RHO",
+        "CDF_LOAD": "CDF_RHO",
+    },
     "04_real_serving": {"WORKERS": "SERVER_SLOTS", "LOADS": "RHOS"},
-    "05_ab_estimators": {"N_JOBS": "N_REQUESTS", "TRUTH_JOBS_QUICK": "TRUTH_REQUESTS_QUICK",
-                         "TRUTH_JOBS_FULL": "TRUTH_REQUESTS_FULL", "WP_JOBS": "WP_REQUESTS"},
+    "05_ab_estimators": {
+        "N_JOBS": "N_REQUESTS",
+        "TRUTH_JOBS_QUICK": "TRUTH_REQUESTS_QUICK",
+        "TRUTH_JOBS_FULL": "TRUTH_REQUESTS_FULL",
+        "WP_JOBS": "WP_REQUESTS",
+    },
     "06_ab_asr_policies": {"N_JOBS": "WORKERS", "LOAD": "RHO"},
 }
 
@@ -60,8 +69,9 @@ def notebook_parameters(nb: str | os.PathLike) -> dict[str, Any]:
     return {k: v["default"] for k, v in pm.inspect_notebook(str(nb)).items()}
 
 
-def params_for(stem: str, params: Mapping[str, Mapping[str, Any]], known: Mapping[str, Any] | None = None
-               ) -> dict[str, Any]:
+def params_for(
+    stem: str, params: Mapping[str, Mapping[str, Any]], known: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The values of ``params`` (a parameter file's content) for notebook ``stem``.
 
     ``"*"`` applies where the notebook has the parameter (``known``: its parameter names), then the

@@ -24,8 +24,17 @@ from pathlib import Path
 
 from asrsched.figures.outputs import FIGURES_ENV, ROOT_ENV, RUNS_ENV, project_root
 
-__all__ = ["ROOT_ENV", "FIGURES_ENV", "RUNS_ENV", "base_dir", "notebooks_dir", "runs_dir", "new_run_dir", "figures_dir",
-           "kernel_dir"]
+__all__ = [
+    "ROOT_ENV",
+    "FIGURES_ENV",
+    "RUNS_ENV",
+    "base_dir",
+    "notebooks_dir",
+    "runs_dir",
+    "new_run_dir",
+    "figures_dir",
+    "kernel_dir",
+]
 
 _PathLike = str | os.PathLike
 
@@ -77,8 +86,10 @@ def notebooks_dir(root: _PathLike | None = None) -> Path:
     checkout = Path(asrsched.__file__).resolve().parent.parent / "notebooks"
     if checkout.is_dir():
         return checkout
-    raise FileNotFoundError("the notebooks are not installed (no package asrsched.notebooks); "
-                            f"reinstall asrsched or set ${ROOT_ENV} to a folder holding notebooks/")
+    raise FileNotFoundError(
+        "the notebooks are not installed (no package asrsched.notebooks); "
+        f"reinstall asrsched or set ${ROOT_ENV} to a folder holding notebooks/"
+    )
 
 
 def runs_dir(root: _PathLike | None = None) -> Path:

@@ -36,14 +36,27 @@ import pandas as pd
 from asrsched.app import paths
 from asrsched.app.params import check_parameters, load_params, notebook_parameters, params_for
 
-__all__ = ["notebooks", "resolve", "run_notebook", "run_series", "NotebookRun", "load_params",
-           "notebook_parameters", "figures_root_for"]
+__all__ = [
+    "notebooks",
+    "resolve",
+    "run_notebook",
+    "run_series",
+    "NotebookRun",
+    "load_params",
+    "notebook_parameters",
+    "figures_root_for",
+]
 
 DEFAULT_TIMEOUT_S = 900
 
 
-def figures_root_for(run_dir: str | os.PathLike, *, figures_root: str | os.PathLike | None = None,
-                     gallery: bool = False, root: str | os.PathLike | None = None) -> Path:
+def figures_root_for(
+    run_dir: str | os.PathLike,
+    *,
+    figures_root: str | os.PathLike | None = None,
+    gallery: bool = False,
+    root: str | os.PathLike | None = None,
+) -> Path:
     """Where a batch run's exports go: ``figures_root`` if given, the gallery ``<base>/figures`` with
     ``gallery=True``, else ``<run_dir>/figures``."""
     if figures_root is not None:
@@ -140,20 +153,33 @@ def run_notebook(
     out = run_dir / nb.name
     cwd = paths.kernel_dir(nb, fallback=run_dir, root=root)
     figs = figures_root_for(run_dir, figures_root=figures_root, gallery=gallery, root=root).resolve()
-    env = _Env(**{paths.FIGURES_ENV: str(figs), paths.RUNS_ENV: str(paths.runs_dir(root).resolve()),
-                  PROGRESS_ENV: "text", FORMATS_ENV: ",".join(formats) if formats else None})
+    env = _Env(
+        **{
+            paths.FIGURES_ENV: str(figs),
+            paths.RUNS_ENV: str(paths.runs_dir(root).resolve()),
+            PROGRESS_ENV: "text",
+            FORMATS_ENV: ",".join(formats) if formats else None,
+        }
+    )
     t0 = time.perf_counter()
     try:
         with env:
             pm.execute_notebook(
-                str(nb), str(out), parameters=params, kernel_name="python3", cwd=str(cwd),
-                execution_timeout=timeout_s, progress_bar=progress, request_save_on_cell_execute=True,
+                str(nb),
+                str(out),
+                parameters=params,
+                kernel_name="python3",
+                cwd=str(cwd),
+                execution_timeout=timeout_s,
+                progress_bar=progress,
+                request_save_on_cell_execute=True,
             )
         return NotebookRun(nb.stem, "ok", time.perf_counter() - t0, str(out))
     except Exception as e:  # a failed notebook must not stop the series
         msg = f"{type(e).__name__}: {e}".strip()
-        return NotebookRun(nb.stem, "failed", time.perf_counter() - t0, str(out),
-                           msg[-2000:] or traceback.format_exc()[-2000:])
+        return NotebookRun(
+            nb.stem, "failed", time.perf_counter() - t0, str(out), msg[-2000:] or traceback.format_exc()[-2000:]
+        )
 
 
 def run_series(
@@ -183,8 +209,16 @@ def run_series(
     for nb in nbs:
         p = params_for(nb.stem, params, notebook_parameters(nb))  # "*" applies where it fits
         print(f"[asrsched] running {nb.stem} {json.dumps(p) if p else ''}", flush=True)
-        r = run_notebook(nb, p, run_dir=run_dir, figures_root=figures_root, timeout_s=timeout_s, root=root,
-                         gallery=gallery, formats=formats)
+        r = run_notebook(
+            nb,
+            p,
+            run_dir=run_dir,
+            figures_root=figures_root,
+            timeout_s=timeout_s,
+            root=root,
+            gallery=gallery,
+            formats=formats,
+        )
         print(f"[asrsched] {nb.stem}: {r.status} in {r.seconds:.0f} s {r.error[:300]}", flush=True)
         rows.append(r.__dict__)
     df = pd.DataFrame(rows)
@@ -192,6 +226,7 @@ def run_series(
     df.to_csv(run_dir / "summary.csv", index=False)
     from asrsched.app.gallery import write_gallery  # figures/README.md: every figure, its caption and parameters
 
-    write_gallery(figures_root_for(run_dir, figures_root=figures_root, gallery=gallery, root=root), run_dir=run_dir,
-                  root=root)
+    write_gallery(
+        figures_root_for(run_dir, figures_root=figures_root, gallery=gallery, root=root), run_dir=run_dir, root=root
+    )
     return df

@@ -43,14 +43,27 @@ def warm_up() -> float:
     for policy in ("hrrn", "adaptive"):  # the Python reference's queues scan with the compiled rulebook
         simulate(trace, policy, max_num_seqs=4, engine="python", warn_overload=False)
     for policy, sink in (("sjf", SummarySink()), ("fcfs", None)):  # chunk by chunk, flushed in batches
-        simulate(trace_chunks("librispeech", rate=4.0, n=400, chunk=100, seed=1), policy, max_num_seqs=4, sink=sink,
-                 flush_every=50, engine="numba", warn_overload=False)
+        simulate(
+            trace_chunks("librispeech", rate=4.0, n=400, chunk=100, seed=1),
+            policy,
+            max_num_seqs=4,
+            sink=sink,
+            flush_every=50,
+            engine="numba",
+            warn_overload=False,
+        )
     for router in ROUTER_CODES:
         simulate_fleet(trace, n_replicas=2, router=router, policy="sjf", max_num_seqs=2)
-    for design, service, amp in (("bernoulli", "exp", 0.0), ("group", "const", 0.0), ("switchback", "pareto", 0.0),
-                                 ("bernoulli", "exp", 0.5), ("control", "exp", 0.0)):
-        cfg = SystemConfig(n_servers=4, lam=0.7, service=service, amp=amp, design=design, n_requests=3000,
-                           warmup_requests=500)
+    for design, service, amp in (
+        ("bernoulli", "exp", 0.0),
+        ("group", "const", 0.0),
+        ("switchback", "pareto", 0.0),
+        ("bernoulli", "exp", 0.5),
+        ("control", "exp", 0.0),
+    ):
+        cfg = SystemConfig(
+            n_servers=4, lam=0.7, service=service, amp=amp, design=design, n_requests=3000, warmup_requests=500
+        )
         traj = simulate_supermarket(cfg, seed=0)
         if design != "control":
             estimate_all(traj)

@@ -18,9 +18,17 @@ from __future__ import annotations
 __all__ = ["ESTIMATOR_LABELS", "ESTIMATOR_ORDER", "METRIC_LABELS", "estimator_label", "metric_label", "router_label"]
 
 #: display names of the A/B estimators (one spelling in tables, figures and prose)
-ESTIMATOR_LABELS = {"naive": "naive", "group": "group", "switchback": "switchback", "qdq": "qDQ", "wdq": "wDQ",
-                    "qtdq": "qDQ (time-integral)", "mixed_dq": "mixed DQ", "mixed_dq_qt": "mixed DQ (time-integral)",
-                    "mixed_dq_oracle": "mixed DQ (oracle α)"}
+ESTIMATOR_LABELS = {
+    "naive": "naive",
+    "group": "group",
+    "switchback": "switchback",
+    "qdq": "qDQ",
+    "wdq": "wDQ",
+    "qtdq": "qDQ (time-integral)",
+    "mixed_dq": "mixed DQ",
+    "mixed_dq_qt": "mixed DQ (time-integral)",
+    "mixed_dq_oracle": "mixed DQ (oracle α)",
+}
 #: the estimators in the order every table and figure shows them (both A/B studies)
 ESTIMATOR_ORDER = ["naive", "group", "switchback", "qdq", "wdq", "mixed_dq", "mixed_dq_oracle", "qtdq", "mixed_dq_qt"]
 #: display names of the latency metrics
@@ -61,4 +69,6 @@ def router_label(router: str | int, n_servers: int | None = None) -> str:
     if isinstance(router, int) and not isinstance(router, bool):
         return "random" if router == 1 else ("JSQ" if router == n_servers else f"Power-of-{router}")
     r = str(router)
-    return {"random": "random", "jsq": "JSQ"}.get(r, f"Power-of-{r[3:]}" if r.startswith("pod") and r[3:].isdigit() else r)
+    return {"random": "random", "jsq": "JSQ"}.get(
+        r, f"Power-of-{r[3:]}" if r.startswith("pod") and r[3:].isdigit() else r
+    )

@@ -89,8 +89,11 @@ def relative_change(
         raise ValueError(f"baseline policy {baseline!r} is not in the table (has {sorted(set(table[policy_col]))})")
     mean = table.groupby([*by, policy_col], as_index=False)[metrics].mean()
     base = mean[mean[policy_col] == baseline].drop(columns=policy_col)
-    merged = mean.merge(base, on=by, suffixes=("", "_base")) if by else mean.assign(
-        **{f"{m}_base": float(base[m].iloc[0]) for m in metrics})
+    merged = (
+        mean.merge(base, on=by, suffixes=("", "_base"))
+        if by
+        else mean.assign(**{f"{m}_base": float(base[m].iloc[0]) for m in metrics})
+    )
     for m in metrics:
         merged[f"{m}_change_pct"] = 100.0 * (merged[m] / merged[f"{m}_base"] - 1.0)
     return merged.drop(columns=[f"{m}_base" for m in metrics])

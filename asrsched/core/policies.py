@@ -271,7 +271,7 @@ class HRRNQueue(WaitingQueue):
 
     def __iter__(self) -> Iterator[Job]:
         jobs = self._jobs
-        return iter([jobs[i] for i in np.argsort(self._seq[:len(jobs)], kind="stable")])
+        return iter([jobs[i] for i in np.argsort(self._seq[: len(jobs)], kind="stable")])
 
 
 class RandomQueue(WaitingQueue):
@@ -349,8 +349,10 @@ class AdaptiveQueue(WaitingQueue):
 
     def __init__(self, low_depth: int = 4, ratio_cap: float = 50.0):
         if low_depth < 0 or not ratio_cap >= 1:
-            raise ValueError(f"adaptive policy needs low_depth >= 0 and ratio_cap >= 1, got "
-                             f"low_depth={low_depth!r}, ratio_cap={ratio_cap!r}")
+            raise ValueError(
+                f"adaptive policy needs low_depth >= 0 and ratio_cap >= 1, got "
+                f"low_depth={low_depth!r}, ratio_cap={ratio_cap!r}"
+            )
         self.low_depth = int(low_depth)
         self.ratio_cap = float(ratio_cap)
         self._hrrn = HRRNQueue()  # the waiting jobs, their push order and the HRRN order

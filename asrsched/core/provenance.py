@@ -28,8 +28,21 @@ from pathlib import Path
 __all__ = ["provenance", "describe", "cpu_model", "load_average", "KEYS"]
 
 #: the keys of every provenance record, in order
-KEYS = ("commit", "clean_tree", "dirty_paths", "date_utc", "cpu_model", "cpu_count", "load_average_start_1_5_15",
-        "load_average_end_1_5_15", "python", "platform", "asrsched_version", "parameters", "command")
+KEYS = (
+    "commit",
+    "clean_tree",
+    "dirty_paths",
+    "date_utc",
+    "cpu_model",
+    "cpu_count",
+    "load_average_start_1_5_15",
+    "load_average_end_1_5_15",
+    "python",
+    "platform",
+    "asrsched_version",
+    "parameters",
+    "command",
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,8 +74,14 @@ def load_average() -> list[float] | None:
         return None
 
 
-def provenance(command: str | None = None, params: dict | None = None, *, load_start=None,
-               paths: Sequence[str] = (), exclude: Sequence[str] = ()) -> dict:
+def provenance(
+    command: str | None = None,
+    params: dict | None = None,
+    *,
+    load_start=None,
+    paths: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+) -> dict:
     """The record of :data:`KEYS`: commit (and whether ``paths`` less ``exclude`` were clean: ``()``
     watches the whole tree), UTC date, CPU model and count, load average at the start (``load_start``,
     as the caller read it) and now, Python, platform, package version, the parameters and the exact
@@ -75,13 +94,21 @@ def provenance(command: str | None = None, params: dict | None = None, *, load_s
         spec.insert(0, ".")
     dirty = _git("status", "--porcelain", "--untracked-files=no", "--", *spec)
     lines = (dirty or "").rstrip("\n").splitlines()
-    return {"commit": head.strip() if head else None, "clean_tree": dirty is not None and not lines,
-            "dirty_paths": sorted({ln[3:] for ln in lines})[:20],
-            "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "cpu_model": cpu_model(),
-            "cpu_count": os.cpu_count(), "load_average_start_1_5_15": load_start,
-            "load_average_end_1_5_15": load_average(), "python": sys.version.split()[0],
-            "platform": platform.platform(), "asrsched_version": __version__, "parameters": params or {},
-            "command": command or " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])}
+    return {
+        "commit": head.strip() if head else None,
+        "clean_tree": dirty is not None and not lines,
+        "dirty_paths": sorted({ln[3:] for ln in lines})[:20],
+        "date_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "load_average_start_1_5_15": load_start,
+        "load_average_end_1_5_15": load_average(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "asrsched_version": __version__,
+        "parameters": params or {},
+        "command": command or " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]),
+    }
 
 
 def describe(record: dict) -> str:
@@ -95,6 +122,8 @@ def describe(record: dict) -> str:
     """
     commit = (record.get("commit") or "unknown")[:10]
     clean = "clean tree" if record.get("clean_tree") else "uncommitted changes"
-    return (f"commit {commit} ({clean}), {record.get('date_utc')}, {record.get('cpu_model')} "
-            f"({record.get('cpu_count')} cores), load average at start {record.get('load_average_start_1_5_15')}; "
-            f"command `{record.get('command')}`")
+    return (
+        f"commit {commit} ({clean}), {record.get('date_utc')}, {record.get('cpu_model')} "
+        f"({record.get('cpu_count')} cores), load average at start {record.get('load_average_start_1_5_15')}; "
+        f"command `{record.get('command')}`"
+    )

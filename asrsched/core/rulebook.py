@@ -44,9 +44,31 @@ import numpy as np
 from numba import njit
 
 __all__ = [
-    "FCFS", "SJF", "LJF", "HRRN", "ADAPTIVE", "KEY", "POLICY_CODES", "MODE_FCFS", "MODE_SJF", "MODE_HRRN",
-    "key_less", "heap_push", "heap_pop", "fifo_push", "fifo_pop", "slot_put", "slot_take", "hrrn_argbest",
-    "fcfs_argmin", "insertion_sort", "static_keys", "response_ratio", "adaptive_mode", "queue_push", "queue_pop",
+    "FCFS",
+    "SJF",
+    "LJF",
+    "HRRN",
+    "ADAPTIVE",
+    "KEY",
+    "POLICY_CODES",
+    "MODE_FCFS",
+    "MODE_SJF",
+    "MODE_HRRN",
+    "key_less",
+    "heap_push",
+    "heap_pop",
+    "fifo_push",
+    "fifo_pop",
+    "slot_put",
+    "slot_take",
+    "hrrn_argbest",
+    "fcfs_argmin",
+    "insertion_sort",
+    "static_keys",
+    "response_ratio",
+    "adaptive_mode",
+    "queue_push",
+    "queue_pop",
     "queue_set_policy",
 ]
 
@@ -58,6 +80,7 @@ MODE_FCFS, MODE_SJF, MODE_HRRN = 0, 1, 2
 
 
 # ----------------------------------------------------------------------------- heap of (k1, k2, id)
+
 
 @njit(cache=True, inline="always")
 def _u(i):
@@ -103,7 +126,9 @@ def heap_pop(k1, k2, kid, b, n):
             c = 2 * i + 1
             if c >= n:
                 break
-            if c + 1 < n and key_less(k1[_u(b + c + 1)], k2[_u(b + c + 1)], kid[_u(b + c + 1)], k1[_u(b + c)], k2[_u(b + c)], kid[_u(b + c)]):
+            if c + 1 < n and key_less(
+                k1[_u(b + c + 1)], k2[_u(b + c + 1)], kid[_u(b + c + 1)], k1[_u(b + c)], k2[_u(b + c)], kid[_u(b + c)]
+            ):
                 c += 1
             if key_less(k1[_u(b + c)], k2[_u(b + c)], kid[_u(b + c)], x1, x2, xid):
                 k1[_u(b + i)] = k1[_u(b + c)]
@@ -119,6 +144,7 @@ def heap_pop(k1, k2, kid, b, n):
 
 
 # ----------------------------------------------------------------------------- FIFO (links over the requests)
+
 
 @njit(cache=True, inline="always")
 def fifo_push(nxt, head, tail, r, j):
@@ -144,6 +170,7 @@ def fifo_pop(nxt, head, tail, r):
 
 
 # ----------------------------------------------------------------------------- slot store
+
 
 @njit(cache=True, inline="always")
 def slot_put(sid, sarr, sinv, spos, b, n, j, arrival, inv):
@@ -200,7 +227,9 @@ def fcfs_argmin(sarr, sid, b, n):
     """Slot of the earliest arrival (ties: the smallest id) in the store at ``[b, b + n)``: FCFS over a few jobs."""
     best = 0
     for i in range(1, n):
-        if sarr[_u(b + i)] < sarr[_u(b + best)] or (sarr[_u(b + i)] == sarr[_u(b + best)] and sid[_u(b + i)] < sid[_u(b + best)]):
+        if sarr[_u(b + i)] < sarr[_u(b + best)] or (
+            sarr[_u(b + i)] == sarr[_u(b + best)] and sid[_u(b + i)] < sid[_u(b + best)]
+        ):
             best = i
     return best
 
@@ -218,6 +247,7 @@ def insertion_sort(a, lo, hi):
 
 
 # ----------------------------------------------------------------------------- the policies' rules
+
 
 @njit(cache=True, inline="always")
 def static_keys(code, arrival, est, key):
@@ -256,9 +286,31 @@ def adaptive_mode(n_waiting, low_depth, top_ratio, ratio_cap):
 # ----------------------------------------------------------------------------- a waiting queue under a policy code
 # (arrays and scalars as arguments, no slices in the inlined two: see asrsched.sim.kernel on reference counts)
 
+
 @njit(cache=True, inline="always")
-def queue_push(code, r, j, b, arrival, est, key, min_service, k1, k2, kid, sid, sarr, sinv, spos, alive, nxt, head, tail,
-          heap_n, slot_n):
+def queue_push(
+    code,
+    r,
+    j,
+    b,
+    arrival,
+    est,
+    key,
+    min_service,
+    k1,
+    k2,
+    kid,
+    sid,
+    sarr,
+    sinv,
+    spos,
+    alive,
+    nxt,
+    head,
+    tail,
+    heap_n,
+    slot_n,
+):
     """Request ``j`` joins replica ``r``'s waiting queue (offset ``b``) under policy ``code``."""
     if code == FCFS:
         fifo_push(nxt, head, tail, r, j)
@@ -271,8 +323,31 @@ def queue_push(code, r, j, b, arrival, est, key, min_service, k1, k2, kid, sid, 
 
 
 @njit(cache=True, inline="always")
-def queue_pop(code, r, now, b, arrival, est, low_depth, ratio_cap, min_service, k1, k2, kid, sid, sarr, sinv, spos, alive,
-         nxt, head, tail, heap_n, slot_n, modes):
+def queue_pop(
+    code,
+    r,
+    now,
+    b,
+    arrival,
+    est,
+    low_depth,
+    ratio_cap,
+    min_service,
+    k1,
+    k2,
+    kid,
+    sid,
+    sarr,
+    sinv,
+    spos,
+    alive,
+    nxt,
+    head,
+    tail,
+    heap_n,
+    slot_n,
+    modes,
+):
     """The request replica ``r``'s policy ``code`` admits at ``now`` (its queue is not empty), taken out."""
     if code == FCFS:
         return fifo_pop(nxt, head, tail, r)
@@ -306,8 +381,30 @@ def queue_pop(code, r, now, b, arrival, est, low_depth, ratio_cap, min_service, 
 
 
 @njit(cache=True)
-def queue_set_policy(r, new, cap, min_service, arrival, est, key, k1, k2, kid, sid, sarr, sinv, spos, alive, nxt, nwait,
-                heap_n, slot_n, head, tail, policy):
+def queue_set_policy(
+    r,
+    new,
+    cap,
+    min_service,
+    arrival,
+    est,
+    key,
+    k1,
+    k2,
+    kid,
+    sid,
+    sarr,
+    sinv,
+    spos,
+    alive,
+    nxt,
+    nwait,
+    heap_n,
+    slot_n,
+    head,
+    tail,
+    policy,
+):
     """:meth:`asrsched.sim.engine.Engine.set_policy` compiled: the waiting requests re-pushed, in submission order, into a fresh ``new`` queue."""
     old = policy[r]
     if old == new:
@@ -321,11 +418,11 @@ def queue_set_policy(r, new, cap, min_service, arrival, est, key, k1, k2, kid, s
             w[i] = j
             j = nxt[j]
     elif old == HRRN or old == ADAPTIVE:
-        w[:] = sid[b:b + n]
+        w[:] = sid[b : b + n]
         for i in range(n):
             alive[w[i]] = False
     else:
-        w[:] = kid[b:b + n]
+        w[:] = kid[b : b + n]
     w.sort()
     heap_n[r] = 0
     slot_n[r] = 0
@@ -333,5 +430,26 @@ def queue_set_policy(r, new, cap, min_service, arrival, est, key, k1, k2, kid, s
     tail[r] = -1
     policy[r] = new
     for j in w:
-        queue_push(new, r, j, b, arrival, est, key, min_service, k1, k2, kid, sid, sarr, sinv, spos, alive, nxt, head,
-              tail, heap_n, slot_n)
+        queue_push(
+            new,
+            r,
+            j,
+            b,
+            arrival,
+            est,
+            key,
+            min_service,
+            k1,
+            k2,
+            kid,
+            sid,
+            sarr,
+            sinv,
+            spos,
+            alive,
+            nxt,
+            head,
+            tail,
+            heap_n,
+            slot_n,
+        )

@@ -46,9 +46,18 @@ import pandas as pd
 SCHEMA = "asrsched.service_model/1"
 REQUIRED_FIELDS = ("encode_s_per_window", "decode_s_per_token", "overhead_s", "kappa")
 
-__all__ = ["ServiceModel", "SCHEMA", "REQUIRED_FIELDS", "default_service_model", "as_service_model", "check_kappa",
-           "language_codes",
-           "LanguageCodes", "WORK_TOKEN_GRID", "work_tokens"]
+__all__ = [
+    "ServiceModel",
+    "SCHEMA",
+    "REQUIRED_FIELDS",
+    "default_service_model",
+    "as_service_model",
+    "check_kappa",
+    "language_codes",
+    "LanguageCodes",
+    "WORK_TOKEN_GRID",
+    "work_tokens",
+]
 
 
 def check_kappa(kappa: float, name: str = "kappa") -> float:
@@ -156,8 +165,7 @@ class ServiceModel:
         known = ", ".join(sorted(self.kappa))
         if fallback is not None:
             raise ValueError(f"fallback language {fallback!r} has no kappa either; known: {known}")
-        raise ValueError(f"no kappa for language {language!r}; known: {known} "
-                         "(or pass fallback=<a known language>)")
+        raise ValueError(f"no kappa for language {language!r}; known: {known} (or pass fallback=<a known language>)")
 
     def kappas(self, language: Any, *, fallback: str | None = None) -> np.ndarray | float:
         """kappa per request: ``language`` a string (a float back), or one language per request (an array,
@@ -195,8 +203,9 @@ class ServiceModel:
         out = w * self.encode_s_per_window
         return _out(out)
 
-    def est_tokens(self, duration_s: np.ndarray | float, language: Any = "en", *,
-                   fallback: str | None = None) -> np.ndarray | float:
+    def est_tokens(
+        self, duration_s: np.ndarray | float, language: Any = "en", *, fallback: str | None = None
+    ) -> np.ndarray | float:
         """Estimated generated tokens, ``kappa[language] * duration`` (``language``: see :meth:`kappas`)."""
         out = self._kappa_column(language, fallback) * _num(duration_s)
         return _out(out)
@@ -208,8 +217,15 @@ class ServiceModel:
         out = self.decode_s_per_token * (1.0 + self.decode_batch_slope * (b - 1.0))
         return _out(out)
 
-    def service_time(self, duration_s: np.ndarray | float, language: Any = "en", *, tokens: Any = None,
-                     batch: int = 1, windows: Any = None) -> np.ndarray | float:
+    def service_time(
+        self,
+        duration_s: np.ndarray | float,
+        language: Any = "en",
+        *,
+        tokens: Any = None,
+        batch: int = 1,
+        windows: Any = None,
+    ) -> np.ndarray | float:
         """Predicted service time (s) of a request decoding ``tokens`` at decode batch size ``batch``.
 
         ``tokens`` defaults to the kappa estimate (:meth:`est_tokens`); pass measured tokens to
@@ -219,8 +235,15 @@ class ServiceModel:
         out = self.encoder_s(duration_s, windows=windows) + tok * self.step_s(batch) + self.overhead_s
         return _out(out)
 
-    def est_service(self, duration_s: np.ndarray | float, language: Any = "en", *, windows: Any = None,
-                    max_tokens: Any = None, fallback: str | None = None) -> np.ndarray | float:
+    def est_service(
+        self,
+        duration_s: np.ndarray | float,
+        language: Any = "en",
+        *,
+        windows: Any = None,
+        max_tokens: Any = None,
+        fallback: str | None = None,
+    ) -> np.ndarray | float:
         """The size estimate ``S`` every policy reads: the batch-1 service time of kappa x duration tokens.
 
         ``windows x encode_s_per_window + min(kappa x duration, max_tokens) x step_s(1) + overhead_s``.
@@ -237,8 +260,9 @@ class ServiceModel:
             tok = min(tok, m) if isinstance(tok, float) and isinstance(m, float) else np.minimum(tok, m)
         return self.service_time(duration_s, tokens=tok, windows=windows)
 
-    def saturation_rate(self, duration_s: np.ndarray, language: np.ndarray | str = "en", *,
-                        max_num_seqs: int = 32, tokens: Any = None) -> float:
+    def saturation_rate(
+        self, duration_s: np.ndarray, language: np.ndarray | str = "en", *, max_num_seqs: int = 32, tokens: Any = None
+    ) -> float:
         """Fluid approximation of the saturation throughput (req/s) on a workload's durations.
 
         With the batch always full (``max_num_seqs`` sequences decoding) each request costs its
@@ -259,8 +283,9 @@ class ServiceModel:
         if not d.size:
             raise ValueError("saturation_rate needs at least one duration")
         tok = self.est_tokens(d, language) if tokens is None else np.asarray(tokens, dtype=float)
-        per_req = (float(np.mean(self.windows(d))) * self.encode_s_per_window
-                   + float(np.mean(tok)) * float(self.step_s(M)) / M)
+        per_req = (
+            float(np.mean(self.windows(d))) * self.encode_s_per_window + float(np.mean(tok)) * float(self.step_s(M)) / M
+        )
         return 1.0 / per_req if per_req > 0 else math.inf
 
     # ------------------------------------------------------------------ JSON
@@ -351,8 +376,10 @@ def default_service_model() -> ServiceModel:
     )
 
 
-def as_service_model(service: ServiceModel | Mapping[str, Any] | str | Path | None = None,
-                     kappa: float | Mapping[str, float] | None = None) -> ServiceModel:
+def as_service_model(
+    service: ServiceModel | Mapping[str, Any] | str | Path | None = None,
+    kappa: float | Mapping[str, float] | None = None,
+) -> ServiceModel:
     """The :class:`ServiceModel` a caller means: ``None`` (:func:`default_service_model`), a model, its
     :meth:`~ServiceModel.to_dict` form or a JSON path; with ``kappa`` replaced when given (:meth:`~ServiceModel.with_kappa`)."""
     if service is None:

@@ -52,8 +52,10 @@ def register_static_policy(name: str, key: Callable | None = None):
     jkey = key if hasattr(key, "py_func") else njit(key)
 
     def factory() -> KeyQueue:
-        return KeyQueue(lambda j: float(jkey(float(j.est_service), float(j.arrival), float(j.duration),
-                                             str(j.language))), name=lname)
+        return KeyQueue(
+            lambda j: float(jkey(float(j.est_service), float(j.arrival), float(j.duration), str(j.language))),
+            name=lname,
+        )
 
     register_policy(lname)(factory)
     _STATIC_KEYS[lname] = (factory, jkey)

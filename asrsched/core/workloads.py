@@ -58,6 +58,7 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- data
 
+
 @cache
 def librispeech_table() -> pd.DataFrame:
     """LibriSpeech test-clean: ``utt_id, duration_s, text`` (2,620 rows, CC BY 4.0)."""
@@ -73,6 +74,7 @@ def commonvoice_id_table() -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- sources
+
 
 class DurationSource:
     """Draws audio durations (s). Subclasses implement :meth:`sample`."""
@@ -204,7 +206,8 @@ class Drift:
         if len(inner) and self.ramp_s > inner.min() * (1 + 1e-9):  # tolerance: start times rounded
             raise ValueError(
                 f"drift ramp_s={self.ramp_s:g} s outlasts a phase ({inner.min():g} s): the mix would jump when the "
-                f"next phase starts; allowed: 0 <= ramp_s <= {inner.min():g}")
+                f"next phase starts; allowed: 0 <= ramp_s <= {inner.min():g}"
+            )
         self._starts = np.asarray(starts)
 
     def weights_at(self, t: float) -> tuple[float, ...]:
@@ -284,6 +287,7 @@ def make_source(name: str | DurationSource | Drift) -> DurationSource | Drift:
 
 # ----------------------------------------------------------------------------- arrivals
 
+
 def check_rate(rate: float, name: str = "rate") -> float:
     """``rate`` as a float, or ``ValueError`` if it is not a finite positive number."""
     r = float(rate)
@@ -307,9 +311,7 @@ def bursty(rng: np.random.Generator, rate: float, n: int, burstiness: float = 1.
     return np.cumsum(rng.gamma(shape=burstiness, scale=theta, size=n))
 
 
-def cyclic(
-    rng: np.random.Generator, rate: float, n: int, amplitude: float = 0.5, period_s: float = 60.0
-) -> np.ndarray:
+def cyclic(rng: np.random.Generator, rate: float, n: int, amplitude: float = 0.5, period_s: float = 60.0) -> np.ndarray:
     """Non-stationary Poisson with rate ``rate * (1 + amplitude * sin(2 pi t / period))`` (thinning)."""
     rate = check_rate(rate)
     if not (0 <= amplitude < 1):
@@ -342,6 +344,7 @@ def make_arrivals(kind: str, rng: np.random.Generator, rate: float, n: int, **kw
 
 # ----------------------------------------------------------------------------- trace
 
+
 @dataclass
 class Trace:
     """A request stream: arrival times, audio durations, languages, true token counts.
@@ -371,8 +374,13 @@ class Trace:
 
     def to_frame(self) -> pd.DataFrame:
         df = pd.DataFrame(
-            {"rid": np.arange(len(self)), "arrival": self.arrival, "duration": self.duration,
-             "language": self.language, "tokens": self.tokens}
+            {
+                "rid": np.arange(len(self)),
+                "arrival": self.arrival,
+                "duration": self.duration,
+                "language": self.language,
+                "tokens": self.tokens,
+            }
         )
         if len(self.extra):
             df = pd.concat([df, self.extra.reset_index(drop=True)], axis=1)
@@ -385,8 +393,14 @@ class Trace:
             raise ValueError(f"trace table is missing column(s) {', '.join(missing)}")
         lang = df["language"].to_numpy() if "language" in df else np.full(len(df), "en", dtype=object)
         extra = df.drop(columns=[c for c in ("rid", "arrival", "duration", "language", "tokens") if c in df])
-        return cls(df["arrival"].to_numpy(float), df["duration"].to_numpy(float), lang,
-                   df["tokens"].to_numpy(np.int64), extra=extra, meta=dict(meta))
+        return cls(
+            df["arrival"].to_numpy(float),
+            df["duration"].to_numpy(float),
+            lang,
+            df["tokens"].to_numpy(np.int64),
+            extra=extra,
+            meta=dict(meta),
+        )
 
     @property
     def rate(self) -> float:
@@ -459,12 +473,19 @@ def make_trace(
         k = float(kappa)
     tok = true_tokens(rng, dur, k, noise_cv)
     extra = rows.drop(columns=["duration", "language"])
-    meta = dict(workload=getattr(src, "name", str(workload)), rate=rate, seed=seed, arrival=arrival,
-                kappa=kappa, noise_cv=noise_cv)
+    meta = dict(
+        workload=getattr(src, "name", str(workload)),
+        rate=rate,
+        seed=seed,
+        arrival=arrival,
+        kappa=kappa,
+        noise_cv=noise_cv,
+    )
     return Trace(times, dur, lang, tok, extra=extra, meta=meta)
 
 
 # ----------------------------------------------------------------------------- long traces, in chunks
+
 
 def constant_strings(value: str, n: int) -> np.ndarray:
     """An object array of ``n`` references to ``value`` (``np.full`` with ``dtype=object`` is ~100x slower)."""
@@ -473,8 +494,9 @@ def constant_strings(value: str, n: int) -> np.ndarray:
     return a
 
 
-def trace_chunks(workload="librispeech", *, rate: float, n: int, chunk: int = 200_000, seed: int = 0,
-                 **kw) -> Iterator[Trace]:
+def trace_chunks(
+    workload="librispeech", *, rate: float, n: int, chunk: int = 200_000, seed: int = 0, **kw
+) -> Iterator[Trace]:
     """A long trace as consecutive chunks (for bounded-memory runs); chunk ``i`` uses seed ``(seed, i)``.
 
     Chunk ``i`` is ``make_trace(workload, rate=rate, n=..., seed=<from (seed, i)>, **kw)`` with its
@@ -498,8 +520,17 @@ def trace_chunks(workload="librispeech", *, rate: float, n: int, chunk: int = 20
         yield tr
 
 
-def _bare_trace(workload: Any, rate: float, n: int, seed: int, *, arrival: str = "poisson",
-                arrival_kw: dict | None = None, kappa: float | dict = 3.3, noise_cv: float = 0.15) -> Trace | None:
+def _bare_trace(
+    workload: Any,
+    rate: float,
+    n: int,
+    seed: int,
+    *,
+    arrival: str = "poisson",
+    arrival_kw: dict | None = None,
+    kappa: float | dict = 3.3,
+    noise_cv: float = 0.15,
+) -> Trace | None:
     """:func:`make_trace` without transcripts for a single-language source (``None`` for any other)."""
     src = make_source(workload)
     if type(src) not in (Empirical, Uniform):  # exactly these two, not a subclass
@@ -518,6 +549,12 @@ def _bare_trace(workload: Any, rate: float, n: int, seed: int, *, arrival: str =
     if not k > 0:
         return None
     tok = true_tokens(rng, dur, k, noise_cv)
-    meta = dict(workload=getattr(src, "name", str(workload)), rate=rate, seed=seed, arrival=arrival, kappa=kappa,
-                noise_cv=noise_cv)
+    meta = dict(
+        workload=getattr(src, "name", str(workload)),
+        rate=rate,
+        seed=seed,
+        arrival=arrival,
+        kappa=kappa,
+        noise_cv=noise_cv,
+    )
     return Trace(times, dur, constant_strings(src.language, len(times)), tok, meta=meta)

@@ -41,9 +41,15 @@ def fig_truth(res: ASRStudyResult, metric: str = "e2el", stat: str = "mean") -> 
     df = pd.DataFrame(names, columns=["workload", "setting"]).assign(value=vals)
     for setting, g in df.groupby("setting", sort=False):
         router, policy = setting.split("|")
-        fig.add_trace(go.Bar(x=g.workload, y=g.value, name=f"router {router}, {policy.upper()}",
-                             marker_color=policy_color(router if router != "random" or policy == "fcfs" else policy),
-                             marker_pattern_shape="" if policy == "fcfs" else "/"))
+        fig.add_trace(
+            go.Bar(
+                x=g.workload,
+                y=g.value,
+                name=f"router {router}, {policy.upper()}",
+                marker_color=policy_color(router if router != "random" or policy == "fcfs" else policy),
+                marker_pattern_shape="" if policy == "fcfs" else "/",
+            )
+        )
     rt = t[t.factor == "routing"]
     st = t[t.factor == "scheduling"]
     parts = []
@@ -51,17 +57,26 @@ def fig_truth(res: ASRStudyResult, metric: str = "e2el", stat: str = "mean") -> 
         parts.append(f"{rt.treatment.iloc[0].split('|')[0]} routing {rt.gte_pct.mean():+.0f} %")
     if len(st):
         parts.append(f"{st.treatment.iloc[0].split('|')[1].upper()} {st.gte_pct.mean():+.0f} %")
-    fig.update_layout(barmode="group", title=f"Ground truth, {metric_label(metric, stat)}: " + ", ".join(parts)
-                      + " (mean over workloads)", yaxis_title=f"{metric_label(metric, stat)} (s)", xaxis_title="workload",
-                      height=460)
+    fig.update_layout(
+        barmode="group",
+        title=f"Ground truth, {metric_label(metric, stat)}: " + ", ".join(parts) + " (mean over workloads)",
+        yaxis_title=f"{metric_label(metric, stat)} (s)",
+        xaxis_title="workload",
+        height=460,
+    )
     return fig
 
 
 _DQ = ("qdq", "wdq", "mixed_dq")
 
 
-def fig_estimates(res: ASRStudyResult, factor: str = "routing", metric: str = "e2el", stat: str = "mean",
-                  summary: pd.DataFrame | None = None) -> go.Figure:
+def fig_estimates(
+    res: ASRStudyResult,
+    factor: str = "routing",
+    metric: str = "e2el",
+    stat: str = "mean",
+    summary: pd.DataFrame | None = None,
+) -> go.Figure:
     """Every experiment's estimate per design/estimator (one column per workload), truth as a dashed line.
 
     The DQ family gets its own row (its spread is often 10-100x the others'), so the
@@ -73,29 +88,59 @@ def fig_estimates(res: ASRStudyResult, factor: str = "routing", metric: str = "e
     wls = [w for w in res.config.workloads if w in set(e.workload)]
     has_dq = e.estimator.isin(_DQ).any()
     rows = 2 if has_dq and (~e.estimator.isin(_DQ)).any() else 1
-    fig = make_subplots(rows=rows, cols=len(wls), shared_yaxes=True, vertical_spacing=0.12,
-                        subplot_titles=list(wls) + ([""] * len(wls) if rows == 2 else []))
+    fig = make_subplots(
+        rows=rows,
+        cols=len(wls),
+        shared_yaxes=True,
+        vertical_spacing=0.12,
+        subplot_titles=list(wls) + ([""] * len(wls) if rows == 2 else []),
+    )
     shown = set()
     for j, w in enumerate(wls, start=1):
         ew = e[e.workload == w]
-        tr = res.truth[(res.truth.workload == w) & (res.truth.factor == factor) & (res.truth.metric == metric)
-                       & (res.truth.stat == stat)]
+        tr = res.truth[
+            (res.truth.workload == w)
+            & (res.truth.factor == factor)
+            & (res.truth.metric == metric)
+            & (res.truth.stat == stat)
+        ]
         cats: dict[int, list] = {1: [], 2: []}
         for (d, name), g in ew.groupby(["design", "estimator"], sort=False):
             row = 2 if rows == 2 and name in _DQ else 1
             lab = "replica" if d == "replica" else estimator_label(name)
             cats[row].append(lab)
-            fig.add_trace(go.Box(x=[lab] * len(g), y=g.estimate, name=f"{estimator_label(name)} ({d})",
-                                 legendgroup=name, showlegend=name not in shown, boxpoints="all", jitter=0.4,
-                                 pointpos=0, marker=dict(color=policy_color(name), size=5),
-                                 line=dict(color=policy_color(name))), row=row, col=j)
+            fig.add_trace(
+                go.Box(
+                    x=[lab] * len(g),
+                    y=g.estimate,
+                    name=f"{estimator_label(name)} ({d})",
+                    legendgroup=name,
+                    showlegend=name not in shown,
+                    boxpoints="all",
+                    jitter=0.4,
+                    pointpos=0,
+                    marker=dict(color=policy_color(name), size=5),
+                    line=dict(color=policy_color(name)),
+                ),
+                row=row,
+                col=j,
+            )
             shown.add(name)
         for row in range(1, rows + 1):
             if len(tr) and cats[row]:
-                fig.add_trace(go.Scatter(x=cats[row], y=[float(tr.gte.iloc[0])] * len(cats[row]), mode="lines",
-                                         name="truth (GTE)", legendgroup="truth", showlegend="truth" not in shown,
-                                         line=dict(color=policy_color("truth"), width=3, dash="dash")),
-                              row=row, col=j)
+                fig.add_trace(
+                    go.Scatter(
+                        x=cats[row],
+                        y=[float(tr.gte.iloc[0])] * len(cats[row]),
+                        mode="lines",
+                        name="truth (GTE)",
+                        legendgroup="truth",
+                        showlegend="truth" not in shown,
+                        line=dict(color=policy_color("truth"), width=3, dash="dash"),
+                    ),
+                    row=row,
+                    col=j,
+                )
                 shown.add("truth")
             fig.add_hline(y=0, line=dict(color="#888", dash="dot", width=1), row=row, col=j)
     fig.update_yaxes(title_text="estimated effect (s)", title_standoff=6, row=1, col=1)
@@ -116,9 +161,12 @@ def fig_estimates(res: ASRStudyResult, factor: str = "routing", metric: str = "e
                 med = float(nv.recovered_pct.median())
                 title += f"; naive recovers {med:.{0 if abs(med) >= 10 else 1}f} % of the effect (median)"
     n = int(ss["reps"].min()) if len(ss) else 0
-    fig.update_layout(title=dict(text=_wrap(title) + f"<br><sup>{n} experiments per estimator; dashed: ground truth"
-                                 "</sup>"), height=580 if rows == 1 else 780, showlegend=True,
-                      margin=dict(t=110, l=80))
+    fig.update_layout(
+        title=dict(text=_wrap(title) + f"<br><sup>{n} experiments per estimator; dashed: ground truth</sup>"),
+        height=580 if rows == 1 else 780,
+        showlegend=True,
+        margin=dict(t=110, l=80),
+    )
     return fig
 
 
@@ -157,12 +205,32 @@ def fig_rmse(summary: pd.DataFrame, factor: str = "routing") -> go.Figure:
         sw = s[s.workload == w]
         for (d, name), g in sw.groupby(["design", "estimator"], sort=False):
             den = g.truth.abs().replace(0, np.nan)
-            err = dict(type="data", symmetric=False, array=(100 * g.rmse_ci_hi / den - g.rmse_pct).clip(lower=0),
-                       arrayminus=(g.rmse_pct - 100 * g.rmse_ci_lo / den).clip(lower=0), thickness=1.2, width=2) \
-                if "rmse_ci_hi" in g else None
-            fig.add_trace(go.Bar(x=g.cell, y=g.rmse_pct, name=f"{estimator_label(name)} ({d})", legendgroup=f"{name}{d}",
-                                 showlegend=j == 1, marker_color=policy_color(name), error_y=err,
-                                 marker_pattern_shape="/" if d in ("group", "replica") else ""), row=1, col=j)
+            err = (
+                dict(
+                    type="data",
+                    symmetric=False,
+                    array=(100 * g.rmse_ci_hi / den - g.rmse_pct).clip(lower=0),
+                    arrayminus=(g.rmse_pct - 100 * g.rmse_ci_lo / den).clip(lower=0),
+                    thickness=1.2,
+                    width=2,
+                )
+                if "rmse_ci_hi" in g
+                else None
+            )
+            fig.add_trace(
+                go.Bar(
+                    x=g.cell,
+                    y=g.rmse_pct,
+                    name=f"{estimator_label(name)} ({d})",
+                    legendgroup=f"{name}{d}",
+                    showlegend=j == 1,
+                    marker_color=policy_color(name),
+                    error_y=err,
+                    marker_pattern_shape="/" if d in ("group", "replica") else "",
+                ),
+                row=1,
+                col=j,
+            )
     fig.update_yaxes(type="log", tickvals=[1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000])
     fig.update_yaxes(title_text="RMSE (% of |true effect|)", row=1, col=1)
     wins, n = [], 0
@@ -172,12 +240,18 @@ def fig_rmse(summary: pd.DataFrame, factor: str = "routing") -> go.Figure:
             wins.append(g.loc[g["mse"].idxmin(), "estimator"])
     if wins:
         top = pd.Series(wins).value_counts()
-        title = (f"{factor.capitalize()} A/B: {estimator_label(top.index[0])} has the lowest error, clear of "
-                 f"the others' CIs, in {top.iloc[0]} of {n} workload × metric cells ({n - len(wins)} ties)")
+        title = (
+            f"{factor.capitalize()} A/B: {estimator_label(top.index[0])} has the lowest error, clear of "
+            f"the others' CIs, in {top.iloc[0]} of {n} workload × metric cells ({n - len(wins)} ties)"
+        )
     else:
         title = f"{factor.capitalize()} A/B: no estimator clearly best (overlapping RMSE CIs in all {n} cells)"
-    fig.update_layout(barmode="group", height=540, margin=dict(t=110),
-                      title=dict(text=_wrap(title) + "<br><sup>bars: RMSE; whiskers: 95 % bootstrap CI</sup>"))
+    fig.update_layout(
+        barmode="group",
+        height=540,
+        margin=dict(t=110),
+        title=dict(text=_wrap(title) + "<br><sup>bars: RMSE; whiskers: 95 % bootstrap CI</sup>"),
+    )
     return fig
 
 
@@ -190,18 +264,33 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
     t = tail_table(summary)
     t = t[t.estimator.isin(["qdq", "wdq", "mixed_dq"])].copy()
     t["cell"] = t.workload + "<br>" + t.metric.map(metric_label)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["mean (Little's law holds)", "P90 (no Little's law)"],
-                        shared_yaxes=True)
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=["mean (Little's law holds)", "P90 (no Little's law)"], shared_yaxes=True
+    )
     for j, st in enumerate(AB_STATS, start=1):
         ts = t[t.stat == st]
         for name, g in ts.groupby("estimator", sort=False):
             den = g.truth.abs().replace(0, np.nan)
             rec = g["mean"] / g.truth
-            fig.add_trace(go.Bar(x=g.cell, y=rec.clip(-3, 3), name=estimator_label(name), legendgroup=name, showlegend=j == 1,
-                                 marker_color=policy_color(name),
-                                 error_y=dict(type="data", array=(g.sd / den / np.sqrt(_reps(summary))).clip(upper=3),
-                                              visible=True,
-                                              thickness=1.2, width=3)), row=1, col=j)
+            fig.add_trace(
+                go.Bar(
+                    x=g.cell,
+                    y=rec.clip(-3, 3),
+                    name=estimator_label(name),
+                    legendgroup=name,
+                    showlegend=j == 1,
+                    marker_color=policy_color(name),
+                    error_y=dict(
+                        type="data",
+                        array=(g.sd / den / np.sqrt(_reps(summary))).clip(upper=3),
+                        visible=True,
+                        thickness=1.2,
+                        width=3,
+                    ),
+                ),
+                row=1,
+                col=j,
+            )
         fig.add_hline(y=1, line=dict(color=policy_color("truth"), dash="dash", width=2), row=1, col=j)
         fig.add_hline(y=0, line=dict(color="#888", dash="dot"), row=1, col=j)
     fig.update_yaxes(range=[-3.2, 3.2], title_text="mean estimate / true effect (1 = unbiased)", row=1, col=1)
@@ -211,11 +300,19 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
     if len(mp) and len(wp):
         ratio = float(np.median(wp.sd.to_numpy() / mp.sd.to_numpy()))
         spread = f"{ratio:.1f}x less spread than wDQ" if ratio >= 1 else f"{1 / ratio:.1f}x more spread than wDQ"
-        title += (f": {spread}, recovers {100 * np.median(mp['mean'] / mp.truth):.0f} % of the effect (median); CI "
-                  f"coverage {100 * mp.coverage.mean():.0f} %")
-    fig.update_layout(barmode="group", title=dict(text=_wrap(title) + f"<br><sup>{_reps(summary)} experiments; "
-                                                  "whiskers: standard error of the mean estimate</sup>"),
-                      height=540, margin=dict(t=110))
+        title += (
+            f": {spread}, recovers {100 * np.median(mp['mean'] / mp.truth):.0f} % of the effect (median); CI "
+            f"coverage {100 * mp.coverage.mean():.0f} %"
+        )
+    fig.update_layout(
+        barmode="group",
+        title=dict(
+            text=_wrap(title) + f"<br><sup>{_reps(summary)} experiments; "
+            "whiskers: standard error of the mean estimate</sup>"
+        ),
+        height=540,
+        margin=dict(t=110),
+    )
     return fig
 
 
@@ -230,13 +327,25 @@ def fig_ablation(ab: pd.DataFrame, metric: str = "e2el", stat: str = "mean") -> 
     fig = _wl_subplots(wls, shared_yaxes=True)
     for j, w in enumerate(wls, start=1):
         for name, g in a[a.workload == w].groupby("estimator", sort=False):
-            fig.add_trace(go.Scatter(x=g.L_factor, y=g.rmse, mode="lines+markers", name=estimator_label(name), legendgroup=name,
-                                     showlegend=j == 1, line=dict(color=policy_color(name), width=2.5)), row=1, col=j)
+            fig.add_trace(
+                go.Scatter(
+                    x=g.L_factor,
+                    y=g.rmse,
+                    mode="lines+markers",
+                    name=estimator_label(name),
+                    legendgroup=name,
+                    showlegend=j == 1,
+                    line=dict(color=policy_color(name), width=2.5),
+                ),
+                row=1,
+                col=j,
+            )
         fig.update_xaxes(title_text="L / default L", type="log", row=1, col=j)
     fig.update_yaxes(type="log", tickvals=[0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100])
     fig.update_yaxes(title_text=f"RMSE of the {metric_label(metric, stat)} effect (s)", row=1, col=1)
     best = a.loc[a.groupby(["workload", "estimator"], sort=False)["rmse"].idxmin()]
     title = f"DQ horizon, {metric_label(metric, stat)}: best L / default " + ", ".join(
-        f"{w} {g.loc[g.rmse.idxmin(), 'L_factor']:g}" for w, g in best.groupby("workload", sort=False))
+        f"{w} {g.loc[g.rmse.idxmin(), 'L_factor']:g}" for w, g in best.groupby("workload", sort=False)
+    )
     fig.update_layout(title=title, height=480)
     return fig

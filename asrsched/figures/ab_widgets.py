@@ -32,24 +32,60 @@ from asrsched.sim.parallel import run_study
 __all__ = ["estimator_explorer", "small_study", "ab_explorer"]
 
 
-def small_study(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.5, L: int = 0, n_servers: int = 20,
-                reps: int = 6, n_requests: int = 100_000, scenario: str = "homogeneous", seed: int = 0):
+def small_study(
+    lam: float = 0.8,
+    d1: int = 1,
+    d2: int = 2,
+    p: float = 0.5,
+    L: int = 0,
+    n_servers: int = 20,
+    reps: int = 6,
+    n_requests: int = 100_000,
+    scenario: str = "homogeneous",
+    seed: int = 0,
+):
     """A one-scenario study sized for interaction (seconds). ``L=0`` means the default 30*N*lam.
 
     Returns ``(StudyResult, summary DataFrame)``; raises ``ValueError`` on bad input.
     """
     Lx = None if not L else int(L)
     Lv = Lx or max(1, round(30 * n_servers * lam))
-    base = SystemConfig(n_servers=int(n_servers), lam=float(lam), control=int(d1), treatment=int(d2), p=float(p),
-                        n_requests=max(int(n_requests), 100 * Lv), warmup_requests=10_000)
-    sc = StudyConfig(base=base, scenarios=(scenario,), reps=int(reps), L=Lx, L_factors=(1.0,), alpha_batches=50,
-                     truth_requests=max(400_000, 4 * base.n_requests), truth_seeds=1, slope_h=None, seed=seed)
+    base = SystemConfig(
+        n_servers=int(n_servers),
+        lam=float(lam),
+        control=int(d1),
+        treatment=int(d2),
+        p=float(p),
+        n_requests=max(int(n_requests), 100 * Lv),
+        warmup_requests=10_000,
+    )
+    sc = StudyConfig(
+        base=base,
+        scenarios=(scenario,),
+        reps=int(reps),
+        L=Lx,
+        L_factors=(1.0,),
+        alpha_batches=50,
+        truth_requests=max(400_000, 4 * base.n_requests),
+        truth_seeds=1,
+        slope_h=None,
+        seed=seed,
+    )
     res = run_study(sc, workers=1, progress=False)
     return res, estimator_summary(res)
 
 
-def estimator_explorer(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.5, L: int = 0, n_servers: int = 20,
-                       reps: int = 6, n_requests: int = 100_000, seed: int = 0) -> W.VBox:
+def estimator_explorer(
+    lam: float = 0.8,
+    d1: int = 1,
+    d2: int = 2,
+    p: float = 0.5,
+    L: int = 0,
+    n_servers: int = 20,
+    reps: int = 6,
+    n_requests: int = 100_000,
+    seed: int = 0,
+) -> W.VBox:
     """Sliders (λ, Power-of-d of each arm, p, L, N) over every estimator's replications vs the truth.
 
     The title states the truth with its 95 % CI and the number of replications; it names the
@@ -58,8 +94,9 @@ def estimator_explorer(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.
     """
     from asrsched.abtest.study import lowest_mse, paired_estimates
 
-    lam_w = W.FloatSlider(value=lam, min=0.3, max=0.95, step=0.05, description="λ (per server)",
-                          continuous_update=False)
+    lam_w = W.FloatSlider(
+        value=lam, min=0.3, max=0.95, step=0.05, description="λ (per server)", continuous_update=False
+    )
     d1_w = W.IntSlider(value=d1, min=1, max=10, description="control: Power-of-d, d", continuous_update=False)
     d2_w = W.IntSlider(value=d2, min=1, max=10, description="treatment: Power-of-d, d", continuous_update=False)
     p_w = W.FloatSlider(value=p, min=0.1, max=0.9, step=0.05, description="p (treated)", continuous_update=False)
@@ -68,14 +105,20 @@ def estimator_explorer(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.
     for w in (lam_w, d1_w, d2_w, p_w, L_w, n_w):
         w.style.description_width = "170px"
     fig = go.FigureWidget()
-    fig.update_layout(height=500, xaxis_title="estimator", yaxis_title="estimated effect (time units)",
-                      showlegend=False, margin=dict(t=120))
+    fig.update_layout(
+        height=500,
+        xaxis_title="estimator",
+        yaxis_title="estimated effect (time units)",
+        showlegend=False,
+        margin=dict(t=120),
+    )
     table = W.HTML()
 
     def update(*_):
         try:
-            res, s = small_study(lam_w.value, d1_w.value, d2_w.value, p_w.value, L_w.value, n_w.value, reps, n_requests,
-                                 seed=seed)
+            res, s = small_study(
+                lam_w.value, d1_w.value, d2_w.value, p_w.value, L_w.value, n_w.value, reps, n_requests, seed=seed
+            )
         except ValueError as err:
             table.value = f"<b style='color:#b00'>{err}</b>"
             return
@@ -88,20 +131,36 @@ def estimator_explorer(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.
         with fig.batch_update():
             fig.data = []
             for name in ordered_estimators(e.estimator):
-                fig.add_box(y=e[e.estimator == name].estimate, name=estimator_label(name),
-                            marker_color=estimator_color(name), boxpoints="all", pointpos=0)
-            fig.layout.shapes = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=gte, y1=gte,
-                                      line=dict(color=policy_color("truth"), width=2.5))]
-            fig.layout.title = (f"Truth (GTE) {gte:.3g} ± {1.96 * gte_se:.2g}; lowest MSE: {won}<br>"
-                                f"<sup>N = {n_w.value}, λ = {lam_w.value:g}, {router_label(int(d1_w.value), n_w.value)} → "
-                                f"{router_label(int(d2_w.value), n_w.value)}, p = {p_w.value:g}; {R} replications per estimator"
-                                "</sup>")
+                fig.add_box(
+                    y=e[e.estimator == name].estimate,
+                    name=estimator_label(name),
+                    marker_color=estimator_color(name),
+                    boxpoints="all",
+                    pointpos=0,
+                )
+            fig.layout.shapes = [
+                dict(
+                    type="line",
+                    xref="paper",
+                    x0=0,
+                    x1=1,
+                    yref="y",
+                    y0=gte,
+                    y1=gte,
+                    line=dict(color=policy_color("truth"), width=2.5),
+                )
+            ]
+            fig.layout.title = (
+                f"Truth (GTE) {gte:.3g} ± {1.96 * gte_se:.2g}; lowest MSE: {won}<br>"
+                f"<sup>N = {n_w.value}, λ = {lam_w.value:g}, {router_label(int(d1_w.value), n_w.value)} → "
+                f"{router_label(int(d2_w.value), n_w.value)}, p = {p_w.value:g}; {R} replications per estimator"
+                "</sup>"
+            )
         s2["estimator"] = s2.estimator.map(estimator_label)
         s2["bias 95 % CI"] = [f"[{a:.3g}, {b:.3g}]" for a, b in zip(s2.bias_ci_lo, s2.bias_ci_hi)]
         s2["RMSE 95 % CI"] = [f"[{a:.3g}, {b:.3g}]" for a, b in zip(s2.rmse_ci_lo, s2.rmse_ci_hi)]
         cols = ["estimator", "mean", "bias", "bias 95 % CI", "sd", "rmse", "RMSE 95 % CI", "coverage", "reps"]
-        table.value = s2[cols].rename(columns={"rmse": "RMSE"}).round(4).to_html(index=False,
-                                                                                  classes="asrsched-table")
+        table.value = s2[cols].rename(columns={"rmse": "RMSE"}).round(4).to_html(index=False, classes="asrsched-table")
 
     for w in (lam_w, d1_w, d2_w, p_w, L_w, n_w):
         w.observe(update, names="value")
@@ -112,24 +171,39 @@ def estimator_explorer(lam: float = 0.8, d1: int = 1, d2: int = 2, p: float = 0.
 
 # ----------------------------------------------------------------------------- A/B study on the ASR fleet (notebook 06)
 
-def ab_explorer(cfg: ASRStudyConfig | None = None, *, workload: str = "librispeech", reps: int = 4,
-                n_requests: int = 8000, workers: int = 1):
+
+def ab_explorer(
+    cfg: ASRStudyConfig | None = None,
+    *,
+    workload: str = "librispeech",
+    reps: int = 4,
+    n_requests: int = 8000,
+    workers: int = 1,
+):
     """Sliders for fleet size, load, p and L over a small study of the routing and scheduling tests.
 
     Each change re-runs :func:`asrsched.sim.parallel.run_study` (the batch path) on one workload with ``reps``
     replications and shows every estimate against the truth. The first view is computed once
     when the panel is built; nothing waits for input (safe under papermill).
     """
-    base = (cfg or ASRStudyConfig()).replace(workloads=(workload,), reps=reps, truth_seeds=reps,
-                                             n_requests=n_requests, L_factors=(1.0,))
+    base = (cfg or ASRStudyConfig()).replace(
+        workloads=(workload,), reps=reps, truth_seeds=reps, n_requests=n_requests, L_factors=(1.0,)
+    )
     n_w = W.IntSlider(value=base.n_replicas, min=2, max=12, step=1, description="replicas", continuous_update=False)
     rho_w = W.FloatSlider(value=base.rho, min=0.5, max=0.98, step=0.01, description="load ρ", continuous_update=False)
     p_w = W.FloatSlider(value=base.p, min=0.1, max=0.9, step=0.05, description="p", continuous_update=False)
     L_w = W.IntSlider(value=0, min=0, max=5000, step=50, description="L (0 = 30 s)", continuous_update=False)
     f_w = W.Dropdown(options=["routing", "scheduling"], value="routing", description="test")
-    m_w = W.Dropdown(options=[("mean E2EL", ("e2el", "mean")), ("P90 E2EL", ("e2el", "p90")),
-                              ("mean TTFT", ("ttft", "mean")), ("P90 TTFT", ("ttft", "p90"))],
-                     value=("e2el", "mean"), description="metric")
+    m_w = W.Dropdown(
+        options=[
+            ("mean E2EL", ("e2el", "mean")),
+            ("P90 E2EL", ("e2el", "p90")),
+            ("mean TTFT", ("ttft", "mean")),
+            ("P90 TTFT", ("ttft", "p90")),
+        ],
+        value=("e2el", "mean"),
+        description="metric",
+    )
     fig = go.FigureWidget()
     fig.update_layout(height=460, yaxis_title="estimated effect (s)")
     table = W.HTML()
@@ -138,12 +212,18 @@ def ab_explorer(cfg: ASRStudyConfig | None = None, *, workload: str = "librispee
 
     def compute(*_):
         try:
-            c = base.replace(n_replicas=int(n_w.value), rho=float(rho_w.value), p=float(p_w.value),
-                             L=int(L_w.value) if L_w.value > 0 else None)
+            c = base.replace(
+                n_replicas=int(n_w.value),
+                rho=float(rho_w.value),
+                p=float(p_w.value),
+                L=int(L_w.value) if L_w.value > 0 else None,
+            )
             total_rate = c.total_rate(workload)  # enough requests for 5 switchback blocks and a 2 L horizon
             span = c.warmup_s + max(5 * c.block_s, 2 * c.L_for(total_rate) / total_rate + 2 * c.n_batches / total_rate)
             c = c.replace(n_requests=max(int(n_requests), int(math.ceil(total_rate * span))))
-            msg.value = f"<i>simulating {c.reps} experiments x {len(c.designs())} designs of {c.n_requests} requests</i>"
+            msg.value = (
+                f"<i>simulating {c.reps} experiments x {len(c.designs())} designs of {c.n_requests} requests</i>"
+            )
             state["res"] = run_study(c, workers=workers, progress=False)
             state["sum"] = summary_table(state["res"])
             msg.value = ""
@@ -164,13 +244,39 @@ def ab_explorer(cfg: ASRStudyConfig | None = None, *, workload: str = "librispee
             # two rows of panels need it, or their axis titles run into each other
         s = state["sum"]
         s = s[(s.factor == f_w.value) & (s.metric == metric) & (s.stat == stat)]
-        table.value = s[["design", "estimator", "reps", "truth", "mean", "bias", "bias_ci_lo", "bias_ci_hi", "sd",
-                         "rmse", "rmse_ci_lo", "rmse_ci_hi"]].round(4).to_html(index=False)
+        table.value = (
+            s[
+                [
+                    "design",
+                    "estimator",
+                    "reps",
+                    "truth",
+                    "mean",
+                    "bias",
+                    "bias_ci_lo",
+                    "bias_ci_hi",
+                    "sd",
+                    "rmse",
+                    "rmse_ci_lo",
+                    "rmse_ci_hi",
+                ]
+            ]
+            .round(4)
+            .to_html(index=False)
+        )
 
     for w in (n_w, rho_w, p_w, L_w):
         w.observe(compute, names="value")
     for w in (f_w, m_w):
         w.observe(draw, names="value")
     compute()
-    return W.VBox([W.HBox([n_w, rho_w, p_w]), W.HBox([L_w, f_w, m_w]), msg, fig, table,
-                   export_view_button(fig, "06_ab_asr_policies", name="ab_explorer")])
+    return W.VBox(
+        [
+            W.HBox([n_w, rho_w, p_w]),
+            W.HBox([L_w, f_w, m_w]),
+            msg,
+            fig,
+            table,
+            export_view_button(fig, "06_ab_asr_policies", name="ab_explorer"),
+        ]
+    )

@@ -26,8 +26,20 @@ import textwrap
 import numpy as np
 import plotly.graph_objects as go
 
-__all__ = ["CHAR_EM", "text_width", "fit_title", "wrap_text", "log_ticks", "apply_log_ticks", "space_subplots",
-           "wrap_category_ticks", "fit_axis_titles", "apply_layout", "live_layout", "TABLE_CSS"]
+__all__ = [
+    "CHAR_EM",
+    "text_width",
+    "fit_title",
+    "wrap_text",
+    "log_ticks",
+    "apply_log_ticks",
+    "space_subplots",
+    "wrap_category_ticks",
+    "fit_axis_titles",
+    "apply_layout",
+    "live_layout",
+    "TABLE_CSS",
+]
 
 CHAR_EM = 0.55  # mean glyph width of DejaVu Sans in em, with a little slack (measured ≈ 0.49–0.53 on titles)
 _TITLE_CHAR_EM = 0.52  # the same for titles (bold-free, mostly lower case)
@@ -36,10 +48,12 @@ _DEFAULT_MARGIN = dict(l=70, r=30, t=70, b=60)
 
 # Widget tables (ipywidgets HTML) clip their text by default; these rules make wide tables scroll
 # and let headers wrap. Shown once per explorer (asrsched.figures.style.export_view_button).
-TABLE_CSS = ("<style>.widget-html-content{white-space:normal;overflow:visible}"
-             ".widget-html-content table{display:block;max-width:100%;overflow-x:auto;border-collapse:collapse}"
-             ".widget-html-content th,.widget-html-content td{padding:2px 8px;white-space:nowrap}"
-             ".widget-html-content th{white-space:normal;vertical-align:bottom}</style>")
+TABLE_CSS = (
+    "<style>.widget-html-content{white-space:normal;overflow:visible}"
+    ".widget-html-content table{display:block;max-width:100%;overflow-x:auto;border-collapse:collapse}"
+    ".widget-html-content th,.widget-html-content td{padding:2px 8px;white-space:nowrap}"
+    ".widget-html-content th{white-space:normal;vertical-align:bottom}</style>"
+)
 
 
 def _plain(text: str) -> str:
@@ -127,8 +141,10 @@ def fit_title(fig: go.Figure, width: int = 900, top: float | None = None) -> go.
     need = max(top + (len(lines) - 1) * size * 1.3, block + (BASE_FONT * 1.6 if sub_titles else 0) + 10)
     # anchor the block to the top of the figure, so extra lines grow downwards into the added margin
     # instead of onto subplot titles
-    fig.update_layout(title=dict(text="<br>".join(h for h, _ in lines), yref="container", y=1, yanchor="top",
-                                 pad=dict(t=22)), margin_t=need)
+    fig.update_layout(
+        title=dict(text="<br>".join(h for h, _ in lines), yref="container", y=1, yanchor="top", pad=dict(t=22)),
+        margin_t=need,
+    )
     return fig
 
 
@@ -174,13 +190,14 @@ def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
     vals = []
     for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
         for m in mant:
-            v = m * 10.0 ** e
+            v = m * 10.0**e
             if lo * 0.999 <= v <= hi * 1.001:
                 vals.append(float(f"{v:.12g}"))
     if len(vals) < 2:  # less than one step inside: add the neighbours around the data
         e = math.floor(math.log10(lo))
-        vals = sorted({float(f"{m * 10.0 ** k:.12g}") for k in (e, e + 1) for m in (1, 2, 5)
-                       if lo / 3 <= m * 10.0 ** k <= hi * 3})
+        vals = sorted(
+            {float(f"{m * 10.0**k:.12g}") for k in (e, e + 1) for m in (1, 2, 5) if lo / 3 <= m * 10.0**k <= hi * 3}
+        )
     return vals, [_fmt_tick(v) for v in vals]
 
 
@@ -209,8 +226,9 @@ def apply_log_ticks(fig: go.Figure) -> go.Figure:
             if ax.range is not None and None not in tuple(ax.range):
                 lo, hi = 10 ** float(ax.range[0]), 10 ** float(ax.range[1])
             else:
-                vals = np.concatenate([_positive(getattr(tr, letter, None)) for tr in _traces_on(fig, name)] or
-                                      [np.array([])])
+                vals = np.concatenate(
+                    [_positive(getattr(tr, letter, None)) for tr in _traces_on(fig, name)] or [np.array([])]
+                )
                 if not len(vals):
                     continue
                 lo, hi = float(vals.min()), float(vals.max())
@@ -294,8 +312,14 @@ def wrap_category_ticks(fig: go.Figure, width: int) -> go.Figure:
                 w = 1.25 * max(text_width(c, size) for c in cats)  # the estimate runs short of the render
                 lines = max(len(re.split(r"<br\s*/?>", c)) for c in cats)  # a label of two lines is twice as tall
                 h = 1.3 * size * lines
-                angle = next((a for a in (30, 45, 60, 75, 90)
-                              if w * math.cos(math.radians(a)) + h * math.sin(math.radians(a)) <= slot * 0.9), 90)
+                angle = next(
+                    (
+                        a
+                        for a in (30, 45, 60, 75, 90)
+                        if w * math.cos(math.radians(a)) + h * math.sin(math.radians(a)) <= slot * 0.9
+                    ),
+                    90,
+                )
                 ax.update(tickmode="auto", tickvals=None, ticktext=None, tickangle=-angle, automargin=True)
     return fig
 
@@ -379,8 +403,14 @@ def space_subplots(fig: go.Figure, width: int, height: int) -> go.Figure:
                 yname = "yaxis" + anchor[1:]
                 if yname in yaxes and _domain(yaxes[yname]) == upper:
                     if xax.showticklabels is not False:
-                        px = max(px, 8 + _font(xax) * 1.3 * (1 + max((str(t).count("<br") for t in
-                                                                       (xax.ticktext or [])), default=0)) + 6)
+                        px = max(
+                            px,
+                            8
+                            + _font(xax)
+                            * 1.3
+                            * (1 + max((str(t).count("<br") for t in (xax.ticktext or [])), default=0))
+                            + 6,
+                        )
                     if xax.title is not None and xax.title.text:
                         px = max(px, 8 + _font(xax) * 1.3 + 6 + BASE_FONT * 1.4)
             if any(abs(float(a.y) - lower[1]) < 0.02 for a in titled if a.y is not None):
@@ -438,8 +468,9 @@ def live_layout(fig: go.Figure, width: int = 900) -> go.Figure:
             return  # the title this pass set last time
         state["busy"] = True
         try:
-            probe = go.Figure(layout=dict(title=dict(text=text), margin=dict(t=base_t),
-                                          annotations=list(fig.layout.annotations)))
+            probe = go.Figure(
+                layout=dict(title=dict(text=text), margin=dict(t=base_t), annotations=list(fig.layout.annotations))
+            )
             fit_title(probe, width, top=base_t)  # on a copy: values read inside a batch are stale
             with fig.batch_update():
                 if probe.layout.title.text != text:

@@ -55,8 +55,9 @@ def _problems(measured: dict, tol: float = 1.0) -> list[str]:
     for b in boxes:
         x0, y0, x1, y1 = _glyph_box(b)
         if x0 < -tol or y0 < -tol or x1 > W + tol or y1 > H + tol:
-            out.append(f"text runs off the {W:g}x{H:g} canvas: {b['text']!r} at "
-                       f"({x0:.0f},{y0:.0f})-({x1:.0f},{y1:.0f})")
+            out.append(
+                f"text runs off the {W:g}x{H:g} canvas: {b['text']!r} at ({x0:.0f},{y0:.0f})-({x1:.0f},{y1:.0f})"
+            )
     for i in range(len(boxes)):
         a = _glyph_box(boxes[i])
         for j in range(i + 1, len(boxes)):
@@ -64,8 +65,7 @@ def _problems(measured: dict, tol: float = 1.0) -> list[str]:
             w = min(a[2], c[2]) - max(a[0], c[0])
             h = min(a[3], c[3]) - max(a[1], c[1])
             if w > tol and h > tol:
-                out.append(f"text overlaps: {boxes[i]['text']!r} and {boxes[j]['text']!r} "
-                           f"({w:.0f}x{h:.0f} px)")
+                out.append(f"text overlaps: {boxes[i]['text']!r} and {boxes[j]['text']!r} ({w:.0f}x{h:.0f} px)")
     return out
 
 
@@ -93,16 +93,25 @@ def check_svgs(paths: Iterable[str | Path], *, chromium: str | None = None) -> d
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        raise RuntimeError("the figure check needs playwright: pip install playwright "
-                           "(uses Debian's /usr/bin/chromium; no browser download)") from None
+        raise RuntimeError(
+            "the figure check needs playwright: pip install playwright "
+            "(uses Debian's /usr/bin/chromium; no browser download)"
+        ) from None
     import os
     import shutil
 
     exe = chromium or os.environ.get("BROWSER_PATH") or shutil.which("chromium") or "/usr/bin/chromium"
     if not Path(exe).exists():
         raise RuntimeError(f"the figure check needs Debian's chromium (apt-get install chromium); not found at {exe}")
-    flags = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run"]
+    flags = [
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+    ]
     result: dict[Path, list[str]] = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=exe, headless=True, args=flags)
@@ -120,9 +129,10 @@ def check_svgs(paths: Iterable[str | Path], *, chromium: str | None = None) -> d
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m asrsched.figures.layout_check PATH ...``: exit 1 if any exported SVG has text
     off the canvas or overlapping."""
-    ap = argparse.ArgumentParser(prog="python -m asrsched.figures.layout_check",
-                                 description="Render exported SVGs in Chromium and report text off the canvas or "
-                                             "overlapping.")
+    ap = argparse.ArgumentParser(
+        prog="python -m asrsched.figures.layout_check",
+        description="Render exported SVGs in Chromium and report text off the canvas or overlapping.",
+    )
     ap.add_argument("paths", nargs="+", help="SVG files or folders (searched recursively)")
     args = ap.parse_args(argv)
     try:

@@ -36,8 +36,19 @@ from typing import Any
 
 from asrsched.core.provenance import provenance
 
-__all__ = ["ROOT_ENV", "RUNS_ENV", "FIGURES_ENV", "RUN_RECORD", "project_root", "runs_root", "runs_path",
-           "run_parameters", "parameters_hash", "interactive_run_dir", "gallery_root"]
+__all__ = [
+    "ROOT_ENV",
+    "RUNS_ENV",
+    "FIGURES_ENV",
+    "RUN_RECORD",
+    "project_root",
+    "runs_root",
+    "runs_path",
+    "run_parameters",
+    "parameters_hash",
+    "interactive_run_dir",
+    "gallery_root",
+]
 
 ROOT_ENV = "ASRSCHED_ROOT"  # a project folder: notebooks from <it>/notebooks, results under <it>/runs
 RUNS_ENV = "ASRSCHED_RUNS"  # the runs folder itself (set by the batch runner for its kernels)
@@ -144,8 +155,13 @@ def _parameter_names(nb: Path) -> list[str] | None:
                 tree = ast.parse(src)
             except SyntaxError:
                 continue
-            names += [t.id for node in tree.body if isinstance(node, ast.Assign)
-                      for t in node.targets if isinstance(t, ast.Name) and t.id not in names]
+            names += [
+                t.id
+                for node in tree.body
+                if isinstance(node, ast.Assign)
+                for t in node.targets
+                if isinstance(t, ast.Name) and t.id not in names
+            ]
     return names or None
 
 
@@ -191,8 +207,13 @@ def interactive_run_dir(notebook: str, params: dict[str, Any] | None = None, *, 
         if create:
             d.mkdir(parents=True, exist_ok=True)
             nb = notebook_file()
-            rec = {"notebook": notebook, "kind": "interactive", **provenance(f"interactive kernel: {nb or notebook}", params),
-                   "notebook_file": str(nb) if nb else None, "parameters_hash": h,
-                   "working_directory": str(Path.cwd())}
+            rec = {
+                "notebook": notebook,
+                "kind": "interactive",
+                **provenance(f"interactive kernel: {nb or notebook}", params),
+                "notebook_file": str(nb) if nb else None,
+                "parameters_hash": h,
+                "working_directory": str(Path.cwd()),
+            }
             (d / RUN_RECORD).write_text(json.dumps(rec, indent=1, default=repr) + "\n")
     return d

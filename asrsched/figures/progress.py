@@ -28,8 +28,19 @@ from typing import Any
 from tqdm import std as tqdm_std
 from tqdm.notebook import tqdm_notebook
 
-__all__ = ["PROGRESS_ENV", "MODES", "mode", "in_kernel", "TextBar", "WidgetBar", "OffBar", "bar_class",
-           "progress_bar", "install", "final_line"]
+__all__ = [
+    "PROGRESS_ENV",
+    "MODES",
+    "mode",
+    "in_kernel",
+    "TextBar",
+    "WidgetBar",
+    "OffBar",
+    "bar_class",
+    "progress_bar",
+    "install",
+    "final_line",
+]
 
 #: the environment variable that forces a progress mode
 PROGRESS_ENV = "ASRSCHED_PROGRESS"

@@ -47,8 +47,14 @@ def html_figure_parts(path: str | os.PathLike) -> tuple[list, dict]:
     return values[1], values[2]
 
 
-def reexport(path: str | os.PathLike, formats: tuple[str, ...] = ("pdf",), *, out_dir: str | os.PathLike | None = None,
-             width: int = PRINT_WIDTH, height: int = PRINT_HEIGHT) -> dict[str, Path]:
+def reexport(
+    path: str | os.PathLike,
+    formats: tuple[str, ...] = ("pdf",),
+    *,
+    out_dir: str | os.PathLike | None = None,
+    width: int = PRINT_WIDTH,
+    height: int = PRINT_HEIGHT,
+) -> dict[str, Path]:
     """Write an exported figure (its ``.html``) again in ``formats``, beside it or into ``out_dir``.
 
     ``asrsched export runs/02_policy_sweep/<run>/throughput.html --formats pdf`` calls this: one

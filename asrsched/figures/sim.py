@@ -25,8 +25,17 @@ from asrsched.core.labels import metric_label
 from asrsched.core.metrics import latency_cdf
 from asrsched.figures.style import policy_color
 
-__all__ = ["fig_relative_change", "fig_cdf", "fig_throughput", "fig_tradeoff", "fig_drift", "fig_occupancy",
-           "fig_run_length", "service_note", "pct"]
+__all__ = [
+    "fig_relative_change",
+    "fig_cdf",
+    "fig_throughput",
+    "fig_tradeoff",
+    "fig_drift",
+    "fig_occupancy",
+    "fig_run_length",
+    "service_note",
+    "pct",
+]
 
 _OVERLOAD_FILL = "rgba(213, 94, 0, 0.07)"
 
@@ -65,9 +74,17 @@ def _titled(fig: go.Figure, title: str, subtitle: str = "") -> go.Figure:
         return fig
     lines = [w for part in str(subtitle).split("<br>") for w in (textwrap.wrap(part, _SUB_CHARS) or [""])]
     extra = 24 if any(getattr(a, "text", None) for a in fig.layout.annotations or ()) else 0  # subplot titles
-    fig.update_layout(title=dict(text=title, subtitle=dict(text="<br>".join(lines), font=dict(size=_SUB_FONT)),
-                                 yref="container", y=1, yanchor="top", pad=dict(t=14)),
-                      margin_t=60 + len(lines) * int(_SUB_FONT * 1.4) + extra)
+    fig.update_layout(
+        title=dict(
+            text=title,
+            subtitle=dict(text="<br>".join(lines), font=dict(size=_SUB_FONT)),
+            yref="container",
+            y=1,
+            yanchor="top",
+            pad=dict(t=14),
+        ),
+        margin_t=60 + len(lines) * int(_SUB_FONT * 1.4) + extra,
+    )
     return fig
 
 
@@ -77,8 +94,9 @@ def _overload_band(fig: go.Figure, x0: float, x1: float, row=None, col=None) -> 
     fig.add_vline(x=1.0, line=dict(color="#D55E00", dash="dash", width=1.5), **kw)
 
 
-def fig_relative_change(rc: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms", "p50_ttft_ms"),
-                        workload: str = "librispeech") -> go.Figure:
+def fig_relative_change(
+    rc: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms", "p50_ttft_ms"), workload: str = "librispeech"
+) -> go.Figure:
     """Percent change vs FCFS against load ``rho``, one panel per metric, with 95 % CIs.
 
     ``rc`` is :func:`asrsched.sim.sweep_report.change_ci` output (``rho``, ``regime`` and CI columns;
@@ -91,8 +109,9 @@ def fig_relative_change(rc: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms",
         raise ValueError(f"no rows for workload {workload!r} (has {sorted(set(rc.workload))})")
     has_rho = "rho" in d
     xcol = "rho" if has_rho else "rate"
-    fig = make_subplots(rows=1, cols=len(metrics), shared_yaxes=False,
-                        subplot_titles=[metric_label(m) for m in metrics])
+    fig = make_subplots(
+        rows=1, cols=len(metrics), shared_yaxes=False, subplot_titles=[metric_label(m) for m in metrics]
+    )
     regime = d["regime"] if "regime" in d else pd.Series("stable", index=d.index)
     for j, m in enumerate(metrics, start=1):
         for pol, g in d.groupby("policy", sort=False):
@@ -101,21 +120,38 @@ def fig_relative_change(rc: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms",
             lo, hi = g.get(f"{m}_change_ci_low"), g.get(f"{m}_change_ci_high")
             err = None
             if lo is not None and hi is not None and np.isfinite(hi.to_numpy(float)).any():
-                err = dict(type="data", array=(hi - y).to_numpy(), arrayminus=(y - lo).to_numpy(), thickness=1.2,
-                           width=3)
+                err = dict(
+                    type="data", array=(hi - y).to_numpy(), arrayminus=(y - lo).to_numpy(), thickness=1.2, width=3
+                )
             over = (regime.loc[g.index] == "overload").to_numpy()
-            hover = [f"{pol}<br>ρ = {r.get('rho', np.nan):.2f} ({r.rate:.2f} req/s offered"
-                     + (f", {r.request_throughput:.2f} served" if "request_throughput" in r else "") + ")"
-                     + f"<br>{metric_label(m)} {pct(r[f'{m}_change_pct'], 1)} vs FCFS"
-                     + (f"<br>{int(r.n_seeds)} seeds x {int(r.n_requests)} requests" if "n_seeds" in r else "")
-                     + ("<br><b>overload: finite-run transient</b>" if o else "")
-                     for (_, r), o in zip(g.iterrows(), over)]
-            fig.add_trace(go.Scatter(
-                x=g[xcol], y=y, name=pol, legendgroup=pol, showlegend=j == 1, mode="lines+markers",
-                error_y=err, hovertext=hover, hoverinfo="text",
-                line=dict(color=policy_color(pol)),
-                marker=dict(symbol=["circle-open" if o else "circle" for o in over], size=8,
-                            color=policy_color(pol))), row=1, col=j)
+            hover = [
+                f"{pol}<br>ρ = {r.get('rho', np.nan):.2f} ({r.rate:.2f} req/s offered"
+                + (f", {r.request_throughput:.2f} served" if "request_throughput" in r else "")
+                + ")"
+                + f"<br>{metric_label(m)} {pct(r[f'{m}_change_pct'], 1)} vs FCFS"
+                + (f"<br>{int(r.n_seeds)} seeds x {int(r.n_requests)} requests" if "n_seeds" in r else "")
+                + ("<br><b>overload: finite-run transient</b>" if o else "")
+                for (_, r), o in zip(g.iterrows(), over)
+            ]
+            fig.add_trace(
+                go.Scatter(
+                    x=g[xcol],
+                    y=y,
+                    name=pol,
+                    legendgroup=pol,
+                    showlegend=j == 1,
+                    mode="lines+markers",
+                    error_y=err,
+                    hovertext=hover,
+                    hoverinfo="text",
+                    line=dict(color=policy_color(pol)),
+                    marker=dict(
+                        symbol=["circle-open" if o else "circle" for o in over], size=8, color=policy_color(pol)
+                    ),
+                ),
+                row=1,
+                col=j,
+            )
         fig.add_hline(y=0, line=dict(color="#888", dash="dot"), row=1, col=j)
         fig.update_xaxes(title_text="load ρ (rate / capacity)" if has_rho else "arrival rate (req/s)", row=1, col=j)
         if has_rho and (regime == "overload").any():
@@ -134,14 +170,20 @@ def fig_relative_change(rc: pd.DataFrame, metrics=("p50_e2el_ms", "p90_e2el_ms",
     sub = "; ".join(bits)
     if "service" in d:
         sub = (sub + "<br>" if sub else "") + service_note(str(d.service.iloc[0]))
-    _titled(fig, f"{workload}: latency change vs FCFS against load" if has_rho
-            else f"{workload}: latency change vs FCFS against arrival rate", sub)
+    _titled(
+        fig,
+        f"{workload}: latency change vs FCFS against load"
+        if has_rho
+        else f"{workload}: latency change vs FCFS against arrival rate",
+        sub,
+    )
     fig.update_layout(height=480)
     return fig
 
 
-def fig_cdf(results: Mapping[str, pd.DataFrame], metric: str = "e2el", title: str | None = None,
-            subtitle: str = "") -> go.Figure:
+def fig_cdf(
+    results: Mapping[str, pd.DataFrame], metric: str = "e2el", title: str | None = None, subtitle: str = ""
+) -> go.Figure:
     """Empirical CDFs of a latency (s) per policy; the title lists every policy's median and n.
 
     No policy is named best: one run gives no interval for the gap between two medians.
@@ -157,8 +199,11 @@ def fig_cdf(results: Mapping[str, pd.DataFrame], metric: str = "e2el", title: st
         fig.add_trace(go.Scatter(x=x, y=y, name=pol, mode="lines", line=dict(color=policy_color(pol), width=2.5)))
     name = metric.upper()
     ns = sorted(set(n.values()))
-    auto = (f"{name} CDF, medians: " + ", ".join(f"{p.upper()} {m:.2f} s" for p, m in p50.items())
-            + f" (n = {ns[0] if len(ns) == 1 else f'{ns[0]}-{ns[-1]}'} requests each)")
+    auto = (
+        f"{name} CDF, medians: "
+        + ", ".join(f"{p.upper()} {m:.2f} s" for p, m in p50.items())
+        + f" (n = {ns[0] if len(ns) == 1 else f'{ns[0]}-{ns[-1]}'} requests each)"
+    )
     _titled(fig, title or auto, subtitle)
     fig.update_layout(xaxis_title=f"{name} (s)", yaxis_title="fraction of requests", xaxis_type="log")
     return fig
@@ -180,18 +225,30 @@ def fig_throughput(df: pd.DataFrame, workload: str | None = None) -> go.Figure:
     d = common_seeds(d)
     g = d.groupby(["policy", "rate"], as_index=False, sort=False).agg(
         request_throughput=("request_throughput", "mean"),
-        **({"rho": ("rho", "first"), "regime": ("regime", "first")} if "regime" in d else {}))
+        **({"rho": ("rho", "first"), "regime": ("regime", "first")} if "regime" in d else {}),
+    )
     fig = go.Figure()
     for pol, gg in g.groupby("policy", sort=False):
         gg = gg.sort_values("rate")
         over = (gg.regime == "overload").to_numpy() if "regime" in gg else np.zeros(len(gg), bool)
-        hover = [f"{pol}: {r.request_throughput:.2f} req/s served at {r.rate:.2f} offered"
-                 + (f" (ρ = {r.rho:.2f})" if "rho" in r else "") + (" — overload" if o else "")
-                 for (_, r), o in zip(gg.iterrows(), over)]
-        fig.add_trace(go.Scatter(x=gg.rate, y=gg.request_throughput, name=pol, mode="lines+markers",
-                                 hovertext=hover, hoverinfo="text", line=dict(color=policy_color(pol)),
-                                 marker=dict(size=8, color=policy_color(pol),
-                                             symbol=["circle-open" if o else "circle" for o in over])))
+        hover = [
+            f"{pol}: {r.request_throughput:.2f} req/s served at {r.rate:.2f} offered"
+            + (f" (ρ = {r.rho:.2f})" if "rho" in r else "")
+            + (" — overload" if o else "")
+            for (_, r), o in zip(gg.iterrows(), over)
+        ]
+        fig.add_trace(
+            go.Scatter(
+                x=gg.rate,
+                y=gg.request_throughput,
+                name=pol,
+                mode="lines+markers",
+                hovertext=hover,
+                hoverinfo="text",
+                line=dict(color=policy_color(pol)),
+                marker=dict(size=8, color=policy_color(pol), symbol=["circle-open" if o else "circle" for o in over]),
+            )
+        )
     xs = np.sort(g.rate.unique())
     fig.add_trace(go.Scatter(x=xs, y=xs, name="offered", mode="lines", line=dict(color="#aaa", dash="dash")))
     sub = []
@@ -206,8 +263,10 @@ def fig_throughput(df: pd.DataFrame, workload: str | None = None) -> go.Figure:
         sub.append(f"{int(d.n_requests.iloc[0])} requests per run, mean over seeds")
     sp = throughput_spread(d)
     top = sp.loc[sp.spread_pct.idxmax()]
-    title = (f"Served rate vs offered{' — ' + workload if workload else ''}: policies differ by at most "
-             f"{top.spread_pct:.1f} % ({top.lowest.upper()} lowest at {top.rate:.1f} req/s)")
+    title = (
+        f"Served rate vs offered{' — ' + workload if workload else ''}: policies differ by at most "
+        f"{top.spread_pct:.1f} % ({top.lowest.upper()} lowest at {top.rate:.1f} req/s)"
+    )
     if top.spread_pct == 0:
         title = f"Served rate vs offered{' — ' + workload if workload else ''}: identical for every policy"
     if "service" in d:
@@ -217,8 +276,7 @@ def fig_throughput(df: pd.DataFrame, workload: str | None = None) -> go.Figure:
     return fig
 
 
-_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "cross", "x", "star", "hexagon",
-            "pentagon")
+_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "cross", "x", "star", "hexagon", "pentagon")
 
 
 def fig_tradeoff(df: pd.DataFrame, label_col: str = "label", title_suffix: str = "", subtitle: str = "") -> go.Figure:
@@ -233,23 +291,42 @@ def fig_tradeoff(df: pd.DataFrame, label_col: str = "label", title_suffix: str =
     x = df["p50_e2el_ms"].to_numpy(float) / 1e3
     y = df["p90_e2el_ms"].to_numpy(float) / 1e3
     labels = [r.get(label_col, r["policy"]) for _, r in df.iterrows()]
-    front = [labels[i] for i in range(len(df))
-             if not any((x[j] <= x[i] and y[j] <= y[i]) and (x[j] < x[i] or y[j] < y[i]) for j in range(len(df)))]
+    front = [
+        labels[i]
+        for i in range(len(df))
+        if not any((x[j] <= x[i] and y[j] <= y[i]) and (x[j] < x[i] or y[j] < y[i]) for j in range(len(df)))
+    ]
     seen: dict[str, int] = {}
     for i, (_, r) in enumerate(df.iterrows()):
         k = seen[r["policy"]] = seen.get(r["policy"], -1) + 1
-        fig.add_trace(go.Scatter(
-            x=[x[i]], y=[y[i]], mode="markers", name=labels[i] + (" (front)" if labels[i] in front else ""),
-            hovertext=[f"{labels[i]}: P50 {x[i]:.2f} s, P90 {y[i]:.2f} s"], hoverinfo="text",
-            marker=dict(size=14, color=policy_color(r["policy"]), symbol=_SYMBOLS[k % len(_SYMBOLS)],
-                        line=dict(width=2.5, color="#222") if labels[i] in front else dict(width=0))))
+        fig.add_trace(
+            go.Scatter(
+                x=[x[i]],
+                y=[y[i]],
+                mode="markers",
+                name=labels[i] + (" (front)" if labels[i] in front else ""),
+                hovertext=[f"{labels[i]}: P50 {x[i]:.2f} s, P90 {y[i]:.2f} s"],
+                hoverinfo="text",
+                marker=dict(
+                    size=14,
+                    color=policy_color(r["policy"]),
+                    symbol=_SYMBOLS[k % len(_SYMBOLS)],
+                    line=dict(width=2.5, color="#222") if labels[i] in front else dict(width=0),
+                ),
+            )
+        )
     _titled(fig, f"P50 vs P90 E2EL{title_suffix}: Pareto front (outlined) {', '.join(front)}", subtitle)
     fig.update_layout(xaxis_title="P50 E2EL (s)", yaxis_title="P90 E2EL (s)", showlegend=True)
     return fig
 
 
-def fig_drift(results: Mapping[str, pd.DataFrame], window_s: float = 30.0, q: float = 0.9,
-              phase_marks: list[float] | None = None, subtitle: str = "") -> go.Figure:
+def fig_drift(
+    results: Mapping[str, pd.DataFrame],
+    window_s: float = 30.0,
+    q: float = 0.9,
+    phase_marks: list[float] | None = None,
+    subtitle: str = "",
+) -> go.Figure:
     """Rolling P50 and P``q`` E2EL (s) by arrival time per policy, over the mean audio duration.
 
     The title lists each policy's worst-window P``q`` (one run: no winner is named).
@@ -262,22 +339,43 @@ def fig_drift(results: Mapping[str, pd.DataFrame], window_s: float = 30.0, q: fl
         g = d.groupby(b)["e2el"]
         p50, pq = g.median(), g.quantile(q)
         worst[pol] = float(pq.max())
-        fig.add_trace(go.Scatter(x=p50.index, y=p50.values, name=f"{pol} P50", legendgroup=pol,
-                                 line=dict(color=policy_color(pol), width=2.5)), row=1, col=1)
-        fig.add_trace(go.Scatter(x=pq.index, y=pq.values, name=f"{pol} P{int(q * 100)}", legendgroup=pol,
-                                 line=dict(color=policy_color(pol), dash="dot")), row=1, col=1)
+        fig.add_trace(
+            go.Scatter(
+                x=p50.index,
+                y=p50.values,
+                name=f"{pol} P50",
+                legendgroup=pol,
+                line=dict(color=policy_color(pol), width=2.5),
+            ),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=pq.index,
+                y=pq.values,
+                name=f"{pol} P{int(q * 100)}",
+                legendgroup=pol,
+                line=dict(color=policy_color(pol), dash="dot"),
+            ),
+            row=1,
+            col=1,
+        )
     any_df = next(iter(results.values()))
     d = any_df.sort_values("arrival")
     mdur = d.groupby((d.arrival // window_s) * window_s)["duration"].mean()
-    fig.add_trace(go.Bar(x=mdur.index, y=mdur.values, name="mean audio duration", marker_color="#bbb"),
-                  row=2, col=1)
+    fig.add_trace(go.Bar(x=mdur.index, y=mdur.values, name="mean audio duration", marker_color="#bbb"), row=2, col=1)
     for t in phase_marks or []:
         fig.add_vline(x=t, line=dict(color="#666", dash="dash"))
     fig.update_yaxes(title_text="E2EL (s)", type="log", row=1, col=1)
     fig.update_yaxes(title_text="audio (s)", row=2, col=1)
     fig.update_xaxes(title_text="arrival time (s)", row=2, col=1)
-    _titled(fig, f"Rolling E2EL under drift ({window_s:g} s windows); worst-window P{int(q * 100)}: "
-            + ", ".join(f"{p.upper()} {v:.1f} s" for p, v in worst.items()), subtitle)
+    _titled(
+        fig,
+        f"Rolling E2EL under drift ({window_s:g} s windows); worst-window P{int(q * 100)}: "
+        + ", ".join(f"{p.upper()} {v:.1f} s" for p, v in worst.items()),
+        subtitle,
+    )
     fig.update_layout(height=620)
     return fig
 
@@ -286,11 +384,9 @@ def fig_occupancy(timelines: Mapping[str, pd.DataFrame], subtitle: str = "") -> 
     """Queue depth (waiting requests) over time per policy."""
     fig = go.Figure()
     for pol, tl in timelines.items():
-        fig.add_trace(go.Scatter(x=tl.time, y=tl.waiting, name=pol, mode="lines",
-                                 line=dict(color=policy_color(pol))))
+        fig.add_trace(go.Scatter(x=tl.time, y=tl.waiting, name=pol, mode="lines", line=dict(color=policy_color(pol))))
     peaks = {pol: int(tl.waiting.max()) if len(tl) else 0 for pol, tl in timelines.items()}
-    _titled(fig, "Peak queue (waiting requests): " + ", ".join(f"{p.upper()} {v}" for p, v in peaks.items()),
-            subtitle)
+    _titled(fig, "Peak queue (waiting requests): " + ", ".join(f"{p.upper()} {v}" for p, v in peaks.items()), subtitle)
     fig.update_layout(xaxis_title="time (s)", yaxis_title="waiting requests")
     return fig
 
@@ -308,21 +404,36 @@ def fig_run_length(rl: pd.DataFrame, metric: str = "p50_e2el_ms", subtitle: str 
         g = g.sort_values("n_requests")
         over = (g.regime == "overload").any() if "regime" in g else r >= 1
         y = g[col]
-        err = dict(type="data", array=(g[f"{metric}_change_ci_high"] - y).to_numpy(),
-                   arrayminus=(y - g[f"{metric}_change_ci_low"]).to_numpy(), thickness=1.2, width=3)
+        err = dict(
+            type="data",
+            array=(g[f"{metric}_change_ci_high"] - y).to_numpy(),
+            arrayminus=(y - g[f"{metric}_change_ci_low"]).to_numpy(),
+            thickness=1.2,
+            width=3,
+        )
         colour = "#D55E00" if over else "#0072B2"
         label = f"ρ = {r:g} ({'overload' if over else 'stable'})"
-        fig.add_trace(go.Scatter(x=g.n_requests, y=y, error_y=err, name=label, mode="lines+markers",
-                                 line=dict(color=colour, dash="dot" if over else "solid"),
-                                 marker=dict(size=9, symbol="circle-open" if over else "circle", color=colour)))
-        parts.append(f"ρ={r:g}: {pct(y.iloc[0])} at n={int(g.n_requests.iloc[0])} → {pct(y.iloc[-1])} at "
-                     f"n={int(g.n_requests.iloc[-1])}")
+        fig.add_trace(
+            go.Scatter(
+                x=g.n_requests,
+                y=y,
+                error_y=err,
+                name=label,
+                mode="lines+markers",
+                line=dict(color=colour, dash="dot" if over else "solid"),
+                marker=dict(size=9, symbol="circle-open" if over else "circle", color=colour),
+            )
+        )
+        parts.append(
+            f"ρ={r:g}: {pct(y.iloc[0])} at n={int(g.n_requests.iloc[0])} → {pct(y.iloc[-1])} at "
+            f"n={int(g.n_requests.iloc[-1])}"
+        )
     fig.add_hline(y=0, line=dict(color="#888", dash="dot"))
     pol = str(rl.policy.iloc[0]).upper() if "policy" in rl and len(rl) else ""
     ns = sorted(set(rl.n_seeds.astype(int))) if "n_seeds" in rl else []
     sub = (f"{pol} vs FCFS, {rl.workload.iloc[0]}; mean over {ns[0]} seeds, 95 % CI" if ns else "") + (
-        "<br>" + subtitle if subtitle else "")
+        "<br>" + subtitle if subtitle else ""
+    )
     _titled(fig, f"{pol} {metric_label(metric)} change vs run length: " + "; ".join(parts), sub)
-    fig.update_layout(xaxis_title="requests per run (n_requests)", yaxis_title="change vs FCFS (%)",
-                      xaxis_type="log")
+    fig.update_layout(xaxis_title="requests per run (n_requests)", yaxis_title="change vs FCFS (%)", xaxis_type="log")
     return fig

@@ -113,10 +113,30 @@ TEMPLATE = go.layout.Template(
         paper_bgcolor="white",
         plot_bgcolor="white",
         colorway=OKABE_ITO,
-        xaxis=dict(showgrid=True, gridcolor="#e5e5e5", zeroline=False, showline=True, linecolor="#444",
-                   linewidth=1, ticks="outside", tickcolor="#444", automargin=True, title=dict(font=dict(size=15))),
-        yaxis=dict(showgrid=True, gridcolor="#e5e5e5", zeroline=False, showline=True, linecolor="#444",
-                   linewidth=1, ticks="outside", tickcolor="#444", automargin=True, title=dict(font=dict(size=15))),
+        xaxis=dict(
+            showgrid=True,
+            gridcolor="#e5e5e5",
+            zeroline=False,
+            showline=True,
+            linecolor="#444",
+            linewidth=1,
+            ticks="outside",
+            tickcolor="#444",
+            automargin=True,
+            title=dict(font=dict(size=15)),
+        ),
+        yaxis=dict(
+            showgrid=True,
+            gridcolor="#e5e5e5",
+            zeroline=False,
+            showline=True,
+            linecolor="#444",
+            linewidth=1,
+            ticks="outside",
+            tickcolor="#444",
+            automargin=True,
+            title=dict(font=dict(size=15)),
+        ),
         legend=dict(bgcolor="rgba(255,255,255,0.8)", font=dict(size=13)),
         hoverlabel=dict(font=dict(size=13)),
         margin=dict(l=70, r=30, t=70, b=60),
@@ -315,8 +335,7 @@ def export_session(desc: str = "exporting figures") -> Iterator[None]:
     import kaleido  # noqa: F401  (fail early with ImportError when the notebooks extra is missing)
 
     if _SESSION["depth"] == 0:
-        _SESSION.update(figures=0, dirs=[], notes=[], bar=progress_bar(total=None, desc=desc, unit="fig",
-                                                                        leave=True))
+        _SESSION.update(figures=0, dirs=[], notes=[], bar=progress_bar(total=None, desc=desc, unit="fig", leave=True))
         _quiet_third_party_logs()  # the kaleido server starts with the first static image
     _SESSION["depth"] += 1
     try:
@@ -329,8 +348,9 @@ def export_session(desc: str = "exporting figures") -> Iterator[None]:
             if bar is not None:
                 if _SESSION["dirs"]:
                     dirs = sorted(set(_SESSION["dirs"]))
-                    bar.set_description(f"exported to {_shown_path(dirs[0])}" + (f" (+{len(dirs) - 1} more)"
-                                                                                 if len(dirs) > 1 else ""))
+                    bar.set_description(
+                        f"exported to {_shown_path(dirs[0])}" + (f" (+{len(dirs) - 1} more)" if len(dirs) > 1 else "")
+                    )
                 notes = list(dict.fromkeys(_SESSION["notes"]))
                 if notes:
                     bar.set_postfix_str(f"{len(notes)} note(s) from the image exporter, ignored: {notes[0]}")
@@ -402,10 +422,21 @@ def export_figure(
     with export_session():
         if "html" in formats:
             p = out / f"{name}.html"
-            fig.write_html(p, include_plotlyjs=True, full_html=True, config={
-                "displaylogo": False,
-                "toImageButtonOptions": {"format": "png", "filename": name, "width": width, "height": height,
-                                         "scale": PNG_SCALE}})
+            fig.write_html(
+                p,
+                include_plotlyjs=True,
+                full_html=True,
+                config={
+                    "displaylogo": False,
+                    "toImageButtonOptions": {
+                        "format": "png",
+                        "filename": name,
+                        "width": width,
+                        "height": height,
+                        "scale": PNG_SCALE,
+                    },
+                },
+            )
             paths["html"] = p
         static = [f for f in formats if f in STATIC_FORMATS]
         if static:
@@ -445,8 +476,10 @@ def _write_image(fig: go.Figure, path: Path, fmt: str, width: int, height: int) 
         fig.write_image(path, format=fmt, width=width, height=height, scale=scale)
     except Exception as e:
         msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-        raise RuntimeError(f"static export of {path.name} failed twice ({type(e).__name__}: {msg}); "
-                           "other formats of it may have been written") from None
+        raise RuntimeError(
+            f"static export of {path.name} failed twice ({type(e).__name__}: {msg}); "
+            "other formats of it may have been written"
+        ) from None
 
 
 def export_table(df, name: str, notebook: str, *, root: str | os.PathLike | None = None) -> Path:
@@ -469,8 +502,14 @@ def _slug(text: str, n: int = 40) -> str:
     return s[:n].rstrip("_") or "view"
 
 
-def export_view_button(fig: go.Figure, notebook: str, *, name: str = "view",
-                       formats: tuple[str, ...] | None = None, root: str | os.PathLike | None = None):
+def export_view_button(
+    fig: go.Figure,
+    notebook: str,
+    *,
+    name: str = "view",
+    formats: tuple[str, ...] | None = None,
+    root: str | os.PathLike | None = None,
+):
     """An "export this view" control for an explorer: a button that writes the figure as it is now.
 
     Returns an ``ipywidgets.HBox`` (button + a status line). A click writes
@@ -482,8 +521,11 @@ def export_view_button(fig: go.Figure, notebook: str, *, name: str = "view",
     import ipywidgets as W
 
     live_layout(fig)
-    button = W.Button(description="export this view", icon="download", tooltip="write this figure as "
-                      + ", ".join(formats or default_formats()) + " into the run folder")
+    button = W.Button(
+        description="export this view",
+        icon="download",
+        tooltip="write this figure as " + ", ".join(formats or default_formats()) + " into the run folder",
+    )
     status = W.HTML(TABLE_CSS)
 
     def on_click(_):
@@ -498,11 +540,11 @@ def export_view_button(fig: go.Figure, notebook: str, *, name: str = "view",
             status.value = TABLE_CSS + f"<b style='color:#D55E00'>export failed: {e}</b>"
         else:
             folder = next(iter(written.values())).parent
-            status.value = TABLE_CSS + (f"wrote <code>{stem}</code> ({', '.join(written)}) to "
-                                        f"<code>{_shown_path(folder)}</code>")
+            status.value = TABLE_CSS + (
+                f"wrote <code>{stem}</code> ({', '.join(written)}) to <code>{_shown_path(folder)}</code>"
+            )
         finally:
             button.disabled = False
 
     button.on_click(on_click)
     return W.HBox([button, status])
-

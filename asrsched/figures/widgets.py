@@ -44,12 +44,15 @@ __all__ = ["policy_explorer", "drift_explorer", "kappa_explorer", "serving_explo
 
 
 def _table_html(rows: dict[str, dict]) -> str:
-    head = ("<tr><th>policy</th><th>P50 E2EL (s)</th><th>P90 E2EL (s)</th><th>P50 TTFT (s)</th>"
-            "<th>served (req/s)</th><th>n</th></tr>")
+    head = (
+        "<tr><th>policy</th><th>P50 E2EL (s)</th><th>P90 E2EL (s)</th><th>P50 TTFT (s)</th>"
+        "<th>served (req/s)</th><th>n</th></tr>"
+    )
     body = "".join(
         f"<tr><td>{p}</td><td>{s['p50_e2el_ms'] / 1e3:.2f}</td><td>{s['p90_e2el_ms'] / 1e3:.2f}</td>"
         f"<td>{s['p50_ttft_ms'] / 1e3:.2f}</td><td>{s['request_throughput']:.2f}</td><td>{s['completed']}</td></tr>"
-        for p, s in rows.items())
+        for p, s in rows.items()
+    )
     return f"<table class='asrsched-table'>{head}{body}</table>"
 
 
@@ -58,26 +61,44 @@ def _overload_badge(rho: float, flagged: list[str], n_requests: int, served: flo
     if rho < 1 and not flagged:
         return ""
     why = f"ρ = {rho:.2f} ≥ 1" if rho >= 1 else f"ρ = {rho:.2f}, but the queue grew ({', '.join(flagged)})"
-    return (f"<div style='background:#D55E00;color:white;padding:4px 10px;border-radius:4px;display:inline-block'>"
-            f"<b>OVERLOAD</b> ({why}): served {served:.2f} of {offered:g} req/s offered; the queue grows while "
-            f"requests arrive, so these latencies are a finite-run transient of {n_requests} requests</div>")
+    return (
+        f"<div style='background:#D55E00;color:white;padding:4px 10px;border-radius:4px;display:inline-block'>"
+        f"<b>OVERLOAD</b> ({why}): served {served:.2f} of {offered:g} req/s offered; the queue grows while "
+        f"requests arrive, so these latencies are a finite-run transient of {n_requests} requests</div>"
+    )
 
 
-def policy_explorer(rate: float = 15.0, policy: str = "sjf", kappa: float = 3.3, max_num_seqs: int = 32,
-                    workload: str = "librispeech", n_requests: int = 1500, seed: int = 0, service=None) -> W.VBox:
+def policy_explorer(
+    rate: float = 15.0,
+    policy: str = "sjf",
+    kappa: float = 3.3,
+    max_num_seqs: int = 32,
+    workload: str = "librispeech",
+    n_requests: int = 1500,
+    seed: int = 0,
+    service=None,
+) -> W.VBox:
     """Sliders for rate, policy, kappa, ``max_num_seqs`` and workload over E2EL CDFs vs FCFS.
 
     The title and an overload badge state the load ``rho`` (rate / measured capacity,
     :func:`asrsched.sim.capacity.measure_capacity`) and the served rate; at ``rho >= 1`` (or when
     the simulator sees the queue grow) the badge says the numbers are a finite-run transient.
     """
-    rate_w = W.FloatSlider(value=rate, min=1, max=25, step=1, style=STYLE, description="rate (req/s)", continuous_update=False)
-    pol_w = W.Dropdown(options=[p for p in policy_names() if p != "fcfs"], value=policy, style=STYLE, description="policy")
-    kappa_w = W.FloatSlider(value=kappa, min=1.0, max=8.0, step=0.1, style=STYLE, description="kappa (tok/s)",
-                            continuous_update=False)
-    seqs_w = W.IntSlider(value=max_num_seqs, min=1, max=128, step=1, style=STYLE, description="max_num_seqs",
-                         continuous_update=False)
-    wl_w = W.Dropdown(options=[w for w in workload_names() if w != "drift"], value=workload, style=STYLE, description="workload")
+    rate_w = W.FloatSlider(
+        value=rate, min=1, max=25, step=1, style=STYLE, description="rate (req/s)", continuous_update=False
+    )
+    pol_w = W.Dropdown(
+        options=[p for p in policy_names() if p != "fcfs"], value=policy, style=STYLE, description="policy"
+    )
+    kappa_w = W.FloatSlider(
+        value=kappa, min=1.0, max=8.0, step=0.1, style=STYLE, description="kappa (tok/s)", continuous_update=False
+    )
+    seqs_w = W.IntSlider(
+        value=max_num_seqs, min=1, max=128, step=1, style=STYLE, description="max_num_seqs", continuous_update=False
+    )
+    wl_w = W.Dropdown(
+        options=[w for w in workload_names() if w != "drift"], value=workload, style=STYLE, description="workload"
+    )
     fig = go.FigureWidget()
     fig.update_layout(xaxis_title="E2EL (s)", yaxis_title="fraction of requests", xaxis_type="log", height=420)
     table = W.HTML()
@@ -88,8 +109,16 @@ def policy_explorer(rate: float = 15.0, policy: str = "sjf", kappa: float = 3.3,
         cap = measure_capacity(wl_w.value, sm, max_num_seqs=seqs_w.value, kappa=kappa_w.value, cache_dir=None)
         with warnings.catch_warnings(record=True) as caught:  # shown as the badge, not as stderr
             warnings.simplefilter("always", OverloadWarning)
-            res = point_records(wl_w.value, rate_w.value, ["fcfs", pol_w.value], seed=seed, n_requests=n_requests,
-                                max_num_seqs=seqs_w.value, service=service, kappa=kappa_w.value)
+            res = point_records(
+                wl_w.value,
+                rate_w.value,
+                ["fcfs", pol_w.value],
+                seed=seed,
+                n_requests=n_requests,
+                max_num_seqs=seqs_w.value,
+                service=service,
+                kappa=kappa_w.value,
+            )
         for w in caught:
             if not issubclass(w.category, OverloadWarning):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -104,22 +133,41 @@ def policy_explorer(rate: float = 15.0, policy: str = "sjf", kappa: float = 3.3,
                 x, y = latency_cdf(r.records["e2el"].to_numpy(), points=300)
                 fig.add_scatter(x=x, y=y, name=p, mode="lines", line=dict(color=policy_color(p), width=2.5))
             a, b = summ["fcfs"]["p50_e2el_ms"], summ[pol_w.value]["p50_e2el_ms"]
-            fig.layout.title = (f"{'OVERLOAD — ' if over else ''}{wl_w.value} at {rate_w.value:g} req/s "
-                                f"(ρ = {rho:.2f}, served {served:.2f} req/s): {pol_w.value.upper()} P50 E2EL "
-                                f"{pct(100 * (b / a - 1))} vs FCFS (one run, n = {n_requests})")
+            fig.layout.title = (
+                f"{'OVERLOAD — ' if over else ''}{wl_w.value} at {rate_w.value:g} req/s "
+                f"(ρ = {rho:.2f}, served {served:.2f} req/s): {pol_w.value.upper()} P50 E2EL "
+                f"{pct(100 * (b / a - 1))} vs FCFS (one run, n = {n_requests})"
+            )
         badge.value = _overload_badge(rho, flagged, n_requests, served, rate_w.value)
-        table.value = _table_html(summ) + (f"<div>capacity {cap.rate:.2f} req/s (95 % CI {cap.ci_low:.2f}-"
-                                           f"{cap.ci_high:.2f}), measured with an always-full queue</div>")
+        table.value = _table_html(summ) + (
+            f"<div>capacity {cap.rate:.2f} req/s (95 % CI {cap.ci_low:.2f}-"
+            f"{cap.ci_high:.2f}), measured with an always-full queue</div>"
+        )
 
     for w in (rate_w, pol_w, kappa_w, seqs_w, wl_w):
         w.observe(update, names="value")
     update()
-    return W.VBox([W.HBox([rate_w, pol_w, wl_w]), W.HBox([kappa_w, seqs_w]), badge, fig, table,
-                   export_view_button(fig, "02_policy_sweep", name="policy_explorer")])
+    return W.VBox(
+        [
+            W.HBox([rate_w, pol_w, wl_w]),
+            W.HBox([kappa_w, seqs_w]),
+            badge,
+            fig,
+            table,
+            export_view_button(fig, "02_policy_sweep", name="policy_explorer"),
+        ]
+    )
 
 
-def drift_explorer(rate: float = 9.0, ramp_s: float = 60.0, n_requests: int = 2500, seed: int = 0,
-                   policies=("fcfs", "sjf", "hrrn", "adaptive"), max_num_seqs: int = 32, service=None) -> W.VBox:
+def drift_explorer(
+    rate: float = 9.0,
+    ramp_s: float = 60.0,
+    n_requests: int = 2500,
+    seed: int = 0,
+    policies=("fcfs", "sjf", "hrrn", "adaptive"),
+    max_num_seqs: int = 32,
+    service=None,
+) -> W.VBox:
     """Sliders for rate and ramp length over rolling P90 E2EL per policy under drift.
 
     The title states each phase's load ``rho`` (rate / that workload's measured capacity) and each
@@ -128,22 +176,37 @@ def drift_explorer(rate: float = 9.0, ramp_s: float = 60.0, n_requests: int = 25
     """
     from asrsched.core.workloads import Drift, make_source
 
-    rate_w = W.FloatSlider(value=rate, min=2, max=20, step=0.5, style=STYLE, description="rate (req/s)", continuous_update=False)
-    ramp_w = W.FloatSlider(value=ramp_s, min=0, max=240, step=10, style=STYLE, description="ramp (s)", continuous_update=False)
+    rate_w = W.FloatSlider(
+        value=rate, min=2, max=20, step=0.5, style=STYLE, description="rate (req/s)", continuous_update=False
+    )
+    ramp_w = W.FloatSlider(
+        value=ramp_s, min=0, max=240, step=10, style=STYLE, description="ramp (s)", continuous_update=False
+    )
     fig = go.FigureWidget()
     fig.update_layout(xaxis_title="arrival time (s)", yaxis_title="P90 E2EL (s)", yaxis_type="log", height=420)
     badge = W.HTML()
 
     def update(*_):
         sm = service or default_service_model()
-        drift = Drift([(0.0, make_source("librispeech")), (n_requests / rate_w.value / 3, make_source("uniform"))],
-                      ramp_s=ramp_w.value)
-        rhos = {w: measure_capacity(w, sm, max_num_seqs=max_num_seqs, cache_dir=None).rho(rate_w.value)
-                for w in ("librispeech", "uniform")}
+        drift = Drift(
+            [(0.0, make_source("librispeech")), (n_requests / rate_w.value / 3, make_source("uniform"))],
+            ramp_s=ramp_w.value,
+        )
+        rhos = {
+            w: measure_capacity(w, sm, max_num_seqs=max_num_seqs, cache_dir=None).rho(rate_w.value)
+            for w in ("librispeech", "uniform")
+        }
         with warnings.catch_warnings(record=True) as caught:  # shown as the badge, not as stderr
             warnings.simplefilter("always", OverloadWarning)
-            res = point_records(drift, rate_w.value, list(policies), seed=seed, n_requests=n_requests,
-                                max_num_seqs=max_num_seqs, service=service)
+            res = point_records(
+                drift,
+                rate_w.value,
+                list(policies),
+                seed=seed,
+                n_requests=n_requests,
+                max_num_seqs=max_num_seqs,
+                service=service,
+            )
         for w in caught:
             if not issubclass(w.category, OverloadWarning):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -155,30 +218,44 @@ def drift_explorer(rate: float = 9.0, ramp_s: float = 60.0, n_requests: int = 25
                 g = d.groupby((d.arrival // 20) * 20)["e2el"].quantile(0.9)
                 worst[p] = float(g.max())
                 fig.add_scatter(x=g.index, y=g.values, name=p, mode="lines", line=dict(color=policy_color(p)))
-            fig.layout.title = (f"drift at {rate_w.value:g} req/s (ρ librispeech {rhos['librispeech']:.2f}, uniform "
-                                f"{rhos['uniform']:.2f}), ramp {ramp_w.value:g} s; worst-window P90: "
-                                + ", ".join(f"{p.upper()} {v:.1f} s" for p, v in worst.items()))
+            fig.layout.title = (
+                f"drift at {rate_w.value:g} req/s (ρ librispeech {rhos['librispeech']:.2f}, uniform "
+                f"{rhos['uniform']:.2f}), ramp {ramp_w.value:g} s; worst-window P90: "
+                + ", ".join(f"{p.upper()} {v:.1f} s" for p, v in worst.items())
+            )
         served = np.mean([summarize(r.records)["request_throughput"] for r in res.values()])
         over = {w: x for w, x in rhos.items() if x >= 1}
         flagged = [p for p, r in res.items() if r.overloaded]
-        badge.value = ("" if not over and not flagged else
-                       "<div style='background:#D55E00;color:white;padding:4px 10px;border-radius:4px;"
-                       "display:inline-block'><b>OVERLOAD</b> in part of the run ("
-                       + (", ".join(f"{w} phase ρ = {x:.2f}" for w, x in over.items()) or "queue grew")
-                       + f"): served {served:.2f} req/s on average; latencies there are a finite-run transient of "
-                       f"{n_requests} requests</div>")
+        badge.value = (
+            ""
+            if not over and not flagged
+            else "<div style='background:#D55E00;color:white;padding:4px 10px;border-radius:4px;"
+            "display:inline-block'><b>OVERLOAD</b> in part of the run ("
+            + (", ".join(f"{w} phase ρ = {x:.2f}" for w, x in over.items()) or "queue grew")
+            + f"): served {served:.2f} req/s on average; latencies there are a finite-run transient of "
+            f"{n_requests} requests</div>"
+        )
 
     rate_w.observe(update, names="value")
     ramp_w.observe(update, names="value")
     update()
-    return W.VBox([W.HBox([rate_w, ramp_w]), badge, fig,
-                   export_view_button(fig, "03_workload_drift", name="drift_explorer")])
+    return W.VBox(
+        [W.HBox([rate_w, ramp_w]), badge, fig, export_view_button(fig, "03_workload_drift", name="drift_explorer")]
+    )
 
 
 # ----------------------------------------------------------------------------- A/B estimator study (notebook 05)
 
-def kappa_explorer(rows: pd.DataFrame, *, tokens: str = "decode_steps", duration: str = "audio_s",
-                   include_silence: bool = False, n_boot: int = 500, seed: int = 0):
+
+def kappa_explorer(
+    rows: pd.DataFrame,
+    *,
+    tokens: str = "decode_steps",
+    duration: str = "audio_s",
+    include_silence: bool = False,
+    n_boot: int = 500,
+    seed: int = 0,
+):
     """Dropdowns for the token definition and the duration used, a checkbox for the silence clips,
     over :func:`fig_kappa` computed by the same :func:`~asrsched.profiling.fit.fit_kappa` as the batch path.
 
@@ -213,8 +290,9 @@ def kappa_explorer(rows: pd.DataFrame, *, tokens: str = "decode_steps", duration
     for w in (tok_w, dur_w, sil_w):
         w.observe(update, names="value")
     update()
-    return W.VBox([W.HBox([tok_w, dur_w, sil_w]), fig, msg,
-                   export_view_button(fig, "01_profile_whisper", name="kappa_explorer")])
+    return W.VBox(
+        [W.HBox([tok_w, dur_w, sil_w]), fig, msg, export_view_button(fig, "01_profile_whisper", name="kappa_explorer")]
+    )
 
 
 def serving_explorer(records: pd.DataFrame, sim: pd.DataFrame | None = None, results: pd.DataFrame | None = None):
@@ -227,11 +305,15 @@ def serving_explorer(records: pd.DataFrame, sim: pd.DataFrame | None = None, res
     """
     levels = load_levels(records)
     lvl_w = W.Dropdown(options=levels, value=levels[-1], description="load level")
-    met_w = W.Dropdown(options=[("E2EL", "e2el"), ("TTFT", "ttft"), ("queue delay", "queue_delay")], value="e2el",
-                       description="latency")
+    met_w = W.Dropdown(
+        options=[("E2EL", "e2el"), ("TTFT", "ttft"), ("queue delay", "queue_delay")],
+        value="e2el",
+        description="latency",
+    )
     have = list(pd.unique(sim["mode"])) if sim is not None and "mode" in sim else (["sim"] if sim is not None else [])
-    modes = [("none", "none")] + [({"sim": "prediction", "profile": "profile", "replay": "replay"}.get(m, m), m)
-                                  for m in have]
+    modes = [("none", "none")] + [
+        ({"sim": "prediction", "profile": "profile", "replay": "replay"}.get(m, m), m) for m in have
+    ]
     mode_w = W.Dropdown(options=modes, value=modes[1][1] if len(modes) > 1 else "none", description="simulator")
     fig = go.FigureWidget()
     fig.update_layout(height=440)
@@ -246,16 +328,26 @@ def serving_explorer(records: pd.DataFrame, sim: pd.DataFrame | None = None, res
             ok = np.isfinite(fin)
             span = float(np.nanmax(fin) - np.nanmin(gp["arrival"].to_numpy(float))) if ok.any() else float("nan")
             served.append(f"{pol} {ok.sum() / span:.2f} req/s (n={len(gp)})" if span > 0 else f"{pol} –")
-        badge = (' <b style="background:#D55E00;color:white;padding:1px 6px;border-radius:3px">overloaded: '
-                 'ρ ≥ 1, finite-run transient</b>' if rho >= 1 else "")
+        badge = (
+            ' <b style="background:#D55E00;color:white;padding:1px 6px;border-radius:3px">overloaded: '
+            "ρ ≥ 1, finite-run transient</b>"
+            if rho >= 1
+            else ""
+        )
         return f"ρ = {rho:g}: offered {rate:.2f} req/s; served {', '.join(served)}{badge}"
 
     def update(*_):
         metric = met_w.value
         status.value = _status(lvl_w.value)
         src = records if metric in records else records.assign(**{metric: np.nan})
-        f = fig_cdfs(src, None if mode_w.value == "none" else sim, metric=metric,
-                     mode=mode_w.value if mode_w.value != "none" else "sim", levels=[lvl_w.value], results=results)
+        f = fig_cdfs(
+            src,
+            None if mode_w.value == "none" else sim,
+            metric=metric,
+            mode=mode_w.value if mode_w.value != "none" else "sim",
+            levels=[lvl_w.value],
+            results=results,
+        )
         with fig.batch_update():
             fig.data = []
             for tr in f.data:
@@ -267,5 +359,11 @@ def serving_explorer(records: pd.DataFrame, sim: pd.DataFrame | None = None, res
     for w in (lvl_w, met_w, mode_w):
         w.observe(update, names="value")
     update()
-    return W.VBox([W.HBox([lvl_w, met_w, mode_w]), status, fig,
-                   export_view_button(fig, "04_real_serving", name="serving_explorer")])
+    return W.VBox(
+        [
+            W.HBox([lvl_w, met_w, mode_w]),
+            status,
+            fig,
+            export_view_button(fig, "04_real_serving", name="serving_explorer"),
+        ]
+    )

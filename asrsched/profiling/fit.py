@@ -44,6 +44,7 @@ __all__ = [
     "vad_summary",
 ]
 
+
 # --------------------------------------------------------------------------- kappa
 @dataclass
 class KappaFit:
@@ -130,8 +131,9 @@ def fit_kappa(
         n = int(m.sum())
         if n < min_rows:
             n_lang = int((df["language"].astype(str) == lang).sum())
-            skipped[lang] = (f"only {n} good row(s) of {n_lang} (at least {min_rows} needed); "
-                             f"measure more {lang!r} clips")
+            skipped[lang] = (
+                f"only {n} good row(s) of {n_lang} (at least {min_rows} needed); measure more {lang!r} clips"
+            )
             continue
         x, y = x_all[m].to_numpy(float), y_all[m].to_numpy(float)
         k = float(_kappa_ratio(x, y))
@@ -143,15 +145,28 @@ def fit_kappa(
         ss_tot = float(((y - y.mean()) ** 2).sum())
         r2 = 1 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else float("nan")
         b, a0 = np.polyfit(x, y, 1) if np.ptp(x) > 0 else (k, 0.0)
-        rows.append(dict(language=lang, n=n, kappa=k, ci_low=float(lo), ci_high=float(hi), r2=r2,
-                         affine_intercept=float(a0), affine_slope=float(b),
-                         cv=float(np.std(y / (k * x), ddof=1)) if n > 1 else float("nan"),
-                         mean_duration_s=float(x.mean()), tokens=tokens, duration=duration))
+        rows.append(
+            dict(
+                language=lang,
+                n=n,
+                kappa=k,
+                ci_low=float(lo),
+                ci_high=float(hi),
+                r2=r2,
+                affine_intercept=float(a0),
+                affine_slope=float(b),
+                cv=float(np.std(y / (k * x), ddof=1)) if n > 1 else float("nan"),
+                mean_duration_s=float(x.mean()),
+                tokens=tokens,
+                duration=duration,
+            )
+        )
     for lang, why in skipped.items():
         warnings.warn(f"kappa for {lang!r} not fitted: {why}", stacklevel=2)
     if not rows:
-        raise ValueError("no language has enough good rows to fit kappa: "
-                         + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+        raise ValueError(
+            "no language has enough good rows to fit kappa: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())
+        )
     return KappaFit(pd.DataFrame(rows), skipped, n_dropped, tokens, duration)
 
 
@@ -221,8 +236,11 @@ def fit_service_model(
     tot = d[T].to_numpy(float)
     ss_tot = float(((tot - tot.mean()) ** 2).sum())
     # decoder-only cross-check: decode_s = a + b x tokens
-    dec_slope = (float(np.polyfit(d[tok].astype(float), d[D].astype(float), 1)[0])
-                 if np.ptp(d[tok]) > 0 and D in d and d[D].notna().all() else float("nan"))
+    dec_slope = (
+        float(np.polyfit(d[tok].astype(float), d[D].astype(float), 1)[0])
+        if np.ptp(d[tok]) > 0 and D in d and d[D].notna().all()
+        else float("nan")
+    )
     slope, batch_rows = 0.0, []
     if batch is not None and len(batch):
         bt = pd.DataFrame(batch)
@@ -271,7 +289,9 @@ def fit_service_model(
     )
 
 
-def split_holdout(df: pd.DataFrame, frac: float = 0.25, *, seed: int = 0, min_train: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
+def split_holdout(
+    df: pd.DataFrame, frac: float = 0.25, *, seed: int = 0, min_train: int = 4
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Split ``ok`` rows into (train, held-back), per language, seeded; at least one held per language
     when it leaves ``min_train`` rows to fit. Failed rows go to train (fits drop them and count them)."""
     if not (0 <= frac < 1):
@@ -337,8 +357,11 @@ def validate_holdout(model: ServiceModel, held: pd.DataFrame, *, tokens: str = "
         "rel_error": float(pred.mean() / meas.mean() - 1),
         "per_request_mape": float(np.mean(np.abs(pred - meas) / meas)),
         "per_language": {
-            str(lg): {"n": int((lang == lg).sum()), "measured_mean_s": float(meas[lang == lg].mean()),
-                      "predicted_mean_s": float(pred[lang == lg].mean())}
+            str(lg): {
+                "n": int((lang == lg).sum()),
+                "measured_mean_s": float(meas[lang == lg].mean()),
+                "predicted_mean_s": float(pred[lang == lg].mean()),
+            }
             for lg in pd.unique(lang)
         },
         "predicted": pred.tolist(),
@@ -346,8 +369,12 @@ def validate_holdout(model: ServiceModel, held: pd.DataFrame, *, tokens: str = "
 
 
 # --------------------------------------------------------------------------- silence / VAD
-DURATION_SOURCES = {"file duration": "audio_s", "silero VAD": "vad_silero_s", "energy VAD": "vad_energy_s",
-                    "true speech": "speech_s"}
+DURATION_SOURCES = {
+    "file duration": "audio_s",
+    "silero VAD": "vad_silero_s",
+    "energy VAD": "vad_energy_s",
+    "true speech": "speech_s",
+}
 
 
 def silence_estimates(df: pd.DataFrame, model: ServiceModel, *, tokens: str | None = None) -> pd.DataFrame:
@@ -376,12 +403,25 @@ def silence_estimates(df: pd.DataFrame, model: ServiceModel, *, tokens: str | No
             measured_t = getattr(r, CLOCKS[model.fit.get("clock", "wall")][0])
             meas_tok = getattr(r, tok_col)
             cost = getattr(r, f"{col[:-2]}_cost_s", 0.0) if col.startswith("vad_") else 0.0
-            out.append(dict(utt_id=r.utt_id, key=r.key, language=r.language, silence=bool(r.silence),
-                            duration_source=source, duration_used_s=dur, audio_s=r.audio_s,
-                            est_tokens=et, tokens=meas_tok, tokens_rel_error=et / meas_tok - 1 if meas_tok else math.nan,
-                            est_time_s=st, measured_time_s=measured_t, total_s=r.total_s,
-                            time_rel_error=st / measured_t - 1,
-                            duration_cost_s=cost))
+            out.append(
+                dict(
+                    utt_id=r.utt_id,
+                    key=r.key,
+                    language=r.language,
+                    silence=bool(r.silence),
+                    duration_source=source,
+                    duration_used_s=dur,
+                    audio_s=r.audio_s,
+                    est_tokens=et,
+                    tokens=meas_tok,
+                    tokens_rel_error=et / meas_tok - 1 if meas_tok else math.nan,
+                    est_time_s=st,
+                    measured_time_s=measured_t,
+                    total_s=r.total_s,
+                    time_rel_error=st / measured_t - 1,
+                    duration_cost_s=cost,
+                )
+            )
     return pd.DataFrame(out)
 
 
@@ -392,14 +432,16 @@ def vad_summary(est: pd.DataFrame) -> pd.DataFrame:
     if est.empty:
         return pd.DataFrame()
     g = est.groupby(["silence", "duration_source"], sort=False)
-    s = g.agg(n=("key", "size"),
-              tokens_bias=("tokens_rel_error", "mean"),
-              tokens_mae=("tokens_rel_error", lambda v: float(np.mean(np.abs(v)))),
-              tokens_median_ae=("tokens_rel_error", lambda v: float(np.median(np.abs(v)))),
-              time_bias=("time_rel_error", "mean"),
-              time_mae=("time_rel_error", lambda v: float(np.mean(np.abs(v)))),
-              time_median_ae=("time_rel_error", lambda v: float(np.median(np.abs(v)))),
-              cost_ms=("duration_cost_s", lambda v: 1000 * float(np.mean(v))),
-              inference_ms=("total_s", lambda v: 1000 * float(np.mean(v))))
+    s = g.agg(
+        n=("key", "size"),
+        tokens_bias=("tokens_rel_error", "mean"),
+        tokens_mae=("tokens_rel_error", lambda v: float(np.mean(np.abs(v)))),
+        tokens_median_ae=("tokens_rel_error", lambda v: float(np.median(np.abs(v)))),
+        time_bias=("time_rel_error", "mean"),
+        time_mae=("time_rel_error", lambda v: float(np.mean(np.abs(v)))),
+        time_median_ae=("time_rel_error", lambda v: float(np.median(np.abs(v)))),
+        cost_ms=("duration_cost_s", lambda v: 1000 * float(np.mean(v))),
+        inference_ms=("total_s", lambda v: 1000 * float(np.mean(v))),
+    )
     s["cost_fraction"] = s["cost_ms"] / s["inference_ms"]
     return s.reset_index()

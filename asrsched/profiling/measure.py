@@ -82,11 +82,46 @@ CLOCKS = {"wall": ("total_s", "encode_s", "decode_s"), "cpu": ("cpu_s", "encode_
 DURATION_COLUMNS = ("audio_s", "speech_s", "vad_silero_s", "vad_energy_s")
 #: the columns of a measurement table, one row per (clip, repeat)
 COLUMNS = [
-    "utt_id", "key", "language", "silence", "path", "ok", "error_reason", "error",
-    "audio_s", "header_s", "speech_s", "vad_silero_s", "vad_silero_cost_s", "vad_energy_s", "vad_energy_cost_s",
-    "windows_nominal", "windows", "tokens_kept", "tokens_text", "tokens_generated", "decode_steps",
-    "generate_calls", "fallbacks", "encode_s", "decode_s", "features_s", "first_token_s", "first_segment_s",
-    "total_s", "cpu_s", "encode_cpu_s", "decode_cpu_s", "repeats", "rtf", "rtfx", "wer", "text", "hypothesis", "backend", "model",
+    "utt_id",
+    "key",
+    "language",
+    "silence",
+    "path",
+    "ok",
+    "error_reason",
+    "error",
+    "audio_s",
+    "header_s",
+    "speech_s",
+    "vad_silero_s",
+    "vad_silero_cost_s",
+    "vad_energy_s",
+    "vad_energy_cost_s",
+    "windows_nominal",
+    "windows",
+    "tokens_kept",
+    "tokens_text",
+    "tokens_generated",
+    "decode_steps",
+    "generate_calls",
+    "fallbacks",
+    "encode_s",
+    "decode_s",
+    "features_s",
+    "first_token_s",
+    "first_segment_s",
+    "total_s",
+    "cpu_s",
+    "encode_cpu_s",
+    "decode_cpu_s",
+    "repeats",
+    "rtf",
+    "rtfx",
+    "wer",
+    "text",
+    "hypothesis",
+    "backend",
+    "model",
 ]
 _BOOL = {"True": True, "False": False, "true": True, "false": False, "1": True, "0": False}
 
@@ -134,9 +169,7 @@ class _RowWriter:
             with open(path, newline="", encoding="utf-8") as f:
                 r = csv.DictReader(f)
                 if r.fieldnames != COLUMNS:
-                    raise ValueError(
-                        f"{path} has columns {r.fieldnames}, not this profiler's; choose another out path"
-                    )
+                    raise ValueError(f"{path} has columns {r.fieldnames}, not this profiler's; choose another out path")
                 for row in r:
                     self.done.add(row["key"])
                     self.rows.append(row)
@@ -166,8 +199,20 @@ def typed_measurements(df: pd.DataFrame) -> pd.DataFrame:
     for c in ("ok", "silence"):
         df[c] = df[c].map(lambda v: _BOOL.get(str(v), bool(v) if isinstance(v, (bool, np.bool_)) else False))
     for c in COLUMNS:
-        if c not in ("utt_id", "key", "language", "path", "error_reason", "error", "text", "hypothesis",
-                     "backend", "model", "ok", "silence"):
+        if c not in (
+            "utt_id",
+            "key",
+            "language",
+            "path",
+            "error_reason",
+            "error",
+            "text",
+            "hypothesis",
+            "backend",
+            "model",
+            "ok",
+            "silence",
+        ):
             df[c] = pd.to_numeric(df[c], errors="coerce")
     for c in ("error_reason", "error", "hypothesis", "text"):
         df[c] = df[c].astype(object).where(df[c].notna(), "").astype(str)
@@ -258,9 +303,17 @@ def _measure_one(r: dict, backend, vad_methods, speech_duration, warmed: bool, r
 
     silence = bool(num(r.get("n_inner", 0)) > 0 or num(r.get("lead_s", 0)) > 0 or num(r.get("trail_s", 0)) > 0)
     rec: dict[str, Any] = {
-        "utt_id": r["utt_id"], "key": r["key"], "language": str(r["language"]), "silence": silence,
-        "path": str(r["path"]), "ok": False, "error_reason": "", "error": "", "text": str(r.get("text", "") or ""),
-        "speech_s": num(r.get("speech_s")), "backend": getattr(backend, "name", type(backend).__name__),
+        "utt_id": r["utt_id"],
+        "key": r["key"],
+        "language": str(r["language"]),
+        "silence": silence,
+        "path": str(r["path"]),
+        "ok": False,
+        "error_reason": "",
+        "error": "",
+        "text": str(r.get("text", "") or ""),
+        "speech_s": num(r.get("speech_s")),
+        "backend": getattr(backend, "name", type(backend).__name__),
         "model": getattr(backend, "model", ""),
     }
     try:
@@ -284,9 +337,24 @@ def _measure_one(r: dict, backend, vad_methods, speech_duration, warmed: bool, r
     except Exception as e:  # the engine failed on this request: record it, go on
         rec.update(error_reason="backend", error=f"{r['path']}: backend: {type(e).__name__}: {e}")
         return rec
-    for k in ("tokens_kept", "tokens_text", "tokens_generated", "decode_steps", "generate_calls", "fallbacks",
-              "windows", "encode_s", "decode_s", "features_s", "first_token_s", "first_segment_s", "total_s",
-              "cpu_s", "encode_cpu_s", "decode_cpu_s"):
+    for k in (
+        "tokens_kept",
+        "tokens_text",
+        "tokens_generated",
+        "decode_steps",
+        "generate_calls",
+        "fallbacks",
+        "windows",
+        "encode_s",
+        "decode_s",
+        "features_s",
+        "first_token_s",
+        "first_segment_s",
+        "total_s",
+        "cpu_s",
+        "encode_cpu_s",
+        "decode_cpu_s",
+    ):
         rec[k] = res.get(k, math.nan)
     rec["repeats"] = repeats
     rec["hypothesis"] = res.get("text", "")
@@ -295,4 +363,3 @@ def _measure_one(r: dict, backend, vad_methods, speech_duration, warmed: bool, r
     rec["wer"] = word_error_rate(rec["text"], rec["hypothesis"]) if rec["text"] else math.nan
     rec["ok"] = True
     return rec
-

@@ -57,6 +57,7 @@ __all__ = [
 
 # --------------------------------------------------------------------------- the whole fit
 
+
 @dataclass
 class ProfileRun:
     """Everything one profiling run produced (see :func:`fit_profile` and
@@ -87,38 +88,54 @@ class ProfileRun:
         out.append(self.kappa.summary())
         kept = self.kappa_tables.get("tokens_kept")
         if kept is not None and kept is not self.kappa:
-            out.append("  transcript tokens per s: " + ", ".join(
-                f"{r.language} {r.kappa:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]" for r in kept.table.itertuples()))
-        out.append(f"service model {sm.name}: encode {sm.encode_s_per_window:.3f} s/window, decode "
-                   f"{1000 * sm.decode_s_per_token:.2f} ms/token, overhead {sm.overhead_s:.3f} s, batch slope "
-                   f"{sm.decode_batch_slope:.3f}; R2 of total time {sm.fit.get('r2_total_s_measured_tokens', float('nan')):.3f}")
+            out.append(
+                "  transcript tokens per s: "
+                + ", ".join(
+                    f"{r.language} {r.kappa:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}]" for r in kept.table.itertuples()
+                )
+            )
+        out.append(
+            f"service model {sm.name}: encode {sm.encode_s_per_window:.3f} s/window, decode "
+            f"{1000 * sm.decode_s_per_token:.2f} ms/token, overhead {sm.overhead_s:.3f} s, batch slope "
+            f"{sm.decode_batch_slope:.3f}; R2 of total time {sm.fit.get('r2_total_s_measured_tokens', float('nan')):.3f}"
+        )
         if self.holdout:
             h, hm = self.holdout, self.holdout_measured_tokens
-            out.append(f"held-back mean service time (n={h['n']}): measured {h['measured_mean_s']:.3f} s, "
-                       f"predicted {h['predicted_mean_s']:.3f} s from kappa x duration ({100 * h['rel_error']:+.1f} %), "
-                       f"{hm['predicted_mean_s']:.3f} s from measured tokens ({100 * hm['rel_error']:+.1f} %) "
-                       f"[{h['method']}]")
+            out.append(
+                f"held-back mean service time (n={h['n']}): measured {h['measured_mean_s']:.3f} s, "
+                f"predicted {h['predicted_mean_s']:.3f} s from kappa x duration ({100 * h['rel_error']:+.1f} %), "
+                f"{hm['predicted_mean_s']:.3f} s from measured tokens ({100 * hm['rel_error']:+.1f} %) "
+                f"[{h['method']}]"
+            )
         oc = sm.fit.get("other_clock") or {}
         if oc:
-            out.append(f"  on the {oc['clock']} clock: encode {oc['encode_s_per_window']:.3f} s/window, decode "
-                       f"{1000 * oc['decode_s_per_token']:.2f} ms/token, overhead {oc['overhead_s']:.3f} s, R2 "
-                       f"{oc['r2_total_measured_tokens']:.3f}; held-back mean {oc['holdout']['measured_mean_s']:.3f} s "
-                       f"measured vs {oc['holdout']['predicted_mean_s']:.3f} s predicted "
-                       f"({100 * oc['holdout']['rel_error']:+.1f} %)")
+            out.append(
+                f"  on the {oc['clock']} clock: encode {oc['encode_s_per_window']:.3f} s/window, decode "
+                f"{1000 * oc['decode_s_per_token']:.2f} ms/token, overhead {oc['overhead_s']:.3f} s, R2 "
+                f"{oc['r2_total_measured_tokens']:.3f}; held-back mean {oc['holdout']['measured_mean_s']:.3f} s "
+                f"measured vs {oc['holdout']['predicted_mean_s']:.3f} s predicted "
+                f"({100 * oc['holdout']['rel_error']:+.1f} %)"
+            )
         v = self.vad
         if len(v) and v["silence"].any():
             s = v[v["silence"]].set_index("duration_source")
-            parts = [f"{e}: tokens {100 * s.loc[e, 'tokens_median_ae']:.0f} %, time {100 * s.loc[e, 'time_median_ae']:.0f} %"
-                     for e in s.index]
+            parts = [
+                f"{e}: tokens {100 * s.loc[e, 'tokens_median_ae']:.0f} %, time {100 * s.loc[e, 'time_median_ae']:.0f} %"
+                for e in s.index
+            ]
             out.append(f"silence clips (n={int(s['n'].iloc[0])}), median |error|: " + "; ".join(parts))
             for e in ("silero VAD", "energy VAD"):
                 if e in s.index:
-                    out.append(f"  {e} cost {s.loc[e, 'cost_ms']:.1f} ms/request = "
-                               f"{100 * s.loc[e, 'cost_fraction']:.2f} % of inference ({s.loc[e, 'inference_ms']:.0f} ms)")
+                    out.append(
+                        f"  {e} cost {s.loc[e, 'cost_ms']:.1f} ms/request = "
+                        f"{100 * s.loc[e, 'cost_fraction']:.2f} % of inference ({s.loc[e, 'inference_ms']:.0f} ms)"
+                    )
         m = self.measurements
         nf = int((~m["ok"]).sum())
         if nf:
-            out.append(f"failed rows: {nf} ({', '.join(f'{k}: {v}' for k, v in m.loc[~m['ok'], 'error_reason'].value_counts().items())}); fits used the rest")
+            out.append(
+                f"failed rows: {nf} ({', '.join(f'{k}: {v}' for k, v in m.loc[~m['ok'], 'error_reason'].value_counts().items())}); fits used the rest"
+            )
         if self.timings:
             out.append("timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in self.timings.items()))
         return "\n".join(out)
@@ -138,8 +155,18 @@ class ProfileRun:
             paths["batch"] = d / "batch.csv"
             self.batch.to_csv(paths["batch"], index=False)
         self.vad.to_csv(paths["vad"], index=False)
-        paths["params"].write_text(json.dumps({**self.params, "timings": self.timings, "holdout": {
-            k: v for k, v in self.holdout.items() if k != "predicted"}}, indent=2, default=str) + "\n")
+        paths["params"].write_text(
+            json.dumps(
+                {
+                    **self.params,
+                    "timings": self.timings,
+                    "holdout": {k: v for k, v in self.holdout.items() if k != "predicted"},
+                },
+                indent=2,
+                default=str,
+            )
+            + "\n"
+        )
         return paths
 
 
@@ -176,11 +203,17 @@ def fit_profile(
     train, held = split_holdout(fit_rows, holdout_frac, seed=seed)
     kappas = {t: fit_kappa(train, tokens=t, n_boot=n_boot, seed=seed) for t in TOKEN_COLUMNS}
     kfit = kappas[kappa_tokens]
-    extra = {"kappa_tables": {t: k.table.to_dict("records") for t, k in kappas.items()},
-             "n_failed_rows": int((~meas["ok"]).sum()),
-             "failed_reasons": meas.loc[~meas["ok"], "error_reason"].value_counts().to_dict(),
-             **(extra_fit or {})}
-    src = f"asrsched.profiling.run.run_profile({json.dumps(params, default=str)})" if params else "asrsched.profiling.run.fit_profile"
+    extra = {
+        "kappa_tables": {t: k.table.to_dict("records") for t, k in kappas.items()},
+        "n_failed_rows": int((~meas["ok"]).sum()),
+        "failed_reasons": meas.loc[~meas["ok"], "error_reason"].value_counts().to_dict(),
+        **(extra_fit or {}),
+    }
+    src = (
+        f"asrsched.profiling.run.run_profile({json.dumps(params, default=str)})"
+        if params
+        else "asrsched.profiling.run.fit_profile"
+    )
     sm = fit_service_model(train, kfit, name=name, batch=batch, source=src, clock=clock, extra_fit=extra)
     hold = validate_holdout(sm, held) if len(held) else {}
     hold_m = validate_holdout(sm, held, tokens=kappa_tokens) if len(held) else {}
@@ -190,13 +223,26 @@ def fit_profile(
     if len(held) and len(ok_rows) and ok_rows[list(CLOCKS[oc][:2])].notna().all().all():
         so = fit_service_model(train, kfit, name=name, batch=batch, clock=oc)
         ho = validate_holdout(so, held)
-        other = {"clock": oc, "encode_s_per_window": so.encode_s_per_window,
-                 "decode_s_per_token": so.decode_s_per_token, "overhead_s": so.overhead_s,
-                 "window_s": so.window_s, "r2_total_measured_tokens": so.fit["r2_total_s_measured_tokens"],
-                 "holdout": {k: v for k, v in ho.items() if k not in ("predicted", "per_language")}}
-    sm = ServiceModel.from_dict({**sm.to_dict(), "fit": {**sm.fit, "holdout": {
-        k: v for k, v in hold.items() if k != "predicted"}, "holdout_measured_tokens": {
-        k: v for k, v in hold_m.items() if k != "predicted"}, "other_clock": other}})
+        other = {
+            "clock": oc,
+            "encode_s_per_window": so.encode_s_per_window,
+            "decode_s_per_token": so.decode_s_per_token,
+            "overhead_s": so.overhead_s,
+            "window_s": so.window_s,
+            "r2_total_measured_tokens": so.fit["r2_total_s_measured_tokens"],
+            "holdout": {k: v for k, v in ho.items() if k not in ("predicted", "per_language")},
+        }
+    sm = ServiceModel.from_dict(
+        {
+            **sm.to_dict(),
+            "fit": {
+                **sm.fit,
+                "holdout": {k: v for k, v in hold.items() if k != "predicted"},
+                "holdout_measured_tokens": {k: v for k, v in hold_m.items() if k != "predicted"},
+                "other_clock": other,
+            },
+        }
+    )
     est = silence_estimates(meas, sm)
     vad = vad_summary(est)
     return ProfileRun(meas, train, held, kfit, kappas, sm, hold, hold_m, batch, est, vad, params, {}, None)
@@ -214,8 +260,13 @@ def refit(run_dir: str | os.PathLike, **kw) -> ProfileRun:
     params = json.loads((d / "params.json").read_text()) if (d / "params.json").exists() else {}
     params.pop("timings", None)
     params.pop("holdout", None)
-    batch = (pd.read_csv(d / "batch.csv") if (d / "batch.csv").exists()
-             else pd.DataFrame(old.fit.get("batch_step", [])) if old else None)
+    batch = (
+        pd.read_csv(d / "batch.csv")
+        if (d / "batch.csv").exists()
+        else pd.DataFrame(old.fit.get("batch_step", []))
+        if old
+        else None
+    )
     kw.setdefault("batch", batch)
     kw.setdefault("params", params)
     kw.setdefault("name", old.name.removesuffix("/cpu-time") if old else "profiled")
@@ -319,32 +370,68 @@ def run_profile(
         raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, auto; got {clock!r}")
     if kappa_tokens not in TOKEN_COLUMNS:
         raise ValueError(f"kappa_tokens must be one of {', '.join(TOKEN_COLUMNS)}; got {kappa_tokens!r}")
-    for nm, v, lo in (("n_per_language", n_per_language, 1), ("n_silence_per_language", n_silence_per_language, 0),
-                      ("repeats", repeats, 1)):
+    for nm, v, lo in (
+        ("n_per_language", n_per_language, 1),
+        ("n_silence_per_language", n_silence_per_language, 0),
+        ("repeats", repeats, 1),
+    ):
         if int(v) != v or v < lo:
             raise ValueError(f"{nm} must be an integer >= {lo}, got {v!r}")
     sil = SilenceSpec(**({"lead_s": 2.0, "trail_s": 3.0, "inner_s": 2.0, "n_inner": 2} | dict(silence or {})))
     for p in extra_files:
         if not isinstance(p, (str, os.PathLike)):
             raise ValueError(f"extra_files must be paths, got {p!r}")
-    params = dict(model=model, backend=backend if isinstance(backend, str) else getattr(backend, "name", "?"),
-                  languages=languages, n_per_language=n_per_language, n_silence_per_language=n_silence_per_language,
-                  silence=sil.__dict__, beam_size=beam_size, temperature_fallback=bool(temperature_fallback), compute_type=compute_type, cpu_threads=cpu_threads,
-                  batch_sizes=list(batch_sizes), holdout_frac=holdout_frac, kappa_tokens=kappa_tokens,
-                  sample=sample, max_s=max_s, seed=seed, repeats=repeats, clock=clock)
+    params = dict(
+        model=model,
+        backend=backend if isinstance(backend, str) else getattr(backend, "name", "?"),
+        languages=languages,
+        n_per_language=n_per_language,
+        n_silence_per_language=n_silence_per_language,
+        silence=sil.__dict__,
+        beam_size=beam_size,
+        temperature_fallback=bool(temperature_fallback),
+        compute_type=compute_type,
+        cpu_threads=cpu_threads,
+        batch_sizes=list(batch_sizes),
+        holdout_frac=holdout_frac,
+        kappa_tokens=kappa_tokens,
+        sample=sample,
+        max_s=max_s,
+        seed=seed,
+        repeats=repeats,
+        clock=clock,
+    )
     timings: dict[str, float] = {}
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     t0 = time.perf_counter()
-    clean = build_corpus(languages, n_per_language, seed=seed, sample=sample, max_s=max_s, cache=cache,
-                         progress=progress)
+    clean = build_corpus(
+        languages, n_per_language, seed=seed, sample=sample, max_s=max_s, cache=cache, progress=progress
+    )
     parts = [clean]
     if n_silence_per_language:
-        parts.append(build_corpus(languages, n_silence_per_language, seed=seed + 1, sample="random",
-                                  max_s=min(max_s, 15.0), silence=sil, cache=cache, progress=progress))
+        parts.append(
+            build_corpus(
+                languages,
+                n_silence_per_language,
+                seed=seed + 1,
+                sample="random",
+                max_s=min(max_s, 15.0),
+                silence=sil,
+                cache=cache,
+                progress=progress,
+            )
+        )
     if extra_files:
-        parts.append(pd.DataFrame({"path": [str(p) for p in extra_files], "language": languages[0],
-                                   "utt_id": [Path(p).name for p in extra_files],
-                                   "key": [f"extra-{Path(p).name}" for p in extra_files]}))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "path": [str(p) for p in extra_files],
+                    "language": languages[0],
+                    "utt_id": [Path(p).name for p in extra_files],
+                    "key": [f"extra-{Path(p).name}" for p in extra_files],
+                }
+            )
+        )
     manifest = pd.concat(parts, ignore_index=True)
     # measure in a seeded random order, so slow drifts of machine load do not line up with
     # language or duration
@@ -367,9 +454,15 @@ def run_profile(
     if out_dir is not None:  # one sub-folder per measurement set-up: resuming never mixes set-ups
         import hashlib
 
-        setup = dict(backend=getattr(be, "description", params["backend"]), model=model, beam_size=beam_size,
-                     temperature_fallback=bool(temperature_fallback), compute_type=compute_type,
-                     cpu_threads=cpu_threads, repeats=repeats)
+        setup = dict(
+            backend=getattr(be, "description", params["backend"]),
+            model=model,
+            beam_size=beam_size,
+            temperature_fallback=bool(temperature_fallback),
+            compute_type=compute_type,
+            cpu_threads=cpu_threads,
+            repeats=repeats,
+        )
         h = hashlib.sha1(json.dumps(setup, sort_keys=True, default=str).encode()).hexdigest()[:8]
         run_dir = Path(out_dir) / f"{model}-{params['backend']}-{h}"
     out = run_dir / "measurements.csv" if run_dir is not None else None
@@ -386,10 +479,23 @@ def run_profile(
         timings["batch_s"] = time.perf_counter() - t3
 
     desc = getattr(be, "description", f"whisper-{model}/{params['backend']}")
-    machine = {"cpus": os.cpu_count(), "load_avg_1min_start": load0,
-               "load_avg_1min_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")}
-    run = fit_profile(meas, batch=batch, name=desc, params=params, clock=clock, holdout_frac=holdout_frac,
-                      kappa_tokens=kappa_tokens, n_boot=n_boot, seed=seed, extra_fit={"machine": machine})
+    machine = {
+        "cpus": os.cpu_count(),
+        "load_avg_1min_start": load0,
+        "load_avg_1min_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
+    }
+    run = fit_profile(
+        meas,
+        batch=batch,
+        name=desc,
+        params=params,
+        clock=clock,
+        holdout_frac=holdout_frac,
+        kappa_tokens=kappa_tokens,
+        n_boot=n_boot,
+        seed=seed,
+        extra_fit={"machine": machine},
+    )
     timings["total_s"] = time.perf_counter() - t0
     run.timings = timings
     run.out_dir = run_dir
@@ -418,8 +524,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--clock", default="auto", help="cpu, wall or auto (cpu on a CPU engine, wall on a GPU)")
     p.add_argument("--out-dir", default="runs/profile", help="a sub-folder per set-up with measurements and fits")
     p.add_argument("--out", default=None, help="also write the ServiceModel JSON here")
-    p.add_argument("--refit", default=None, metavar="RUN_DIR",
-                   help="re-fit a saved run folder instead of measuring (writes its fits back there)")
+    p.add_argument(
+        "--refit",
+        default=None,
+        metavar="RUN_DIR",
+        help="re-fit a saved run folder instead of measuring (writes its fits back there)",
+    )
     a = p.parse_args(argv)
     if a.refit:
         run = refit(a.refit, **({} if a.clock == "auto" else {"clock": a.clock}))
@@ -428,12 +538,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             run.service_model.to_json(a.out)
         print(run.report())
         return 0
-    run = run_profile(model=a.model, backend=a.backend, languages=[s for s in a.languages.split(",") if s],
-                      n_per_language=a.n, n_silence_per_language=a.n_silence, beam_size=a.beam_size,
-                      temperature_fallback=a.fallback,
-                      compute_type=a.compute_type, cpu_threads=a.cpu_threads,
-                      batch_sizes=[int(b) for b in a.batch_sizes.split(",") if b], holdout_frac=a.holdout,
-                      seed=a.seed, repeats=a.repeats, clock=a.clock, out_dir=a.out_dir)
+    run = run_profile(
+        model=a.model,
+        backend=a.backend,
+        languages=[s for s in a.languages.split(",") if s],
+        n_per_language=a.n,
+        n_silence_per_language=a.n_silence,
+        beam_size=a.beam_size,
+        temperature_fallback=a.fallback,
+        compute_type=a.compute_type,
+        cpu_threads=a.cpu_threads,
+        batch_sizes=[int(b) for b in a.batch_sizes.split(",") if b],
+        holdout_frac=a.holdout,
+        seed=a.seed,
+        repeats=a.repeats,
+        clock=a.clock,
+        out_dir=a.out_dir,
+    )
     if a.out:
         run.service_model.to_json(a.out)
     print(run.report())

@@ -160,8 +160,9 @@ def _resample_counts(rng: np.random.Generator, k: int, n_boot: int) -> np.ndarra
     return rng.multinomial(k, np.full(k, 1.0 / k), size=int(n_boot))
 
 
-def ratio_bootstrap(tokens, seconds, *, clusters=None, n_boot: int = 2000, ci: float = 0.95,
-                    seed: int = 0) -> tuple[float, float, float]:
+def ratio_bootstrap(
+    tokens, seconds, *, clusters=None, n_boot: int = 2000, ci: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
     """``(sum(tokens) / sum(seconds), ci_low, ci_high)``: percentile bootstrap of the ratio of sums.
 
     ``clusters`` (one label per row, e.g. the speaker): resample whole clusters instead of
@@ -207,9 +208,12 @@ def ols_fit(seconds, tokens) -> dict:
     meat = (X * resid[:, None] ** 2).T @ X
     cov = xtx_inv @ meat @ xtx_inv * n / (n - 2)
     ss_tot = float(((y - y.mean()) ** 2).sum())
-    return {"slope": float(beta[1]), "intercept": float(beta[0]),
-            "slope_se": float(np.sqrt(cov[1, 1])),
-            "r2": 1 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 else float("nan")}
+    return {
+        "slope": float(beta[1]),
+        "intercept": float(beta[0]),
+        "slope_se": float(np.sqrt(cov[1, 1])),
+        "r2": 1 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else float("nan"),
+    }
 
 
 # ----------------------------------------------------------------------------- kappa
@@ -235,17 +239,23 @@ class TextKappa:
         """One line per language."""
         out = [f"kappa from real transcripts (Whisper {self.model} tokenizer, text tokens per s of real audio):"]
         for r in self.table.itertuples():
-            out.append(f"  {r.language} ({r.corpus}, n={r.n}, {r.hours:.2f} h, {r.n_speakers} speakers): "
-                       f"{r.kappa_text:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] (speaker bootstrap; utterance "
-                       f"bootstrap [{r.ci_low_utt:.3f}, {r.ci_high_utt:.3f}]); OLS slope {r.ols_slope:.3f} "
-                       f"± {1.96 * r.ols_slope_se:.3f}, intercept {r.ols_intercept:+.2f} tokens, R² {r.ols_r2:.3f}"
-                       + (f"; casing range {r.kappa_lower:.3f} (lower) to {r.kappa_upper:.3f} (upper)"
-                          if r.style == "sentence_case" else ""))
+            out.append(
+                f"  {r.language} ({r.corpus}, n={r.n}, {r.hours:.2f} h, {r.n_speakers} speakers): "
+                f"{r.kappa_text:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] (speaker bootstrap; utterance "
+                f"bootstrap [{r.ci_low_utt:.3f}, {r.ci_high_utt:.3f}]); OLS slope {r.ols_slope:.3f} "
+                f"± {1.96 * r.ols_slope_se:.3f}, intercept {r.ols_intercept:+.2f} tokens, R² {r.ols_r2:.3f}"
+                + (
+                    f"; casing range {r.kappa_lower:.3f} (lower) to {r.kappa_upper:.3f} (upper)"
+                    if r.style == "sentence_case"
+                    else ""
+                )
+            )
         return "\n".join(out)
 
 
-def text_kappa(languages: Sequence[str] = ("en", "id"), *, model: str = "base", n_boot: int = 2000,
-               ci: float = 0.95, seed: int = 0) -> TextKappa:
+def text_kappa(
+    languages: Sequence[str] = ("en", "id"), *, model: str = "base", n_boot: int = 2000, ci: float = 0.95, seed: int = 0
+) -> TextKappa:
     """Text tokens per second of real audio per language, from the packaged real transcripts.
 
     ``table`` columns: ``language, kappa_text, ci_low, ci_high, n`` (the ``kappa_text.csv``
@@ -268,14 +278,31 @@ def text_kappa(languages: Sequence[str] = ("en", "id"), *, model: str = "base", 
         k, lo, hi = ratio_bootstrap(y, x, clusters=df["speaker"].to_numpy(), n_boot=n_boot, ci=ci, seed=seed)
         _, lo_u, hi_u = ratio_bootstrap(y, x, n_boot=n_boot, ci=ci, seed=seed)
         ols = ols_fit(x, y)
-        r = dict(language=lang, kappa_text=k, ci_low=lo, ci_high=hi, n=len(df), ci_low_utt=lo_u, ci_high_utt=hi_u,
-                 ols_slope=ols["slope"], ols_slope_se=ols["slope_se"], ols_intercept=ols["intercept"],
-                 ols_r2=ols["r2"], tokens=int(y.sum()), seconds=float(x.sum()), hours=float(x.sum()) / 3600,
-                 n_speakers=int(df["speaker"].nunique()), corpus=corpus, style=style, model=model)
+        r = dict(
+            language=lang,
+            kappa_text=k,
+            ci_low=lo,
+            ci_high=hi,
+            n=len(df),
+            ci_low_utt=lo_u,
+            ci_high_utt=hi_u,
+            ols_slope=ols["slope"],
+            ols_slope_se=ols["slope_se"],
+            ols_intercept=ols["intercept"],
+            ols_r2=ols["r2"],
+            tokens=int(y.sum()),
+            seconds=float(x.sum()),
+            hours=float(x.sum()) / 3600,
+            n_speakers=int(df["speaker"].nunique()),
+            corpus=corpus,
+            style=style,
+            model=model,
+        )
         if style == "sentence_case":
             for alt in ("lower", "upper"):
-                r[f"kappa_{alt}"] = float(count_tokens([whisper_text(t, alt) for t in df["text"]], model).sum()
-                                          / x.sum())
+                r[f"kappa_{alt}"] = float(
+                    count_tokens([whisper_text(t, alt) for t in df["text"]], model).sum() / x.sum()
+                )
         table.append(r)
         rows.append(df)
     return TextKappa(pd.DataFrame(table), pd.concat(rows, ignore_index=True), model)
@@ -325,18 +352,29 @@ def kappa_gap(measurements: pd.DataFrame, text: TextKappa, *, tokens: str = "dec
         if len(g):
             a = g["audio_s"].to_numpy(float)
             hyp = count_tokens([whisper_text(t, "as_is") for t in g["hypothesis"].fillna("")], text.model)
-            vals += [(g["ref_tokens"].sum() / g["duration_s"].sum(), len(g)),
-                     (g["ref_tokens"].sum() / a.sum(), len(g)),
-                     (g["tokens_text"].astype(float).sum() / a.sum(), len(g)),
-                     (g["tokens_kept"].astype(float).sum() / a.sum(), len(g)),
-                     (g[tokens].astype(float).sum() / a.sum(), len(g))]
+            vals += [
+                (g["ref_tokens"].sum() / g["duration_s"].sum(), len(g)),
+                (g["ref_tokens"].sum() / a.sum(), len(g)),
+                (g["tokens_text"].astype(float).sum() / a.sum(), len(g)),
+                (g["tokens_kept"].astype(float).sum() / a.sum(), len(g)),
+                (g[tokens].astype(float).sum() / a.sum(), len(g)),
+            ]
             hyp_check = float(hyp.sum() / max(g["tokens_text"].astype(float).sum(), 1))
         else:
             vals += [(np.nan, 0)] * (len(GAP_STEPS) - 1)
             hyp_check = np.nan
         prev = np.nan
         for (step, what), (k, n) in zip(GAP_STEPS, vals):
-            out.append(dict(language=lang, step=step, what=what, kappa=float(k), change=float(k - prev), n=int(n),
-                            retokenised_over_tokens_text=hyp_check))
+            out.append(
+                dict(
+                    language=lang,
+                    step=step,
+                    what=what,
+                    kappa=float(k),
+                    change=float(k - prev),
+                    n=int(n),
+                    retokenised_over_tokens_text=hyp_check,
+                )
+            )
             prev = k
     return pd.DataFrame(out)

@@ -83,6 +83,7 @@ CHUNK_OBJECT = "transcription.chunk"
 
 # ----------------------------------------------------------------------------- HTTP app
 
+
 def _sse(obj: Any) -> bytes:
     return f"data: {obj if isinstance(obj, str) else json.dumps(obj)}\n\n".encode()
 
@@ -120,20 +121,36 @@ def create_app(config: ServerConfig | None = None, **kw):
     async def health(request):
         if not srv.ready:
             return JSONResponse({"status": "loading"}, status_code=503)
-        return JSONResponse({"status": "ok", "policy": config.policy, "model": config.model,
-                             "mode": "upstream" if config.upstream else "local", "slots": config.slots,
-                             "queue_depth": len(srv.queue), "in_flight": len(srv.running)})
+        return JSONResponse(
+            {
+                "status": "ok",
+                "policy": config.policy,
+                "model": config.model,
+                "mode": "upstream" if config.upstream else "local",
+                "slots": config.slots,
+                "queue_depth": len(srv.queue),
+                "in_flight": len(srv.running),
+            }
+        )
 
     async def metrics(request):
         return PlainTextResponse(srv.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def models(request):
-        return JSONResponse({"object": "list", "data": [
-            {"id": m, "object": "model", "owned_by": "asrsched"} for m in sorted(config.model_names)]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [{"id": m, "object": "model", "owned_by": "asrsched"} for m in sorted(config.model_names)],
+            }
+        )
 
     async def debug_requests(request):
-        return JSONResponse([{k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                              for k, v in r.items()} for r in srv.records])
+        return JSONResponse(
+            [
+                {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+                for r in srv.records
+            ]
+        )
 
     async def transcriptions(request):
         return await _handle(request, "transcribe")
@@ -149,8 +166,12 @@ def create_app(config: ServerConfig | None = None, **kw):
         cl = request.headers.get("content-length")
         if cl and cl.isdigit() and int(cl) > max_bytes + 64 * 1024:
             srv.outcomes["bad_request"] += 1
-            return error_response(413, f"upload of {int(cl)} bytes exceeds the {config.max_upload_mb:g} MB limit",
-                        param="file", code="too_large")
+            return error_response(
+                413,
+                f"upload of {int(cl)} bytes exceeds the {config.max_upload_mb:g} MB limit",
+                param="file",
+                code="too_large",
+            )
         try:
             form = await request.form(max_files=1, max_fields=32, max_part_size=max_bytes + 1)
         except ClientDisconnect:
@@ -159,8 +180,9 @@ def create_app(config: ServerConfig | None = None, **kw):
             srv.outcomes["bad_request"] += 1
             msg = str(getattr(e, "detail", "") or e)
             if "exceed" in msg.lower() or "too large" in msg.lower():
-                return error_response(413, f"upload exceeds the {config.max_upload_mb:g} MB limit ({msg})", param="file",
-                            code="too_large")
+                return error_response(
+                    413, f"upload exceeds the {config.max_upload_mb:g} MB limit ({msg})", param="file", code="too_large"
+                )
             return error_response(400, f"the body must be multipart/form-data with a 'file' part ({msg})", param="file")
         try:
             bad = await parse_form(form, task, config, srv.engine)
@@ -174,20 +196,26 @@ def create_app(config: ServerConfig | None = None, **kw):
         if eng is not None and duration > eng.max_window_s:  # long audio: count the windows it will really take
             try:
                 audio = await asyncio.get_running_loop().run_in_executor(
-                    None, lambda: load_audio(data, mono="mix", resample=True))
+                    None, lambda: load_audio(data, mono="mix", resample=True)
+                )
             except AudioError as e:
                 srv.outcomes["bad_request"] += 1
-                return error_response(400, f"{fields.get('filename') or 'file'}: {e.reason}: {e.detail}", param="file",
-                            code=e.reason)
+                return error_response(
+                    400, f"{fields.get('filename') or 'file'}: {e.reason}: {e.detail}", param="file", code=e.reason
+                )
             fields["windows"] = eng.plan(audio)
             del audio
         req = srv.make_request(data, duration, sched_s=time.perf_counter() - t_sched, **fields)
         try:
             srv.submit(req)
         except QueueFull as e:
-            return error_response(503, f"queue full ({e.depth} requests waiting, limit {config.queue_limit}); "
-                             f"retry after {e.retry_after} s", type_="server_overloaded", code="queue_full",
-                        headers={"Retry-After": str(e.retry_after)})
+            return error_response(
+                503,
+                f"queue full ({e.depth} requests waiting, limit {config.queue_limit}); retry after {e.retry_after} s",
+                type_="server_overloaded",
+                code="queue_full",
+                headers={"Retry-After": str(e.retry_after)},
+            )
         watcher = asyncio.ensure_future(_watch_disconnect(request.receive))
         try:
             first = await _next_event(req, watcher, deadline)
@@ -198,8 +226,11 @@ def create_app(config: ServerConfig | None = None, **kw):
                 return _error_response(first[1], config)
             if req.stream:
                 watcher.cancel()
-                return StreamingResponse(_stream(req, first, deadline), media_type="text/event-stream",
-                                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                return StreamingResponse(
+                    _stream(req, first, deadline),
+                    media_type="text/event-stream",
+                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                )
             ev = first
             while ev[0] == "delta":
                 ev = await _next_event(req, watcher, deadline)
@@ -217,15 +248,19 @@ def create_app(config: ServerConfig | None = None, **kw):
         """The request's next event; ``None`` if the client left; an error event on timeout."""
         get = asyncio.ensure_future(req.events.get())
         timeout = deadline - time.monotonic()
-        done, _ = await asyncio.wait({get, watcher}, timeout=max(timeout, 0),
-                                     return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({get, watcher}, timeout=max(timeout, 0), return_when=asyncio.FIRST_COMPLETED)
         if get in done:
             return get.result()
         get.cancel()
         if watcher in done:
             return None
-        srv.cancel(req, "timeout", f"request timed out after {config.request_timeout_s:g} s "
-                                   f"({'running' if req.rid in srv.running else 'waiting in the queue'})", 504)
+        srv.cancel(
+            req,
+            "timeout",
+            f"request timed out after {config.request_timeout_s:g} s "
+            f"({'running' if req.rid in srv.running else 'waiting in the queue'})",
+            504,
+        )
         return await req.events.get()
 
     def _error_response(err, config):
@@ -234,16 +269,24 @@ def create_app(config: ServerConfig | None = None, **kw):
             return error_response(504, message, type_="timeout", code="timeout")
         if outcome == "bad_request":
             return error_response(status, message, param="file", code=code)
-        return error_response(status, message, type_="server_error" if status >= 500 else "invalid_request_error",
-                    code=code or outcome)
+        return error_response(
+            status, message, type_="server_error" if status >= 500 else "invalid_request_error", code=code or outcome
+        )
 
     def _extra(req: TranscriptionRequest) -> dict:
         r = req.result or {}
-        return {"rid": req.rid, "policy": config.policy, "audio_s": req.job.duration,
-                "est_service_s": req.job.est_service, "queue_s": req.t_admit - req.t_arrival,
-                "service_s": req.t_finish - req.t_admit, "engine_s": r.get("total_s"),
-                "tokens": r.get("tokens", req.upstream_tokens),
-                "decode_steps": r.get("decode_steps"), "worker": req.worker}
+        return {
+            "rid": req.rid,
+            "policy": config.policy,
+            "audio_s": req.job.duration,
+            "est_service_s": req.job.est_service,
+            "queue_s": req.t_admit - req.t_arrival,
+            "service_s": req.t_finish - req.t_admit,
+            "engine_s": r.get("total_s"),
+            "tokens": r.get("tokens", req.upstream_tokens),
+            "decode_steps": r.get("decode_steps"),
+            "worker": req.worker,
+        }
 
     def _final_response(req: TranscriptionRequest):
         if req.response_format == "text":
@@ -252,27 +295,51 @@ def create_app(config: ServerConfig | None = None, **kw):
         if req.response_format == "verbose_json":
             if "upstream" in r:
                 return JSONResponse({**r["upstream"], "asrsched": _extra(req)})
-            segs = r.get("segments") or [{"id": 0, "seek": 0, "start": 0.0, "end": req.job.duration,
-                                          "text": req.text.strip(), "tokens": []}]
-            body = {"task": "translate" if req.job_task == "translate" else "transcribe",
-                    "language": r.get("language", req.language), "duration": req.job.duration,
-                    "text": req.text,
-                    "segments": [{**sg, "temperature": 0.0} for sg in segs],
-                    "usage": {"type": "duration", "seconds": int(math.ceil(req.job.duration))},
-                    "asrsched": _extra(req)}
+            segs = r.get("segments") or [
+                {"id": 0, "seek": 0, "start": 0.0, "end": req.job.duration, "text": req.text.strip(), "tokens": []}
+            ]
+            body = {
+                "task": "translate" if req.job_task == "translate" else "transcribe",
+                "language": r.get("language", req.language),
+                "duration": req.job.duration,
+                "text": req.text,
+                "segments": [{**sg, "temperature": 0.0} for sg in segs],
+                "usage": {"type": "duration", "seconds": int(math.ceil(req.job.duration))},
+                "asrsched": _extra(req),
+            }
             return JSONResponse(body)
         toks = r.get("tokens", req.upstream_tokens)
-        return JSONResponse({"text": req.text, "usage": {
-            "type": "tokens", "input_tokens": 0, "output_tokens": toks, "total_tokens": toks,
-            "seconds": req.job.duration}, "asrsched": _extra(req)})
+        return JSONResponse(
+            {
+                "text": req.text,
+                "usage": {
+                    "type": "tokens",
+                    "input_tokens": 0,
+                    "output_tokens": toks,
+                    "total_tokens": toks,
+                    "seconds": req.job.duration,
+                },
+                "asrsched": _extra(req),
+            }
+        )
 
     async def _stream(req: TranscriptionRequest, first, deadline):
         created = int(time.time())
 
         def chunk(content: str | None, finish: str | None = None, usage: dict | None = None) -> bytes:
-            obj = {"id": req.id, "object": CHUNK_OBJECT, "created": created, "model": req.model,
-                   "choices": [{"delta": {"content": content} if content is not None else {},
-                                "finish_reason": finish, "stop_reason": None}]}
+            obj = {
+                "id": req.id,
+                "object": CHUNK_OBJECT,
+                "created": created,
+                "model": req.model,
+                "choices": [
+                    {
+                        "delta": {"content": content} if content is not None else {},
+                        "finish_reason": finish,
+                        "stop_reason": None,
+                    }
+                ],
+            }
             if usage is not None:
                 obj["usage"] = usage
                 obj["asrsched"] = _extra(req)
@@ -297,8 +364,9 @@ def create_app(config: ServerConfig | None = None, **kw):
                 try:
                     ev = await asyncio.wait_for(req.events.get(), max(timeout, 0))
                 except TimeoutError:
-                    srv.cancel(req, "timeout", f"request timed out after {config.request_timeout_s:g} s "
-                                               "(while streaming)", 504)
+                    srv.cancel(
+                        req, "timeout", f"request timed out after {config.request_timeout_s:g} s (while streaming)", 504
+                    )
                     ev = await req.events.get()
         finally:  # the client went away mid-stream (or we are done): free the slot
             if not req.finished:
@@ -307,19 +375,30 @@ def create_app(config: ServerConfig | None = None, **kw):
     async def not_found(request, exc):
         status = getattr(exc, "status_code", 404)
         if status == 405:
-            return error_response(405, f"method {request.method} is not allowed on {request.url.path}", code="method_not_allowed")
-        return error_response(status, f"no such endpoint: {request.method} {request.url.path} (this server serves "
-                            "POST /v1/audio/transcriptions, POST /v1/audio/translations, GET /v1/models, /health, "
-                            "/metrics)", type_="NotFoundError", code="not_found")
+            return error_response(
+                405, f"method {request.method} is not allowed on {request.url.path}", code="method_not_allowed"
+            )
+        return error_response(
+            status,
+            f"no such endpoint: {request.method} {request.url.path} (this server serves "
+            "POST /v1/audio/transcriptions, POST /v1/audio/translations, GET /v1/models, /health, "
+            "/metrics)",
+            type_="NotFoundError",
+            code="not_found",
+        )
 
-    app = Starlette(routes=[
-        Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/debug/requests", debug_requests, methods=["GET"]),
-        Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
-        Route("/v1/audio/translations", translations, methods=["POST"]),
-    ], lifespan=lifespan, exception_handlers={404: not_found, 405: not_found})
+    app = Starlette(
+        routes=[
+            Route("/health", health, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/debug/requests", debug_requests, methods=["GET"]),
+            Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
+            Route("/v1/audio/translations", translations, methods=["POST"]),
+        ],
+        lifespan=lifespan,
+        exception_handlers={404: not_found, 405: not_found},
+    )
     app.state.server = srv
     app.state.config = config
     app.state.on_ready = None
@@ -327,6 +406,7 @@ def create_app(config: ServerConfig | None = None, **kw):
 
 
 # ----------------------------------------------------------------------------- running it
+
 
 @dataclass
 class ServerHandle:
@@ -362,8 +442,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def run_in_thread(config: ServerConfig | None = None, *, host: str = "127.0.0.1", port: int = 0,
-                  start_timeout: float = 120.0, **kw) -> ServerHandle:
+def run_in_thread(
+    config: ServerConfig | None = None, *, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 120.0, **kw
+) -> ServerHandle:
     """Start the server on ``host:port`` (0 = any free port) in a daemon thread; returns when ready."""
     import uvicorn
 

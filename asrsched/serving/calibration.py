@@ -24,8 +24,9 @@ from asrsched.serving.servers import server_records
 __all__ = ["probe", "calibrate", "client_tokens", "engine_step_model"]
 
 
-def calibrate(records: pd.DataFrame, *, name: str = "calibrated on the server", n_boot: int = 500,
-              seed: int = 0) -> ServiceModel:
+def calibrate(
+    records: pd.DataFrame, *, name: str = "calibrated on the server", n_boot: int = 500, seed: int = 0
+) -> ServiceModel:
     """Fit the :class:`ServiceModel` from server-side records of requests served one at a time.
 
     ``records`` needs ``duration, language, tokens`` (decoder steps) and ``admit, finish``
@@ -54,8 +55,14 @@ def calibrate(records: pd.DataFrame, *, name: str = "calibrated on the server", 
     d = d[ok]
     if len(d) < 4:
         raise ValueError(f"need at least 4 completed requests with tokens and times to calibrate, have {len(d)}")
-    kf = fit_kappa(d.assign(audio_s=d["duration"], decode_steps=d["tokens"]), tokens="decode_steps",
-                   duration="audio_s", n_boot=n_boot, seed=seed, min_rows=min(4, len(d)))
+    kf = fit_kappa(
+        d.assign(audio_s=d["duration"], decode_steps=d["tokens"]),
+        tokens="decode_steps",
+        duration="audio_s",
+        n_boot=n_boot,
+        seed=seed,
+        min_rows=min(4, len(d)),
+    )
     A = d[["windows", "tokens"]].to_numpy(float)
     y = d["service"].to_numpy(float)
     (enc, step), _ = nnls(A, y)
@@ -67,17 +74,37 @@ def calibrate(records: pd.DataFrame, *, name: str = "calibrated on the server", 
         if len(gap):
             over = max(0.0, float(np.median(gap)))
     return ServiceModel(
-        encode_s_per_window=float(enc), decode_s_per_token=float(step), overhead_s=over, kappa=kf.kappa,
-        kappa_ci=kf.ci, name=name, source="asrsched.serving.calibration.calibrate (closed-loop probe of the real server)",
+        encode_s_per_window=float(enc),
+        decode_s_per_token=float(step),
+        overhead_s=over,
+        kappa=kf.kappa,
+        kappa_ci=kf.ci,
+        name=name,
+        source="asrsched.serving.calibration.calibrate (closed-loop probe of the real server)",
         assumptions="service = windows x encode + decoder steps x step (NNLS on server-side admission-to-completion "
-                    "times); kappa = decoder steps per second of audio; overhead = client minus server latency",
-        fit={"n": int(len(d)), "mape": float(np.mean(np.abs(pred - y) / y)), "mean_service_s": float(y.mean()),
-             "kappa_table": kf.table.to_dict("records")})
+        "times); kappa = decoder steps per second of audio; overhead = client minus server latency",
+        fit={
+            "n": int(len(d)),
+            "mape": float(np.mean(np.abs(pred - y) / y)),
+            "mean_service_s": float(y.mean()),
+            "kappa_table": kf.table.to_dict("records"),
+        },
+    )
 
 
-def probe(url: str, workload: str = "librispeech", *, n: int = 6, seed: int = 0, slots: int = 1,
-          model: str = "tiny.en", pool_size: int = 24, cache=None, stream: bool = True,
-          progress: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+def probe(
+    url: str,
+    workload: str = "librispeech",
+    *,
+    n: int = 6,
+    seed: int = 0,
+    slots: int = 1,
+    model: str = "tiny.en",
+    pool_size: int = 24,
+    cache=None,
+    stream: bool = True,
+    progress: bool = True,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Closed-loop probe: ``n`` requests of ``workload``, ``slots`` at a time, as fast as served.
 
     Returns ``(client_records, server_records)``; the server records are joined with the
@@ -91,8 +118,9 @@ def probe(url: str, workload: str = "librispeech", *, n: int = 6, seed: int = 0,
     q = np.quantile(plan_all["duration"], np.linspace(0.05, 0.95, n))
     idx = [int(np.argmin(np.abs(plan_all["duration"].to_numpy() - x))) for x in q]
     plan = plan_all.iloc[idx].assign(scheduled=0.0, rid=np.arange(n)).reset_index(drop=True)
-    rec = run_coro(run_load(url, plan, model=model, stream=stream, max_concurrency=slots, label="probe",
-                            progress=progress))
+    rec = run_coro(
+        run_load(url, plan, model=model, stream=stream, max_concurrency=slots, label="probe", progress=progress)
+    )
     srv = pd.DataFrame()
     with _suppress_http():
         srv = server_records(url)
@@ -131,8 +159,13 @@ class _suppress_http:
         return et is not None and issubclass(et, httpx.HTTPError)
 
 
-def engine_step_model(step_log: str | os.PathLike, probe_model: ServiceModel, probe_records: pd.DataFrame, *,
-                      name: str = "vLLM engine steps") -> ServiceModel:
+def engine_step_model(
+    step_log: str | os.PathLike,
+    probe_model: ServiceModel,
+    probe_records: pd.DataFrame,
+    *,
+    name: str = "vLLM engine steps",
+) -> ServiceModel:
     """The :class:`ServiceModel` of a batching engine: step costs from its step log
     (:func:`asrsched.serving.vllm_steps.fit_step_model`), kappa from the probe's calibration, and the
     overhead outside the engine as the median over probe requests (served alone) of their client

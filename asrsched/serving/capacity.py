@@ -53,11 +53,16 @@ class ServingCapacity(Capacity):
 
     def describe(self) -> str:
         """One line: the capacity, how it was obtained, and of what."""
-        ci = (f", 95 % CI {self.ci_low:.2f}-{self.ci_high:.2f}" if math.isfinite(self.ci_low)
-              and math.isfinite(self.ci_high) else "")
+        ci = (
+            f", 95 % CI {self.ci_low:.2f}-{self.ci_high:.2f}"
+            if math.isfinite(self.ci_low) and math.isfinite(self.ci_high)
+            else ""
+        )
         done = f"{self.completed} of {self.n_requests} requests, " if self.completed is not None else ""
-        return (f"{self.workload}: capacity {self.rate:.3f} req/s{ci} ({done}{self.method}; "
-                f"{self.max_num_seqs} at once, {self.service})")
+        return (
+            f"{self.workload}: capacity {self.rate:.3f} req/s{ci} ({done}{self.method}; "
+            f"{self.max_num_seqs} at once, {self.service})"
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> ServingCapacity | None:
@@ -67,18 +72,34 @@ class ServingCapacity(Capacity):
             return None
         if "rate" not in d and "rate_rps" in d:  # a study run before the capacity was a Capacity
             r = float(d["rate_rps"])
-            return cls(workload=str(d.get("workload", "")), rate=r, ci_low=math.nan, ci_high=math.nan,
-                       per_seed=(r,), n_requests=int(d.get("n", 0)), max_num_seqs=int(d.get("max_num_seqs", 0)),
-                       service=str(d.get("service", "")), analytic=math.nan, method=str(d.get("method", "")),
-                       completed=d.get("completed"), mean_duration_s=float(d.get("mean_duration_s", math.nan)))
+            return cls(
+                workload=str(d.get("workload", "")),
+                rate=r,
+                ci_low=math.nan,
+                ci_high=math.nan,
+                per_seed=(r,),
+                n_requests=int(d.get("n", 0)),
+                max_num_seqs=int(d.get("max_num_seqs", 0)),
+                service=str(d.get("service", "")),
+                analytic=math.nan,
+                method=str(d.get("method", "")),
+                completed=d.get("completed"),
+                mean_duration_s=float(d.get("mean_duration_s", math.nan)),
+            )
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         kw["per_seed"] = tuple(kw.get("per_seed", ()))
         return cls(**kw)
 
 
-def capacity_rps(service: ServiceModel, durations: np.ndarray, languages: np.ndarray | str = "en",
-                 slots: int = 1, *, workload: str = "custom") -> ServingCapacity:
+def capacity_rps(
+    service: ServiceModel,
+    durations: np.ndarray,
+    languages: np.ndarray | str = "en",
+    slots: int = 1,
+    *,
+    workload: str = "custom",
+) -> ServingCapacity:
     """Requests per second ``slots`` independent slots sustain on these durations: ``slots / mean
     est_service`` (:meth:`~asrsched.core.service.ServiceModel.est_service`, one request per worker at a
     time, as this package's CPU server serves them).
@@ -91,16 +112,36 @@ def capacity_rps(service: ServiceModel, durations: np.ndarray, languages: np.nda
     lang = languages if isinstance(languages, str) else np.broadcast_to(np.asarray(languages, dtype=object), d.shape)
     s = np.broadcast_to(service.est_service(d, lang), d.shape)
     rate = float(int(slots) / s.mean())
-    return ServingCapacity(workload=workload, rate=rate, ci_low=math.nan, ci_high=math.nan, per_seed=(),
-                           n_requests=int(d.size), max_num_seqs=int(slots), service=service.name, analytic=rate,
-                           method=f"model: {int(slots)} worker(s) / mean estimated service time",
-                           mean_duration_s=float(d.mean()) if d.size else math.nan)
+    return ServingCapacity(
+        workload=workload,
+        rate=rate,
+        ci_low=math.nan,
+        ci_high=math.nan,
+        per_seed=(),
+        n_requests=int(d.size),
+        max_num_seqs=int(slots),
+        service=service.name,
+        analytic=rate,
+        method=f"model: {int(slots)} worker(s) / mean estimated service time",
+        mean_duration_s=float(d.mean()) if d.size else math.nan,
+    )
 
 
-def measure_saturation(url: str, workload: str = "librispeech", *, n: int = 8, slots: int = 1, seed: int = 0,
-                       model: str = "tiny.en", pool_size: int = 24, cache=None, stream: bool = True,
-                       timeout_s: float = 600.0, progress: bool = True,
-                       records_out: str | os.PathLike | None = None) -> ServingCapacity:
+def measure_saturation(
+    url: str,
+    workload: str = "librispeech",
+    *,
+    n: int = 8,
+    slots: int = 1,
+    seed: int = 0,
+    model: str = "tiny.en",
+    pool_size: int = 24,
+    cache=None,
+    stream: bool = True,
+    timeout_s: float = 600.0,
+    progress: bool = True,
+    records_out: str | os.PathLike | None = None,
+) -> ServingCapacity:
     """The engine's measured saturation throughput on ``workload``: a closed loop that keeps it full.
 
     ``n`` requests drawn from the workload (seeded) are all due at once; ``2 x slots`` are kept in
@@ -116,8 +157,18 @@ def measure_saturation(url: str, workload: str = "librispeech", *, n: int = 8, s
         raise ValueError(f"n (saturation requests) must be an integer >= 3, got {n!r}")
     tr = make_trace(workload, rate=1.0, n=int(n), seed=seed + 104729)
     plan = plan_requests(tr, pool_size=pool_size, seed=seed, cache=cache, progress=progress).assign(scheduled=0.0)
-    rec = run_coro(run_load(url, plan, model=model, stream=stream, max_concurrency=2 * int(slots),
-                            timeout_s=timeout_s, label="saturation", progress=progress))
+    rec = run_coro(
+        run_load(
+            url,
+            plan,
+            model=model,
+            stream=stream,
+            max_concurrency=2 * int(slots),
+            timeout_s=timeout_s,
+            label="saturation",
+            progress=progress,
+        )
+    )
     if records_out is not None:
         rec.to_csv(records_out, index=False)
     fin = np.sort(rec["finish"].to_numpy(float)[np.isfinite(rec["finish"].to_numpy(float))])
@@ -130,7 +181,17 @@ def measure_saturation(url: str, workload: str = "librispeech", *, n: int = 8, s
     else:
         raise RuntimeError(f"no request of the saturation run completed: {rec['error'].dropna().unique()[:3]}")
     rate = float(rate)
-    return ServingCapacity(workload=workload, rate=rate, ci_low=math.nan, ci_high=math.nan, per_seed=(rate,),
-                           n_requests=int(n), max_num_seqs=m, service=f"{model}, measured on the server",
-                           analytic=math.nan, method=f"closed loop, {2 * m} in flight: {method}", completed=int(c),
-                           mean_duration_s=float(plan["duration"].mean()))
+    return ServingCapacity(
+        workload=workload,
+        rate=rate,
+        ci_low=math.nan,
+        ci_high=math.nan,
+        per_seed=(rate,),
+        n_requests=int(n),
+        max_num_seqs=m,
+        service=f"{model}, measured on the server",
+        analytic=math.nan,
+        method=f"closed loop, {2 * m} in flight: {method}",
+        completed=int(c),
+        mean_duration_s=float(plan["duration"].mean()),
+    )

@@ -58,14 +58,25 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(params, dict):
             raise ValueError
     except ValueError:
-        print(f"asrsched serve: error: --policy-params must be a JSON object, got {a.policy_params!r}",
-              file=sys.stderr)
+        print(f"asrsched serve: error: --policy-params must be a JSON object, got {a.policy_params!r}", file=sys.stderr)
         return 2
-    cfg = ServerConfig(policy=a.policy, model=a.model, local_slots=a.slots, cpu_threads=a.cpu_threads,
-                       compute_type=a.compute_type, upstream=a.upstream, upstream_model=a.upstream_model,
-                       max_concurrency=a.max_concurrency, queue_limit=a.queue_limit, request_timeout_s=a.timeout,
-                       max_upload_mb=a.max_upload_mb, profile=a.profile, policy_params=params,
-                       served_model_names=tuple(a.served_model_name), warmup=not a.no_warmup)
+    cfg = ServerConfig(
+        policy=a.policy,
+        model=a.model,
+        local_slots=a.slots,
+        cpu_threads=a.cpu_threads,
+        compute_type=a.compute_type,
+        upstream=a.upstream,
+        upstream_model=a.upstream_model,
+        max_concurrency=a.max_concurrency,
+        queue_limit=a.queue_limit,
+        request_timeout_s=a.timeout,
+        max_upload_mb=a.max_upload_mb,
+        profile=a.profile,
+        policy_params=params,
+        served_model_names=tuple(a.served_model_name),
+        warmup=not a.no_warmup,
+    )
     try:
         cfg.validate()
         if not (0 <= a.port < 65536):
@@ -79,8 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     url = f"http://{a.host}:{port}"
 
     def ready(srv: PolicyServer) -> None:
-        mode = f"upstream {cfg.upstream} (max {cfg.max_concurrency} in flight)" if cfg.upstream else \
-            f"{cfg.local_slots} slot(s) x {cfg.threads_per_slot} thread(s), {cfg.model}"
+        mode = (
+            f"upstream {cfg.upstream} (max {cfg.max_concurrency} in flight)"
+            if cfg.upstream
+            else f"{cfg.local_slots} slot(s) x {cfg.threads_per_slot} thread(s), {cfg.model}"
+        )
         print(f"asrsched serve: listening on {url} policy={cfg.policy} {mode}", flush=True)
 
     app.state.on_ready = ready

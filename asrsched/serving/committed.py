@@ -48,24 +48,31 @@ class CommittedStudy:
         out = []
         for run in self.runs:
             pp = run["parameters"]
-            out.append(f"{', '.join(pp.get('engines', []))}: setting {pp.get('setting')}, {describe(run)}, "
-                       f"{pp.get('elapsed_s', float('nan')) / 60:.0f} min")
+            out.append(
+                f"{', '.join(pp.get('engines', []))}: setting {pp.get('setting')}, {describe(run)}, "
+                f"{pp.get('elapsed_s', float('nan')) / 60:.0f} min"
+            )
         return out
 
     def error_lines(self, metrics: tuple[str, ...] = ("p50_e2el", "p90_e2el")) -> list[str]:
         """The simulator's median absolute error per engine and metric over all cells, with its spread."""
         e = self.errors
-        return [f"simulator vs real, {r.group}, {r.metric}: median |error| {r.median_abs_err_pct:.0f} % "
-                f"(P25-P75 {r.p25_abs_err_pct:.0f}-{r.p75_abs_err_pct:.0f} %, max {r.max_abs_err_pct:.0f} %, "
-                f"{r.cells} cells)" for r in e[(e.regime == "all") & e.metric.isin(list(metrics))].itertuples()]
+        return [
+            f"simulator vs real, {r.group}, {r.metric}: median |error| {r.median_abs_err_pct:.0f} % "
+            f"(P25-P75 {r.p25_abs_err_pct:.0f}-{r.p75_abs_err_pct:.0f} %, max {r.max_abs_err_pct:.0f} %, "
+            f"{r.cells} cells)"
+            for r in e[(e.regime == "all") & e.metric.isin(list(metrics))].itertuples()
+        ]
 
     def load_tool_lines(self) -> list[str]:
         """``vllm bench serve`` against this package's load generator, per metric (none without the comparison)."""
         if self.load_tools is None:
             return []
-        return [f"vllm bench serve / our load generator, {r.metric}: {r.ratio:.2f} [{r.ratio_ci_low:.2f}, "
-                f"{r.ratio_ci_high:.2f}] ({'agree' if r.agree else 'differ'}; n={r.n_bench} and {r.n_loadgen})"
-                for r in self.load_tools.itertuples()]
+        return [
+            f"vllm bench serve / our load generator, {r.metric}: {r.ratio:.2f} [{r.ratio_ci_low:.2f}, "
+            f"{r.ratio_ci_high:.2f}] ({'agree' if r.agree else 'differ'}; n={r.n_bench} and {r.n_loadgen})"
+            for r in self.load_tools.itertuples()
+        ]
 
 
 def load_committed_study(folder: str | Path | None) -> CommittedStudy | None:
@@ -76,8 +83,15 @@ def load_committed_study(folder: str | Path | None) -> CommittedStudy | None:
     if not (d / RESULTS_CSV).exists() or not (d / RUN_JSON).exists():
         return None
     steps = pd.read_csv(d / STEP_TIMES_CSV) if (d / STEP_TIMES_CSV).exists() else None
-    model = ServiceModel.from_json(d / STEP_MODEL_JSON) if steps is not None and (d / STEP_MODEL_JSON).exists() else None
+    model = (
+        ServiceModel.from_json(d / STEP_MODEL_JSON) if steps is not None and (d / STEP_MODEL_JSON).exists() else None
+    )
     tools = pd.read_csv(d / LOAD_TOOLS_CSV) if (d / LOAD_TOOLS_CSV).exists() else None
-    return CommittedStudy(folder=d, results=pd.read_csv(d / RESULTS_CSV),
-                          runs=json.loads((d / RUN_JSON).read_text())["runs"], step_times=steps, step_model=model,
-                          load_tools=tools)
+    return CommittedStudy(
+        folder=d,
+        results=pd.read_csv(d / RESULTS_CSV),
+        runs=json.loads((d / RUN_JSON).read_text())["runs"],
+        step_times=steps,
+        step_model=model,
+        load_tools=tools,
+    )

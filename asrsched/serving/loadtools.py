@@ -33,12 +33,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["bench_serve_dataset", "run_bench_serve", "compare_load_tools", "simulate_tool_runs",
-           "recompute_load_tools", "LOAD_TOOL_METRICS"]
+__all__ = [
+    "bench_serve_dataset",
+    "run_bench_serve",
+    "compare_load_tools",
+    "simulate_tool_runs",
+    "recompute_load_tools",
+    "LOAD_TOOL_METRICS",
+]
 
 #: (row name, column of the per-request records, quantile)
-LOAD_TOOL_METRICS = (("p50_ttft_s", "ttft", 0.5), ("p90_ttft_s", "ttft", 0.9),
-                     ("p50_e2el_s", "e2el", 0.5), ("p90_e2el_s", "e2el", 0.9))
+LOAD_TOOL_METRICS = (
+    ("p50_ttft_s", "ttft", 0.5),
+    ("p90_ttft_s", "ttft", 0.9),
+    ("p50_e2el_s", "e2el", 0.5),
+    ("p90_e2el_s", "e2el", 0.9),
+)
 
 
 def bench_serve_dataset(plan: pd.DataFrame, path: str | os.PathLike, *, output_tokens: int = 224) -> Path:
@@ -49,14 +59,24 @@ def bench_serve_dataset(plan: pd.DataFrame, path: str | os.PathLike, *, output_t
         for clip in plan["path"]:
             if not Path(clip).is_file():
                 raise FileNotFoundError(f"clip {clip} of the plan does not exist")
-            fh.write(json.dumps({"prompt": "", "audio": str(Path(clip).resolve()), "output_tokens": int(output_tokens)})
-                     + "\n")
+            fh.write(
+                json.dumps({"prompt": "", "audio": str(Path(clip).resolve()), "output_tokens": int(output_tokens)})
+                + "\n"
+            )
     return p
 
 
-def run_bench_serve(url: str, plan: pd.DataFrame, *, rate: float, model: str, seed: int = 0,
-                    out_dir: str | os.PathLike | None = None, timeout_s: float = 1800.0,
-                    extra_args: Sequence[str] = ()) -> pd.DataFrame:
+def run_bench_serve(
+    url: str,
+    plan: pd.DataFrame,
+    *,
+    rate: float,
+    model: str,
+    seed: int = 0,
+    out_dir: str | os.PathLike | None = None,
+    timeout_s: float = 1800.0,
+    extra_args: Sequence[str] = (),
+) -> pd.DataFrame:
     """Run ``vllm bench serve`` on ``plan``'s clips at ``rate`` req/s against ``url`` (an
     ``http://host:port`` base); returns one row per request: ``ttft``, ``e2el`` (s), ``ok``,
     ``output_len``, and ``attrs["summary"]`` (vLLM's own result JSON without the per-request lists).
@@ -66,13 +86,46 @@ def run_bench_serve(url: str, plan: pd.DataFrame, *, rate: float, model: str, se
     out.mkdir(parents=True, exist_ok=True)
     ds = bench_serve_dataset(plan, out / "bench_serve_clips.jsonl")
     host, port = url.split("://", 1)[-1].rstrip("/").rsplit(":", 1)
-    cmd = [sys.executable, "-m", "asrsched.vllm_plugin.bench", "serve", "--backend", "openai-audio",
-           "--base-url", f"http://{host}:{port}", "--endpoint", "/v1/audio/transcriptions",
-           "--dataset-name", "custom_audio", "--dataset-path", str(ds), "--disable-shuffle",
-           "--num-prompts", str(len(plan)), "--request-rate", f"{float(rate):.6g}", "--seed", str(int(seed)),
-           "--model", model, "--served-model-name", model, "--tokenizer", _tokenizer_dir(model),
-           "--save-result", "--save-detailed", "--result-dir", str(out), "--result-filename", "bench_serve.json",
-           "--percentile-metrics", "ttft,e2el", "--metric-percentiles", "50,90,99", *extra_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "asrsched.vllm_plugin.bench",
+        "serve",
+        "--backend",
+        "openai-audio",
+        "--base-url",
+        f"http://{host}:{port}",
+        "--endpoint",
+        "/v1/audio/transcriptions",
+        "--dataset-name",
+        "custom_audio",
+        "--dataset-path",
+        str(ds),
+        "--disable-shuffle",
+        "--num-prompts",
+        str(len(plan)),
+        "--request-rate",
+        f"{float(rate):.6g}",
+        "--seed",
+        str(int(seed)),
+        "--model",
+        model,
+        "--served-model-name",
+        model,
+        "--tokenizer",
+        _tokenizer_dir(model),
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(out),
+        "--result-filename",
+        "bench_serve.json",
+        "--percentile-metrics",
+        "ttft,e2el",
+        "--metric-percentiles",
+        "50,90,99",
+        *extra_args,
+    ]
     log = out / "bench_serve.log"
     with open(log, "w") as fh:
         r = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout_s, env={**os.environ})
@@ -106,16 +159,23 @@ def bench_serve_records(path: str | os.PathLike, plan: pd.DataFrame) -> pd.DataF
         raise RuntimeError(f"{path}: {len(ttft)} TTFTs and {len(e2el)} latencies for {len(plan)} requests")
     st = np.asarray(res.get("start_times") or [np.nan] * len(ttft), float)
     errs = res.get("errors") or [""] * len(ttft)
-    df = pd.DataFrame({"audio": plan["path"].astype(str).to_numpy(), "ttft": np.asarray(ttft, float),
-                       "e2el": np.asarray(e2el, float), "start": st - np.nanmin(st) if np.isfinite(st).any() else st,
-                       "output_len": np.asarray(res.get("output_lens") or [np.nan] * len(ttft), float),
-                       "ok": [not e for e in errs]})
+    df = pd.DataFrame(
+        {
+            "audio": plan["path"].astype(str).to_numpy(),
+            "ttft": np.asarray(ttft, float),
+            "e2el": np.asarray(e2el, float),
+            "start": st - np.nanmin(st) if np.isfinite(st).any() else st,
+            "output_len": np.asarray(res.get("output_lens") or [np.nan] * len(ttft), float),
+            "ok": [not e for e in errs],
+        }
+    )
     df.attrs["summary"] = {k: v for k, v in res.items() if not isinstance(v, list)}
     return df
 
 
-def simulate_tool_runs(loadgen: pd.DataFrame, bench: pd.DataFrame, service, *, policy: str = "fcfs",
-                       slots: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+def simulate_tool_runs(
+    loadgen: pd.DataFrame, bench: pd.DataFrame, service, *, policy: str = "fcfs", slots: int = 1
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The simulator's replay of both tools' runs: each tool's own send times, the same clips
     (``loadgen`` rows in ``rid`` order are the clips in the order ``vllm bench serve`` sent them),
     the engine's fitted ``service`` model and ``slots`` sequences; returns the two simulated records."""
@@ -126,16 +186,19 @@ def simulate_tool_runs(loadgen: pd.DataFrame, bench: pd.DataFrame, service, *, p
     if len(ours) != len(bench):
         raise ValueError(f"loadgen has {len(ours)} rows and the bench run {len(bench)}: not the same clips")
     out = []
-    for send in (ours["sent"].to_numpy(float) if "sent" in ours else ours["arrival"].to_numpy(float),
-                 bench["start"].to_numpy(float)):
+    for send in (
+        ours["sent"].to_numpy(float) if "sent" in ours else ours["arrival"].to_numpy(float),
+        bench["start"].to_numpy(float),
+    ):
         r = ours.assign(arrival=send - np.nanmin(send), scheduled=send - np.nanmin(send))
         tr = records_to_trace(r, service, tokens="kappa")
         out.append(simulate(tr, policy, service, max_num_seqs=int(slots), warn_overload=False).records)
     return out[0], out[1]
 
 
-def recompute_load_tools(study_dir: str | os.PathLike, engine: str = "vllm", *, n_boot: int = 2000,
-                         seed: int = 0) -> pd.DataFrame:
+def recompute_load_tools(
+    study_dir: str | os.PathLike, engine: str = "vllm", *, n_boot: int = 2000, seed: int = 0
+) -> pd.DataFrame:
     """:func:`compare_load_tools` with the arrival adjustment, from a real-engine study folder's files:
     ``<engine>/real_records.parquet`` (our FCFS run at the first load level), ``<engine>/bench_serve/
     bench_serve.json`` and ``<engine>/bench_serve/bench_serve_clips.jsonl`` (what ``vllm bench serve``
@@ -157,11 +220,19 @@ def recompute_load_tools(study_dir: str | os.PathLike, engine: str = "vllm", *, 
     rate = float(ours["rate"].iloc[0])
     sat = ServingCapacity.from_dict(params.get("saturation"))  # this study's or an older one's form
     return compare_load_tools(ours, bench, n_boot=n_boot, seed=seed, sim_loadgen=s_ours, sim_bench=s_bench).assign(
-        engine=engine, rho=round(sat.rho(rate), 3) if sat else float("nan"), rate_rps=rate)
+        engine=engine, rho=round(sat.rho(rate), 3) if sat else float("nan"), rate_rps=rate
+    )
 
 
-def compare_load_tools(loadgen: pd.DataFrame, bench: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0,
-                       sim_loadgen: pd.DataFrame | None = None, sim_bench: pd.DataFrame | None = None) -> pd.DataFrame:
+def compare_load_tools(
+    loadgen: pd.DataFrame,
+    bench: pd.DataFrame,
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+    sim_loadgen: pd.DataFrame | None = None,
+    sim_bench: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """Per metric of :data:`LOAD_TOOL_METRICS`: each tool's value over its successful requests, the
     ratio ``bench / loadgen`` with a bootstrap 95 % CI (each tool's requests resampled on their own),
     ``agree`` = the CI contains 1. ``loadgen``: :func:`~asrsched.serving.loadgen.run_load` records
@@ -180,12 +251,25 @@ def compare_load_tools(loadgen: pd.DataFrame, bench: pd.DataFrame, *, n_boot: in
         ra = np.quantile(xa[ia], q, axis=1)
         rb = np.quantile(xb[ib], q, axis=1)
         lo, hi = np.quantile(rb / ra, [0.025, 0.975])
-        row = {"metric": name, "loadgen": va, "vllm_bench_serve": vb, "ratio": vb / va,
-               "ratio_ci_low": float(lo), "ratio_ci_high": float(hi), "agree": bool(lo <= 1 <= hi),
-               "n_loadgen": int(len(a)), "n_bench": int(len(b))}
+        row = {
+            "metric": name,
+            "loadgen": va,
+            "vllm_bench_serve": vb,
+            "ratio": vb / va,
+            "ratio_ci_low": float(lo),
+            "ratio_ci_high": float(hi),
+            "agree": bool(lo <= 1 <= hi),
+            "n_loadgen": int(len(a)),
+            "n_bench": int(len(b)),
+        }
         if sim_loadgen is not None and sim_bench is not None:
             sr = _stat(sim_bench[col].to_numpy(float), q) / _stat(sim_loadgen[col].to_numpy(float), q)
-            row.update(sim_ratio=sr, adjusted_ratio=vb / va / sr, adjusted_ci_low=float(lo / sr),
-                       adjusted_ci_high=float(hi / sr), adjusted_agree=bool(lo / sr <= 1 <= hi / sr))
+            row.update(
+                sim_ratio=sr,
+                adjusted_ratio=vb / va / sr,
+                adjusted_ci_low=float(lo / sr),
+                adjusted_ci_high=float(hi / sr),
+                adjusted_agree=bool(lo / sr <= 1 <= hi / sr),
+            )
         rows.append(row)
     return pd.DataFrame(rows)

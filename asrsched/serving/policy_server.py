@@ -45,10 +45,37 @@ OUTCOMES = ("ok", "rejected", "timeout", "cancelled", "bad_request", "error")
 class TranscriptionRequest:
     """One accepted request's state (owned by the event loop)."""
 
-    __slots__ = ("rid", "job", "data", "filename", "content_type", "model", "language", "response_format",
-                 "stream", "arrival_wall", "t_arrival", "t_admit", "t_first", "t_finish", "outcome", "status",
-                 "error", "text", "result", "events", "cancel_flag", "task", "sched_s", "worker", "upstream_tokens",
-                 "id", "prompt", "job_task", "windows")
+    __slots__ = (
+        "rid",
+        "job",
+        "data",
+        "filename",
+        "content_type",
+        "model",
+        "language",
+        "response_format",
+        "stream",
+        "arrival_wall",
+        "t_arrival",
+        "t_admit",
+        "t_first",
+        "t_finish",
+        "outcome",
+        "status",
+        "error",
+        "text",
+        "result",
+        "events",
+        "cancel_flag",
+        "task",
+        "sched_s",
+        "worker",
+        "upstream_tokens",
+        "id",
+        "prompt",
+        "job_task",
+        "windows",
+    )
 
     def __init__(self, rid: int, job: Job, data: bytes, **kw):
         self.rid = rid
@@ -141,13 +168,18 @@ class PolicyServer:
         if c.upstream:
             import httpx
 
-            self.client = httpx.AsyncClient(timeout=httpx.Timeout(c.upstream_timeout_s, connect=10.0),
-                                            limits=httpx.Limits(max_connections=c.max_concurrency + 4))
+            self.client = httpx.AsyncClient(
+                timeout=httpx.Timeout(c.upstream_timeout_s, connect=10.0),
+                limits=httpx.Limits(max_connections=c.max_concurrency + 4),
+            )
         else:
             self.pool = ThreadPoolExecutor(max_workers=c.local_slots, thread_name_prefix="asrsched-worker")
             self.engine = await self.loop.run_in_executor(
-                self.pool, lambda: WhisperEngine(c.model, compute_type=c.compute_type,
-                                                 cpu_threads=c.threads_per_slot, num_workers=c.local_slots))
+                self.pool,
+                lambda: WhisperEngine(
+                    c.model, compute_type=c.compute_type, cpu_threads=c.threads_per_slot, num_workers=c.local_slots
+                ),
+            )
             if c.warmup:  # the first call pays one-off initialisation: not a user's request
                 rng = np.random.default_rng(0)
                 noise = (0.01 * rng.standard_normal(TARGET_SR)).astype(np.float32)
@@ -177,16 +209,28 @@ class PolicyServer:
         return time.monotonic() - self.t0
 
     # -- arrival ----------------------------------------------------------------
-    def make_request(self, data: bytes, duration: float, *, language: str, sched_s: float,
-                     windows: list[tuple[int, int]] | None = None, **kw) -> TranscriptionRequest:
+    def make_request(
+        self,
+        data: bytes,
+        duration: float,
+        *,
+        language: str,
+        sched_s: float,
+        windows: list[tuple[int, int]] | None = None,
+        **kw,
+    ) -> TranscriptionRequest:
         """A request sized from its duration and, for long audio, the engine's real number of windows."""
         t = time.perf_counter()
-        est = float(self.service.est_service(duration, language or self.config.default_language,
-                                             windows=len(windows) if windows else None,
-                                             fallback=self.config.default_language))
+        est = float(
+            self.service.est_service(
+                duration,
+                language or self.config.default_language,
+                windows=len(windows) if windows else None,
+                fallback=self.config.default_language,
+            )
+        )
         self._rid += 1
-        job = Job(rid=self._rid, arrival=self.now(), est_service=est, duration=float(duration),
-                  language=language or "")
+        job = Job(rid=self._rid, arrival=self.now(), est_service=est, duration=float(duration), language=language or "")
         req = TranscriptionRequest(self._rid, job, data, language=language, windows=windows, **kw)
         job.payload = req
         req.sched_s = sched_s + (time.perf_counter() - t)
@@ -286,8 +330,15 @@ class PolicyServer:
             if req.cancel_flag.is_set():
                 raise Cancelled()
             audio = load_audio(req.data, mono="mix", resample=True)
-            return engine.transcribe(audio, req.language, on_delta=on_delta, cancelled=req.cancel_flag.is_set,
-                                     prompt=req.prompt, task=req.job_task, windows=req.windows)
+            return engine.transcribe(
+                audio,
+                req.language,
+                on_delta=on_delta,
+                cancelled=req.cancel_flag.is_set,
+                prompt=req.prompt,
+                task=req.job_task,
+                windows=req.windows,
+            )
 
         res = await loop.run_in_executor(self.pool, work)
         await asyncio.sleep(0)  # let the deltas scheduled from the worker land first
@@ -302,10 +353,15 @@ class PolicyServer:
         if req.job_task == "translate":
             url = url[: -len("transcriptions")] + "translations"
         verbose = req.response_format == "verbose_json"
-        data = {"model": c.upstream_model or req.model, "language": req.language, **({"prompt": req.prompt} if req.prompt else {}),
-                "response_format": "json" if not verbose else "verbose_json",
-                "stream": "false" if verbose else "true", "stream_include_usage": "true",
-                "vllm_xargs": json.dumps({"audio_duration_s": req.job.duration, "language": req.language})}
+        data = {
+            "model": c.upstream_model or req.model,
+            "language": req.language,
+            **({"prompt": req.prompt} if req.prompt else {}),
+            "response_format": "json" if not verbose else "verbose_json",
+            "stream": "false" if verbose else "true",
+            "stream_include_usage": "true",
+            "vllm_xargs": json.dumps({"audio_duration_s": req.job.duration, "language": req.language}),
+        }
         files = {"file": (req.filename, req.data, req.content_type)}
         t = time.perf_counter()
         try:
@@ -331,8 +387,10 @@ class PolicyServer:
                         obj = json.loads(payload)
                         if "error" in obj or obj.get("object") == "error":
                             err = obj.get("error", obj)
-                            raise _UpstreamError(int(err.get("code") or 502) if str(err.get("code", "")).isdigit()
-                                                 else 502, str(err.get("message", err)))
+                            raise _UpstreamError(
+                                int(err.get("code") or 502) if str(err.get("code", "")).isdigit() else 502,
+                                str(err.get("message", err)),
+                            )
                         if obj.get("usage"):
                             req.upstream_tokens = obj["usage"].get("completion_tokens")
                         for ch in obj.get("choices") or []:
@@ -347,8 +405,9 @@ class PolicyServer:
         req.result.setdefault("total_s", time.perf_counter() - t)
 
     # -- completion --------------------------------------------------------------
-    def _finish(self, req: TranscriptionRequest, outcome: str, status: int, message: str,
-                code: str | None = None) -> None:
+    def _finish(
+        self, req: TranscriptionRequest, outcome: str, status: int, message: str, code: str | None = None
+    ) -> None:
         req.outcome, req.status, req.error = outcome, status, message
         req.t_finish = self.now()
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
@@ -373,24 +432,47 @@ class PolicyServer:
         r, j = req.result or {}, req.job
         tokens = r.get("decode_steps", r.get("tokens", req.upstream_tokens))
         return {
-            "rid": req.rid, "arrival": req.t_arrival, "duration": j.duration, "language": j.language,
-            "est_service": j.est_service, "tokens": tokens if tokens is not None else math.nan,
-            "admit": req.t_admit, "first_token": req.t_first,
-            "finish": req.t_finish if req.outcome == "ok" else math.nan, "end": req.t_finish,
-            "outcome": req.outcome, "status": req.status, "error": req.error, "policy": self.config.policy,
-            "worker": req.worker, "stream": req.stream, "text_tokens": r.get("tokens", math.nan),
-            "windows": r.get("windows", math.nan), "engine_s": r.get("total_s", math.nan),
-            "encode_s": r.get("encode_s", math.nan), "decode_s": r.get("decode_s", math.nan),
-            "features_s": r.get("features_s", math.nan), "sched_s": req.sched_s, "text_len": len(req.text),
+            "rid": req.rid,
+            "arrival": req.t_arrival,
+            "duration": j.duration,
+            "language": j.language,
+            "est_service": j.est_service,
+            "tokens": tokens if tokens is not None else math.nan,
+            "admit": req.t_admit,
+            "first_token": req.t_first,
+            "finish": req.t_finish if req.outcome == "ok" else math.nan,
+            "end": req.t_finish,
+            "outcome": req.outcome,
+            "status": req.status,
+            "error": req.error,
+            "policy": self.config.policy,
+            "worker": req.worker,
+            "stream": req.stream,
+            "text_tokens": r.get("tokens", math.nan),
+            "windows": r.get("windows", math.nan),
+            "engine_s": r.get("total_s", math.nan),
+            "encode_s": r.get("encode_s", math.nan),
+            "decode_s": r.get("decode_s", math.nan),
+            "features_s": r.get("features_s", math.nan),
+            "sched_s": req.sched_s,
+            "text_len": len(req.text),
         }
 
     # -- metrics -----------------------------------------------------------------
     def metrics_text(self) -> str:
         """Prometheus text exposition (version 0.0.4)."""
-        return prometheus_text(policy=self.config.policy, queue_depth=len(self.queue), in_flight=len(self.running),
-                               slots=self.config.slots, queued_work_s=self.queued_est, outcomes=self.outcomes,
-                               audio_s_total=self.audio_s_total, sched_s_total=self.sched_s_total,
-                               sched_n=self.sched_n, histograms=self.hist)
+        return prometheus_text(
+            policy=self.config.policy,
+            queue_depth=len(self.queue),
+            in_flight=len(self.running),
+            slots=self.config.slots,
+            queued_work_s=self.queued_est,
+            outcomes=self.outcomes,
+            audio_s_total=self.audio_s_total,
+            sched_s_total=self.sched_s_total,
+            sched_n=self.sched_n,
+            histograms=self.hist,
+        )
 
 
 class _UpstreamError(Exception):

@@ -16,10 +16,12 @@ __all__ = ["LATENCY_BUCKETS", "HISTOGRAMS", "Histogram", "metrics_text"]
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
 
 # key in the scheduler's ``hist`` -> (metric name, help text)
-HISTOGRAMS = {"e2el": ("asrsched_e2e_latency_seconds", "Arrival to last byte (E2EL) of completed requests."),
-              "ttft": ("asrsched_ttft_seconds", "Arrival to first transcribed text (TTFT)."),
-              "queue_delay": ("asrsched_queue_delay_seconds", "Arrival to start of service."),
-              "service": ("asrsched_service_seconds", "Start of service to completion.")}
+HISTOGRAMS = {
+    "e2el": ("asrsched_e2e_latency_seconds", "Arrival to last byte (E2EL) of completed requests."),
+    "ttft": ("asrsched_ttft_seconds", "Arrival to first transcribed text (TTFT)."),
+    "queue_delay": ("asrsched_queue_delay_seconds", "Arrival to start of service."),
+    "service": ("asrsched_service_seconds", "Start of service to completion."),
+}
 
 
 class Histogram:
@@ -52,10 +54,19 @@ class Histogram:
         return out
 
 
-
-def metrics_text(*, policy: str, queue_depth: int, in_flight: int, slots: int, queued_work_s: float,
-                 outcomes: Mapping[str, int], audio_s_total: float, sched_s_total: float, sched_n: int,
-                 histograms: Mapping[str, Histogram]) -> str:
+def metrics_text(
+    *,
+    policy: str,
+    queue_depth: int,
+    in_flight: int,
+    slots: int,
+    queued_work_s: float,
+    outcomes: Mapping[str, int],
+    audio_s_total: float,
+    sched_s_total: float,
+    sched_n: int,
+    histograms: Mapping[str, Histogram],
+) -> str:
     """Prometheus text exposition (version 0.0.4) of the server's state, every series labelled with ``policy``.
 
     ``histograms`` maps the keys of :data:`HISTOGRAMS` to their :class:`Histogram`.
@@ -68,23 +79,49 @@ def metrics_text(*, policy: str, queue_depth: int, in_flight: int, slots: int, q
         out.append(f"# TYPE {name} {kind}")
         out.extend(rows)
 
-    metric("asrsched_queue_depth", "gauge", "Requests waiting in the policy-ordered queue.",
-           [f"asrsched_queue_depth{{{p}}} {queue_depth}"])
-    metric("asrsched_in_flight", "gauge", "Requests being served (worker or upstream slots in use).",
-           [f"asrsched_in_flight{{{p}}} {in_flight}"])
-    metric("asrsched_slots", "gauge", "Worker (or upstream concurrency) slots.",
-           [f"asrsched_slots{{{p}}} {slots}"])
-    metric("asrsched_queued_work_seconds", "gauge", "Estimated service time of the waiting requests.",
-           [f"asrsched_queued_work_seconds{{{p}}} {max(queued_work_s, 0.0) + 0.0:.6f}"])  # never -0.000000
-    metric("asrsched_requests_total", "counter", "Requests by outcome.",
-           [f'asrsched_requests_total{{{p},outcome="{o}"}} {n}' for o, n in outcomes.items()])
-    metric("asrsched_audio_seconds_total", "counter", "Seconds of audio transcribed.",
-           [f"asrsched_audio_seconds_total{{{p}}} {audio_s_total:.6f}"])
-    metric("asrsched_scheduling_seconds_total", "counter",
-           "Time spent on header reads, size estimates and queue operations.",
-           [f"asrsched_scheduling_seconds_total{{{p}}} {sched_s_total:.6f}"])
-    metric("asrsched_scheduled_requests_total", "counter", "Requests that went through scheduling.",
-           [f"asrsched_scheduled_requests_total{{{p}}} {sched_n}"])
+    metric(
+        "asrsched_queue_depth",
+        "gauge",
+        "Requests waiting in the policy-ordered queue.",
+        [f"asrsched_queue_depth{{{p}}} {queue_depth}"],
+    )
+    metric(
+        "asrsched_in_flight",
+        "gauge",
+        "Requests being served (worker or upstream slots in use).",
+        [f"asrsched_in_flight{{{p}}} {in_flight}"],
+    )
+    metric("asrsched_slots", "gauge", "Worker (or upstream concurrency) slots.", [f"asrsched_slots{{{p}}} {slots}"])
+    metric(
+        "asrsched_queued_work_seconds",
+        "gauge",
+        "Estimated service time of the waiting requests.",
+        [f"asrsched_queued_work_seconds{{{p}}} {max(queued_work_s, 0.0) + 0.0:.6f}"],
+    )  # never -0.000000
+    metric(
+        "asrsched_requests_total",
+        "counter",
+        "Requests by outcome.",
+        [f'asrsched_requests_total{{{p},outcome="{o}"}} {n}' for o, n in outcomes.items()],
+    )
+    metric(
+        "asrsched_audio_seconds_total",
+        "counter",
+        "Seconds of audio transcribed.",
+        [f"asrsched_audio_seconds_total{{{p}}} {audio_s_total:.6f}"],
+    )
+    metric(
+        "asrsched_scheduling_seconds_total",
+        "counter",
+        "Time spent on header reads, size estimates and queue operations.",
+        [f"asrsched_scheduling_seconds_total{{{p}}} {sched_s_total:.6f}"],
+    )
+    metric(
+        "asrsched_scheduled_requests_total",
+        "counter",
+        "Requests that went through scheduling.",
+        [f"asrsched_scheduled_requests_total{{{p}}} {sched_n}"],
+    )
     for k, (name, help_) in HISTOGRAMS.items():
         metric(name, "histogram", help_, histograms[k].lines(name, p))
     return "\n".join(out) + "\n"

@@ -97,19 +97,39 @@ def plan_requests(
 
         parts = {}
         for lg in pd.unique(lang):
-            m = build_corpus([lg], int(pool_size), seed=seed, sample="stratified", min_s=min_s, max_s=max_s,
-                             cache=cache, progress=progress)
+            m = build_corpus(
+                [lg],
+                int(pool_size),
+                seed=seed,
+                sample="stratified",
+                min_s=min_s,
+                max_s=max_s,
+                cache=cache,
+                progress=progress,
+            )
             parts[lg] = m.sort_values("audio_s").reset_index(drop=True)
         rows = []
         for d, lg in zip(dur, lang):
             p = parts[lg]
             j = int(np.argmin(np.abs(np.log(p["audio_s"].to_numpy(float) / d))))
-            rows.append({"path": p["path"].iloc[j], "audio_s": float(p["audio_s"].iloc[j]),
-                         "utt_id": p["utt_id"].iloc[j], "text": p["text"].iloc[j]})
+            rows.append(
+                {
+                    "path": p["path"].iloc[j],
+                    "audio_s": float(p["audio_s"].iloc[j]),
+                    "utt_id": p["utt_id"].iloc[j],
+                    "text": p["text"].iloc[j],
+                }
+            )
         clips = pd.DataFrame(rows)
-    return pd.DataFrame({
-        "rid": np.arange(len(trace)), "scheduled": np.asarray(trace.arrival, float) - float(trace.arrival[0]),
-        "duration": clips["audio_s"].to_numpy(float), "trace_duration": dur, "language": lang,
-        "path": clips["path"].to_numpy(object), "utt_id": clips["utt_id"].to_numpy(object),
-        "ref_text": clips["text"].to_numpy(object),
-    })
+    return pd.DataFrame(
+        {
+            "rid": np.arange(len(trace)),
+            "scheduled": np.asarray(trace.arrival, float) - float(trace.arrival[0]),
+            "duration": clips["audio_s"].to_numpy(float),
+            "trace_duration": dur,
+            "language": lang,
+            "path": clips["path"].to_numpy(object),
+            "utt_id": clips["utt_id"].to_numpy(object),
+            "ref_text": clips["text"].to_numpy(object),
+        }
+    )

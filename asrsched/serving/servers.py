@@ -30,11 +30,32 @@ class ServerProcess:
     goes to ``log`` (a file); :attr:`url` is known once it prints that it listens.
     """
 
-    def __init__(self, policy: str = "fcfs", *, model: str = "tiny.en", slots: int = 1,
-                 profile: str | os.PathLike | None = None, upstream: str | None = None, max_concurrency: int = 4,
-                 args: Sequence[str] = (), start_timeout: float = 180.0, log: str | os.PathLike | None = None):
-        self.cmd = [sys.executable, "-m", "asrsched.serving.cli", "--policy", policy, "--model", model, "--port", "0",
-                    "--slots", str(slots)]
+    def __init__(
+        self,
+        policy: str = "fcfs",
+        *,
+        model: str = "tiny.en",
+        slots: int = 1,
+        profile: str | os.PathLike | None = None,
+        upstream: str | None = None,
+        max_concurrency: int = 4,
+        args: Sequence[str] = (),
+        start_timeout: float = 180.0,
+        log: str | os.PathLike | None = None,
+    ):
+        self.cmd = [
+            sys.executable,
+            "-m",
+            "asrsched.serving.cli",
+            "--policy",
+            policy,
+            "--model",
+            model,
+            "--port",
+            "0",
+            "--slots",
+            str(slots),
+        ]
         if profile:
             self.cmd += ["--profile", str(profile)]
         if upstream:
@@ -42,8 +63,9 @@ class ServerProcess:
         self.cmd += [str(a) for a in args]
         self.policy = policy
         self.start_timeout = start_timeout
-        self.log_path = Path(log) if log else Path(tempfile.mkstemp(prefix=f"asrsched-serve-{policy}-",
-                                                                     suffix=".log")[1])
+        self.log_path = (
+            Path(log) if log else Path(tempfile.mkstemp(prefix=f"asrsched-serve-{policy}-", suffix=".log")[1])
+        )
         self.proc: subprocess.Popen | None = None
         self.url: str | None = None
 
@@ -112,22 +134,42 @@ class VllmServerProcess(ServerProcess):
     (:func:`asrsched.serving.loadgen.run_load` ``policy=``), so one engine serves several policies' runs.
     """
 
-    def __init__(self, policy: str = "fcfs", *, model: str = "base", max_num_seqs: int = 4,
-                 engine_args: dict | None = None, start_timeout: float = 900.0,
-                 log: str | os.PathLike | None = None, step_log: str | os.PathLike | None = None,
-                 policy_switch: bool = False):
+    def __init__(
+        self,
+        policy: str = "fcfs",
+        *,
+        model: str = "base",
+        max_num_seqs: int = 4,
+        engine_args: dict | None = None,
+        start_timeout: float = 900.0,
+        log: str | os.PathLike | None = None,
+        step_log: str | os.PathLike | None = None,
+        policy_switch: bool = False,
+    ):
         from asrsched.vllm_plugin.vllm_backend import resolve_model_dir, server_command
 
         self.port = _free_port()
         ea = dict(engine_args or {})
-        plugin = {k: v for k, v in (("step_log", str(step_log) if step_log else None),
-                                    ("policy_switch", True if policy_switch else None)) if v is not None}
+        plugin = {
+            k: v
+            for k, v in (
+                ("step_log", str(step_log) if step_log else None),
+                ("policy_switch", True if policy_switch else None),
+            )
+            if v is not None
+        }
         if plugin:  # the plug-in's own settings (asrsched.vllm_plugin.config)
             add = {k: dict(v) for k, v in dict(ea.get("additional_config") or {}).items()}
             add.setdefault("asrsched", {}).update(plugin)
             ea["additional_config"] = add
-        self.cmd = server_command(resolve_model_dir(model), port=self.port, served_model_name=model, policy=policy,
-                                  max_num_seqs=int(max_num_seqs), **ea)
+        self.cmd = server_command(
+            resolve_model_dir(model),
+            port=self.port,
+            served_model_name=model,
+            policy=policy,
+            max_num_seqs=int(max_num_seqs),
+            **ea,
+        )
         self.policy = policy
         self.start_timeout = start_timeout
         self.log_path = Path(log) if log else Path(tempfile.mkstemp(prefix=f"vllm-serve-{policy}-", suffix=".log")[1])
@@ -142,9 +184,11 @@ class VllmServerProcess(ServerProcess):
         while time.monotonic() < t_end:
             if self.proc.poll() is not None:
                 text = self.log_path.read_text(errors="replace")
-                raise RuntimeError(f"vLLM server ({self.policy}) exited with {self.proc.returncode}; if it ran out of "
-                                   f"memory, lower --gpu-memory-utilization or the KV cache (engine_args):\n"
-                                   f"{text[-3000:]}")
+                raise RuntimeError(
+                    f"vLLM server ({self.policy}) exited with {self.proc.returncode}; if it ran out of "
+                    f"memory, lower --gpu-memory-utilization or the KV cache (engine_args):\n"
+                    f"{text[-3000:]}"
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(url + "/health", timeout=2).status_code == 200:
                     self.url = url

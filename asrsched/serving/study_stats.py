@@ -21,8 +21,20 @@ from asrsched.sim.capacity import regime
 __all__ = ["RESULT_COLUMNS", "MIN_N_VERDICT", "cell_statistics", "results_table", "sim_error_summary"]
 
 #: the columns ``real_engine_results.csv`` starts with (more follow: CIs, differences, verdicts)
-RESULT_COLUMNS = ("engine", "policy", "rho", "n_requests", "p50_e2el_s", "p50_ci_low", "p50_ci_high", "p90_e2el_s",
-                  "p50_ttft_s", "sim_p50_e2el_s", "sim_p90_e2el_s", "sim_p50_ttft_s")
+RESULT_COLUMNS = (
+    "engine",
+    "policy",
+    "rho",
+    "n_requests",
+    "p50_e2el_s",
+    "p50_ci_low",
+    "p50_ci_high",
+    "p90_e2el_s",
+    "p50_ttft_s",
+    "sim_p50_e2el_s",
+    "sim_p90_e2el_s",
+    "sim_p50_ttft_s",
+)
 
 _STAT_METRICS = (("p50_e2el", "e2el", 0.5), ("p90_e2el", "e2el", 0.9), ("p50_ttft", "ttft", 0.5))
 
@@ -49,9 +61,16 @@ def _verdict(lo: float, hi: float) -> str:
 MIN_N_VERDICT = 30
 
 
-def cell_statistics(records: pd.DataFrame, *, keys: Sequence[str] = ("engine", "rho"), baseline: str = "fcfs",
-                    n_boot: int = 2000, ci: float = 0.95, seed: int = 0,
-                    min_n_verdict: int = MIN_N_VERDICT) -> pd.DataFrame:
+def cell_statistics(
+    records: pd.DataFrame,
+    *,
+    keys: Sequence[str] = ("engine", "rho"),
+    baseline: str = "fcfs",
+    n_boot: int = 2000,
+    ci: float = 0.95,
+    seed: int = 0,
+    min_n_verdict: int = MIN_N_VERDICT,
+) -> pd.DataFrame:
     """Per (``keys``, policy): P50/P90 E2EL and P50 TTFT (s) with paired bootstrap CIs, and each
     policy's difference from ``baseline`` with its CI and a verdict.
 
@@ -94,9 +113,12 @@ def cell_statistics(records: pd.DataFrame, *, keys: Sequence[str] = ("engine", "
             boot[name] = {p: _quantile(x[:, j][idx], q) for j, p in enumerate(pols)}
         for pol in pols:
             gp = g[g["policy"] == pol]
-            row = dict(zip(keys, key)) | {"policy": pol, "n_requests": int(len(gp)),
-                                          "completed": int(np.isfinite(gp["finish"].to_numpy(float)).sum()),
-                                          "failed": int((~np.isfinite(gp["finish"].to_numpy(float))).sum())}
+            row = dict(zip(keys, key)) | {
+                "policy": pol,
+                "n_requests": int(len(gp)),
+                "completed": int(np.isfinite(gp["finish"].to_numpy(float)).sum()),
+                "failed": int((~np.isfinite(gp["finish"].to_numpy(float))).sum()),
+            }
             for name, _, _ in _STAT_METRICS:
                 b = boot[name][pol]
                 lo, hi = np.quantile(b, [a, 1 - a]) if np.isfinite(b).all() else (np.nan, np.nan)
@@ -109,20 +131,34 @@ def cell_statistics(records: pd.DataFrame, *, keys: Sequence[str] = ("engine", "
                     dlo, dhi = np.quantile(d, [a, 1 - a]) if ok else (np.nan, np.nan)
                     rlo, rhi = np.quantile(r, [a, 1 - a]) if ok else (np.nan, np.nan)
                     e0 = est[name][baseline]
-                    row |= {f"d_{name}_s": est[name][pol] - e0, f"d_{name}_ci_low": float(dlo),
-                            f"d_{name}_ci_high": float(dhi),
-                            f"d_{name}_pct": 100 * (est[name][pol] / e0 - 1) if e0 and np.isfinite(e0) else np.nan,
-                            f"d_{name}_pct_ci_low": 100 * float(rlo), f"d_{name}_pct_ci_high": 100 * float(rhi),
-                            f"verdict_{name}": (_verdict(float(dlo), float(dhi)) if n >= int(min_n_verdict)
-                                                 else f"not assessed (n < {int(min_n_verdict)})")}
+                    row |= {
+                        f"d_{name}_s": est[name][pol] - e0,
+                        f"d_{name}_ci_low": float(dlo),
+                        f"d_{name}_ci_high": float(dhi),
+                        f"d_{name}_pct": 100 * (est[name][pol] / e0 - 1) if e0 and np.isfinite(e0) else np.nan,
+                        f"d_{name}_pct_ci_low": 100 * float(rlo),
+                        f"d_{name}_pct_ci_high": 100 * float(rhi),
+                        f"verdict_{name}": (
+                            _verdict(float(dlo), float(dhi))
+                            if n >= int(min_n_verdict)
+                            else f"not assessed (n < {int(min_n_verdict)})"
+                        ),
+                    }
                 elif pol == baseline:
                     row |= {f"verdict_{name}": "baseline"}
             out.append(row)
     return pd.DataFrame(out)
 
 
-def results_table(records: pd.DataFrame, sim: pd.DataFrame | None = None, *, n_boot: int = 2000, ci: float = 0.95,
-                  seed: int = 0, baseline: str = "fcfs") -> pd.DataFrame:
+def results_table(
+    records: pd.DataFrame,
+    sim: pd.DataFrame | None = None,
+    *,
+    n_boot: int = 2000,
+    ci: float = 0.95,
+    seed: int = 0,
+    baseline: str = "fcfs",
+) -> pd.DataFrame:
     """``real_engine_results.csv``: :data:`RESULT_COLUMNS` first, then the CIs, differences and verdicts of
     :func:`cell_statistics`, the regime (``stable`` below rho = 1, ``overload`` at or above: finite-run
     transients whose latencies grow with the run length) and the arrival rate.
@@ -132,8 +168,9 @@ def results_table(records: pd.DataFrame, sim: pd.DataFrame | None = None, *, n_b
     """
     rec = records if "engine" in records else records.assign(engine="cpu-server")
     st = cell_statistics(rec, keys=("engine", "rho"), n_boot=n_boot, ci=ci, seed=seed, baseline=baseline)
-    st = st.rename(columns={"p50_e2el_s": "p50_e2el_s", "p50_e2el_ci_low": "p50_ci_low",
-                            "p50_e2el_ci_high": "p50_ci_high"})
+    st = st.rename(
+        columns={"p50_e2el_s": "p50_e2el_s", "p50_e2el_ci_low": "p50_ci_low", "p50_e2el_ci_high": "p50_ci_high"}
+    )
     for c in ("sim_p50_e2el_s", "sim_p90_e2el_s", "sim_p50_ttft_s"):
         st[c] = np.nan
     if sim is not None and len(sim):
@@ -144,35 +181,50 @@ def results_table(records: pd.DataFrame, sim: pd.DataFrame | None = None, *, n_b
             if len(g):
                 sm = summarize(g)
                 st.loc[i, ["sim_p50_e2el_s", "sim_p90_e2el_s", "sim_p50_ttft_s"]] = [
-                    sm.get("p50_e2el_ms", np.nan) / 1e3, sm.get("p90_e2el_ms", np.nan) / 1e3,
-                    sm.get("p50_ttft_ms", np.nan) / 1e3]
+                    sm.get("p50_e2el_ms", np.nan) / 1e3,
+                    sm.get("p90_e2el_ms", np.nan) / 1e3,
+                    sm.get("p50_ttft_ms", np.nan) / 1e3,
+                ]
     rates = rec.groupby(["engine", "rho"])["rate"].first()
     st["rate_rps"] = [float(rates.get((e, x), np.nan)) for e, x in zip(st["engine"], st["rho"])]
     st["regime"] = regime(st["rho"].to_numpy(float))
     for c in ("p50_e2el", "p90_e2el", "p50_ttft"):
         st[f"sim_{c}_err_pct"] = 100 * (st[f"sim_{c}_s"] / st[f"{c}_s"] - 1)
     first = list(RESULT_COLUMNS)
-    return st[first + [c for c in st.columns if c not in first]].sort_values(["engine", "rho", "policy"],
-                                                                            ignore_index=True)
+    return st[first + [c for c in st.columns if c not in first]].sort_values(
+        ["engine", "rho", "policy"], ignore_index=True
+    )
 
 
-def sim_error_summary(results: pd.DataFrame, metrics: Sequence[str] = ("p50_e2el", "p90_e2el", "p50_ttft"),
-                      by: Sequence[str] = ("engine",)) -> pd.DataFrame:
+def sim_error_summary(
+    results: pd.DataFrame,
+    metrics: Sequence[str] = ("p50_e2el", "p90_e2el", "p50_ttft"),
+    by: Sequence[str] = ("engine",),
+) -> pd.DataFrame:
     """The simulator's error against the real runs over the cells of :func:`results_table`: per group
     of ``by`` (and ``all``) and metric, the median of ``|sim - real| / real`` in %, its P25/P75 and
     max, and the number of cells; per regime too (``stable`` rows, then ``overload``)."""
     rows = []
-    groups = [("all", results)] + [(k if isinstance(k, str) else "/".join(map(str, k)), g)
-                                   for k, g in results.groupby(list(by) if len(by) > 1 else by[0])]
+    groups = [("all", results)] + [
+        (k if isinstance(k, str) else "/".join(map(str, k)), g)
+        for k, g in results.groupby(list(by) if len(by) > 1 else by[0])
+    ]
     for name, g in groups:
         for reg in ("all", "stable", "overload"):
             gg = g if reg == "all" else g[g["regime"] == reg]
             for m in metrics:
                 e = np.abs(gg[f"sim_{m}_err_pct"].to_numpy(float))
                 e = e[np.isfinite(e)]
-                rows.append({"group": name, "regime": reg, "metric": m, "cells": int(len(e)),
-                             "median_abs_err_pct": float(np.median(e)) if len(e) else np.nan,
-                             "p25_abs_err_pct": float(np.percentile(e, 25)) if len(e) else np.nan,
-                             "p75_abs_err_pct": float(np.percentile(e, 75)) if len(e) else np.nan,
-                             "max_abs_err_pct": float(e.max()) if len(e) else np.nan})
+                rows.append(
+                    {
+                        "group": name,
+                        "regime": reg,
+                        "metric": m,
+                        "cells": int(len(e)),
+                        "median_abs_err_pct": float(np.median(e)) if len(e) else np.nan,
+                        "p25_abs_err_pct": float(np.percentile(e, 25)) if len(e) else np.nan,
+                        "p75_abs_err_pct": float(np.percentile(e, 75)) if len(e) else np.nan,
+                        "max_abs_err_pct": float(e.max()) if len(e) else np.nan,
+                    }
+                )
     return pd.DataFrame(rows)

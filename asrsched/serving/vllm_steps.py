@@ -55,8 +55,9 @@ def read_step_log(path: str | os.PathLike) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     miss = set(STEP_COLUMNS) - set(df)
     if df.empty or miss:
-        raise ValueError(f"step log {path} holds no step records"
-                         + (f" (missing {', '.join(sorted(miss))})" if len(df) else ""))
+        raise ValueError(
+            f"step log {path} holds no step records" + (f" (missing {', '.join(sorted(miss))})" if len(df) else "")
+        )
     df = df[list(STEP_COLUMNS)].astype(float)
     return df[(df["n_seqs"] > 0) & np.isfinite(df["step_s"]) & (df["step_s"] > 0)].reset_index(drop=True)
 
@@ -83,8 +84,9 @@ def step_time_table(steps: pd.DataFrame) -> pd.DataFrame:
     and for steps that ran the encoder (``encoder`` = number of encoder inputs, 0 for decode-only)."""
     d = steps.assign(encoder=steps["n_encoder"].astype(int), n_seqs=steps["n_seqs"].astype(int))
     g = d.groupby(["encoder", "n_seqs"])["step_s"]
-    return pd.DataFrame({"steps": g.size(), "median_step_s": g.median(), "p10_step_s": g.quantile(0.1),
-                         "p90_step_s": g.quantile(0.9)}).reset_index()
+    return pd.DataFrame(
+        {"steps": g.size(), "median_step_s": g.median(), "p10_step_s": g.quantile(0.1), "p90_step_s": g.quantile(0.9)}
+    ).reset_index()
 
 
 def _nonnegative_lad(A: np.ndarray, y: np.ndarray, iterations: int = 200) -> np.ndarray:
@@ -105,9 +107,16 @@ def _nonnegative_lad(A: np.ndarray, y: np.ndarray, iterations: int = 200) -> np.
     return x
 
 
-def fit_step_model(steps: pd.DataFrame, *, kappa: Mapping[str, float], kappa_ci: Mapping | None = None,
-                   overhead_s: float = 0.0, name: str = "vLLM engine steps", window_s: float = 30.0,
-                   min_steps: int = 20) -> ServiceModel:
+def fit_step_model(
+    steps: pd.DataFrame,
+    *,
+    kappa: Mapping[str, float],
+    kappa_ci: Mapping | None = None,
+    overhead_s: float = 0.0,
+    name: str = "vLLM engine steps",
+    window_s: float = 30.0,
+    min_steps: int = 20,
+) -> ServiceModel:
     """Fit ``step_s = base + per_seq * n_seqs + encoder * n_encoder`` (non-negative least absolute deviations:
     robust to steps slowed by another process) and return the :class:`ServiceModel` it implies (see the
     module docstring). ``fit`` holds the coefficients,
@@ -123,8 +132,10 @@ def fit_step_model(steps: pd.DataFrame, *, kappa: Mapping[str, float], kappa_ci:
         raise ValueError("no logged step ran the encoder: the encoder cost cannot be fitted")
     dec_sizes = np.unique(seqs[enc == 0])
     if len(dec_sizes) < 2:
-        raise ValueError(f"decode-only steps at {len(dec_sizes)} batch size(s) ({dec_sizes.tolist()}): the per-sequence "
-                         "cost cannot be told from the fixed step cost; log the engine with more requests in flight")
+        raise ValueError(
+            f"decode-only steps at {len(dec_sizes)} batch size(s) ({dec_sizes.tolist()}): the per-sequence "
+            "cost cannot be told from the fixed step cost; log the engine with more requests in flight"
+        )
     # least absolute deviations (median regression), not least squares: a step slowed by another process on
     # the machine (a spike of several times the typical step) moves it little, where least squares follows
     # the spikes. A linear program: min sum(u+ + u-) with A x + u+ - u- = y, x, u+, u- >= 0.
@@ -137,14 +148,25 @@ def fit_step_model(steps: pd.DataFrame, *, kappa: Mapping[str, float], kappa_ci:
     table = step_time_table(steps)
     pred = A @ np.array([base, per_seq, encoder])
     return ServiceModel(
-        encode_s_per_window=float(encoder), decode_s_per_token=float(step1), overhead_s=float(max(0.0, overhead_s)),
-        kappa=dict(kappa), kappa_ci=dict(kappa_ci or {}), decode_batch_slope=float(per_seq / step1),
-        window_s=float(window_s), name=name,
+        encode_s_per_window=float(encoder),
+        decode_s_per_token=float(step1),
+        overhead_s=float(max(0.0, overhead_s)),
+        kappa=dict(kappa),
+        kappa_ci=dict(kappa_ci or {}),
+        decode_batch_slope=float(per_seq / step1),
+        window_s=float(window_s),
+        name=name,
         source="asrsched.serving.vllm_steps.fit_step_model (the plug-in's engine-step log)",
         assumptions="step = base + per_seq x sequences + encoder x encoder inputs (non-negative least absolute "
-                    "deviations over engine steps); decode_s_per_token = a step at batch 1; kappa and "
-                    "overhead from a probe of requests served alone",
-        fit={"n_steps": int(len(steps)), "base_s": float(base), "per_seq_s": float(per_seq),
-             "encoder_s": float(encoder), "max_batch": int(seqs.max()),
-             "median_abs_rel_err": float(np.median(np.abs(pred - y) / y)),
-             "step_time_table": table.to_dict("records")})
+        "deviations over engine steps); decode_s_per_token = a step at batch 1; kappa and "
+        "overhead from a probe of requests served alone",
+        fit={
+            "n_steps": int(len(steps)),
+            "base_s": float(base),
+            "per_seq_s": float(per_seq),
+            "encoder_s": float(encoder),
+            "max_batch": int(seqs.max()),
+            "median_abs_rel_err": float(np.median(np.abs(pred - y) / y)),
+            "step_time_table": table.to_dict("records"),
+        },
+    )

@@ -54,7 +54,6 @@ from asrsched.whisper.backends import MAX_REPEAT, longest_repeat, text_repeat
 __all__ = ["Cancelled", "HallucinationLoop", "WhisperEngine", "cpu_service_model"]
 
 
-
 class Cancelled(Exception):
     """The request was cancelled (client gone or timed out) while it ran."""
 
@@ -67,7 +66,8 @@ class HallucinationLoop(RuntimeError):
         super().__init__(
             f"hallucination loop: the model repeated {unit!r} {repeats} times in a row in the audio from "
             f"{start_s:.1f} s to {end_s:.1f} s (more than {MAX_REPEAT} is a decoder loop, not speech); "
-            "no transcript is returned")
+            "no transcript is returned"
+        )
 
 
 def cpu_service_model(model: str = "tiny.en", profile: str | os.PathLike | None = None) -> ServiceModel:
@@ -86,12 +86,15 @@ def cpu_service_model(model: str = "tiny.en", profile: str | os.PathLike | None 
 
         return packaged_profile(model)
     enc, tok = (0.9, 0.018) if model == "base" else (0.5, 0.010)
-    return ServiceModel(encode_s_per_window=enc, decode_s_per_token=tok, overhead_s=0.05,
-                        kappa={"en": 3.5, "es": 4.8, "de": 4.5, "id": 4.0},
-                        name=f"whisper-{model}/faster-whisper/cpu (assumed)",
-                        source="an estimate for faster-whisper on a 2-core CPU, beam 1 (no measurement)",
-                        assumptions="assumed until a measured profile is given (--profile)")
-
+    return ServiceModel(
+        encode_s_per_window=enc,
+        decode_s_per_token=tok,
+        overhead_s=0.05,
+        kappa={"en": 3.5, "es": 4.8, "de": 4.5, "id": 4.0},
+        name=f"whisper-{model}/faster-whisper/cpu (assumed)",
+        source="an estimate for faster-whisper on a 2-core CPU, beam 1 (no measurement)",
+        assumptions="assumed until a measured profile is given (--profile)",
+    )
 
 
 _MODEL_CACHE: dict[tuple, Any] = {}
@@ -116,8 +119,15 @@ class WhisperEngine:
     #: ... that yields fewer words per second of speech than this is decoded again in halves
     MIN_WORDS_PER_S = 0.4
 
-    def __init__(self, model: str = "tiny.en", *, compute_type: str = "int8", cpu_threads: int = 2,
-                 num_workers: int = 1, max_window_s: float = WINDOW_MAX_S):
+    def __init__(
+        self,
+        model: str = "tiny.en",
+        *,
+        compute_type: str = "int8",
+        cpu_threads: int = 2,
+        num_workers: int = 1,
+        max_window_s: float = WINDOW_MAX_S,
+    ):
         from asrsched.whisper.weights import MODELS, load_whisper
 
         if model not in MODELS:
@@ -128,8 +138,9 @@ class WhisperEngine:
         with _MODEL_LOCK:
             wm = _MODEL_CACHE.get(key)
             if wm is None:
-                wm = load_whisper(model, compute_type=compute_type, cpu_threads=int(cpu_threads),
-                                  num_workers=int(num_workers))
+                wm = load_whisper(
+                    model, compute_type=compute_type, cpu_threads=int(cpu_threads), num_workers=int(num_workers)
+                )
                 _MODEL_CACHE[key] = wm
         self.model = model
         self.wm = wm
@@ -142,11 +153,17 @@ class WhisperEngine:
         """The windows this engine decodes ``audio`` in: ``[(start, end), ...]`` sample indices."""
         return plan_windows(audio, TARGET_SR, max_s=self.max_window_s)
 
-    def transcribe(self, audio: np.ndarray, language: str | None = None, *,
-                   on_delta: Callable[[str], None] | None = None,
-                   cancelled: Callable[[], bool] | None = None,
-                   prompt: str | None = None, task: str = "transcribe",
-                   windows: list[tuple[int, int]] | None = None) -> dict:
+    def transcribe(
+        self,
+        audio: np.ndarray,
+        language: str | None = None,
+        *,
+        on_delta: Callable[[str], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+        prompt: str | None = None,
+        task: str = "transcribe",
+        windows: list[tuple[int, int]] | None = None,
+    ) -> dict:
         """Transcribe 16 kHz mono float32 ``audio``; ``on_delta(text)`` gets the text as it comes.
 
         ``prompt``: text that conditions every window (Whisper's ``initial_prompt``: names,
@@ -168,8 +185,9 @@ class WhisperEngine:
         if task not in ("transcribe", "translate"):
             raise ValueError(f"task must be 'transcribe' or 'translate', got {task!r}")
         if task == "translate" and not self.multilingual:
-            raise ValueError(f"model {self.model!r} is English-only and cannot translate; use a multilingual model "
-                             "such as base")
+            raise ValueError(
+                f"model {self.model!r} is English-only and cannot translate; use a multilingual model such as base"
+            )
         wm = self.wm
         check = cancelled or (lambda: False)
         audio = np.ascontiguousarray(audio, dtype=np.float32)
@@ -187,7 +205,7 @@ class WhisperEngine:
         def encode(a: int, b: int):
             if check():
                 raise Cancelled()
-            seg = pad_or_trim(feats[:, a // hop:max(a // hop + 1, b // hop)])
+            seg = pad_or_trim(feats[:, a // hop : max(a // hop + 1, b // hop)])
             t = time.perf_counter()
             enc = wm.encode(seg)
             st["enc"] += time.perf_counter() - t
@@ -199,15 +217,21 @@ class WhisperEngine:
             if self.multilingual and not lang:
                 lang = wm.model.detect_language(enc)[0][0][0][2:-2]
             tok = Tokenizer(wm.hf_tokenizer, self.multilingual, task=task, language=lang or "en")
-            ptoks = tok.encode(" " + prompt.strip())[-(wm.max_length // 2 - 1):] if prompt and prompt.strip() else []
+            ptoks = tok.encode(" " + prompt.strip())[-(wm.max_length // 2 - 1) :] if prompt and prompt.strip() else []
             ctx["tok"], ctx["prompt"] = tok, wm.get_prompt(tok, ptoks, without_timestamps=True)
 
         def generate(enc, prefix: list[int]) -> list[int]:
             if check():
                 raise Cancelled()
             t = time.perf_counter()
-            res = wm.model.generate(enc, [ctx["prompt"] + prefix], beam_size=1, suppress_blank=not prefix,
-                                    suppress_tokens=[-1], max_length=wm.max_length)[0]
+            res = wm.model.generate(
+                enc,
+                [ctx["prompt"] + prefix],
+                beam_size=1,
+                suppress_blank=not prefix,
+                suppress_tokens=[-1],
+                max_length=wm.max_length,
+            )[0]
             st["dec"] += time.perf_counter() - t
             toks = [x for x in res.sequences_ids[0] if x < self.eot]  # includes a forced prefix
             st["steps"] += len(toks) - len(prefix) + 1
@@ -222,9 +246,8 @@ class WhisperEngine:
             reps_t, at_t, per_t = longest_repeat(toks)
             reps_w, unit = text_repeat(text)
             loop = max(reps_t, reps_w) > MAX_REPEAT
-            speech_s = float(np.sum(level[a // (TARGET_SR // 50):-(-b // (TARGET_SR // 50))] > speech_thr)) / 50.0
-            short = (not loop and speech_s >= self.MIN_SPEECH_S
-                     and len(text.split()) < self.MIN_WORDS_PER_S * speech_s)
+            speech_s = float(np.sum(level[a // (TARGET_SR // 50) : -(-b // (TARGET_SR // 50))] > speech_thr)) / 50.0
+            short = not loop and speech_s >= self.MIN_SPEECH_S and len(text.split()) < self.MIN_WORDS_PER_S * speech_s
             if ((loop and depth < 2) or (short and depth < 1)) and b - a >= 4 * TARGET_SR:
                 mid = _quiet_cut(level, a, b)
                 st["redecoded"] += 1
@@ -235,8 +258,12 @@ class WhisperEngine:
                 elif sum(len(p["text"].split()) for p in parts) > len(text.split()):
                     return parts
             if loop:
-                raise HallucinationLoop(unit if reps_w >= reps_t else ctx["tok"].decode(toks[at_t:at_t + per_t]).strip(),
-                                        max(reps_t, reps_w), a / TARGET_SR, b / TARGET_SR)
+                raise HallucinationLoop(
+                    unit if reps_w >= reps_t else ctx["tok"].decode(toks[at_t : at_t + per_t]).strip(),
+                    max(reps_t, reps_w),
+                    a / TARGET_SR,
+                    b / TARGET_SR,
+                )
             return [{"start": a, "end": b, "tokens": toks, "text": text, "repeat": max(reps_t, reps_w)}]
 
         pieces: list[dict] = []
@@ -250,8 +277,14 @@ class WhisperEngine:
                 if check():
                     raise Cancelled()
                 t = time.perf_counter()
-                head = wm.model.generate(enc, [ctx["prompt"]], max_length=len(ctx["prompt"]) + 1, beam_size=1,
-                                         suppress_blank=True, suppress_tokens=[-1])[0].sequences_ids[0]
+                head = wm.model.generate(
+                    enc,
+                    [ctx["prompt"]],
+                    max_length=len(ctx["prompt"]) + 1,
+                    beam_size=1,
+                    suppress_blank=True,
+                    suppress_tokens=[-1],
+                )[0].sequences_ids[0]
                 st["dec"] += time.perf_counter() - t
                 st["first_at"] = time.perf_counter() - t0
                 head = [x for x in head if x < self.eot]
@@ -269,7 +302,7 @@ class WhisperEngine:
             for p in decode_span(a, b, 0, enc):
                 delta = p["text"]
                 if head_pending:
-                    delta = delta.lstrip()[len(sent):]
+                    delta = delta.lstrip()[len(sent) :]
                     head_pending = False
                 elif not sent:
                     delta = delta.lstrip()
@@ -279,14 +312,34 @@ class WhisperEngine:
                     sent += delta
                 pieces.append(p)
         text = sent
-        segments = [{"id": k, "seek": p["start"] // hop, "start": round(p["start"] / TARGET_SR, 3),
-                     "end": round(p["end"] / TARGET_SR, 3), "text": p["text"].strip(), "tokens": p["tokens"]}
-                    for k, p in enumerate(pieces) if p["tokens"]]
-        return {"text": text, "language": lang or "en", "tokens": sum(len(p["tokens"]) for p in pieces),
-                "decode_steps": st["steps"], "windows": st["windows"], "planned_windows": len(plan),
-                "redecoded": st["redecoded"], "max_repeat": max([p["repeat"] for p in pieces] or [0]),
-                "segments": segments, "features_s": t_feat, "encode_s": st["enc"], "decode_s": st["dec"],
-                "first_token_s": st["first_at"], "total_s": time.perf_counter() - t0}
+        segments = [
+            {
+                "id": k,
+                "seek": p["start"] // hop,
+                "start": round(p["start"] / TARGET_SR, 3),
+                "end": round(p["end"] / TARGET_SR, 3),
+                "text": p["text"].strip(),
+                "tokens": p["tokens"],
+            }
+            for k, p in enumerate(pieces)
+            if p["tokens"]
+        ]
+        return {
+            "text": text,
+            "language": lang or "en",
+            "tokens": sum(len(p["tokens"]) for p in pieces),
+            "decode_steps": st["steps"],
+            "windows": st["windows"],
+            "planned_windows": len(plan),
+            "redecoded": st["redecoded"],
+            "max_repeat": max([p["repeat"] for p in pieces] or [0]),
+            "segments": segments,
+            "features_s": t_feat,
+            "encode_s": st["enc"],
+            "decode_s": st["dec"],
+            "first_token_s": st["first_at"],
+            "total_s": time.perf_counter() - t0,
+        }
 
 
 def _quiet_cut(level: np.ndarray, a: int, b: int) -> int:

@@ -40,8 +40,17 @@ from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Drift, DurationSource, Trace, make_source, make_trace
 from asrsched.sim.cache import cache_key, code_key
 
-__all__ = ["Capacity", "measure_capacity", "capacity_code_hash", "regime", "CAPACITY_N", "CAPACITY_SEEDS",
-           "replica_capacity", "fleet_trace", "FLEET_WORKLOADS"]
+__all__ = [
+    "Capacity",
+    "measure_capacity",
+    "capacity_code_hash",
+    "regime",
+    "CAPACITY_N",
+    "CAPACITY_SEEDS",
+    "replica_capacity",
+    "fleet_trace",
+    "FLEET_WORKLOADS",
+]
 
 CAPACITY_N = 20_000
 CAPACITY_SEEDS = (0, 1, 2)
@@ -75,9 +84,11 @@ class Capacity:
 
     def describe(self) -> str:
         """One line: the capacity with its CI and how it was measured."""
-        return (f"{self.workload}: capacity {self.rate:.2f} req/s (95 % CI {self.ci_low:.2f}-{self.ci_high:.2f}; "
-                f"{len(self.per_seed)} seeds x {self.n_requests} requests, always-full queue, "
-                f"max_num_seqs={self.max_num_seqs}, service model {self.service})")
+        return (
+            f"{self.workload}: capacity {self.rate:.2f} req/s (95 % CI {self.ci_low:.2f}-{self.ci_high:.2f}; "
+            f"{len(self.per_seed)} seeds x {self.n_requests} requests, always-full queue, "
+            f"max_num_seqs={self.max_num_seqs}, service model {self.service})"
+        )
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -108,8 +119,9 @@ def _served_rate(finish: np.ndarray, M: int) -> float:
     n = len(f)
     lo, hi = M, n - M - 1
     if hi - lo < max(10, M):
-        raise ValueError(f"n_requests={n} is too small to measure capacity with max_num_seqs={M}: "
-                         f"need at least {3 * M + 11}")
+        raise ValueError(
+            f"n_requests={n} is too small to measure capacity with max_num_seqs={M}: need at least {3 * M + 11}"
+        )
     return (hi - lo) / (f[hi] - f[lo])
 
 
@@ -142,8 +154,17 @@ def measure_capacity(
         raise ValueError(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}")
     if not len(seeds):
         raise ValueError("seeds must list at least one seed")
-    key = cache_key({"workload": workload, "service": sm.to_dict(), "max_num_seqs": M, "noise_cv": float(noise_cv),
-                     "n_requests": int(n_requests), "seeds": [int(s) for s in seeds]}, code=capacity_code_hash())
+    key = cache_key(
+        {
+            "workload": workload,
+            "service": sm.to_dict(),
+            "max_num_seqs": M,
+            "noise_cv": float(noise_cv),
+            "n_requests": int(n_requests),
+            "seeds": [int(s) for s in seeds],
+        },
+        code=capacity_code_hash(),
+    )
     if key in _MEMO:
         return _MEMO[key]
     path = Path(cache_dir) / f"{key}.json" if cache_dir is not None else None
@@ -156,8 +177,9 @@ def measure_capacity(
     rates, analytic = [], []
     for s in seeds:
         # every request arrives within the first millisecond: the queue is never empty
-        tr = make_trace(workload, rate=1e6 * max(M, 1), n=int(n_requests), seed=int(s), kappa=dict(sm.kappa),
-                        noise_cv=noise_cv)
+        tr = make_trace(
+            workload, rate=1e6 * max(M, 1), n=int(n_requests), seed=int(s), kappa=dict(sm.kappa), noise_cv=noise_cv
+        )
         res = simulate(tr, "fcfs", sm, max_num_seqs=M, warn_overload=False, timeline_points=10)
         rates.append(_served_rate(res.records["finish"].to_numpy(), M))
         analytic.append(sm.saturation_rate(tr.duration, tr.language, max_num_seqs=M, tokens=tr.tokens))
@@ -167,9 +189,18 @@ def measure_capacity(
         half = float(stats.t.ppf(0.975, len(r) - 1) * r.std(ddof=1) / math.sqrt(len(r)))
     else:
         half = math.nan
-    cap = Capacity(workload=workload, rate=mean, ci_low=mean - half, ci_high=mean + half,
-                   per_seed=tuple(float(x) for x in r), n_requests=int(n_requests), max_num_seqs=M,
-                   service=sm.name, analytic=float(np.mean(analytic)), key=key)
+    cap = Capacity(
+        workload=workload,
+        rate=mean,
+        ci_low=mean - half,
+        ci_high=mean + half,
+        per_seed=tuple(float(x) for x in r),
+        n_requests=int(n_requests),
+        max_num_seqs=M,
+        service=sm.name,
+        analytic=float(np.mean(analytic)),
+        key=key,
+    )
     _MEMO[key] = cap
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -184,8 +215,9 @@ def measure_capacity(
 FLEET_WORKLOADS = ("librispeech", "uniform", "commonvoice_id", "mix", "drift")
 
 
-def replica_capacity(workload: str = "librispeech", *, service: ServiceModel | None = None,
-                     max_num_seqs: int = 32) -> float:
+def replica_capacity(
+    workload: str = "librispeech", *, service: ServiceModel | None = None, max_num_seqs: int = 32
+) -> float:
     """Capacity (req/s) of one replica on ``workload``: :func:`measure_capacity`'s rate (kept in memory).
 
     For ``"drift"`` it is the capacity of the heavier phase (uniform 5-30 s), so a drifting
@@ -197,8 +229,16 @@ def replica_capacity(workload: str = "librispeech", *, service: ServiceModel | N
     return measure_capacity(src, service or default_service_model(), max_num_seqs=max_num_seqs, cache_dir=None).rate
 
 
-def fleet_trace(workload: str, *, n_replicas: int, rho: float, n_requests: int, seed: int,
-                  service: ServiceModel | None = None, max_num_seqs: int = 32) -> tuple[Trace, float]:
+def fleet_trace(
+    workload: str,
+    *,
+    n_replicas: int,
+    rho: float,
+    n_requests: int,
+    seed: int,
+    service: ServiceModel | None = None,
+    max_num_seqs: int = 32,
+) -> tuple[Trace, float]:
     """A Poisson trace at ``rho`` x fleet capacity; returns ``(trace, total rate)``.
 
     ``"drift"``: LibriSpeech durations for the first third of the run, a linear ramp over
@@ -213,7 +253,10 @@ def fleet_trace(workload: str, *, n_replicas: int, rho: float, n_requests: int, 
     total_rate = float(rho) * int(n_replicas) * replica_capacity(workload, service=service, max_num_seqs=max_num_seqs)
     if workload == "drift":
         T = n_requests / total_rate
-        phases = [(0.0, cast(DurationSource, make_source("librispeech"))), (T / 3, cast(DurationSource, make_source("uniform")))]
+        phases = [
+            (0.0, cast(DurationSource, make_source("librispeech"))),
+            (T / 3, cast(DurationSource, make_source("uniform"))),
+        ]
         src: Any = Drift(phases, ramp_s=T / 3)
     else:
         src = workload

@@ -23,8 +23,9 @@ from asrsched.sim import kernel as K
 __all__ = ["CompiledRun", "single_router", "router_inputs"]
 
 
-def router_inputs(routers: Sequence[tuple[str, int, np.ndarray, int]], route_arm, cands, n: int,
-                  n_replicas: int) -> K.Routing:
+def router_inputs(
+    routers: Sequence[tuple[str, int, np.ndarray, int]], route_arm, cands, n: int, n_replicas: int
+) -> K.Routing:
     """The kernel's :class:`~asrsched.sim.kernel.Routing`: ``routers[arm] = (registry key, d, uniforms, instance)``."""
     n_inst = max(r[3] for r in routers) + 1
     U = np.zeros((n_inst, max(1, max(len(r[2]) for r in routers))))
@@ -32,18 +33,30 @@ def router_inputs(routers: Sequence[tuple[str, int, np.ndarray, int]], route_arm
     d = np.ones(n_inst, np.int64)
     inst_of_arm = np.zeros(len(routers), np.int64)
     for arm, (key, dd, u, inst) in enumerate(routers):
-        U[inst, :len(u)] = u
+        U[inst, : len(u)] = u
         code[inst] = K.ROUTER_CODES[key]
         d[inst] = int(dd)
         inst_of_arm[arm] = inst
     C = np.zeros((len(routers), n_replicas), np.int64)
     nc = np.zeros(len(routers), np.int64)
     for arm, c in enumerate(cands):
-        C[arm, :len(c)] = c
+        C[arm, : len(c)] = c
         nc[arm] = len(c)
     arms = np.zeros(n, np.int64) if route_arm is None else np.ascontiguousarray(route_arm, np.int64)
-    return K.Routing(arms, inst_of_arm, code, d, U, np.zeros(n_inst, np.int64), np.zeros(n_inst, np.int64), C, nc,
-                     np.empty(n_replicas, np.int64), np.empty(n_replicas, np.int64), np.empty(n_replicas))
+    return K.Routing(
+        arms,
+        inst_of_arm,
+        code,
+        d,
+        U,
+        np.zeros(n_inst, np.int64),
+        np.zeros(n_inst, np.int64),
+        C,
+        nc,
+        np.empty(n_replicas, np.int64),
+        np.empty(n_replicas, np.int64),
+        np.empty(n_replicas),
+    )
 
 
 def single_router(n: int) -> K.Routing:
@@ -70,10 +83,21 @@ class CompiledRun:
     ``flush_every``.
     """
 
-    def __init__(self, policies: Sequence[int], *, max_num_seqs: int, steps, overhead: float, params: dict,
-                 routing: K.Routing | None = None, switches: Sequence[tuple[int, float, int]] = (),
-                 work: bool = False, timeline_points: int = 0, write: Callable[[dict], None] | None = None,
-                 flush_every: int = 100_000) -> None:
+    def __init__(
+        self,
+        policies: Sequence[int],
+        *,
+        max_num_seqs: int,
+        steps,
+        overhead: float,
+        params: dict,
+        routing: K.Routing | None = None,
+        switches: Sequence[tuple[int, float, int]] = (),
+        work: bool = False,
+        timeline_points: int = 0,
+        write: Callable[[dict], None] | None = None,
+        flush_every: int = 100_000,
+    ) -> None:
         M = int(max_num_seqs)
         if M < 1:
             raise ValueError(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}")
@@ -82,20 +106,50 @@ class CompiledRun:
         self.write = write
         self.flush_every = max(1, int(flush_every))
         self.routing = routing
-        self.sw = K.Switches(np.array([s[0] for s in switches], np.int64), np.array([s[1] for s in switches], float),
-                             np.array([s[2] for s in switches], np.int64))
-        self._p = dict(max_num_seqs=M, steps=np.ascontiguousarray(steps, np.float64), overhead=float(overhead),
-                       low_depth=int(params["low_depth"]), ratio_cap=float(params["ratio_cap"]),
-                       min_service=float(params["min_service"]), grid=int(WORK_TOKEN_GRID), final=False,
-                       flush_at=self.flush_every, keep_out=write is not None, timeline=timeline_points > 0 and N == 1,
-                       work=bool(work))
+        self.sw = K.Switches(
+            np.array([s[0] for s in switches], np.int64),
+            np.array([s[1] for s in switches], float),
+            np.array([s[2] for s in switches], np.int64),
+        )
+        self._p = dict(
+            max_num_seqs=M,
+            steps=np.ascontiguousarray(steps, np.float64),
+            overhead=float(overhead),
+            low_depth=int(params["low_depth"]),
+            ratio_cap=float(params["ratio_cap"]),
+            min_service=float(params["min_service"]),
+            grid=int(WORK_TOKEN_GRID),
+            final=False,
+            flush_at=self.flush_every,
+            keep_out=write is not None,
+            timeline=timeline_points > 0 and N == 1,
+            work=bool(work),
+        )
         W = (M + 7) // 8 * 8  # running slots per replica: whole SIMD widths
         z = functools.partial(np.zeros, N, np.int64)
-        self.rep = K.Replicas(np.zeros(N), z(), z(), np.full(N, K.NOSTEP, np.int64), z(), z(), z(), z(),
-                              np.full(N, -1, np.int64), np.full(N, -1, np.int64), np.zeros(N), z(), z(),
-                              np.array(policies, np.int64), np.zeros(3 * N, np.int64))
-        self.rs = K.Running(np.full((N, W), K.NOSTEP, np.int64), np.zeros((N, W), np.int64),
-                            np.full((N, W), K.NONE, np.int64), np.zeros((N, M), np.int64))
+        self.rep = K.Replicas(
+            np.zeros(N),
+            z(),
+            z(),
+            np.full(N, K.NOSTEP, np.int64),
+            z(),
+            z(),
+            z(),
+            z(),
+            np.full(N, -1, np.int64),
+            np.full(N, -1, np.int64),
+            np.zeros(N),
+            z(),
+            z(),
+            np.array(policies, np.int64),
+            np.zeros(3 * N, np.int64),
+        )
+        self.rs = K.Running(
+            np.full((N, W), K.NOSTEP, np.int64),
+            np.zeros((N, W), np.int64),
+            np.full((N, W), K.NONE, np.int64),
+            np.zeros((N, M), np.int64),
+        )
         cap = max(16, int(timeline_points)) if self._p["timeline"] else 0
         self.tl = (np.empty(cap), np.empty(cap, np.int64), np.empty(cap, np.int64), np.zeros(cap, np.bool_))
         self.out_j = np.empty(self.flush_every + M + 1 if write is not None else 0, np.int64)
@@ -121,8 +175,9 @@ class CompiledRun:
             out = (np.empty(n), np.empty(n), np.empty(n), np.empty(n, np.int64))
         for x, dt in zip(out, (np.float64, np.float64, np.float64, np.int64)):
             if x.dtype != dt or x.shape != (n,) or not x.flags.c_contiguous or not x.flags.writeable:
-                raise ValueError("out: need four writeable C-contiguous arrays of one entry per request "
-                                 "(float64 x 3, int64)")
+                raise ValueError(
+                    "out: need four writeable C-contiguous arrays of one entry per request (float64 x 3, int64)"
+                )
         for x in out[:3]:
             x[:] = np.nan
         out[3][:] = 0
@@ -147,8 +202,10 @@ class CompiledRun:
         """No more arrivals: drain, and write the last batch."""
         if self.req is None:
             e = np.empty(0)
-            self._carry(K.Requests(e, e, e, np.empty(0, np.int64), np.empty(0, np.int64), e),
-                        {"rid": np.empty(0, np.int64), "duration": e, "language": np.empty(0, np.int64)})
+            self._carry(
+                K.Requests(e, e, e, np.empty(0, np.int64), np.empty(0, np.int64), e),
+                {"rid": np.empty(0, np.int64), "duration": e, "language": np.empty(0, np.int64)},
+            )
         self._p["final"] = True
         self._close_timeline()
         self._loop()
@@ -184,8 +241,17 @@ class CompiledRun:
         else:
             self._take_out()
             alive = np.flatnonzero(np.isnan(self.res["finish"]))
-            req = K.Requests(*(np.concatenate([getattr(self.req, f)[alive] if len(getattr(self.req, f)) else
-                                               getattr(self.req, f), getattr(new, f)]) for f in _REQ_FIELDS))
+            req = K.Requests(
+                *(
+                    np.concatenate(
+                        [
+                            getattr(self.req, f)[alive] if len(getattr(self.req, f)) else getattr(self.req, f),
+                            getattr(new, f),
+                        ]
+                    )
+                    for f in _REQ_FIELDS
+                )
+            )
             self.rows = {k: np.concatenate([v[alive], rows[k]]) for k, v in self.rows.items()}
             res = {k: np.concatenate([self.res[k][alive], np.full(n_new, np.nan)]) for k in _PER_REQUEST_OUT[:3]}
             res["replica"] = np.concatenate([self.res["replica"][alive], np.zeros(n_new, np.int64)])
@@ -197,8 +263,19 @@ class CompiledRun:
         if old_q is not None:
             assert self.req is not None  # queues exist only after a first chunk
             waiting = np.isnan(self.res["admit"][alive])
-            _remap(alive, len(self.req.arrival), old_q, q, self.rep, self.rs, self.M, cap, self.N, waiting,
-                   self.res["replica"][alive])
+            _remap(
+                alive,
+                len(self.req.arrival),
+                old_q,
+                q,
+                self.rep,
+                self.rs,
+                self.M,
+                cap,
+                self.N,
+                waiting,
+                self.res["replica"][alive],
+            )
             self.ctl[K.CTL["j"]] = c
         self.req, self.q, self.res = req, q, res
         self.n_requests += n_new
@@ -227,10 +304,19 @@ class CompiledRun:
         idx = self.out_j[:n_out]
         r, req = self.res, self.req
         assert req is not None
-        self.pending.append({"rid": self.rows["rid"][idx], "arrival": req.arrival[idx],
-                             "duration": self.rows["duration"][idx], "language": self.rows["language"][idx],
-                             "est_service": req.est[idx], "tokens": req.tokens[idx], "admit": r["admit"][idx],
-                             "first_token": r["first"][idx], "finish": r["finish"][idx]})
+        self.pending.append(
+            {
+                "rid": self.rows["rid"][idx],
+                "arrival": req.arrival[idx],
+                "duration": self.rows["duration"][idx],
+                "language": self.rows["language"][idx],
+                "est_service": req.est[idx],
+                "tokens": req.tokens[idx],
+                "admit": r["admit"][idx],
+                "first_token": r["first"][idx],
+                "finish": r["finish"][idx],
+            }
+        )
         self.n_pending += n_out
         self.ctl[K.CTL["n_out"]] = 0
         self._p["flush_at"] = max(1, self.flush_every - self.n_pending)
@@ -266,8 +352,17 @@ class CompiledRun:
 def _queues(N: int, cap: int, n: int) -> K.Queues:
     """Empty waiting queues: ``cap`` entries per replica, per-request arrays for ``n`` requests."""
     m = N * cap
-    return K.Queues(np.empty(m), np.empty(m), np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m), np.empty(m),
-                    np.zeros(n, np.int64), np.zeros(n, np.bool_), np.full(n, -1, np.int64))
+    return K.Queues(
+        np.empty(m),
+        np.empty(m),
+        np.empty(m, np.int64),
+        np.empty(m, np.int64),
+        np.empty(m),
+        np.empty(m),
+        np.zeros(n, np.int64),
+        np.zeros(n, np.bool_),
+        np.full(n, -1, np.int64),
+    )
 
 
 def _grow(q: K.Queues, N: int) -> K.Queues:
@@ -282,8 +377,19 @@ def _grow(q: K.Queues, N: int) -> K.Queues:
     return q._replace(k1=g(q.k1), k2=g(q.k2), kid=g(q.kid), sid=g(q.sid), sarr=g(q.sarr), sinv=g(q.sinv))
 
 
-def _remap(alive: np.ndarray, n_old: int, old: K.Queues, q: K.Queues, rep: K.Replicas, rs: K.Running, M: int,
-           cap: int, N: int, waiting: np.ndarray, replica: np.ndarray) -> None:
+def _remap(
+    alive: np.ndarray,
+    n_old: int,
+    old: K.Queues,
+    q: K.Queues,
+    rep: K.Replicas,
+    rs: K.Running,
+    M: int,
+    cap: int,
+    N: int,
+    waiting: np.ndarray,
+    replica: np.ndarray,
+) -> None:
     """Carry the queues, FIFOs and running sets over to the new request indices (``alive[i]``: old index of new ``i``).
 
     ``waiting`` and ``replica``: per carried request (new index), whether it waits and where.
@@ -294,25 +400,25 @@ def _remap(alive: np.ndarray, n_old: int, old: K.Queues, q: K.Queues, rep: K.Rep
     remap = np.full(n_old, -1, np.int64)
     remap[alive] = np.arange(len(alive))
     old_cap = old.kid.shape[0] // N
-    q.alive[:len(alive)] = old.alive[alive]
+    q.alive[: len(alive)] = old.alive[alive]
     for r in range(N):
         ob, nb = r * old_cap, r * cap
         h = int(rep.heap_n[r])
         if h:
-            ids = old.kid[ob:ob + h]
-            k1, k2 = old.k1[ob:ob + h], old.k2[ob:ob + h]
+            ids = old.kid[ob : ob + h]
+            k1, k2 = old.k1[ob : ob + h], old.k2[ob : ob + h]
             keep = (remap[ids] >= 0) & ((rep.policy[r] != rb.ADAPTIVE) | old.alive[ids])
             ids, k1, k2 = remap[ids[keep]], k1[keep], k2[keep]
             order = np.lexsort((ids, k2, k1))
             m = len(order)
-            q.kid[nb:nb + m], q.k1[nb:nb + m], q.k2[nb:nb + m] = ids[order], k1[order], k2[order]
+            q.kid[nb : nb + m], q.k1[nb : nb + m], q.k2[nb : nb + m] = ids[order], k1[order], k2[order]
             rep.heap_n[r] = m
         s = int(rep.slot_n[r])
         if s:
-            ids = remap[old.sid[ob:ob + s]]
-            q.sid[nb:nb + s] = ids
-            q.sarr[nb:nb + s] = old.sarr[ob:ob + s]
-            q.sinv[nb:nb + s] = old.sinv[ob:ob + s]
+            ids = remap[old.sid[ob : ob + s]]
+            q.sid[nb : nb + s] = ids
+            q.sarr[nb : nb + s] = old.sarr[ob : ob + s]
+            q.sinv[nb : nb + s] = old.sinv[ob : ob + s]
             q.spos[ids] = np.arange(s)
         if rep.head[r] >= 0:  # the FIFO, relinked in the new indices: its waiting requests in submission order
             ids = np.flatnonzero(waiting & (replica == r))

@@ -25,8 +25,16 @@ from asrsched.sim.sweep import check_sweep_params
 __all__ = ["drift_records", "phase_loads", "phase_table"]
 
 
-def drift_records(drift, rate: float, policies: Sequence[str], *, n_requests: int = 6000, seed: int = 0,
-                  max_num_seqs: int = 32, service: ServiceModel | dict | str | None = None) -> dict[str, pd.DataFrame]:
+def drift_records(
+    drift,
+    rate: float,
+    policies: Sequence[str],
+    *,
+    n_requests: int = 6000,
+    seed: int = 0,
+    max_num_seqs: int = 32,
+    service: ServiceModel | dict | str | None = None,
+) -> dict[str, pd.DataFrame]:
     """Per-request records of each policy on one drifting trace, with the ``phase`` each request came from.
 
     A phase above capacity makes the queue grow; such runs warn once
@@ -48,8 +56,15 @@ def drift_records(drift, rate: float, policies: Sequence[str], *, n_requests: in
     return out
 
 
-def phase_loads(drift, rate: float, *, service: ServiceModel | dict | str | None = None, max_num_seqs: int = 32,
-                phase_names: Sequence[str] | None = None, cache_dir: str | os.PathLike | None = None) -> pd.DataFrame:
+def phase_loads(
+    drift,
+    rate: float,
+    *,
+    service: ServiceModel | dict | str | None = None,
+    max_num_seqs: int = 32,
+    phase_names: Sequence[str] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> pd.DataFrame:
     """Load ``rho`` of each phase of a drift schedule at ``rate``: rate / the phase workload's capacity.
 
     Columns ``phase, workload, capacity_rps, rho, regime``. A phase's workload must be a named
@@ -63,8 +78,15 @@ def phase_loads(drift, rate: float, *, service: ServiceModel | dict | str | None
             raise ValueError(f"phase {i} has no workload name; phase_loads needs named duration sources")
         cap = measure_capacity(name, sm, max_num_seqs=max_num_seqs, cache_dir=cache_dir)
         r = cap.rho(float(rate))
-        rows.append({"phase": phase_names[i] if phase_names else i, "workload": name, "capacity_rps": cap.rate,
-                     "rho": r, "regime": regime(r)})
+        rows.append(
+            {
+                "phase": phase_names[i] if phase_names else i,
+                "workload": name,
+                "capacity_rps": cap.rate,
+                "rho": r,
+                "regime": regime(r),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -73,7 +95,15 @@ def phase_table(results: dict[str, pd.DataFrame], phase_names: Sequence[str] | N
     rows = []
     for pol, df in results.items():
         for ph, g in df.groupby("phase"):
-            rows.append({"policy": pol, "phase": phase_names[ph] if phase_names else ph, "requests": len(g),
-                         "mean_audio_s": g.duration.mean(), "p50_e2el_s": g.e2el.median(),
-                         "p90_e2el_s": g.e2el.quantile(0.9), "p50_ttft_s": g.ttft.median()})
+            rows.append(
+                {
+                    "policy": pol,
+                    "phase": phase_names[ph] if phase_names else ph,
+                    "requests": len(g),
+                    "mean_audio_s": g.duration.mean(),
+                    "p50_e2el_s": g.e2el.median(),
+                    "p90_e2el_s": g.e2el.quantile(0.9),
+                    "p50_ttft_s": g.ttft.median(),
+                }
+            )
     return pd.DataFrame(rows)

@@ -106,6 +106,7 @@ class SimJob(Job):
 
 # ----------------------------------------------------------------------------- helpers
 
+
 class _Timeline:
     """Thinned (t, running, waiting) samples: keeps at most ``cap`` points by stride doubling."""
 
@@ -133,6 +134,7 @@ class _Timeline:
 
 
 # ----------------------------------------------------------------------------- engine
+
 
 class Engine:
     """One continuous-batching server: a policy-ordered waiting queue and up to ``max_num_seqs`` running.
@@ -162,8 +164,16 @@ class Engine:
     new job could be admitted.
     """
 
-    def __init__(self, policy: str = "fcfs", service: ServiceModel | None = None, *, max_num_seqs: int = 32,
-                 policy_params: dict | None = None, sink: Any = None, flush_every: int = 100_000) -> None:
+    def __init__(
+        self,
+        policy: str = "fcfs",
+        service: ServiceModel | None = None,
+        *,
+        max_num_seqs: int = 32,
+        policy_params: dict | None = None,
+        sink: Any = None,
+        flush_every: int = 100_000,
+    ) -> None:
         service = service or default_service_model()
         if int(max_num_seqs) < 1:
             raise ValueError(f"max_num_seqs must be an integer >= 1, got {max_num_seqs!r}")
@@ -291,8 +301,19 @@ class Engine:
             fin = 0
             while running and running[0][0] == self.G:
                 _, _, j = heappop(running)
-                self.out.append((j.rid, j.arrival, j.duration, j.language, j.est_service, j.tokens, j.admit, j.first,
-                                 t + self.overhead))
+                self.out.append(
+                    (
+                        j.rid,
+                        j.arrival,
+                        j.duration,
+                        j.language,
+                        j.est_service,
+                        j.tokens,
+                        j.admit,
+                        j.first,
+                        t + self.overhead,
+                    )
+                )
                 fin += 1
             self._just_finished = fin
             if len(self.out) >= self.flush_every:
@@ -308,8 +329,10 @@ class Engine:
 
 # ----------------------------------------------------------------------------- simulate
 
-def chunk_jobs(trace: Trace, service: ServiceModel, est_duration: np.ndarray | None = None,
-               rid_base: int = 0) -> Iterator[SimJob]:
+
+def chunk_jobs(
+    trace: Trace, service: ServiceModel, est_duration: np.ndarray | None = None, rid_base: int = 0
+) -> Iterator[SimJob]:
     """The :class:`SimJob` of each request of ``trace``, in arrival order, for :meth:`Engine.submit`.
 
     ``rid`` is ``rid_base + i``; ``est_service`` comes from ``est_duration`` when given (e.g. a
@@ -372,21 +395,49 @@ def simulate(
     chunks = [trace] if in_memory else trace
     run = _run_compiled if compiled else _run_python
     records, (tt, tr_, tq), n_arrivals, n_completed, events, mode_counts, span = run(
-        chunks, in_memory, policy, service, M, policy_params, est_duration, sink, flush_every, timeline_points,
-        warn_overload)
+        chunks,
+        in_memory,
+        policy,
+        service,
+        M,
+        policy_params,
+        est_duration,
+        sink,
+        flush_every,
+        timeline_points,
+        warn_overload,
+    )
     growth, overloaded = queue_growth((tt, tq), M, span[0], span[1])
     if overloaded and warn_overload:
-        warnings.warn(f"queue grew by {growth:.2f} requests/s over the second half of the run "
-                      f"(peak depth {int(tq.max()) if len(tq) else 0}): "
-                      "arrival rate above capacity", OverloadWarning, stacklevel=2)
+        warnings.warn(
+            f"queue grew by {growth:.2f} requests/s over the second half of the run "
+            f"(peak depth {int(tq.max()) if len(tq) else 0}): "
+            "arrival rate above capacity",
+            OverloadWarning,
+            stacklevel=2,
+        )
     timeline = pd.DataFrame({"time": tt, "running": tr_, "waiting": tq}, copy=False)
-    params = dict(policy=str(policy).lower(), max_num_seqs=M, service=service.name, policy_params=policy_params or {},
-                  engine="numba" if compiled else "python", overhead_s=float(service.overhead_s))
+    params = dict(
+        policy=str(policy).lower(),
+        max_num_seqs=M,
+        service=service.name,
+        policy_params=policy_params or {},
+        engine="numba" if compiled else "python",
+        overhead_s=float(service.overhead_s),
+    )
     if isinstance(trace, Trace):
         params.update({f"trace_{k}": v for k, v in trace.meta.items()})
-    return SimResult(records=records, timeline=timeline, params=params, n_arrivals=n_arrivals,
-                     n_completed=n_completed, events=events, queue_growth_per_s=growth, overloaded=overloaded,
-                     mode_counts=mode_counts)
+    return SimResult(
+        records=records,
+        timeline=timeline,
+        params=params,
+        n_arrivals=n_arrivals,
+        n_completed=n_completed,
+        events=events,
+        queue_growth_per_s=growth,
+        overloaded=overloaded,
+        mode_counts=mode_counts,
+    )
 
 
 def _span(span: list, tr: Trace) -> None:
@@ -395,8 +446,19 @@ def _span(span: list, tr: Trace) -> None:
         span[1] = max(span[1], float(tr.arrival[-1]))
 
 
-def _run_python(chunks, in_memory, policy, service, M, policy_params, est_duration, sink, flush_every,
-                timeline_points, warn_overload):
+def _run_python(
+    chunks,
+    in_memory,
+    policy,
+    service,
+    M,
+    policy_params,
+    est_duration,
+    sink,
+    flush_every,
+    timeline_points,
+    warn_overload,
+):
     """:func:`simulate` on the Python :class:`Engine` (the reference)."""
     eng = Engine(policy, service, max_num_seqs=M, policy_params=policy_params, sink=sink, flush_every=flush_every)
     tl = _Timeline(timeline_points)
@@ -432,8 +494,19 @@ def _run_python(chunks, in_memory, policy, service, M, policy_params, est_durati
     return eng.sink.result(), tl.arrays(), n_arrivals, eng.completed, eng.events, mode_counts, span
 
 
-def _run_compiled(chunks, in_memory, policy, service, M, policy_params, est_duration, sink, flush_every,
-                  timeline_points, warn_overload):
+def _run_compiled(
+    chunks,
+    in_memory,
+    policy,
+    service,
+    M,
+    policy_params,
+    est_duration,
+    sink,
+    flush_every,
+    timeline_points,
+    warn_overload,
+):
     """:func:`simulate` on the compiled engine (:mod:`asrsched.sim.kernel`), one replica."""
     from asrsched.sim.compiled import CompiledRun
     from asrsched.sim.inputs import policy_inputs, run_in_memory, static_policy_keys, trace_inputs
@@ -444,16 +517,38 @@ def _run_compiled(chunks, in_memory, policy, service, M, policy_params, est_dura
         (tr,) = chunks
         if warn_overload:
             check_offered_load(tr, service)
-        records, run = run_in_memory(tr, service, [policy], max_num_seqs=M, policy_params=policy_params,
-                                     est_duration=est_duration, timeline_points=timeline_points)
+        records, run = run_in_memory(
+            tr,
+            service,
+            [policy],
+            max_num_seqs=M,
+            policy_params=policy_params,
+            est_duration=est_duration,
+            timeline_points=timeline_points,
+        )
         span = [float(tr.arrival[0]), float(tr.arrival[-1])] if len(tr) else [math.inf, -math.inf]
-        return (records, run.timeline(), len(tr), int(np.isfinite(records["finish"].to_numpy()).sum()), run.events,
-                run.mode_counts(), span)
+        return (
+            records,
+            run.timeline(),
+            len(tr),
+            int(np.isfinite(records["finish"].to_numpy()).sum()),
+            run.events,
+            run.mode_counts(),
+            span,
+        )
     codes, params = policy_inputs([policy], policy_params)
     steps = np.concatenate([[0.0], np.asarray(service.step_s(np.arange(1, M + 1)), float)])
     sink = sink if sink is not None else CollectSink()
-    run = CompiledRun(codes, max_num_seqs=M, steps=steps, overhead=float(service.overhead_s), params=params,
-                      timeline_points=timeline_points, write=column_writer(sink), flush_every=flush_every)
+    run = CompiledRun(
+        codes,
+        max_num_seqs=M,
+        steps=steps,
+        overhead=float(service.overhead_s),
+        params=params,
+        timeline_points=timeline_points,
+        write=column_writer(sink),
+        flush_every=flush_every,
+    )
 
     span = [math.inf, -math.inf]  # first and last arrival
     n_arrivals = 0
@@ -465,9 +560,11 @@ def _run_compiled(chunks, in_memory, policy, service, M, policy_params, est_dura
         arrival = np.ascontiguousarray(tr.arrival, np.float64)
         key = static_policy_keys([policy], inp.est, arrival, tr.duration, *inp.codes)
         req = Requests(arrival, inp.est, inp.enc, np.ascontiguousarray(tr.tokens, np.int64), np.empty(0, np.int64), key)
-        rows = {"rid": np.arange(n_arrivals, n_arrivals + len(tr)),
-                "duration": np.ascontiguousarray(tr.duration, np.float64),
-                "language": np.asarray(tr.language, dtype=object)}
+        rows = {
+            "rid": np.arange(n_arrivals, n_arrivals + len(tr)),
+            "duration": np.ascontiguousarray(tr.duration, np.float64),
+            "language": np.asarray(tr.language, dtype=object),
+        }
         run.feed(req, rows)
         n_arrivals += len(tr)
     run.close()

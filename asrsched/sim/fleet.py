@@ -103,6 +103,7 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- router state
 
+
 class FleetView:
     """What a router sees at time ``now``: per-replica request counts and estimated work.
 
@@ -127,6 +128,7 @@ class FleetView:
 
 # ----------------------------------------------------------------------------- the fleet
 
+
 class Fleet:
     """The replicas of one run on ``trace``: one :class:`~asrsched.sim.engine.Engine` per entry of ``policies``.
 
@@ -137,12 +139,20 @@ class Fleet:
     replica's waiting queue.
     """
 
-    def __init__(self, trace: Trace, policies: list[str], service: ServiceModel | None = None, *,
-                 max_num_seqs: int = 32, policy_params: dict | None = None) -> None:
+    def __init__(
+        self,
+        trace: Trace,
+        policies: list[str],
+        service: ServiceModel | None = None,
+        *,
+        max_num_seqs: int = 32,
+        policy_params: dict | None = None,
+    ) -> None:
         self.trace = trace
         self.service = service or default_service_model()
-        self.engines = [Engine(pol, self.service, max_num_seqs=max_num_seqs, policy_params=policy_params)
-                        for pol in policies]
+        self.engines = [
+            Engine(pol, self.service, max_num_seqs=max_num_seqs, policy_params=policy_params) for pol in policies
+        ]
         self.view = FleetView(self.engines, trace_inputs(trace, self.service).est_tok.tolist())
         self.replica = np.zeros(len(trace), np.int64)  # replica of each rid, set by dispatch
 
@@ -189,11 +199,20 @@ class Fleet:
         return sum(e.events for e in self.engines)
 
 
-def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str, Any]], *,
-              route_arm: np.ndarray | None = None, cands: Sequence[Sequence[int]] | None = None,
-              switches: Sequence[tuple[int, float, str]] = (), service: ServiceModel | None = None,
-              max_num_seqs: int = 32, policy_params: dict | None = None,
-              engine: str = "auto", extra: dict | None = None) -> tuple[pd.DataFrame, int, str]:
+def run_fleet(
+    trace: Trace,
+    policies: Sequence[str],
+    routers: Sequence[tuple[str, Any]],
+    *,
+    route_arm: np.ndarray | None = None,
+    cands: Sequence[Sequence[int]] | None = None,
+    switches: Sequence[tuple[int, float, str]] = (),
+    service: ServiceModel | None = None,
+    max_num_seqs: int = 32,
+    policy_params: dict | None = None,
+    engine: str = "auto",
+    extra: dict | None = None,
+) -> tuple[pd.DataFrame, int, str]:
     """One fleet run, on the Python :class:`Fleet` or the compiled kernel; ``(records, events, engine used)``.
 
     ``policies``: each replica's initial policy. ``routers``: one ``(name, seed)`` per routing
@@ -222,8 +241,9 @@ def run_fleet(trace: Trace, policies: Sequence[str], routers: Sequence[tuple[str
         parse_router(name)  # an unknown router: the same error on either engine
     ok = choose_engine(engine, list(policies) + [s[2] for s in switches], names, policy_params)
     if ok:
-        rec, events = _run_compiled(trace, list(policies), routers, arm, cands, switches, service, max_num_seqs,
-                                    policy_params, extra or {})
+        rec, events = _run_compiled(
+            trace, list(policies), routers, arm, cands, switches, service, max_num_seqs, policy_params, extra or {}
+        )
         return rec, events, "numba"
     fleet = Fleet(trace, list(policies), service, max_num_seqs=max_num_seqs, policy_params=policy_params)
     objs = [make_router(name, np.random.default_rng(seed)) for name, seed in routers]
@@ -249,8 +269,18 @@ def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_n
         d = int(kw.get("d", 1))
         k = n * uniform_uses(key, d, len(cands[i])) + 1
         specs.append((key, d, np.random.default_rng(seed).random(k), i))
-    rec, run = run_in_memory(trace, service, policies, max_num_seqs=max_num_seqs, policy_params=policy_params,
-                             routers=specs, route_arm=arm, cands=cands, switches=switches, extra=extra)
+    rec, run = run_in_memory(
+        trace,
+        service,
+        policies,
+        max_num_seqs=max_num_seqs,
+        policy_params=policy_params,
+        routers=specs,
+        route_arm=arm,
+        cands=cands,
+        switches=switches,
+        extra=extra,
+    )
     return rec, run.events
 
 
@@ -308,9 +338,19 @@ def validate_run(trace: Trace, n_replicas, warmup_s) -> None:
         raise ValueError("trace: need at least one request")
 
 
-def simulate_fleet(trace: Trace, *, n_replicas: int = 4, router: str = "random", policy: str = "fcfs",
-                service: ServiceModel | None = None, max_num_seqs: int = 32, seed: int = 0,
-                warmup_s: float = 0.0, policy_params: dict | None = None, engine: str = "auto") -> FleetResult:
+def simulate_fleet(
+    trace: Trace,
+    *,
+    n_replicas: int = 4,
+    router: str = "random",
+    policy: str = "fcfs",
+    service: ServiceModel | None = None,
+    max_num_seqs: int = 32,
+    seed: int = 0,
+    warmup_s: float = 0.0,
+    policy_params: dict | None = None,
+    engine: str = "auto",
+) -> FleetResult:
     """A plain fleet (no experiment): every request routed by ``router``, every replica running ``policy``.
 
     The same run as the ``control`` arm of an A/B experiment with that router and policy
@@ -325,11 +365,25 @@ def simulate_fleet(trace: Trace, *, n_replicas: int = 4, router: str = "random",
     _, s_router, _ = design_streams(seed)
     service = service or default_service_model()
     n = len(trace)
-    rec, events, used = run_fleet(trace, [policy] * N, [(router, s_router)], service=service,
-                                  max_num_seqs=max_num_seqs, policy_params=policy_params, engine=engine,
-                                  extra={"z": np.zeros(n, np.int8), "block": np.full(n, -1, np.int64)})
+    rec, events, used = run_fleet(
+        trace,
+        [policy] * N,
+        [(router, s_router)],
+        service=service,
+        max_num_seqs=max_num_seqs,
+        policy_params=policy_params,
+        engine=engine,
+        extra={"z": np.zeros(n, np.int8), "block": np.full(n, -1, np.int64)},
+    )
     total_rate = float(trace.rate) if len(trace) > 1 and trace.arrival[-1] > trace.arrival[0] else 1.0
-    params = dict(router=str(router), policy=str(policy), n_replicas=N, max_num_seqs=int(max_num_seqs),
-                  service=service.name, seed=int(seed), engine=used,
-                  **{f"trace_{k}": v for k, v in trace.meta.items()})
+    params = dict(
+        router=str(router),
+        policy=str(policy),
+        n_replicas=N,
+        max_num_seqs=int(max_num_seqs),
+        service=service.name,
+        seed=int(seed),
+        engine=used,
+        **{f"trace_{k}": v for k, v in trace.meta.items()},
+    )
     return FleetResult(rec, N, total_rate, float(warmup_s), time.perf_counter() - t0, events, params)

@@ -34,9 +34,18 @@ from asrsched.sim import kernel as K
 from asrsched.sim.compiled import CompiledRun, router_inputs
 from asrsched.sim.records import FLOAT_COLUMNS, blocks_frame, names_array
 
-__all__ = ["compiled_support", "choose_engine", "policy_inputs", "static_policy_keys",
-           "BUILTIN_ROUTERS", "TraceInputs", "trace_inputs", "clear_trace_cache", "run_in_memory",
-           "set_router_lookup"]
+__all__ = [
+    "compiled_support",
+    "choose_engine",
+    "policy_inputs",
+    "static_policy_keys",
+    "BUILTIN_ROUTERS",
+    "TraceInputs",
+    "trace_inputs",
+    "clear_trace_cache",
+    "run_in_memory",
+    "set_router_lookup",
+]
 
 _BUILTIN_POLICY_FACTORIES = {name: POLICIES[name] for name in rb.POLICY_CODES}
 #: the router registry keys the kernel implements, with their factories as registered at import (:mod:`asrsched.sim.fleet`)
@@ -50,6 +59,7 @@ def set_router_lookup(info: Callable[[str], tuple[str, Any]]) -> None:
 
 
 # ----------------------------------------------------------------------------- the engine-choice rule
+
 
 def _policy_reason(name: Any, params: dict) -> str | None:
     if not isinstance(name, str):
@@ -65,8 +75,12 @@ def _policy_reason(name: Any, params: dict) -> str | None:
     return None
 
 
-def compiled_support(policies: Sequence[Any], routers: Sequence[str] = (), policy_params: dict | None = None,
-                     router_info: Callable[[str], tuple[str, Any]] | None = None) -> str | None:
+def compiled_support(
+    policies: Sequence[Any],
+    routers: Sequence[str] = (),
+    policy_params: dict | None = None,
+    router_info: Callable[[str], tuple[str, Any]] | None = None,
+) -> str | None:
     """``None`` when the compiled engine runs every policy and router given; otherwise why not.
 
     Compiled: the built-in policies ``fcfs``, ``sjf``, ``ljf``, ``hrrn``, ``adaptive`` and every
@@ -92,9 +106,13 @@ def compiled_support(policies: Sequence[Any], routers: Sequence[str] = (), polic
     return None
 
 
-def choose_engine(engine: str, policies: Sequence[Any], routers: Sequence[str] = (),
-                  policy_params: dict | None = None,
-                  router_info: Callable[[str], tuple[str, Any]] | None = None) -> bool:
+def choose_engine(
+    engine: str,
+    policies: Sequence[Any],
+    routers: Sequence[str] = (),
+    policy_params: dict | None = None,
+    router_info: Callable[[str], tuple[str, Any]] | None = None,
+) -> bool:
     """Whether to run compiled: ``"auto"`` exactly when :func:`compiled_support`; ``"python"`` never;
     ``"numba"`` always, raising ``ValueError`` naming what it cannot run."""
     if engine not in ("auto", "python", "numba"):
@@ -111,6 +129,7 @@ def choose_engine(engine: str, policies: Sequence[Any], routers: Sequence[str] =
 
 
 # ----------------------------------------------------------------------------- the kernel's inputs
+
 
 def policy_inputs(policies: Sequence[str], policy_params: dict | None = None) -> tuple[list[int], dict]:
     """Kernel codes of ``policies`` and the parameters ``low_depth``, ``ratio_cap``, ``min_service``."""
@@ -158,15 +177,21 @@ def static_policy_keys(policies: Sequence[str], est, arrival, duration, codes, n
     if len(keys) > 1:
         raise ValueError("the compiled engine runs at most one static key policy per run")
     (key,) = keys
-    k = _apply_key(key, np.ascontiguousarray(est, np.float64), np.ascontiguousarray(arrival, np.float64),
-                   np.ascontiguousarray(duration, np.float64), np.ascontiguousarray(codes, np.int64),
-                   _typed_names(tuple(names)))
+    k = _apply_key(
+        key,
+        np.ascontiguousarray(est, np.float64),
+        np.ascontiguousarray(arrival, np.float64),
+        np.ascontiguousarray(duration, np.float64),
+        np.ascontiguousarray(codes, np.int64),
+        _typed_names(tuple(names)),
+    )
     if np.isnan(k).any():
         raise ValueError(f"the key of static policy {sorted(set(policies))} returned NaN; it must return a number")
     return k
 
 
 # ----------------------------------------------------------------------------- per-trace inputs
+
 
 class TraceInputs(NamedTuple):
     """A trace's inputs under a service model (:func:`trace_inputs`)."""
@@ -189,8 +214,15 @@ def clear_trace_cache() -> None:
 def _service_key(service: ServiceModel) -> tuple:
     """What of ``service`` the per-trace inputs depend on: its class (a subclass may redefine the
     estimate) and every coefficient (its kappa table can change in place)."""
-    return (type(service), service.encode_s_per_window, service.decode_s_per_token, service.decode_batch_slope,
-            service.overhead_s, service.window_s, tuple(service.kappa.items()))
+    return (
+        type(service),
+        service.encode_s_per_window,
+        service.decode_s_per_token,
+        service.decode_batch_slope,
+        service.overhead_s,
+        service.window_s,
+        tuple(service.kappa.items()),
+    )
 
 
 def trace_inputs(trace: Trace, service: ServiceModel, *, cache: bool = True) -> TraceInputs:
@@ -210,8 +242,11 @@ def trace_inputs(trace: Trace, service: ServiceModel, *, cache: bool = True) -> 
     enc = np.ascontiguousarray(np.broadcast_to(service.encoder_s(duration), duration.shape), np.float64)
     est_tok = work_tokens(np.broadcast_to(service.est_tokens(duration, codes), duration.shape))
     # the records' language column: the distinct names, taken by code (one string per name, not per request)
-    lang = (_constant_column(codes.names[0], len(duration)) if len(codes.names) == 1
-            else names_array(tuple(codes.names)).take(codes.codes))
+    lang = (
+        _constant_column(codes.names[0], len(duration))
+        if len(codes.names) == 1
+        else names_array(tuple(codes.names)).take(codes.codes)
+    )
     val = TraceInputs(est, enc, est_tok, lang, codes)
     if not cache:
         return val
@@ -232,11 +267,22 @@ def _constant_column(name: str, n: int) -> Any:
 
 # ----------------------------------------------------------------------------- a whole run
 
-def run_in_memory(trace: Trace, service: ServiceModel, policies: Sequence[str], *, max_num_seqs: int,
-                  policy_params: dict | None = None, routers: Sequence[tuple] | None = None, route_arm=None,
-                  cands: Sequence[Sequence[int]] | None = None, switches: Sequence[tuple[int, float, str]] = (),
-                  est_duration: np.ndarray | None = None, timeline_points: int = 0,
-                  extra: dict | None = None) -> tuple[Any, CompiledRun]:
+
+def run_in_memory(
+    trace: Trace,
+    service: ServiceModel,
+    policies: Sequence[str],
+    *,
+    max_num_seqs: int,
+    policy_params: dict | None = None,
+    routers: Sequence[tuple] | None = None,
+    route_arm=None,
+    cands: Sequence[Sequence[int]] | None = None,
+    switches: Sequence[tuple[int, float, str]] = (),
+    est_duration: np.ndarray | None = None,
+    timeline_points: int = 0,
+    extra: dict | None = None,
+) -> tuple[Any, CompiledRun]:
     """One in-memory run of ``trace`` on ``len(policies)`` replicas; ``(records frame, the run)``.
 
     ``routers``: the kernel's router specs (:func:`router_inputs`; ``None`` for one replica),
@@ -252,8 +298,9 @@ def run_in_memory(trace: Trace, service: ServiceModel, policies: Sequence[str], 
     inp = trace_inputs(trace, service)
     est = inp.est
     if est_duration is not None:
-        est = np.ascontiguousarray(np.broadcast_to(service.est_service(np.asarray(est_duration, float), inp.codes),
-                                                   (n,)), np.float64)
+        est = np.ascontiguousarray(
+            np.broadcast_to(service.est_service(np.asarray(est_duration, float), inp.codes), (n,)), np.float64
+        )
     steps = np.concatenate(([0.0], service.step_s(np.arange(1, M + 1))))  # elementwise: the scalar values
     names = [str(p).lower() for p in policies] + [str(s[2]).lower() for s in switches]
     codes, params = policy_inputs(names, policy_params)
@@ -263,10 +310,17 @@ def run_in_memory(trace: Trace, service: ServiceModel, policies: Sequence[str], 
     arrival = np.ascontiguousarray(trace.arrival, np.float64)
     key = static_policy_keys(names, est, arrival, trace.duration, *inp.codes) if rb.KEY in codes else np.empty(0)
     req = K.Requests(arrival, est, inp.enc, np.ascontiguousarray(trace.tokens, np.int64), est_q, key)
-    run = CompiledRun(codes[:N], max_num_seqs=M, steps=steps, overhead=float(service.overhead_s), params=params,
-                      routing=None if routers is None else router_inputs(routers, route_arm, cands, n, N),
-                      switches=[(int(a), float(t), c) for (a, t, _), c in zip(switches, codes[N:])], work=work,
-                      timeline_points=timeline_points)
+    run = CompiledRun(
+        codes[:N],
+        max_num_seqs=M,
+        steps=steps,
+        overhead=float(service.overhead_s),
+        params=params,
+        routing=None if routers is None else router_inputs(routers, route_arm, cands, n, N),
+        switches=[(int(a), float(t), c) for (a, t, _), c in zip(switches, codes[N:])],
+        work=work,
+        timeline_points=timeline_points,
+    )
     # the records' blocks, filled in place: the kernel writes admit / first token / finish (and the replica)
     fl = np.empty((len(FLOAT_COLUMNS), n))
     arrival_c, duration, est_c, admit, first, fin, qd, ttft, e2el = fl

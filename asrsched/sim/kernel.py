@@ -51,15 +51,35 @@ from numba import njit
 
 from asrsched.core.rulebook import FCFS, insertion_sort, queue_pop, queue_push, queue_set_policy
 
-__all__ = ["Params", "Requests", "Queues", "Replicas", "Running", "Routing", "Switches", "Output", "run", "call",
-           "ROUTER_CODES", "CTL", "DONE", "MORE", "FLUSH", "FULL", "NOSTEP", "NONE"]
+__all__ = [
+    "Params",
+    "Requests",
+    "Queues",
+    "Replicas",
+    "Running",
+    "Routing",
+    "Switches",
+    "Output",
+    "run",
+    "call",
+    "ROUTER_CODES",
+    "CTL",
+    "DONE",
+    "MORE",
+    "FLUSH",
+    "FULL",
+    "NOSTEP",
+    "NONE",
+]
 
-Params = namedtuple("Params", "max_num_seqs steps overhead low_depth ratio_cap min_service grid final flush_at "
-                              "keep_out timeline work")
+Params = namedtuple(
+    "Params", "max_num_seqs steps overhead low_depth ratio_cap min_service grid final flush_at keep_out timeline work"
+)
 Requests = namedtuple("Requests", "arrival est enc tokens est_q key")
 Queues = namedtuple("Queues", "k1 k2 kid sid sarr sinv spos alive nxt")
-Replicas = namedtuple("Replicas", "t step nrun next_fin npend nwait heap_n slot_n head tail est_wait just_fin events "
-                                  "policy modes")
+Replicas = namedtuple(
+    "Replicas", "t step nrun next_fin npend nwait heap_n slot_n head tail est_wait just_fin events policy modes"
+)
 Running = namedtuple("Running", "fin_step rid est_end pend")
 Routing = namedtuple("Routing", "arm inst_of_arm code d U uptr rrnext cands ncand samp tied vals")
 Switches = namedtuple("Switches", "req time code")
@@ -83,6 +103,7 @@ NOSTEP = 1 << 62  # an empty slot's finish step, and the next completion of an e
 # reference count redundant and emits none. A tuple argument holding an array, or one slice method
 # call, defeats that proof for the whole function, and every inlined helper call then costs atomic
 # increments and decrements (more than the loop's own work).
+
 
 @njit(cache=True, inline="always")
 def _record(final, arrival, nrun, nwait, tl_t, tl_r, tl_q, tl_open, ctl, t, j, count):
@@ -115,6 +136,7 @@ def _record(final, arrival, nrun, nwait, tl_t, tl_r, tl_q, tl_open, ctl, t, j, c
 
 
 # ----------------------------------------------------------------------------- the loop
+
 
 @njit(cache=True)
 def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flush_at, keep_out, timeline, work,  # noqa: C901
@@ -165,15 +187,47 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
                 continue
             # the replica's scalars in registers for the catch-up (stores to the per-request arrays
             # would otherwise force them to be reloaded), written back at its end
-            t, g, nr, nfin, npd, nw, ew, jf, ev = (T[r], G[r], nrun[r], next_fin[r], npend[r], nwait[r], est_wait[r],
-                                                   just_fin[r], events[r])
+            t, g, nr, nfin, npd, nw, ew, jf, ev = (
+                T[r],
+                G[r],
+                nrun[r],
+                next_fin[r],
+                npend[r],
+                nwait[r],
+                est_wait[r],
+                just_fin[r],
+                events[r],
+            )
             code = policy[r]
             while t < h:
                 while nr < M:  # admissions, each with its encoder stall
                     if nw == 0 or t >= h:  # arrivals during the encodes compete for the remaining slots
                         break
-                    jq = queue_pop(code, r, t, r * cap, arrival, est, low_depth, ratio_cap, min_service, k1, k2, kid,
-                              sid, sarr, sinv, spos, alive, nxt, head, tail, heap_n, slot_n, modes)
+                    jq = queue_pop(
+                        code,
+                        r,
+                        t,
+                        r * cap,
+                        arrival,
+                        est,
+                        low_depth,
+                        ratio_cap,
+                        min_service,
+                        k1,
+                        k2,
+                        kid,
+                        sid,
+                        sarr,
+                        sinv,
+                        spos,
+                        alive,
+                        nxt,
+                        head,
+                        tail,
+                        heap_n,
+                        slot_n,
+                        modes,
+                    )
                     nw -= 1
                     if work:
                         ew -= est[jq]
@@ -255,7 +309,16 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
                     status = FLUSH
                     break
             T[r], G[r], nrun[r], next_fin[r], npend[r], nwait[r], est_wait[r], just_fin[r], events[r] = (
-                t, g, nr, nfin, npd, nw, ew, jf, ev)
+                t,
+                g,
+                nr,
+                nfin,
+                npd,
+                nw,
+                ew,
+                jf,
+                ev,
+            )
             if status == FLUSH:
                 r0 = r
                 break
@@ -272,8 +335,30 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
                 if status == FULL:
                     break
             for r in range(N):
-                queue_set_policy(r, sw_code[s], cap, min_service, arrival, est, key, k1, k2, kid, sid, sarr, sinv, spos,
-                            alive, nxt, nwait, heap_n, slot_n, head, tail, policy)
+                queue_set_policy(
+                    r,
+                    sw_code[s],
+                    cap,
+                    min_service,
+                    arrival,
+                    est,
+                    key,
+                    k1,
+                    k2,
+                    kid,
+                    sid,
+                    sarr,
+                    sinv,
+                    spos,
+                    alive,
+                    nxt,
+                    nwait,
+                    heap_n,
+                    slot_n,
+                    head,
+                    tail,
+                    policy,
+                )
             s += 1
             continue
         # ---- route request j: what its arm's router sees of each candidate at a = h
@@ -356,8 +441,29 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
             break
         if rc == _ROUND_ROBIN:
             rrnext[inst] += 1
-        queue_push(policy[dst], dst, j, dst * cap, arrival, est, key, min_service, k1, k2, kid, sid, sarr, sinv, spos,
-              alive, nxt, head, tail, heap_n, slot_n)
+        queue_push(
+            policy[dst],
+            dst,
+            j,
+            dst * cap,
+            arrival,
+            est,
+            key,
+            min_service,
+            k1,
+            k2,
+            kid,
+            sid,
+            sarr,
+            sinv,
+            spos,
+            alive,
+            nxt,
+            head,
+            tail,
+            heap_n,
+            slot_n,
+        )
         nwait[dst] += 1
         if work:
             est_wait[dst] += est[j]
@@ -379,8 +485,17 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     return v
 
 
-def call(p: Params, req: Requests, q: Queues, rep: Replicas, rs: Running, ro: Routing, sw: Switches, out: Output,
-         ctl: np.ndarray) -> int:
+def call(
+    p: Params,
+    req: Requests,
+    q: Queues,
+    rep: Replicas,
+    rs: Running,
+    ro: Routing,
+    sw: Switches,
+    out: Output,
+    ctl: np.ndarray,
+) -> int:
     """:func:`run` on the packed state (its arguments in order); the status.
 
     The kernel only reads a request's arrival, estimate, encoder time and tokens; they reach it as
@@ -388,6 +503,7 @@ def call(p: Params, req: Requests, q: Queues, rep: Replicas, rs: Running, ro: Ro
     chunk's carried-over arrays are not): numba compiles one machine code per combination of those
     flags, so passing them one way keeps it to one compilation.
     """
-    req = req._replace(arrival=_read_only(req.arrival), est=_read_only(req.est), enc=_read_only(req.enc),
-                       tokens=_read_only(req.tokens))
+    req = req._replace(
+        arrival=_read_only(req.arrival), est=_read_only(req.est), enc=_read_only(req.enc), tokens=_read_only(req.tokens)
+    )
     return run(*p, *req, *q, *rep, *rs, *ro, *sw, *out, ctl)

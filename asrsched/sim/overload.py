@@ -38,8 +38,9 @@ def one_overload_warning(what: str) -> Iterator[None]:
         if not issubclass(w.category, OverloadWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if over:
-        warnings.warn(f"{what}: {len(over)} overload warning(s); the first: {over[0].message}", OverloadWarning,
-                      stacklevel=3)
+        warnings.warn(
+            f"{what}: {len(over)} overload warning(s); the first: {over[0].message}", OverloadWarning, stacklevel=3
+        )
 
 
 def check_offered_load(trace: Trace, service: ServiceModel) -> None:
@@ -50,12 +51,20 @@ def check_offered_load(trace: Trace, service: ServiceModel) -> None:
     rate = (len(trace) - 1) / span if span > 0 else math.inf
     enc_load = rate * float(np.mean(service.windows(trace.duration))) * service.encode_s_per_window
     if enc_load >= 1.0:
-        warnings.warn(f"arrival rate {rate:.2f} req/s exceeds capacity: encoder work alone is "
-                      f"{enc_load:.2f} s per second; the queue will grow without bound", OverloadWarning, stacklevel=3)
+        warnings.warn(
+            f"arrival rate {rate:.2f} req/s exceeds capacity: encoder work alone is "
+            f"{enc_load:.2f} s per second; the queue will grow without bound",
+            OverloadWarning,
+            stacklevel=3,
+        )
 
 
-def queue_growth(timeline: pd.DataFrame | tuple[np.ndarray, np.ndarray], M: int, first_arrival: float = -math.inf,
-                  last_arrival: float = math.inf) -> tuple[float, bool]:
+def queue_growth(
+    timeline: pd.DataFrame | tuple[np.ndarray, np.ndarray],
+    M: int,
+    first_arrival: float = -math.inf,
+    last_arrival: float = math.inf,
+) -> tuple[float, bool]:
     """Slope of queue depth (req/s) over the second half of the arrivals, and an overload flag.
 
     ``timeline``: the timeline DataFrame, or its ``(time, waiting)`` arrays.

@@ -40,8 +40,18 @@ from tqdm import auto as tqdm_auto
 
 from asrsched.sim.cache import cache_key, code_key
 
-__all__ = ["map_tasks", "default_workers", "in_task_order", "run_tasks", "task_seed", "json_default", "keep_freed_memory",
-           "Study", "StudyPlan", "run_study"]
+__all__ = [
+    "map_tasks",
+    "default_workers",
+    "in_task_order",
+    "run_tasks",
+    "task_seed",
+    "json_default",
+    "keep_freed_memory",
+    "Study",
+    "StudyPlan",
+    "run_study",
+]
 
 
 def default_workers() -> int:
@@ -91,9 +101,18 @@ def in_task_order(pairs: Iterable[tuple[dict, Any]], tasks: list[dict]) -> list[
     return [r for _, r in sorted(pairs, key=lambda p: pos[id(p[0])])]
 
 
-def run_tasks(fn: Callable[..., Any], tasks: Iterable[dict], *, cache_dir=None, code: str | None = None,
-              prefix: str = "task", workers: int | None = None, address: Any = None,
-              progress: bool | Callable[..., Any] = True, desc: str = "tasks") -> list[Any]:
+def run_tasks(
+    fn: Callable[..., Any],
+    tasks: Iterable[dict],
+    *,
+    cache_dir=None,
+    code: str | None = None,
+    prefix: str = "task",
+    workers: int | None = None,
+    address: Any = None,
+    progress: bool | Callable[..., Any] = True,
+    desc: str = "tasks",
+) -> list[Any]:
     """``fn(**task)`` of every task (:func:`map_tasks`), the results in the order of ``tasks``.
 
     With ``cache_dir`` each result is written as JSON as it arrives (to a temporary file, then
@@ -167,8 +186,14 @@ class Study(Protocol):
         ...
 
 
-def run_study(study: Study, *, workers: int | None = None, address: Any = None, cache_dir=None,
-              progress: bool | Callable[..., Any] = True) -> Any:
+def run_study(
+    study: Study,
+    *,
+    workers: int | None = None,
+    address: Any = None,
+    cache_dir=None,
+    progress: bool | Callable[..., Any] = True,
+) -> Any:
     """Run a study: validate it (before any work), run its :meth:`~Study.plan`'s tasks, assemble the result.
 
     ``workers`` local processes (``None``: :func:`default_workers`; 1 runs in this process) or a
@@ -182,15 +207,26 @@ def run_study(study: Study, *, workers: int | None = None, address: Any = None, 
     plan = study.plan()
     name = type(study).__name__
     if plan.one_at_a_time and (address is not None or workers not in (None, 1)):
-        raise ValueError(f"workers/address: a {name} runs its tasks one at a time in this process "
-                         f"(each measures the whole machine); got workers={workers!r}, address={address!r}")
+        raise ValueError(
+            f"workers/address: a {name} runs its tasks one at a time in this process "
+            f"(each measures the whole machine); got workers={workers!r}, address={address!r}"
+        )
     if cache_dir is not None and not plan.cacheable:
-        raise ValueError(f"cache_dir: a {name} keeps no cache (its results are files, written to its out_dir); "
-                         f"got {cache_dir!r}")
+        raise ValueError(
+            f"cache_dir: a {name} keeps no cache (its results are files, written to its out_dir); got {cache_dir!r}"
+        )
     code = code_key(type(study).__module__) if cache_dir is not None else None
-    results = run_tasks(plan.fn, plan.tasks, cache_dir=cache_dir, code=code,
-                        prefix=plan.prefix, workers=1 if plan.one_at_a_time else workers, address=address,
-                        progress=progress if plan.progress else False, desc=plan.desc)
+    results = run_tasks(
+        plan.fn,
+        plan.tasks,
+        cache_dir=cache_dir,
+        code=code,
+        prefix=plan.prefix,
+        workers=1 if plan.one_at_a_time else workers,
+        address=address,
+        progress=progress if plan.progress else False,
+        desc=plan.desc,
+    )
     return study.assemble(plan, results, time.perf_counter() - t0)
 
 

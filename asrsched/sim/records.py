@@ -25,13 +25,25 @@ import numpy as np
 import pandas as pd
 from numba import njit
 
-__all__ = ["RECORD_COLUMNS", "CollectSink", "ParquetSink", "SummarySink", "add_derived", "occupancy",
-           "time_average", "OCCUPANCY_QUANTITIES", "SimResult", "FLOAT_COLUMNS", "blocks_frame", "names_array",
-           "column_writer", "histogram_add"]
+__all__ = [
+    "RECORD_COLUMNS",
+    "CollectSink",
+    "ParquetSink",
+    "SummarySink",
+    "add_derived",
+    "occupancy",
+    "time_average",
+    "OCCUPANCY_QUANTITIES",
+    "SimResult",
+    "FLOAT_COLUMNS",
+    "blocks_frame",
+    "names_array",
+    "column_writer",
+    "histogram_add",
+]
 
 #: the per-request columns of every simulator and load-generator record table, in order
-RECORD_COLUMNS = ["rid", "arrival", "duration", "language", "est_service", "tokens", "admit", "first_token",
-                  "finish"]
+RECORD_COLUMNS = ["rid", "arrival", "duration", "language", "est_service", "tokens", "admit", "first_token", "finish"]
 
 
 class CollectSink:
@@ -110,8 +122,9 @@ class SummarySink:
         """The same records as :meth:`write`, given as one array per column of :data:`RECORD_COLUMNS`."""
         self._add(*(np.asarray(cols[c], float) for c in ("arrival", "duration", "admit", "first_token", "finish")))
 
-    def _add(self, arrival: np.ndarray, dur: np.ndarray, admit: np.ndarray, first: np.ndarray,
-             finish: np.ndarray) -> None:
+    def _add(
+        self, arrival: np.ndarray, dur: np.ndarray, admit: np.ndarray, first: np.ndarray, finish: np.ndarray
+    ) -> None:
         if not len(arrival):
             return
         vals = {"ttft": first - arrival, "e2el": finish - arrival, "queue_delay": admit - arrival}
@@ -134,9 +147,12 @@ class SummarySink:
 
     def result(self) -> dict[str, float]:
         span = self.last_finish - self.first_arrival
-        out: dict[str, float] = {"completed": self.n, "request_throughput": self.n / span if span > 0 else math.nan,
-                                 "rtfx": self.audio_s / span if span > 0 else math.nan,
-                                 "max_queue_delay_ms": 1e3 * self.max_wait}
+        out: dict[str, float] = {
+            "completed": self.n,
+            "request_throughput": self.n / span if span > 0 else math.nan,
+            "rtfx": self.audio_s / span if span > 0 else math.nan,
+            "max_queue_delay_ms": 1e3 * self.max_wait,
+        }
         for k in self.sums:
             out[f"mean_{k}_ms"] = 1e3 * self.sums[k] / max(self.n, 1)
             for p in (50, 90, 99):
@@ -163,8 +179,10 @@ def _intervals(records: pd.DataFrame, quantity: str, overhead_s: float) -> tuple
     if quantity not in OCCUPANCY_QUANTITIES:
         raise ValueError(f"quantity must be one of {', '.join(OCCUPANCY_QUANTITIES)}, got {quantity!r}")
     if not isinstance(records, pd.DataFrame):
-        raise ValueError("exact occupancy needs the per-request records as a DataFrame (the default CollectSink), "
-                         f"got {type(records).__name__}")
+        raise ValueError(
+            "exact occupancy needs the per-request records as a DataFrame (the default CollectSink), "
+            f"got {type(records).__name__}"
+        )
     cols = {"in_system": ("arrival", "finish"), "waiting": ("arrival", "admit"), "running": ("admit", "finish")}
     start, end = (records[c].to_numpy(float) for c in cols[quantity])
     if quantity == "running":
@@ -193,13 +211,19 @@ def occupancy(records: pd.DataFrame, overhead_s: float = 0.0) -> pd.DataFrame:
         ts.extend([start, end])
     t = np.unique(np.concatenate(ts)) if ts else np.empty(0)
     for q, (start, end) in spans.items():
-        out[q] = (np.searchsorted(np.sort(start), t, side="right")
-                  - np.searchsorted(np.sort(end), t, side="right")).astype(np.int64)
+        out[q] = (
+            np.searchsorted(np.sort(start), t, side="right") - np.searchsorted(np.sort(end), t, side="right")
+        ).astype(np.int64)
     return pd.DataFrame({"time": t, **out})
 
 
-def time_average(records: pd.DataFrame, quantity: str = "in_system", t0: float | None = None,
-                 t1: float | None = None, overhead_s: float = 0.0) -> float:
+def time_average(
+    records: pd.DataFrame,
+    quantity: str = "in_system",
+    t0: float | None = None,
+    t1: float | None = None,
+    overhead_s: float = 0.0,
+) -> float:
     """Exact time average of ``quantity`` (see :func:`occupancy`) over ``[t0, t1]``.
 
     Defaults: from the first arrival to the last finish, where it equals
@@ -220,6 +244,7 @@ def time_average(records: pd.DataFrame, quantity: str = "in_system", t0: float |
 
 
 # ----------------------------------------------------------------------------- result
+
 
 @dataclass
 class SimResult:
@@ -294,8 +319,9 @@ def histogram_add(bins, log_lo, log_step, values, hist):
 FLOAT_COLUMNS = ("arrival", "duration", "est_service", "admit", "first_token", "finish", "queue_delay", "ttft", "e2el")
 
 
-def blocks_frame(fl: np.ndarray, ints: np.ndarray, int_columns: tuple[str, ...], lang: Any,
-                 extra: dict | None = None) -> pd.DataFrame:
+def blocks_frame(
+    fl: np.ndarray, ints: np.ndarray, int_columns: tuple[str, ...], lang: Any, extra: dict | None = None
+) -> pd.DataFrame:
     """A records frame from its blocks, without a copy (:func:`pandas.api.internals.create_dataframe_from_blocks`).
 
     ``fl``: the float columns :data:`FLOAT_COLUMNS` as rows; ``ints``: the integer columns
@@ -325,8 +351,14 @@ def blocks_frame(fl: np.ndarray, ints: np.ndarray, int_columns: tuple[str, ...],
 @functools.lru_cache(maxsize=16)
 def _layout(int_columns: tuple[str, ...], extra: tuple[str, ...]) -> tuple[pd.Index, tuple[np.ndarray, ...]]:
     """The records' column index and each block's column positions (float, int, language, then ``extra``)."""
-    cols = [*RECORD_COLUMNS, "queue_delay", "ttft", "e2el", *[c for c in int_columns if c not in RECORD_COLUMNS],
-            *extra]
+    cols = [
+        *RECORD_COLUMNS,
+        "queue_delay",
+        "ttft",
+        "e2el",
+        *[c for c in int_columns if c not in RECORD_COLUMNS],
+        *extra,
+    ]
     if len(set(cols)) != len(cols):
         raise ValueError(f"extra: column names must be new, got {list(extra)}")
     at = {c: i for i, c in enumerate(cols)}

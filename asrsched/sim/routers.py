@@ -35,8 +35,17 @@ import numpy as np
 
 from asrsched.sim.inputs import BUILTIN_ROUTERS, set_router_lookup
 
-__all__ = ["Router", "ROUTERS", "register_router", "router_names", "make_router", "validate_router", "parse_router",
-           "router_info", "uniform_uses"]
+__all__ = [
+    "Router",
+    "ROUTERS",
+    "register_router",
+    "router_names",
+    "make_router",
+    "validate_router",
+    "parse_router",
+    "router_info",
+    "uniform_uses",
+]
 
 
 class Router:
@@ -194,8 +203,9 @@ def parse_router(name: str) -> tuple[str, dict]:
         return ("pod_work" if m.group(2) else "pod"), {"d": int(m.group(1))}
     if key in ROUTERS:
         return key, {}
-    raise ValueError(f"router: unknown router {name!r}; allowed values: {', '.join(router_names())} "
-                     "(e.g. 'pod2', 'pod3_work')")
+    raise ValueError(
+        f"router: unknown router {name!r}; allowed values: {', '.join(router_names())} (e.g. 'pod2', 'pod3_work')"
+    )
 
 
 set_router_lookup(router_info)

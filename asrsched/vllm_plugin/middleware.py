@@ -77,8 +77,12 @@ class MiddlewareStats:
     def summary(self) -> dict[str, float]:
         """``requests``, ``mean_us``, ``max_us`` of rewritten requests, and ``passed_through``."""
         with self._lock:
-            return {"requests": self.n, "mean_us": 1e6 * self.total_s / self.n if self.n else float("nan"),
-                    "max_us": 1e6 * self.max_s, "passed_through": self.passed_through}
+            return {
+                "requests": self.n,
+                "mean_us": 1e6 * self.total_s / self.n if self.n else float("nan"),
+                "max_us": 1e6 * self.max_s,
+                "passed_through": self.passed_through,
+            }
 
 
 STATS = MiddlewareStats()
@@ -104,9 +108,9 @@ def parse_multipart(body: bytes, boundary: bytes) -> list[dict[str, Any]] | None
     parts = []
     while True:
         pos += len(delim)
-        if body[pos:pos + 2] == b"--":
+        if body[pos : pos + 2] == b"--":
             return parts
-        if body[pos:pos + 2] != b"\r\n":
+        if body[pos : pos + 2] != b"\r\n":
             return None
         h0 = pos + 2
         h1 = body.find(b"\r\n\r\n", h0)
@@ -120,8 +124,15 @@ def parse_multipart(body: bytes, boundary: bytes) -> list[dict[str, Any]] | None
         m = _NAME.search(headers)
         if m is None:
             return None
-        parts.append({"name": m.group(1).decode("utf-8", "replace"), "headers": headers, "start": c0, "end": nxt,
-                      "is_file": _FILENAME.search(headers) is not None})
+        parts.append(
+            {
+                "name": m.group(1).decode("utf-8", "replace"),
+                "headers": headers,
+                "start": c0,
+                "end": nxt,
+                "is_file": _FILENAME.search(headers) is not None,
+            }
+        )
         pos = nxt + 2
 
 
@@ -158,23 +169,23 @@ def rewrite_multipart(body: bytes, content_type: str, *, vad: str | None = None)
         name = p["name"]
         if name == "vllm_xargs":
             try:
-                obj = json.loads(body[p["start"]:p["end"]].decode("utf-8"))
+                obj = json.loads(body[p["start"] : p["end"]].decode("utf-8"))
             except (ValueError, UnicodeDecodeError):
                 return None  # vLLM reports the bad JSON itself
             if not isinstance(obj, dict):
                 return None
             xargs.update(obj)
         elif name.startswith("vllm_xargs[") and name.endswith("]"):
-            val = _value(body[p["start"]:p["end"]].decode("utf-8", "replace"))
+            val = _value(body[p["start"] : p["end"]].decode("utf-8", "replace"))
             if name.endswith("][]"):  # a list value: vllm_xargs[key][]
-                xargs.setdefault(name[len("vllm_xargs["):-3], []).append(val)
+                xargs.setdefault(name[len("vllm_xargs[") : -3], []).append(val)
             else:
-                xargs[name[len("vllm_xargs["):-1]] = val
+                xargs[name[len("vllm_xargs[") : -1]] = val
         else:
             keep.append(p)
     f = files[0]
     view = memoryview(body)
-    audio = view[f["start"]:f["end"]]  # no copy: the header parse reads 64 KiB of it
+    audio = view[f["start"] : f["end"]]  # no copy: the header parse reads 64 KiB of it
     try:
         info = audio_info(audio)
     except AudioError:
@@ -186,8 +197,9 @@ def rewrite_multipart(body: bytes, content_type: str, *, vad: str | None = None)
         from asrsched.whisper.vad import VAD_METHODS, speech_duration
 
         if method not in VAD_METHODS:
-            raise ValueError(f"{VAD_ENV} / vllm_xargs[{XARG_VAD}] must be one of {', '.join(VAD_METHODS)}, "
-                             f"got {method!r}")
+            raise ValueError(
+                f"{VAD_ENV} / vllm_xargs[{XARG_VAD}] must be one of {', '.join(VAD_METHODS)}, got {method!r}"
+            )
         try:
             y = load_audio(audio, mono="mix", resample=True)
         except AudioError:
@@ -195,11 +207,12 @@ def rewrite_multipart(body: bytes, content_type: str, *, vad: str | None = None)
         if y is not None:
             xargs["speech_duration_s"] = round(float(speech_duration(y, 16_000, method=method).speech_s), 4)
     delim = b"--" + b
-    new_part = (delim + b'\r\nContent-Disposition: form-data; name="vllm_xargs"\r\n\r\n'
-                + json.dumps(xargs).encode() + b"\r\n")
-    out = [view[:body.find(delim)]]
+    new_part = (
+        delim + b'\r\nContent-Disposition: form-data; name="vllm_xargs"\r\n\r\n' + json.dumps(xargs).encode() + b"\r\n"
+    )
+    out = [view[: body.find(delim)]]
     for p in keep:
-        out += [delim, b"\r\n", p["headers"], b"\r\n\r\n", view[p["start"]:p["end"]], b"\r\n"]
+        out += [delim, b"\r\n", p["headers"], b"\r\n\r\n", view[p["start"] : p["end"]], b"\r\n"]
     out += [new_part, delim, b"--\r\n"]
     return b"".join(out), xargs
 
@@ -207,8 +220,14 @@ def rewrite_multipart(body: bytes, content_type: str, *, vad: str | None = None)
 class DurationMiddleware:
     """ASGI middleware: inject the upload's audio duration into ``vllm_xargs`` (see the module docstring)."""
 
-    def __init__(self, app: Callable[[Scope, Callable, Callable], Awaitable[None]], *, vad: str | None = None,
-                 max_mb: float | None = None, paths: tuple[str, ...] = AUDIO_PATHS):
+    def __init__(
+        self,
+        app: Callable[[Scope, Callable, Callable], Awaitable[None]],
+        *,
+        vad: str | None = None,
+        max_mb: float | None = None,
+        paths: tuple[str, ...] = AUDIO_PATHS,
+    ):
         self.app = app
         self.vad = vad if vad is not None else (os.environ.get(VAD_ENV) or None)
         self.max_bytes = int(float(max_mb if max_mb is not None else os.environ.get(MAX_MB_ENV, 64)) * 2**20)
@@ -220,8 +239,11 @@ class DurationMiddleware:
                 raise ValueError(f"{VAD_ENV} must be one of {', '.join(VAD_METHODS)}, got {self.vad!r}")
 
     async def __call__(self, scope: Scope, receive: Callable, send: Callable) -> None:
-        if (scope.get("type") != "http" or scope.get("method") != "POST"
-                or not str(scope.get("path", "")).rstrip("/").endswith(self.paths)):
+        if (
+            scope.get("type") != "http"
+            or scope.get("method") != "POST"
+            or not str(scope.get("path", "")).rstrip("/").endswith(self.paths)
+        ):
             await self.app(scope, receive, send)
             return
         headers = scope.get("headers") or []
@@ -254,7 +276,8 @@ class DurationMiddleware:
             body, xargs = out
             scope = dict(scope)
             scope["headers"] = [(k, v) for k, v in headers if k.lower() != b"content-length"] + [
-                (b"content-length", str(len(body)).encode())]
+                (b"content-length", str(len(body)).encode())
+            ]
         sent = False
 
         async def replay() -> Message:

@@ -49,8 +49,14 @@ class PolicyRequestQueue:
     returns exactly that request. :meth:`stats` reports decisions and their cost.
     """
 
-    def __init__(self, policy: str | WaitingQueue = DEFAULT_POLICY, *, estimator: SizeEstimator | None = None,
-                 clock: Callable[[], float] = time.time, policy_params: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        policy: str | WaitingQueue = DEFAULT_POLICY,
+        *,
+        estimator: SizeEstimator | None = None,
+        clock: Callable[[], float] = time.time,
+        policy_params: Mapping[str, Any] | None = None,
+    ):
         self.policy = policy if isinstance(policy, str) else getattr(policy, "name", "custom")
         self.policy_params = dict(policy_params or {})
         self._q: WaitingQueue = make_queue(policy, **self.policy_params)
@@ -87,9 +93,14 @@ class PolicyRequestQueue:
         job = getattr(request, "asrsched_job", None)
         if job is None:
             est, info = self.estimator.estimate(request)
-            job = Job(rid=id(request), arrival=float(getattr(request, "arrival_time", self.clock())),
-                      est_service=est, duration=float(info["duration_s"] or 0.0),
-                      language=info["language"], payload=request)
+            job = Job(
+                rid=id(request),
+                arrival=float(getattr(request, "arrival_time", self.clock())),
+                est_service=est,
+                duration=float(info["duration_s"] or 0.0),
+                language=info["language"],
+                payload=request,
+            )
             try:
                 request.asrsched_job = job
                 request.asrsched_info = info

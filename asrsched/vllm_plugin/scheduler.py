@@ -148,15 +148,21 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- step log
 
+
 def step_record(out: Any, t0: float) -> dict[str, Any]:
     """What one engine step runs, from vLLM's ``SchedulerOutput``: ``n_seqs`` (requests in the step),
     ``n_new`` (first scheduled this step), ``n_encoder`` (encoder inputs run, one per audio window),
     ``n_tokens`` (tokens scheduled), and the step's start ``t0`` (``time.perf_counter``)."""
     nst = getattr(out, "num_scheduled_tokens", None) or {}
     enc = getattr(out, "scheduled_encoder_inputs", None) or {}
-    return {"t": time.time(), "t0": t0, "n_seqs": len(nst), "n_new": len(getattr(out, "scheduled_new_reqs", []) or []),
-            "n_encoder": int(sum(len(v) for v in enc.values())),
-            "n_tokens": int(getattr(out, "total_num_scheduled_tokens", 0) or sum(nst.values()))}
+    return {
+        "t": time.time(),
+        "t0": t0,
+        "n_seqs": len(nst),
+        "n_new": len(getattr(out, "scheduled_new_reqs", []) or []),
+        "n_encoder": int(sum(len(v) for v in enc.values())),
+        "n_tokens": int(getattr(out, "total_num_scheduled_tokens", 0) or sum(nst.values())),
+    }
 
 
 # ----------------------------------------------------------------------------- the scheduler
@@ -207,18 +213,24 @@ def _build_classes() -> dict[str, type]:
                 sub = add.get("asrsched") if isinstance(add, Mapping) else None
                 self.asrsched_config = PluginConfig.from_sources(sub)
                 c = self.asrsched_config
-                self._asrsched_estimator = SizeEstimator(c.service_model, default_language=c.default_language,
-                                                         unknown_duration_s=c.unknown_duration_s)
-                self.waiting = PolicyRequestQueue(c.policy, estimator=self._asrsched_estimator,
-                                                  policy_params=c.policy_params)
+                self._asrsched_estimator = SizeEstimator(
+                    c.service_model, default_language=c.default_language, unknown_duration_s=c.unknown_duration_s
+                )
+                self.waiting = PolicyRequestQueue(
+                    c.policy, estimator=self._asrsched_estimator, policy_params=c.policy_params
+                )
                 self._asrsched_names = frozenset(policy_names())
                 self.admission_log: deque[dict[str, Any]] = deque(maxlen=100_000)
                 self._admission_fh = open(c.admission_log, "a", buffering=1) if c.admission_log else None
                 self._step_fh = open(c.step_log, "a", buffering=1) if c.step_log else None
                 self._step: dict[str, Any] | None = None
                 # through vLLM's own logger: "asrsched.*" has no handler in vLLM's process, so INFO was dropped
-                _vllm_log.info("asrsched: waiting queue ordered by %s (service model %s, %s)", c.policy,
-                         c.service_model.name, "async" if isinstance(self, AsyncScheduler) else "sync")
+                _vllm_log.info(
+                    "asrsched: waiting queue ordered by %s (service model %s, %s)",
+                    c.policy,
+                    c.service_model.name,
+                    "async" if isinstance(self, AsyncScheduler) else "sync",
+                )
 
             def set_policy(self, policy: str, **params: Any) -> None:
                 """Switch the waiting queue's policy; queued requests move over (arrival times kept)."""
@@ -236,8 +248,13 @@ def _build_classes() -> dict[str, type]:
                     if want is not None:
                         moved = len(self.waiting)
                         self.set_policy(want)
-                        _vllm_log.info("asrsched: waiting queue switched from %s to %s by request %s (%d waiting "
-                                       "moved over)", c.policy, want, getattr(request, "request_id", "?"), moved)
+                        _vllm_log.info(
+                            "asrsched: waiting queue switched from %s to %s by request %s (%d waiting moved over)",
+                            c.policy,
+                            want,
+                            getattr(request, "request_id", "?"),
+                            moved,
+                        )
                 super().add_request(request)
 
             def asrsched_stats(self) -> dict[str, Any]:
@@ -282,10 +299,16 @@ def _build_classes() -> dict[str, type]:
                     if job is None:
                         continue
                     rec = {
-                        "t": now, "request_id": rid, "policy": policy,
-                        "arrival": job.arrival, "wait_s": now - job.arrival,
-                        "est_service_s": job.est_service, "duration_s": info.get("duration_s"),
-                        "language": job.language, "source": info.get("source"), "depth": depth,
+                        "t": now,
+                        "request_id": rid,
+                        "policy": policy,
+                        "arrival": job.arrival,
+                        "wait_s": now - job.arrival,
+                        "est_service_s": job.est_service,
+                        "duration_s": info.get("duration_s"),
+                        "language": job.language,
+                        "source": info.get("source"),
+                        "depth": depth,
                         "preemptions": getattr(req, "num_preemptions", 0),
                         "extra_args": getattr(getattr(req, "sampling_params", None), "extra_args", None),
                     }

@@ -15,8 +15,16 @@ from typing import Any
 
 from asrsched.core.service import ServiceModel, default_service_model
 
-__all__ = ["SizeEstimator", "check_default_language", "requested_policy", "XARG_DURATION", "XARG_SPEECH",
-           "XARG_LANGUAGE", "XARG_EST", "XARG_POLICY"]
+__all__ = [
+    "SizeEstimator",
+    "check_default_language",
+    "requested_policy",
+    "XARG_DURATION",
+    "XARG_SPEECH",
+    "XARG_LANGUAGE",
+    "XARG_EST",
+    "XARG_POLICY",
+]
 
 log = logging.getLogger("asrsched.vllm_plugin.scheduler")
 
@@ -33,8 +41,10 @@ def check_default_language(model: ServiceModel, language: str) -> str:
     """``language`` if ``model`` has a kappa for it, else ``ValueError`` naming the key ``default_language``
     and the allowed values (the model's languages)."""
     if language not in model.kappa:
-        raise ValueError(f"asrsched default_language {language!r} is not a language of the service model "
-                         f"{model.name!r}; allowed values: {', '.join(sorted(model.kappa))}")
+        raise ValueError(
+            f"asrsched default_language {language!r} is not a language of the service model "
+            f"{model.name!r}; allowed values: {', '.join(sorted(model.kappa))}"
+        )
     return language
 
 
@@ -48,8 +58,13 @@ def requested_policy(request: Any, current: str, known: tuple[str, ...] | frozen
         return None
     name = str(want).strip().lower()
     if name not in known:
-        log.warning("asrsched: request %s asks for policy %r, which is unknown (allowed: %s); it is queued under %s",
-                    getattr(request, "request_id", "?"), want, ", ".join(sorted(known)), current)
+        log.warning(
+            "asrsched: request %s asks for policy %r, which is unknown (allowed: %s); it is queued under %s",
+            getattr(request, "request_id", "?"),
+            want,
+            ", ".join(sorted(known)),
+            current,
+        )
         return None
     return None if name == current else name
 
@@ -78,8 +93,9 @@ class SizeEstimator:
     ``info["language"]`` (and the job's language) is the language whose kappa was used.
     """
 
-    def __init__(self, model: ServiceModel | None = None, *, default_language: str = "en",
-                 unknown_duration_s: float = 30.0):
+    def __init__(
+        self, model: ServiceModel | None = None, *, default_language: str = "en", unknown_duration_s: float = 30.0
+    ):
         self.model = model or default_service_model()
         self.default_language = check_default_language(self.model, default_language)
         self.unknown_duration_s = float(unknown_duration_s)
@@ -112,8 +128,11 @@ class SizeEstimator:
             d = _positive(xa.get(XARG_DURATION))
             source = "duration"
             if d is None:
-                self._warn("bad_duration", f"request extra_args {XARG_DURATION}={xa.get(XARG_DURATION)!r} is not a "
-                                           "non-negative number; treating the request as of unknown size")
+                self._warn(
+                    "bad_duration",
+                    f"request extra_args {XARG_DURATION}={xa.get(XARG_DURATION)!r} is not a "
+                    "non-negative number; treating the request as of unknown size",
+                )
                 source = "invalid"
         if d is None:
             if max_tokens is not None and max_tokens <= 1:

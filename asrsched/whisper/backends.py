@@ -39,13 +39,30 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Backend", "FasterWhisperBackend", "RESULT_KEYS", "ENGLISH_ONLY", "COMPUTE_TYPES", "MAX_REPEAT",
-           "longest_repeat", "text_repeat"]
+__all__ = [
+    "Backend",
+    "FasterWhisperBackend",
+    "RESULT_KEYS",
+    "ENGLISH_ONLY",
+    "COMPUTE_TYPES",
+    "MAX_REPEAT",
+    "longest_repeat",
+    "text_repeat",
+]
 
 #: the keys of every backend's ``transcribe`` result
 RESULT_KEYS = (
-    "text", "tokens_kept", "tokens_text", "tokens_generated", "decode_steps", "generate_calls",
-    "windows", "encode_s", "decode_s", "first_token_s", "total_s",
+    "text",
+    "tokens_kept",
+    "tokens_text",
+    "tokens_generated",
+    "decode_steps",
+    "generate_calls",
+    "windows",
+    "encode_s",
+    "decode_s",
+    "first_token_s",
+    "total_s",
 )
 ENGLISH_ONLY = {"tiny.en"}
 COMPUTE_TYPES = ("int8", "int8_float32", "float32", "float16", "int16", "default")
@@ -92,7 +109,7 @@ def text_repeat(text: str, max_period: int = 4) -> tuple[int, str]:
 
     words = re.findall(r"[\w']+", text.lower())
     reps, start, period = longest_repeat(words, max_period)
-    return reps, " ".join(words[start:start + period])
+    return reps, " ".join(words[start : start + period])
 
 
 @runtime_checkable
@@ -148,9 +165,16 @@ class _TimedCT2:
         for r in res:
             lens = [len(s) for s in r.sequences_ids] or [0]
             steps = max(lens) + 1  # + the end-of-text step
-            self.calls.append({"tokens": int(sum(lens)), "steps": steps, "decode_s": dt / len(res),
-                               "temperature": kw.get("sampling_temperature", 0.0)
-                               if kw.get("beam_size", 1) == 1 and "sampling_temperature" in kw else 0.0})
+            self.calls.append(
+                {
+                    "tokens": int(sum(lens)),
+                    "steps": steps,
+                    "decode_s": dt / len(res),
+                    "temperature": kw.get("sampling_temperature", 0.0)
+                    if kw.get("beam_size", 1) == 1 and "sampling_temperature" in kw
+                    else 0.0,
+                }
+            )
             if self.first_token_at is None:
                 # CT2 returns whole sequences; the first token comes after the prompt step,
                 # estimated as one step's share of this call.
@@ -216,10 +240,14 @@ class FasterWhisperBackend:
         self.compute_type = compute_type
         self.cpu_threads = int(cpu_threads)
         self.beam_size = int(beam_size)
-        self.options = dict(beam_size=self.beam_size, temperature=temperature,
-                            without_timestamps=bool(without_timestamps),
-                            condition_on_previous_text=bool(condition_on_previous_text), vad_filter=False,
-                            **transcribe_options)
+        self.options = dict(
+            beam_size=self.beam_size,
+            temperature=temperature,
+            without_timestamps=bool(without_timestamps),
+            condition_on_previous_text=bool(condition_on_previous_text),
+            vad_filter=False,
+            **transcribe_options,
+        )
         self._wm = load_whisper(model, compute_type=compute_type, cpu_threads=self.cpu_threads)
         self._timed = _TimedCT2(self._wm.model)
         self._wm.model = self._timed
@@ -231,8 +259,9 @@ class FasterWhisperBackend:
     def description(self) -> str:
         t = self.options["temperature"]
         fb = "fallback" if isinstance(t, (tuple, list)) and len(t) > 1 else "no-fallback"
-        return (f"whisper-{self.model}/faster-whisper/cpu-{self.cpu_threads}t/{self.compute_type}/"
-                f"beam{self.beam_size}/{fb}")
+        return (
+            f"whisper-{self.model}/faster-whisper/cpu-{self.cpu_threads}t/{self.compute_type}/beam{self.beam_size}/{fb}"
+        )
 
     def supported_languages(self) -> list[str]:
         return list(self._wm.supported_languages)
@@ -281,8 +310,9 @@ class FasterWhisperBackend:
             "decode_cpu_s": tm.decode_cpu_s,
         }
 
-    def batch_step_times(self, audios: list[np.ndarray], language: str, batch_sizes=(1, 2, 4),
-                         repeats: int = 3, max_new_tokens: int = 48) -> list[dict]:
+    def batch_step_times(
+        self, audios: list[np.ndarray], language: str, batch_sizes=(1, 2, 4), repeats: int = 3, max_new_tokens: int = 48
+    ) -> list[dict]:
         """Decoder step time at each batch size: ``generate`` on ``b`` encoded windows at once.
 
         Greedy, no timestamps, the clips' first 30 s; per batch size the
@@ -298,29 +328,37 @@ class FasterWhisperBackend:
         if not audios:
             raise ValueError("batch_step_times needs at least one clip")
         wm = self._wm
-        tok = Tokenizer(wm.hf_tokenizer, self.multilingual, task="transcribe",
-                        language=language if self.multilingual else "en")
+        tok = Tokenizer(
+            wm.hf_tokenizer, self.multilingual, task="transcribe", language=language if self.multilingual else "en"
+        )
         prompt = wm.get_prompt(tok, [], without_timestamps=True)
         feats = [pad_or_trim(wm.feature_extractor(np.asarray(a, np.float32))[..., :-1]) for a in audios]
         sizes = [int(b) for b in batch_sizes]
         if any(b < 1 for b in sizes):
             raise ValueError(f"batch sizes must be integers >= 1, got {list(batch_sizes)}")
-        encoded = {b: wm.encode(np.stack([feats[i % len(feats)] for i in range(b)]).astype(np.float32))
-                   for b in sizes}
+        encoded = {b: wm.encode(np.stack([feats[i % len(feats)] for i in range(b)]).astype(np.float32)) for b in sizes}
         per_step: dict[int, list[float]] = {b: [] for b in sizes}
         per_step_cpu: dict[int, list[float]] = {b: [] for b in sizes}
         steps_of: dict[int, int] = {}
         for _ in range(max(1, int(repeats))):  # interleaved, so load changes hit every batch size alike
             for b in sizes:
                 t, c = time.perf_counter(), time.process_time()
-                res = self._timed._inner.generate(encoded[b], [prompt] * b, beam_size=1,
-                                                  max_length=len(prompt) + max_new_tokens)
+                res = self._timed._inner.generate(
+                    encoded[b], [prompt] * b, beam_size=1, max_length=len(prompt) + max_new_tokens
+                )
                 dt, dc = time.perf_counter() - t, time.process_time() - c
                 steps_of[b] = max(len(r.sequences_ids[0]) for r in res) + 1
                 per_step[b].append(dt / steps_of[b])
                 per_step_cpu[b].append(dc / steps_of[b])
-        return [{"batch": b, "step_s": float(np.min(per_step[b])), "step_cpu_s": float(np.min(per_step_cpu[b])),
-                 "steps": steps_of[b]} for b in sizes]
+        return [
+            {
+                "batch": b,
+                "step_s": float(np.min(per_step[b])),
+                "step_cpu_s": float(np.min(per_step_cpu[b])),
+                "steps": steps_of[b],
+            }
+            for b in sizes
+        ]
 
     def close(self) -> None:
         self._wm = None

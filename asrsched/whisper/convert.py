@@ -274,6 +274,7 @@ def ct2_to_hf_state_dict(m: CT2Model, dtype: str = "float16") -> tuple[dict[str,
 
 # ----------------------------------------------------------------------------- safetensors
 
+
 def write_safetensors(tensors: dict[str, np.ndarray], path: str | Path, metadata: dict[str, str] | None = None) -> Path:
     """Write ``tensors`` in the safetensors format (8-byte header size, JSON header, raw data)."""
     path = Path(path)
@@ -307,6 +308,7 @@ def read_safetensors_header(path: str | Path) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- tokenizer and configs
+
 
 def _timestamp_tokens() -> list[str]:
     return ["<|%.2f|>" % (i * 0.02) for i in range(N_TIMESTAMPS)]
@@ -346,8 +348,15 @@ def _tokenizer_files(ct2_dir: Path, vocab_size: int) -> tuple[dict[str, Any], di
         # As Hugging Face's Whisper conversion does: plain (non-special) added tokens, so that
         # WhisperTokenizer's timestamp_begin = last special id + 1 holds.
         tok["added_tokens"].append(
-            {"id": first_ts + i, "content": content, "single_word": False, "lstrip": False,
-             "rstrip": False, "normalized": False, "special": False}
+            {
+                "id": first_ts + i,
+                "content": content,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": False,
+            }
         )
     tok["added_tokens"].sort(key=lambda t: t["id"])
     by_id = {t["id"]: t["content"] for t in tok["added_tokens"]}
@@ -439,20 +448,23 @@ def convert_dir(ct2_dir: str | Path, out_dir: str | Path, *, dtype: str = "float
             gen["lang_to_id"] = facts["lang_to_id"]
             gen["task_to_id"] = {"transcribe": facts["transcribe"], "translate": facts["translate"]}
         _write_json(tmp / "generation_config.json", gen)
-        _write_json(tmp / "preprocessor_config.json", {
-            "chunk_length": 30,
-            "feature_extractor_type": "WhisperFeatureExtractor",
-            "feature_size": dims["num_mel_bins"],
-            "hop_length": 160,
-            "n_fft": 400,
-            "n_samples": 480000,
-            "nb_max_frames": 3000,
-            "padding_side": "right",
-            "padding_value": 0.0,
-            "processor_class": "WhisperProcessor",
-            "return_attention_mask": False,
-            "sampling_rate": 16000,
-        })
+        _write_json(
+            tmp / "preprocessor_config.json",
+            {
+                "chunk_length": 30,
+                "feature_extractor_type": "WhisperFeatureExtractor",
+                "feature_size": dims["num_mel_bins"],
+                "hop_length": 160,
+                "n_fft": 400,
+                "n_samples": 480000,
+                "nb_max_frames": 3000,
+                "padding_side": "right",
+                "padding_value": 0.0,
+                "processor_class": "WhisperProcessor",
+                "return_attention_mask": False,
+                "sampling_rate": 16000,
+            },
+        )
         _write_json(tmp / "tokenizer.json", tok)
         _write_json(tmp / "vocab.json", tok["model"]["vocab"])
         merges = tok["model"]["merges"]
@@ -462,34 +474,51 @@ def convert_dir(ct2_dir: str | Path, out_dir: str | Path, *, dtype: str = "float
                 f.write((mrg if isinstance(mrg, str) else " ".join(mrg)) + "\n")
         eot = "<|endoftext|>"
         specials = [t["content"] for t in facts["specials"] if t["content"] != eot]
-        _write_json(tmp / "special_tokens_map.json", {
-            "bos_token": eot, "eos_token": eot, "unk_token": eot, "pad_token": eot,
-            "additional_special_tokens": specials,
-        })
-        _write_json(tmp / "tokenizer_config.json", {
-            "tokenizer_class": "WhisperTokenizer",
-            "processor_class": "WhisperProcessor",
-            "bos_token": eot, "eos_token": eot, "unk_token": eot, "pad_token": eot,
-            "add_prefix_space": False,
-            "errors": "replace",
-            "model_max_length": 1024,
-            "clean_up_tokenization_spaces": True,
-            "additional_special_tokens": specials,
-            "added_tokens_decoder": {
-                str(t["id"]): {k: t[k] for k in ("content", "lstrip", "normalized", "rstrip", "single_word", "special")}
-                for t in tok["added_tokens"]
+        _write_json(
+            tmp / "special_tokens_map.json",
+            {
+                "bos_token": eot,
+                "eos_token": eot,
+                "unk_token": eot,
+                "pad_token": eot,
+                "additional_special_tokens": specials,
             },
-        })
+        )
+        _write_json(
+            tmp / "tokenizer_config.json",
+            {
+                "tokenizer_class": "WhisperTokenizer",
+                "processor_class": "WhisperProcessor",
+                "bos_token": eot,
+                "eos_token": eot,
+                "unk_token": eot,
+                "pad_token": eot,
+                "add_prefix_space": False,
+                "errors": "replace",
+                "model_max_length": 1024,
+                "clean_up_tokenization_spaces": True,
+                "additional_special_tokens": specials,
+                "added_tokens_decoder": {
+                    str(t["id"]): {
+                        k: t[k] for k in ("content", "lstrip", "normalized", "rstrip", "single_word", "special")
+                    }
+                    for t in tok["added_tokens"]
+                },
+            },
+        )
         src = ct2_dir / "model.bin"
-        _write_json(tmp / "asrsched_conversion.json", {
-            "converter_version": CONVERTER_VERSION,
-            "source": str(src.resolve()),
-            "source_bytes": src.stat().st_size,
-            "source_mtime": src.stat().st_mtime,
-            "dtype": dtype,
-            "note": "converted from CTranslate2 by asrsched.whisper.convert; fused QKV/KV split, tied embeddings, "
-                    "timestamp tokens added; no English spelling normalizer (normalizer.json) is included",
-        })
+        _write_json(
+            tmp / "asrsched_conversion.json",
+            {
+                "converter_version": CONVERTER_VERSION,
+                "source": str(src.resolve()),
+                "source_bytes": src.stat().st_size,
+                "source_mtime": src.stat().st_mtime,
+                "dtype": dtype,
+                "note": "converted from CTranslate2 by asrsched.whisper.convert; fused QKV/KV split, tied embeddings, "
+                "timestamp tokens added; no English spelling normalizer (normalizer.json) is included",
+            },
+        )
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(tmp, out_dir)
@@ -522,8 +551,9 @@ def _is_current(out: Path, src: Path, dtype: str) -> bool:
     )
 
 
-def convert(name: str = "base", *, dtype: str = "float16", out_dir: str | Path | None = None,
-            force: bool = False) -> Path:
+def convert(
+    name: str = "base", *, dtype: str = "float16", out_dir: str | Path | None = None, force: bool = False
+) -> Path:
     """The Hugging Face Whisper folder for the packaged CT2 model ``name`` (``tiny.en`` or ``base``).
 
     Converted once into :func:`hf_model_path` (or ``out_dir``) and reused while

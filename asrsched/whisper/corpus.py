@@ -65,8 +65,23 @@ LANGUAGES = {
 }
 SAMPLE_MODES = ("stratified", "random", "first")
 MANIFEST_COLUMNS = [
-    "key", "utt_id", "language", "text", "n_words", "path", "audio_s", "speech_s", "target_s",
-    "duration_source", "rate_wpm", "voice", "lead_s", "trail_s", "inner_s", "n_inner", "noise_dbfs",
+    "key",
+    "utt_id",
+    "language",
+    "text",
+    "n_words",
+    "path",
+    "audio_s",
+    "speech_s",
+    "target_s",
+    "duration_source",
+    "rate_wpm",
+    "voice",
+    "lead_s",
+    "trail_s",
+    "inner_s",
+    "n_inner",
+    "noise_dbfs",
 ]
 
 
@@ -186,9 +201,7 @@ def load_texts(
                 chosen.append(int(rng.choice(cand)))
             df = df.iloc[sorted(chosen)]
     elif n is not None and n > len(df):
-        raise ValueError(
-            f"asked for n={n} {language!r} texts but only {len(df)} lie in [{min_s}, {max_s}] s"
-        )
+        raise ValueError(f"asked for n={n} {language!r} texts but only {len(df)} lie in [{min_s}, {max_s}] s")
     return df[["utt_id", "language", "text", "n_words", "target_s", "duration_source"]].reset_index(drop=True)
 
 
@@ -198,7 +211,9 @@ def _espeak_raw(text: str, voice: str, rate_wpm: float) -> np.ndarray:
     exe = espeak_path()
     r = subprocess.run(
         [exe, "-v", voice, "-s", str(int(round(rate_wpm))), "-b", "1", "--stdout", "--stdin"],
-        input=text.encode("utf-8"), capture_output=True, timeout=120,
+        input=text.encode("utf-8"),
+        capture_output=True,
+        timeout=120,
     )
     if r.returncode != 0 or len(r.stdout) < 44:
         raise RuntimeError(f"espeak-ng failed (voice {voice!r}): {r.stderr.decode(errors='replace').strip()}")
@@ -206,7 +221,7 @@ def _espeak_raw(text: str, voice: str, rate_wpm: float) -> np.ndarray:
     # espeak writes a 44-byte canonical header with a placeholder size (it streams)
     if b[:4] != b"RIFF" or b[36:40] != b"data":
         raise RuntimeError("espeak-ng --stdout did not produce a canonical WAV header")
-    pcm = np.frombuffer(b[44:len(b) - (len(b) - 44) % 2], dtype="<i2")
+    pcm = np.frombuffer(b[44 : len(b) - (len(b) - 44) % 2], dtype="<i2")
     return pcm.astype(np.float32) / 32768.0
 
 
@@ -222,7 +237,7 @@ def _trim(x: np.ndarray, thresh: float = 1e-3, pad: int = 160) -> np.ndarray:
     nz = np.flatnonzero(np.abs(x) > thresh)
     if nz.size == 0:
         return x[:0]
-    return x[max(nz[0] - pad, 0): nz[-1] + pad + 1]
+    return x[max(nz[0] - pad, 0) : nz[-1] + pad + 1]
 
 
 def synthesize(text: str, language: str, *, rate_wpm: float = DEFAULT_WPM, voice: str | None = None) -> np.ndarray:
@@ -376,8 +391,14 @@ def build_corpus(
         sf.write(tmp, y, TARGET_SR, subtype="PCM_16")
         tmp.replace(root / rel)
         rec = {
-            **row, "key": key, "path": str(rel), "audio_s": len(y) / TARGET_SR, "speech_s": speech_s,
-            "rate_wpm": rate, "voice": v or LANGUAGES[row["language"]][0], **asdict(silence),
+            **row,
+            "key": key,
+            "path": str(rel),
+            "audio_s": len(y) / TARGET_SR,
+            "speech_s": speech_s,
+            "rate_wpm": rate,
+            "voice": v or LANGUAGES[row["language"]][0],
+            **asdict(silence),
         }
         out.append(rec)
         have[key] = rec

@@ -75,8 +75,12 @@ def silero_segments(
         raise ImportError("the silero VAD ships with faster-whisper: pip install faster-whisper") from None
     if sr != 16_000:
         raise ValueError(f"silero VAD needs 16000 Hz audio, got sr={sr}")
-    opts = VadOptions(threshold=threshold, min_silence_duration_ms=min_silence_ms,
-                      min_speech_duration_ms=min_speech_ms, speech_pad_ms=speech_pad_ms)
+    opts = VadOptions(
+        threshold=threshold,
+        min_silence_duration_ms=min_silence_ms,
+        min_speech_duration_ms=min_speech_ms,
+        speech_pad_ms=speech_pad_ms,
+    )
     ts = get_speech_timestamps(np.asarray(audio, dtype=np.float32), opts, sampling_rate=sr)
     return [(int(t["start"]), int(t["end"])) for t in ts]
 

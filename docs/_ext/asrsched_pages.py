@@ -20,8 +20,11 @@ import asrsched
 ROOT = Path(asrsched.__file__).resolve().parents[1]  # the checkout whose package is documented
 GEN = Path(__file__).resolve().parents[1] / "_generated"
 #: Markdown file -> (page name, title)
-PAGES = {"README.md": ("readme", "Overview (README)"), "CONTRIBUTING.md": ("contributing", "Contributing"),
-         "CHANGELOG.md": ("changelog", "Changelog")}
+PAGES = {
+    "README.md": ("readme", "Overview (README)"),
+    "CONTRIBUTING.md": ("contributing", "Contributing"),
+    "CHANGELOG.md": ("changelog", "Changelog"),
+}
 NOTEBOOKS_ENV = "ASRSCHED_DOCS_NOTEBOOKS"
 
 
@@ -30,8 +33,9 @@ def _html(markdown: str) -> str:
 
     html = mistune.create_markdown(escape=False, plugins=["table", "strikethrough", "url"])(markdown)
     for md, (page, _) in PAGES.items():  # links between the rendered files point to their pages
-        html = re.sub(rf'href="(?:\./)?{re.escape(md)}(#[^"]*)?"', lambda m, p=page: f'href="{p}.html{m.group(1) or ""}"',
-                      html)
+        html = re.sub(
+            rf'href="(?:\./)?{re.escape(md)}(#[^"]*)?"', lambda m, p=page: f'href="{p}.html{m.group(1) or ""}"', html
+        )
     return html
 
 
@@ -76,8 +80,11 @@ def write_pages(app=None) -> None:
     run = os.environ.get(NOTEBOOKS_ENV, "").strip()
     rows = []
     for nb, executed in notebook_sources():
-        how = f"executed in the main job's run <code>{Path(run).name}</code>" if executed else \
-            "source only, no outputs (build with the main job's run folder for outputs: <code>bash scripts/docs.sh RUN_DIR</code>)"
+        how = (
+            f"executed in the main job's run <code>{Path(run).name}</code>"
+            if executed
+            else "source only, no outputs (build with the main job's run folder for outputs: <code>bash scripts/docs.sh RUN_DIR</code>)"
+        )
         rows.append(f'<li><a href="../notebooks/{nb.stem}.html">{nb.stem}</a>: {_title(nb)} ({how})</li>')
     html = "<ul>\n" + "\n".join(rows) + "\n</ul>"
     (GEN / "notebooks.rst").write_text(_page("Notebooks", html, "notebooks/"))

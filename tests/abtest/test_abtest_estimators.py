@@ -33,8 +33,8 @@ def test_q_values_match_brute_force_sums(total_rate_at):
     assert qw.size == qq.size == n - L
     lam = tr.total_rate_at if total_rate_at else np.full(n, tr.total_rate)
     for k in (0, 1, 50, n - L - 1):
-        assert qw[k] == pytest.approx(tr.response[k:k + L].sum())
-        assert qq[k] == pytest.approx((tr.n_before[k + 1:k + L + 1] / lam[k + 1:k + L + 1]).sum())
+        assert qw[k] == pytest.approx(tr.response[k : k + L].sum())
+        assert qq[k] == pytest.approx((tr.n_before[k + 1 : k + L + 1] / lam[k + 1 : k + L + 1]).sum())
 
 
 def test_dq_is_difference_of_group_means_and_normalised_ipw():
@@ -91,12 +91,22 @@ def test_switchback_drops_burn_in_and_compares_blocks():
     z = (block % 2).astype(np.int8)
     t_in = arr - block * 10
     resp = np.where(t_in < 3, 100.0, 1.0 + z)  # the first 3 time units of each block are carry-over
-    tr = Trajectory(arrival=arr, z=z, response=resp, n_before=np.zeros(40), total_rate=1.0, block=block, block_len=10.0,
-                    design="switchback")
+    tr = Trajectory(
+        arrival=arr,
+        z=z,
+        response=resp,
+        n_before=np.zeros(40),
+        total_rate=1.0,
+        block=block,
+        block_len=10.0,
+        design="switchback",
+    )
     assert E.switchback(tr, burn_in=3.0, n_batches=2).value == pytest.approx(1.0)
     assert E.switchback(tr, burn_in=0.0, n_batches=2).value == pytest.approx(0.7)  # diluted by the carry-over jobs
     resp2 = np.where((t_in < 3) & (z == 1), 100.0, 1.0 + z)  # carry-over only after switching to treatment
-    tr2 = Trajectory(arrival=arr, z=z, response=resp2, n_before=np.zeros(40), total_rate=1.0, block=block, block_len=10.0)
+    tr2 = Trajectory(
+        arrival=arr, z=z, response=resp2, n_before=np.zeros(40), total_rate=1.0, block=block, block_len=10.0
+    )
     assert E.switchback(tr2, burn_in=3.0, n_batches=2).value == pytest.approx(1.0)
     assert E.switchback(tr2, burn_in=0.0, n_batches=2).value > 20
 
@@ -162,8 +172,11 @@ def test_same_policy_in_both_arms_centres_every_estimator_on_zero():
 
 def test_naive_shrinks_the_effect_and_dq_removes_much_of_that_bias():
     cfg = SystemConfig(n_servers=10, lam=0.8, control="random", treatment="pod2", n_requests=150_000)
-    truth = (np.mean([simulate_supermarket(cfg.replace(design="treatment", n_requests=1_000_000), s).response.mean() for s in (1, 2)])
-             - np.mean([simulate_supermarket(cfg.replace(design="control", n_requests=1_000_000), s).response.mean() for s in (1, 2)]))
+    truth = np.mean(
+        [simulate_supermarket(cfg.replace(design="treatment", n_requests=1_000_000), s).response.mean() for s in (1, 2)]
+    ) - np.mean(
+        [simulate_supermarket(cfg.replace(design="control", n_requests=1_000_000), s).response.mean() for s in (1, 2)]
+    )
     assert truth < -2  # Power-of-2 beats random by a lot
     res = _reps(cfg, ("bernoulli",), R=6, L=None)
     naive, wdq = res["naive"].mean(), res["wdq"].mean()
@@ -193,9 +206,16 @@ def test_time_integral_cost_matches_the_integral_of_the_number_in_system():
 def test_compiled_dq_family_equals_the_numpy_reference(L):
     tr = simulate_supermarket(SystemConfig(n_servers=8, lam=0.8, n_requests=40_000, amp=0.3, period=80.0), 4)
     fam = E.dq_family(tr, L, n_batches=7, alpha_batches=30, costs=("w", "q", "qt"))
-    ref = {"wdq": readable_dq(tr, L, "w", 7), "qdq": readable_dq(tr, L, "q", 7),
-           "mixed_dq": readable_mixed_dq(tr, L, n_batches=7, alpha_batches=30)}
-    members = {"wdq": E.wdq(tr, L, 7), "qdq": E.qdq(tr, L, 7), "mixed_dq": E.mixed_dq(tr, L, n_batches=7, alpha_batches=30)}
+    ref = {
+        "wdq": readable_dq(tr, L, "w", 7),
+        "qdq": readable_dq(tr, L, "q", 7),
+        "mixed_dq": readable_mixed_dq(tr, L, n_batches=7, alpha_batches=30),
+    }
+    members = {
+        "wdq": E.wdq(tr, L, 7),
+        "qdq": E.qdq(tr, L, 7),
+        "mixed_dq": E.mixed_dq(tr, L, n_batches=7, alpha_batches=30),
+    }
     fixed = E.mixed_dq(tr, L, alpha=0.3, n_batches=7)
     assert fixed.alpha == 0.3
     assert fixed.value == pytest.approx(readable_mixed_dq(tr, L, n_batches=7, alpha=0.3).value, rel=1e-9, abs=1e-12)
@@ -237,7 +257,7 @@ def test_compiled_sums_are_bit_identical_to_the_plain_numpy_ones():
         assert np.array_equal(s[0, row], a) and np.array_equal(s1[0, row], a1) and np.array_equal(n1[0], c1)
     ms, ms1, mn1 = E._masked_sums(w, z, seg)
     for i in range(seg.size - 1):
-        part, zp = w[seg[i]:seg[i + 1]], z[seg[i]:seg[i + 1]]
+        part, zp = w[seg[i] : seg[i + 1]], z[seg[i] : seg[i + 1]]
         acc = acc1 = 0.0
         for x, t in zip(part.tolist(), zp.tolist()):  # the plain loop: add the treated ones only
             acc += x
@@ -253,7 +273,9 @@ def _arm_diff(w, z):
 def test_switchback_in_one_pass_equals_the_masked_copies_and_refuses_unordered_blocks():
     """The fused switchback estimator against the plain recipe (boolean mask, np.unique, searchsorted,
     masked sums per batch), bit for bit, with and without burn-in; blocks out of order are an error."""
-    cfg = SystemConfig(n_servers=10, lam=0.8, n_requests=40_000, warmup_requests=2_000, design="switchback", block_len=40.0)
+    cfg = SystemConfig(
+        n_servers=10, lam=0.8, n_requests=40_000, warmup_requests=2_000, design="switchback", block_len=40.0
+    )
     tr = simulate_supermarket(cfg, 5)
     for burn in (0.0, 10.0):
         keep = (tr.arrival - tr.block * tr.block_len) >= burn

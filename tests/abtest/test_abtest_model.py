@@ -31,8 +31,9 @@ def test_random_routing_is_n_independent_mm1_queues():
 def test_pollaczek_khinchine_for_non_exponential_service(service, shape, es2):
     # d = 1 with general service: M/G/1, W = 1 + lam E[S^2] / (2 (1 - lam)), mean service 1
     lam = 0.5
-    cfg = SystemConfig(n_servers=4, lam=lam, control=1, design="control", service=service, pareto_shape=shape,
-                       n_requests=400_000)
+    cfg = SystemConfig(
+        n_servers=4, lam=lam, control=1, design="control", service=service, pareto_shape=shape, n_requests=400_000
+    )
     assert _mean_w(cfg) == pytest.approx(1 + lam * es2 / (2 * (1 - lam)), rel=0.03)
 
 
@@ -61,10 +62,14 @@ def test_stale_information_makes_jsq_herd():
 
 def test_power_of_two_sends_more_work_to_fast_servers():
     rates = tuple(0.9 if i % 2 == 0 else 1.3 for i in range(20))
-    tr = simulate_supermarket(SystemConfig(rates=rates, lam=0.8, control="pod2", design="control", n_requests=100_000), 1)
+    tr = simulate_supermarket(
+        SystemConfig(rates=rates, lam=0.8, control="pod2", design="control", n_requests=100_000), 1
+    )
     fast = np.asarray(rates)[tr.server] > 1
     assert fast.mean() > 0.53
-    tr = simulate_supermarket(SystemConfig(rates=rates, lam=0.8, control="random", design="control", n_requests=100_000), 1)
+    tr = simulate_supermarket(
+        SystemConfig(rates=rates, lam=0.8, control="random", design="control", n_requests=100_000), 1
+    )
     assert np.asarray(rates)[tr.server].mean() == pytest.approx(1.1, abs=0.01)
 
 
@@ -82,8 +87,9 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_littles_law_and_exact_bookkeeping_in_every_run(case):
-    cfg = SystemConfig(n_servers=10, lam=0.8, control="random", treatment="pod2", n_requests=60_000,
-                       warmup_requests=0).replace(**CASES[case])
+    cfg = SystemConfig(
+        n_servers=10, lam=0.8, control="random", treatment="pod2", n_requests=60_000, warmup_requests=0
+    ).replace(**CASES[case])
     tr = simulate_supermarket(cfg, 3)
     ll = littles_law(tr)
     assert abs(ll["rel_gap"]) < 0.01  # time-average number = arrival rate x mean response
@@ -103,8 +109,9 @@ def test_littles_law_and_exact_bookkeeping_in_every_run(case):
 @pytest.mark.parametrize("scan_max", [64, 0])
 def test_kernel_equals_the_linked_list_oracle(case, scan_max):
     # ring buffers and the rulebook's heap (stale view: links) against the independent linked-list kernel
-    cfg = SystemConfig(n_servers=10, lam=0.85, control="random", treatment="pod3", n_requests=30_000,
-                       warmup_requests=1000).replace(**CASES[case])
+    cfg = SystemConfig(
+        n_servers=10, lam=0.85, control="random", treatment="pod3", n_requests=30_000, warmup_requests=1000
+    ).replace(**CASES[case])
     a = simulate_supermarket(cfg, 8, _scan_max=scan_max)
     b = simulate_supermarket(cfg, 8, _scan_max=scan_max, _kernel=linked_list_kernel)
     for f in ("arrival", "response", "n_before", "q_seen", "server", "z", "area_at"):
@@ -143,8 +150,9 @@ def test_bernoulli_assignment_rate_and_deterministic_service():
 
 def test_group_design_keeps_arms_on_their_own_servers():
     rates = tuple(0.9 if i % 2 == 0 else 1.3 for i in range(20))
-    cfg = SystemConfig(n_servers=20, rates=rates, lam=0.8, control="random", treatment="pod2", design="group",
-                       n_requests=30_000)
+    cfg = SystemConfig(
+        n_servers=20, rates=rates, lam=0.8, control="random", treatment="pod2", design="group", n_requests=30_000
+    )
     mask = cfg.group_mask()
     assert mask.sum() == 10
     r = np.asarray(rates)

@@ -25,10 +25,23 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tiny(**kw):
-    base = SystemConfig(n_servers=6, lam=0.8, control="random", treatment="pod2", n_requests=50_000, warmup_requests=5_000)
-    d = dict(base=base, scenarios=("homogeneous", "switchback"), reps=3, L_factors=(0.5, 1.0, 2.0),
-             alpha_batches=20, sb_blocks=(20.0, 80.0), block_len=40.0, burn_in=10.0, truth_requests=100_000,
-             truth_seeds=1, slope_h=0.1, seed=3)
+    base = SystemConfig(
+        n_servers=6, lam=0.8, control="random", treatment="pod2", n_requests=50_000, warmup_requests=5_000
+    )
+    d = dict(
+        base=base,
+        scenarios=("homogeneous", "switchback"),
+        reps=3,
+        L_factors=(0.5, 1.0, 2.0),
+        alpha_batches=20,
+        sb_blocks=(20.0, 80.0),
+        block_len=40.0,
+        burn_in=10.0,
+        truth_requests=100_000,
+        truth_seeds=1,
+        slope_h=0.1,
+        seed=3,
+    )
     d.update(kw)
     return S.StudyConfig(**d)
 
@@ -111,8 +124,15 @@ def test_study_results_do_not_depend_on_which_task_finished_first(tiny_result):
 def test_scenarios_of_one_system_share_experiments_and_truth(tiny_result):
     # "switchback" is the homogeneous system: one replication task and one set of truth runs serve both
     full = S.StudyConfig()
-    assert S.shared_systems(full) == {"homogeneous": ("switchback",), "heterogeneous": (), "nonstationary": (),
-                                      "delayed": (), "constant": (), "pareto": (), "small_effect": ()}
+    assert S.shared_systems(full) == {
+        "homogeneous": ("switchback",),
+        "heterogeneous": (),
+        "nonstationary": (),
+        "delayed": (),
+        "constant": (),
+        "pareto": (),
+        "small_effect": (),
+    }
     e = tiny_result.estimates
     key = ["rep", "estimator", "L", "block_len", "burn_in"]
 
@@ -123,7 +143,9 @@ def test_scenarios_of_one_system_share_experiments_and_truth(tiny_result):
     h, w = rows("homogeneous", False), rows("switchback", False)
     assert len(h) == len(w) > 0
     assert np.array_equal(h.estimate.to_numpy(float), w.estimate.to_numpy(float))  # the same experiments
-    assert set(rows("switchback", True).block_len) == {20.0, 80.0} and set(rows("homogeneous", True).block_len) == {40.0}
+    assert set(rows("switchback", True).block_len) == {20.0, 80.0} and set(rows("homogeneous", True).block_len) == {
+        40.0
+    }
     # a block length both ask for is simulated once: block 40 with burn-in 10 (= 25 %) is the same estimate
     sd = _tiny(sb_blocks=(40.0, 80.0)).to_dict()
     out = pd.DataFrame(S.run_replication("homogeneous", 0, sd, also=("switchback",))["rows"])
@@ -140,16 +162,19 @@ def test_scenarios_of_one_system_share_experiments_and_truth(tiny_result):
         S.run_replication("homogeneous", 0, sd, also=("heterogeneous",))
 
 
-@pytest.mark.parametrize("kw, param", [
-    (dict(reps=1), "reps"),
-    (dict(burn_in=50.0), "burn_in"),
-    (dict(L=0), "L"),
-    (dict(L_factors=(0.0, 1.0)), "L_factors"),
-    (dict(base=SystemConfig(n_servers=6, lam=0.8, n_requests=5_000)), "n_requests"),
-    (dict(base=SystemConfig(n_servers=6, lam=0.8, treatment=7)), "treatment"),
-    (dict(scenarios=("homogeneous", "rainy")), "scenario"),
-    (dict(slope_h=0.6), "slope_h"),
-])
+@pytest.mark.parametrize(
+    "kw, param",
+    [
+        (dict(reps=1), "reps"),
+        (dict(burn_in=50.0), "burn_in"),
+        (dict(L=0), "L"),
+        (dict(L_factors=(0.0, 1.0)), "L_factors"),
+        (dict(base=SystemConfig(n_servers=6, lam=0.8, n_requests=5_000)), "n_requests"),
+        (dict(base=SystemConfig(n_servers=6, lam=0.8, treatment=7)), "treatment"),
+        (dict(scenarios=("homogeneous", "rainy")), "scenario"),
+        (dict(slope_h=0.6), "slope_h"),
+    ],
+)
 def test_bad_study_config_is_refused_before_running(kw, param, monkeypatch):
     monkeypatch.setattr(parallel, "run_tasks", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
     with pytest.raises(ValueError, match=param):
@@ -163,8 +188,14 @@ def test_explorer_reacts_to_sliders_and_reports_bad_input():
     box = estimator_explorer(lam=0.7, n_servers=6, reps=3, n_requests=30_000)
     fig, table = box.children[1], box.children[2]
     sliders = {w.description: w for row in box.children[0].children for w in row.children}
-    assert {"λ (per server)", "control: Power-of-d, d", "treatment: Power-of-d, d", "p (treated)", "L (0 = 30·N·λ)",
-            "N (servers)"} <= set(sliders)
+    assert {
+        "λ (per server)",
+        "control: Power-of-d, d",
+        "treatment: Power-of-d, d",
+        "p (treated)",
+        "L (0 = 30·N·λ)",
+        "N (servers)",
+    } <= set(sliders)
     before = fig.layout.title.text
     assert "Truth" in before and "<table" in table.value and "3 replications" in before
     assert "lam" not in before and "RMSE 95 % CI" in table.value and "qDQ" in table.value
@@ -182,10 +213,21 @@ def test_notebook_05_runs_under_papermill(tmp_path):
     os.environ["ASRSCHED_FIGURES"] = str(tmp_path / "figures")
     try:
         pm.execute_notebook(
-            str(ROOT / "notebooks" / "05_ab_estimators.ipynb"), str(tmp_path / "out.ipynb"),
-            parameters=dict(REPS=3, N_SERVERS=6, N_REQUESTS=50_000, TRUTH_REQUESTS_QUICK=60_000, WORKERS=1,
-                            SCENARIOS=["homogeneous", "switchback"]),
-            kernel_name="python3", execution_timeout=600, cwd=str(tmp_path), progress_bar=False)
+            str(ROOT / "notebooks" / "05_ab_estimators.ipynb"),
+            str(tmp_path / "out.ipynb"),
+            parameters=dict(
+                REPS=3,
+                N_SERVERS=6,
+                N_REQUESTS=50_000,
+                TRUTH_REQUESTS_QUICK=60_000,
+                WORKERS=1,
+                SCENARIOS=["homogeneous", "switchback"],
+            ),
+            kernel_name="python3",
+            execution_timeout=600,
+            cwd=str(tmp_path),
+            progress_bar=False,
+        )
     finally:
         os.environ.pop("ASRSCHED_FIGURES", None)
     out = tmp_path / "figures" / "05_ab_estimators"
@@ -217,8 +259,19 @@ def test_search_table_gain_and_bound():
     for r in range(60):  # wDQ and qDQ with correlation ~0: a mix halves the variance (gain ~ sqrt 2)
         w, q = rng.normal(0, 1), rng.normal(0, 1)
         for name, v, a in (("wdq", w, None), ("qdq", q, None), ("mixed_dq", 0.5 * w + 0.5 * q, 0.5)):
-            rows.append(dict(lam=0.8, control="random", treatment="pod2", rep=r, L=100, L_factor=1.0, estimator=name,
-                             estimate=v, alpha=a))
+            rows.append(
+                dict(
+                    lam=0.8,
+                    control="random",
+                    treatment="pod2",
+                    rep=r,
+                    L=100,
+                    L_factor=1.0,
+                    estimator=name,
+                    estimate=v,
+                    alpha=a,
+                )
+            )
     t = F.search_table(pd.DataFrame(rows), n_boot=500)
     assert len(t) == 1 and t.cost.iloc[0] == "q"
     g = t.iloc[0]
@@ -228,8 +281,9 @@ def test_search_table_gain_and_bound():
 
 def test_scenario_search_and_wp_curve_run_small(tmp_path):
     sc = _tiny(scenarios=("homogeneous",))
-    raw = F.scenario_search(sc, lams=(0.7,), pairs=(("random", "pod2"),), L_factors=(1.0,), reps=4, workers=1,
-                            progress=False)
+    raw = F.scenario_search(
+        sc, lams=(0.7,), pairs=(("random", "pod2"),), L_factors=(1.0,), reps=4, workers=1, progress=False
+    )
     assert set(raw.estimator) == {"wdq", "qdq", "qtdq", "mixed_dq", "mixed_dq_qt"} and raw.rep.nunique() == 4
     assert int(raw.L.iloc[0]) == round(30 * 6 * 0.7)
     with pytest.raises(ValueError, match="costs"):
@@ -245,15 +299,25 @@ def test_scenario_search_and_wp_curve_run_small(tmp_path):
 
 def test_full_run_is_written_with_provenance_and_read_back(tmp_path):
     sc = _tiny(scenarios=("homogeneous",), reps=3, truth_requests=60_000, L_factors=(1.0,))
-    out = F.write_full_run(tmp_path / "full", sc, wp_requests=20_000, wp_seeds=1, search_reps=3, search_requests=30_000,
-                           workers=1, progress=False, command="python -m asrsched.abtest.study --test")
+    out = F.write_full_run(
+        tmp_path / "full",
+        sc,
+        wp_requests=20_000,
+        wp_seeds=1,
+        search_reps=3,
+        search_requests=30_000,
+        workers=1,
+        progress=False,
+        command="python -m asrsched.abtest.study --test",
+    )
     run = json.loads((out / "run.json").read_text())
     for k in ("commit", "date_utc", "cpu_model", "load_average_start_1_5_15", "parameters", "command", "timings"):
         assert k in run, k
     assert run["command"].endswith("--test") and run["parameters"]["study"]["reps"] == 3
     fr = F.load_full_run(out)
-    pd.testing.assert_frame_equal(S.summary_table(fr.res)[["estimator", "mean", "sd"]],
-                                  fr.summary[["estimator", "mean", "sd"]], check_dtype=False)
+    pd.testing.assert_frame_equal(
+        S.summary_table(fr.res)[["estimator", "mean", "sd"]], fr.summary[["estimator", "mean", "sd"]], check_dtype=False
+    )
     assert "Naive biased low" in (out / "claims.md").read_text()
     with pytest.raises(FileNotFoundError, match="missing"):
         F.load_full_run(tmp_path)

@@ -15,9 +15,22 @@ from asrsched.abtest.estimators import Trajectory, mixed_dq, qdq, wdq
 from asrsched.sim import parallel
 from asrsched.sim.parallel import run_study
 
-TINY = dict(workloads=("librispeech",), n_replicas=2, rho=0.9, n_requests=2500, warmup_s=5.0, block_s=10.0,
-            burn_in_s=2.0, sb_burn_ins=(0.0, 2.0), L=150, L_factors=(0.5, 1.0), n_batches=10, alpha_batches=20,
-            reps=3, truth_seeds=2)
+TINY = dict(
+    workloads=("librispeech",),
+    n_replicas=2,
+    rho=0.9,
+    n_requests=2500,
+    warmup_s=5.0,
+    block_s=10.0,
+    burn_in_s=2.0,
+    sb_burn_ins=(0.0, 2.0),
+    L=150,
+    L_factors=(0.5, 1.0),
+    n_batches=10,
+    alpha_batches=20,
+    reps=3,
+    truth_seeds=2,
+)
 
 
 def _null_check(res, min_rows):
@@ -33,16 +46,26 @@ def _null_check(res, min_rows):
 
 
 def test_identical_policies_centre_every_estimator_on_zero():
-    cfg = ASRStudyConfig(**dict(TINY, reps=8, n_requests=2000), routing_control="pod2", routing_treatment="pod2",
-                         scheduling_control="hrrn", scheduling_treatment="hrrn", scheduling_router="pod2")
+    cfg = ASRStudyConfig(
+        **dict(TINY, reps=8, n_requests=2000),
+        routing_control="pod2",
+        routing_treatment="pod2",
+        scheduling_control="hrrn",
+        scheduling_treatment="hrrn",
+        scheduling_router="pod2",
+    )
     res = run_study(cfg, workers=1, progress=False)
     # routing: naive, qdq, wdq, mixed, group, switchback; scheduling: replica, switchback; x 2 metrics x 2 stats
     _null_check(res, min_rows=8 * 4)
 
 
 def test_random_vs_random_router_shows_no_effect():
-    cfg = ASRStudyConfig(**dict(TINY, reps=8, n_requests=2000), routing_control="random", routing_treatment="random",
-                         scheduling_designs=())
+    cfg = ASRStudyConfig(
+        **dict(TINY, reps=8, n_requests=2000),
+        routing_control="random",
+        routing_treatment="random",
+        scheduling_designs=(),
+    )
     res = run_study(cfg, workers=1, progress=False)
     _null_check(res, min_rows=6 * 4)
     # the arms also see the same fleet: treated share equals p and per-arm load is balanced
@@ -104,7 +127,7 @@ def test_summary_matches_hand_computation_and_tables_are_consistent(tiny):
     from scipy import stats
 
     n = len(v)
-    half = stats.t.ppf(0.975, n - 1) * math.sqrt(row.sd ** 2 / n + row.truth_se ** 2)
+    half = stats.t.ppf(0.975, n - 1) * math.sqrt(row.sd**2 / n + row.truth_se**2)
     assert row.bias_ci_hi - row.bias == pytest.approx(half) and row.bias - row.bias_ci_lo == pytest.approx(half)
     assert (s.sd_ci_lo <= s.sd_ci_hi).all() and (s.rmse_ci_lo < s.rmse_ci_hi).all()
     assert (s.rmse_ci_lo <= s.rmse * 1.0001).mean() > 0.9 and (s.rmse <= s.rmse_ci_hi).all()
@@ -116,8 +139,14 @@ def test_summary_matches_hand_computation_and_tables_are_consistent(tiny):
     need("plotly")
     from asrsched.figures import ab_asr as F
 
-    figs = [F.fig_truth(res), F.fig_estimates(res, summary=s), F.fig_rmse(s), F.fig_rmse(s, "scheduling"),
-            F.fig_tail(s), F.fig_ablation(ab)]
+    figs = [
+        F.fig_truth(res),
+        F.fig_estimates(res, summary=s),
+        F.fig_rmse(s),
+        F.fig_rmse(s, "scheduling"),
+        F.fig_tail(s),
+        F.fig_ablation(ab),
+    ]
     for f in figs:
         assert f.layout.title.text and len(f.data) > 0
 
@@ -201,10 +230,27 @@ def test_explorer_shows_the_study_and_redraws_on_input():
 def test_notebook_headless(tmp_path):
     from asrsched.app.runner import run_notebook
 
-    r = run_notebook("06", {"WORKLOADS": ["librispeech"], "N_REPLICAS": 2, "RHO": 0.9, "N_REQUESTS": 2500,
-                            "WARMUP_S": 5.0, "BLOCK_S": 10.0, "BURN_IN_S": 2.0, "SB_BURN_INS": [0.0, 2.0],
-                            "L": 150, "L_FACTORS": [0.5, 1.0], "REPS": 3, "TRUTH_SEEDS": 2, "WORKERS": 1},
-                     run_dir=tmp_path / "run", figures_root=tmp_path / "fig", progress=False)
+    r = run_notebook(
+        "06",
+        {
+            "WORKLOADS": ["librispeech"],
+            "N_REPLICAS": 2,
+            "RHO": 0.9,
+            "N_REQUESTS": 2500,
+            "WARMUP_S": 5.0,
+            "BLOCK_S": 10.0,
+            "BURN_IN_S": 2.0,
+            "SB_BURN_INS": [0.0, 2.0],
+            "L": 150,
+            "L_FACTORS": [0.5, 1.0],
+            "REPS": 3,
+            "TRUTH_SEEDS": 2,
+            "WORKERS": 1,
+        },
+        run_dir=tmp_path / "run",
+        figures_root=tmp_path / "fig",
+        progress=False,
+    )
     assert r.status == "ok", r.error
     out = tmp_path / "fig" / "06_ab_asr_policies"
     s = pd.read_csv(out / "estimator_summary.csv")
@@ -217,8 +263,11 @@ def test_notebook_headless(tmp_path):
     import nbformat
 
     nb = nbformat.read(tmp_path / "run" / "06_ab_asr_policies.ipynb", as_version=4)
-    text = "".join(str(o.get("data", {}).get("text/markdown", "")) + "".join(o.get("text", ""))
-                   for c in nb.cells for o in c.get("outputs", []))
+    text = "".join(
+        str(o.get("data", {}).get("text/markdown", "")) + "".join(o.get("text", ""))
+        for c in nb.cells
+        for o in c.get("outputs", [])
+    )
     assert "For an operator" in text
 
 

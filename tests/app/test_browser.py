@@ -50,8 +50,15 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 ARTIFACTS = Path(os.environ.get("ASRSCHED_BROWSER_ARTIFACTS") or ROOT / "runs" / "browser-artifacts")
 CHROMIUM = os.environ.get("BROWSER_PATH") or "/usr/bin/chromium"
 # Flags that work for Debian's chromium under Playwright (no sandbox in containers, no GPU, no phoning home).
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 # Which control to move, by its ``description``; default: the first slider, else the first dropdown.
 CONTROL = {}
 RUN_TIMEOUT_S = 420  # Run All, per notebook, with the tiny parameters
@@ -145,16 +152,21 @@ def needs_params(nb: Path) -> dict:
 
     params = PARAMS.get(nb.stem)
     if params is None:
-        pytest.fail(f"{nb.stem} has no tiny parameters in {PARAMS_FILE.name}: add an entry "
-                    f"{{\"{nb.stem}\": {{...}}}} that runs in well under a minute (see the other entries)")
+        pytest.fail(
+            f"{nb.stem} has no tiny parameters in {PARAMS_FILE.name}: add an entry "
+            f'{{"{nb.stem}": {{...}}}} that runs in well under a minute (see the other entries)'
+        )
     unknown = set(params) - set(notebook_parameters(nb))
     assert not unknown, f"{PARAMS_FILE.name}: {nb.stem} has no parameter(s) {sorted(unknown)}"
     return params
 
 
 def has_interactive_code(nb: Path) -> bool:
-    src = " ".join(c.get("source", "") if isinstance(c.get("source"), str) else "".join(c.get("source", []))
-                   for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code")
+    src = " ".join(
+        c.get("source", "") if isinstance(c.get("source"), str) else "".join(c.get("source", []))
+        for c in json.loads(nb.read_text())["cells"]
+        if c["cell_type"] == "code"
+    )
     return bool(re.search(r"ipywidgets|explorer\(|interact\(|FigureWidget", src))
 
 
@@ -235,8 +247,9 @@ def open_and_run_all(page, url: str) -> None:
 
 
 def visible_prompts(page) -> list[str]:
-    return page.eval_on_selector_all(f"{PANEL} .jp-CodeCell .jp-InputArea-prompt",
-                                     "els => els.map(e => e.textContent.trim())")
+    return page.eval_on_selector_all(
+        f"{PANEL} .jp-CodeCell .jp-InputArea-prompt", "els => els.map(e => e.textContent.trim())"
+    )
 
 
 def move_control(page, area, stem: str) -> str:
@@ -257,6 +270,7 @@ def move_control(page, area, stem: str) -> str:
         handle = target.locator(".noUi-handle").first
         handle.scroll_into_view_if_needed()
         handle.focus()
+
         def moved(t_max: float = 3.0) -> str:  # the readout, as soon as it changed (or after t_max s)
             t_end = time.monotonic() + t_max
             while True:
@@ -301,17 +315,25 @@ def interact_and_check(page, area, stem: str, kind: str, busy) -> dict:
             break
     seconds = time.monotonic() - t0
     area.screenshot(path=str(ARTIFACTS / f"{kind}-{stem}-after.png"))
-    assert after != before, (f"{kind} {stem}: the figure did not change within {UPDATE_TIMEOUT_S} s after "
-                             f"{action}; title stayed {before['title']!r}")
+    assert after != before, (
+        f"{kind} {stem}: the figure did not change within {UPDATE_TIMEOUT_S} s after "
+        f"{action}; title stayed {before['title']!r}"
+    )
     assert after["n_traces"] > 0, f"{kind} {stem}: the figure is empty after {action}"
-    return {"action": action, "title_before": before["title"], "title_after": after["title"],
-            "title_changed": before["title"] != after["title"], "update_s": round(seconds, 1)}
+    return {
+        "action": action,
+        "title_before": before["title"],
+        "title_after": after["title"],
+        "title_changed": before["title"] != after["title"],
+        "update_s": round(seconds, 1),
+    }
 
 
 def beside_notebooks(nb_dir: Path) -> set[str]:
     """Every file under the notebooks folder, but JupyterLab's own checkpoints."""
-    return {str(p.relative_to(nb_dir)) for p in nb_dir.rglob("*")
-            if p.is_file() and ".ipynb_checkpoints" not in p.parts}
+    return {
+        str(p.relative_to(nb_dir)) for p in nb_dir.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in p.parts
+    }
 
 
 def reload_saved(page, stem: str, saved: Path) -> float:
@@ -397,22 +419,42 @@ def lab(tmp_path_factory):
     (settings / "notebook-extension" / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
     (settings / "apputils-extension").mkdir(parents=True)
     (settings / "apputils-extension" / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
     token = secrets.token_hex(16)
     port = free_port()
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(cfg), JUPYTERLAB_SETTINGS_DIR=str(cfg / "lab" / "user-settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(cfg / "lab" / "workspaces"), JUPYTER_RUNTIME_DIR=str(cfg / "runtime"),
-               ASRSCHED_ROOT=str(root), PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(cfg),
+        JUPYTERLAB_SETTINGS_DIR=str(cfg / "lab" / "user-settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(cfg / "lab" / "workspaces"),
+        JUPYTER_RUNTIME_DIR=str(cfg / "runtime"),
+        ASRSCHED_ROOT=str(root),
+        PYTHONUNBUFFERED="1",
+    )
     for k in ("ASRSCHED_FIGURES", "ASRSCHED_RUNS", "ASRSCHED_PROGRESS"):  # as a user starts it: nothing set
         env.pop(k, None)
     env.update(STATIC_EXPORT_OFF)
     log = root / "jupyterlab.log"
     with open(log, "w") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
-             f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-             f"--ServerApp.root_dir={root}"],
-            env=env, stdout=fh, stderr=subprocess.STDOUT, cwd=root)
+            [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--allow-root",
+                "--ServerApp.ip=127.0.0.1",
+                f"--ServerApp.port={port}",
+                "--ServerApp.port_retries=0",
+                f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={root}",
+            ],
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            cwd=root,
+        )
     try:
         base = f"http://127.0.0.1:{port}"
         wait_http(f"{base}/api/status?token={token}", proc, log)
@@ -456,10 +498,14 @@ def test_notebook_in_jupyterlab(nb, lab, browser):
         assert done >= 3, f"{nb.stem}: Run All did not finish in {RUN_TIMEOUT_S} s; prompts {last}"
         broken = page.get_by_text("Error displaying widget").count()
         assert not broken, f"{nb.stem}: {broken} widget(s) read 'Error displaying widget'"
-        cells = page.locator(f"{PANEL} .jp-CodeCell").filter(has=page.locator(FIG_SEL)).filter(
-            has=page.locator(CONTROL_SEL))
-        assert cells.count() >= 1, (f"{nb.stem}: no output holds both a control and a plotly figure "
-                                    f"(the widgets did not render)")
+        cells = (
+            page.locator(f"{PANEL} .jp-CodeCell")
+            .filter(has=page.locator(FIG_SEL))
+            .filter(has=page.locator(CONTROL_SEL))
+        )
+        assert cells.count() >= 1, (
+            f"{nb.stem}: no output holds both a control and a plotly figure (the widgets did not render)"
+        )
         area = cells.last.locator(".jp-Cell-outputArea")
         summary = interact_and_check(page, area, nb.stem, "lab", busy)
         assert not output_errors(page), f"{nb.stem}: error after moving the control: {output_errors(page)}"
@@ -483,9 +529,14 @@ def test_notebook_in_jupyterlab(nb, lab, browser):
             broken.first.scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / f"lab-{nb.stem}-reloaded-broken.png"))
         assert not where, f"{nb.stem}: after a reload, outputs of these cells read 'Error displaying widget': {where}"
-        summary.update(run_all_s=round(run_s, 1), total_s=round(time.monotonic() - t0, 1), reload_s=round(reload_s, 1),
-                       params=PARAMS[nb.stem], run_folder=str(records[-1].parent.relative_to(lab["root"])),
-                       progress_lines=progress_lines(page))
+        summary.update(
+            run_all_s=round(run_s, 1),
+            total_s=round(time.monotonic() - t0, 1),
+            reload_s=round(reload_s, 1),
+            params=PARAMS[nb.stem],
+            run_folder=str(records[-1].parent.relative_to(lab["root"])),
+            progress_lines=progress_lines(page),
+        )
         record("lab", nb.stem, summary)
     finally:
         page.close()
@@ -507,10 +558,29 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
     env = dict(os.environ, PYTHONUNBUFFERED="1", JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), **STATIC_EXPORT_OFF)
     with open(log, "w") as fh:  # the documented command, as a user types it
         proc = subprocess.Popen(
-            [sys.executable, "-m", "asrsched.app.cli", "dashboard", nb.stem[:2], "--params", str(PARAMS_FILE),
-             "--port", str(port), "--token", token, "--no-browser", "--out-dir", str(tmp_path / "dash"),
-             "--figures", str(tmp_path / "figures")],
-            cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "asrsched.app.cli",
+                "dashboard",
+                nb.stem[:2],
+                "--params",
+                str(PARAMS_FILE),
+                "--port",
+                str(port),
+                "--token",
+                token,
+                "--no-browser",
+                "--out-dir",
+                str(tmp_path / "dash"),
+                "--figures",
+                str(tmp_path / "figures"),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
     page = new_page(browser)
     t0 = time.monotonic()
     try:
@@ -525,10 +595,16 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
             page.wait_for_timeout(500)
             if output_errors(page):
                 break
-            loading = page.evaluate("() => !!document.querySelector('#loading') && "
-                                    "getComputedStyle(document.querySelector('#loading')).display !== 'none'")
-            ready = page.locator(".jp-OutputArea").filter(has=page.locator(FIG_SEL)).filter(
-                has=page.locator(CONTROL_SEL)).count()
+            loading = page.evaluate(
+                "() => !!document.querySelector('#loading') && "
+                "getComputedStyle(document.querySelector('#loading')).display !== 'none'"
+            )
+            ready = (
+                page.locator(".jp-OutputArea")
+                .filter(has=page.locator(FIG_SEL))
+                .filter(has=page.locator(CONTROL_SEL))
+                .count()
+            )
             if not loading and ready and page.evaluate("document.readyState") == "complete":
                 break
         run_s = time.monotonic() - t0
@@ -540,7 +616,9 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
         assert not broken, f"{nb.stem}: {broken} widget(s) in the dashboard read 'Error displaying widget'"
         # progress and warnings are plain lines: no stderr box (the red block) anywhere on the page
         boxes = [t.strip()[:300] for t in page.locator(STDERR_SEL).all_text_contents() if t.strip()]
-        assert not boxes or nb.stem not in NO_STDERR, f"{nb.stem}: the dashboard shows {len(boxes)} stderr box(es): {boxes}"
+        assert not boxes or nb.stem not in NO_STDERR, (
+            f"{nb.stem}: the dashboard shows {len(boxes)} stderr box(es): {boxes}"
+        )
         areas = page.locator(".jp-OutputArea").filter(has=page.locator(FIG_SEL)).filter(has=page.locator(CONTROL_SEL))
         if not areas.count():  # say what the page did show, and what Voila logged, so a timeout can be read
             state = page.evaluate(
@@ -549,17 +627,21 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
                 "outputs: document.querySelectorAll('.jp-OutputArea').length, "
                 f"figures: document.querySelectorAll('{FIG_SEL}').length, "
                 f"controls: document.querySelectorAll('{CONTROL_SEL}').length, "
-                "last: (Array.from(document.querySelectorAll('.jp-OutputArea')).pop() || {}).innerText})")
+                "last: (Array.from(document.querySelectorAll('.jp-OutputArea')).pop() || {}).innerText})"
+            )
             state["last"] = (state.get("last") or "")[-400:]
-            pytest.fail(f"{nb.stem}: the dashboard shows no control next to a figure after {run_s:.0f} s "
-                        f"(alive={proc.poll() is None}); page: {state}; voila log tail:\n"
-                        + log.read_text(errors="replace")[-1500:])
+            pytest.fail(
+                f"{nb.stem}: the dashboard shows no control next to a figure after {run_s:.0f} s "
+                f"(alive={proc.poll() is None}); page: {state}; voila log tail:\n"
+                + log.read_text(errors="replace")[-1500:]
+            )
         # Voila has no kernel-status API: the figure's change (then a pause to settle) marks the update
         summary = interact_and_check(page, areas.last, nb.stem, "voila", lambda: False)
         assert not output_errors(page), f"{nb.stem}: error after moving the control: {output_errors(page)}"
         assert not page.problems, f"{nb.stem}: JavaScript errors in the dashboard: {page.problems}"
-        summary.update(run_all_s=round(run_s, 1), total_s=round(time.monotonic() - t0, 1),
-                       progress_lines=progress_lines(page))
+        summary.update(
+            run_all_s=round(run_s, 1), total_s=round(time.monotonic() - t0, 1), progress_lines=progress_lines(page)
+        )
         record("voila", nb.stem, summary)
     finally:
         page.close()
@@ -572,9 +654,14 @@ def test_error_in_a_cell_is_seen_in_the_browser(lab, browser):
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
-    nb = new_notebook(cells=[new_code_cell("import sys, warnings\nwarnings.warn('just a warning')\n"
-                                           "print('10%|#  | 1/10', file=sys.stderr)"),
-                             new_code_cell("raise ValueError('rate must be > 0, got -1')")])
+    nb = new_notebook(
+        cells=[
+            new_code_cell(
+                "import sys, warnings\nwarnings.warn('just a warning')\nprint('10%|#  | 1/10', file=sys.stderr)"
+            ),
+            new_code_cell("raise ValueError('rate must be > 0, got -1')"),
+        ]
+    )
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, lab["root"] / "notebooks" / "zz_broken.ipynb")
     page = new_page(browser)

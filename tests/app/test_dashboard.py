@@ -47,8 +47,23 @@ def test_unknown_parameter_or_notebook_fails_before_anything_is_written(tmp_path
 def test_dry_run_prints_a_loopback_voila_command_with_a_token(tmp_path, capsys):
     params = tmp_path / "p.json"
     params.write_text('{"*": {"SEED": 3}, "02": {"N_REQUESTS": 300}, "02_policy_sweep": {"RATES": [19]}}')
-    assert main(["02", "--params", str(params), "-p", "N_REQUESTS", "400", "--out-dir", str(tmp_path / "d"),
-                 "--dry-run", "--no-browser"]) == 0
+    assert (
+        main(
+            [
+                "02",
+                "--params",
+                str(params),
+                "-p",
+                "N_REQUESTS",
+                "400",
+                "--out-dir",
+                str(tmp_path / "d"),
+                "--dry-run",
+                "--no-browser",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     cmd = out.strip().splitlines()[-1]
     assert "-m voila" in cmd and "--Voila.ip=127.0.0.1" in cmd and "--no-browser" in cmd
@@ -67,13 +82,15 @@ def test_outside_a_checkout_the_kernel_runs_in_the_copy_folder(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     out = prepare("03")
     assert out == tmp_path / "runs" / "dashboard" / "03_workload_drift.ipynb"
-    injected = next(c.source for c in nbformat.read(out, as_version=4).cells
-                    if "injected-parameters" in c.metadata.get("tags", []))
+    injected = next(
+        c.source for c in nbformat.read(out, as_version=4).cells if "injected-parameters" in c.metadata.get("tags", [])
+    )
     assert f"_os.chdir({str(out.parent.resolve())!r})" in injected
 
 
 def test_registered_as_an_asrsched_command():
     assert COMMANDS["dashboard"] == "asrsched.app.dashboard:main"
-    r = subprocess.run([sys.executable, "-m", "asrsched.app.cli", "dashboard", "--help"], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "asrsched.app.cli", "dashboard", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0 and "Voila" in r.stdout and "--params" in r.stdout

@@ -30,13 +30,22 @@ def _fig(title, x="arrival rate (req/s)", y="P50 E2EL (s)"):
 
 def _executed_copy(path, stem, injected, start):
     """An executed notebook as papermill leaves it (parameters cell, injected cell, metadata)."""
-    nb = new_notebook(cells=[new_code_cell("RATE = 10.0\nN_REQUESTS = 7000\nPOLICIES = ['fcfs', 'sjf']"),
-                             new_code_cell("\n".join(f"{k} = {v!r}" for k, v in injected.items()))])
+    nb = new_notebook(
+        cells=[
+            new_code_cell("RATE = 10.0\nN_REQUESTS = 7000\nPOLICIES = ['fcfs', 'sjf']"),
+            new_code_cell("\n".join(f"{k} = {v!r}" for k, v in injected.items())),
+        ]
+    )
     nb.cells[0].metadata["tags"] = ["parameters"]
     nb.cells[1].metadata["tags"] = ["injected-parameters"]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.metadata["papermill"] = {"parameters": injected, "start_time": start, "end_time": start,
-                                "exception": None, "input_path": f"notebooks/{stem}.ipynb"}
+    nb.metadata["papermill"] = {
+        "parameters": injected,
+        "start_time": start,
+        "end_time": start,
+        "exception": None,
+        "input_path": f"notebooks/{stem}.ipynb",
+    }
     nbformat.write(nb, path / f"{stem}.ipynb")
 
 
@@ -61,12 +70,24 @@ def test_gallery_lists_figures_captions_sizes_parameters_and_stale_files(tmp_pat
         os.utime(p, (old, old))
     start = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() - 60))
     with export_session():
-        export_figure(_fig("SJF keeps the worst-window P90 lowest (23.1 s)", x="arrival time (s)"),
-                      "drift_gradual", "03_drift", root=figs)
-        export_figure(_fig("A long title that states a finding about every policy at once and keeps going "
-                           "well past what fits on one printed line"), "long", "03_drift", root=figs)
-    export_table(__import__("pandas").DataFrame({"policy": ["fcfs", "sjf"], "p90": [1.0, 2.0]}), "phase", "03_drift",
-                 root=figs)
+        export_figure(
+            _fig("SJF keeps the worst-window P90 lowest (23.1 s)", x="arrival time (s)"),
+            "drift_gradual",
+            "03_drift",
+            root=figs,
+        )
+        export_figure(
+            _fig(
+                "A long title that states a finding about every policy at once and keeps going "
+                "well past what fits on one printed line"
+            ),
+            "long",
+            "03_drift",
+            root=figs,
+        )
+    export_table(
+        __import__("pandas").DataFrame({"policy": ["fcfs", "sjf"], "p90": [1.0, 2.0]}), "phase", "03_drift", root=figs
+    )
     (figs / "05_nohtml").mkdir()
     (figs / "05_nohtml" / "lonely.svg").write_text('<svg width="900" height="560"></svg>')
     _executed_copy(runs, "03_drift", {"RATE": 9.0, "N_REQUESTS": 1200}, start)
@@ -98,9 +119,11 @@ def test_gallery_lists_figures_captions_sizes_parameters_and_stale_files(tmp_pat
     out = write_gallery(figs, root=tmp_path)
     assert out == figs / "README.md" and out.read_text() == readme.replace(
         "[`notebooks/03_drift.ipynb`](../notebooks/03_drift.ipynb).",
-        "[`notebooks/03_drift.ipynb`](../notebooks/03_drift.ipynb) (not in this checkout).").replace(
+        "[`notebooks/03_drift.ipynb`](../notebooks/03_drift.ipynb) (not in this checkout).",
+    ).replace(
         "[`notebooks/05_nohtml.ipynb`](../notebooks/05_nohtml.ipynb).",
-        "[`notebooks/05_nohtml.ipynb`](../notebooks/05_nohtml.ipynb) (not in this checkout).")
+        "[`notebooks/05_nohtml.ipynb`](../notebooks/05_nohtml.ipynb) (not in this checkout).",
+    )
 
 
 def test_write_gallery_defaults_to_the_current_directory(tmp_path, monkeypatch):

@@ -35,9 +35,21 @@ def test_every_notebook_follows_the_conventions():
 
 @pytest.mark.slow  # runs a notebook in a Jupyter kernel
 def test_policy_sweep_notebook_headless(tmp_path):
-    r = run_notebook("02", {"RATES": [6, 19], "SEEDS": [0], "N_REQUESTS": 400, "CDF_RATE": 19,
-                            "ADAPTIVE_CAPS": [50], "WORKERS": 1, "CACHE_DIR": None},
-                     run_dir=tmp_path / "run", figures_root=tmp_path / "fig", progress=False)
+    r = run_notebook(
+        "02",
+        {
+            "RATES": [6, 19],
+            "SEEDS": [0],
+            "N_REQUESTS": 400,
+            "CDF_RATE": 19,
+            "ADAPTIVE_CAPS": [50],
+            "WORKERS": 1,
+            "CACHE_DIR": None,
+        },
+        run_dir=tmp_path / "run",
+        figures_root=tmp_path / "fig",
+        progress=False,
+    )
     assert r.status == "ok", r.error
     out = tmp_path / "fig" / "02_policy_sweep"
     rc = pd.read_csv(out / "relative_change.csv")
@@ -53,8 +65,12 @@ def test_policy_sweep_notebook_headless(tmp_path):
 
 @pytest.mark.slow  # runs a notebook in a Jupyter kernel
 def test_drift_notebook_headless(tmp_path):
-    df = run_series(["03"], {"03": {"N_REQUESTS": 1500, "PHASES": [[0, "librispeech"], [60, "uniform"]]}},
-                    run_dir=tmp_path / "run", figures_root=tmp_path / "fig")
+    df = run_series(
+        ["03"],
+        {"03": {"N_REQUESTS": 1500, "PHASES": [[0, "librispeech"], [60, "uniform"]]}},
+        run_dir=tmp_path / "run",
+        figures_root=tmp_path / "fig",
+    )
     assert (df.status == "ok").all(), df.error.tolist()
     t = pd.read_csv(tmp_path / "fig" / "03_workload_drift" / "phase_latency.csv")
     assert set(t.drift) == {"abrupt", "gradual"} and len(set(t.phase)) == 2

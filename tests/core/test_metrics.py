@@ -17,8 +17,16 @@ def _records(rng: np.random.Generator, n: int = 1000) -> pd.DataFrame:
     admit = arrival + qd
     first = admit + enc
     finish = first + 0.02 * dur * rng.uniform(2, 4, n)
-    return pd.DataFrame({"rid": np.arange(n), "arrival": arrival, "duration": dur, "admit": admit,
-                         "first_token": first, "finish": finish})
+    return pd.DataFrame(
+        {
+            "rid": np.arange(n),
+            "arrival": arrival,
+            "duration": dur,
+            "admit": admit,
+            "first_token": first,
+            "finish": finish,
+        }
+    )
 
 
 def test_summarize_against_an_independent_computation():
@@ -61,10 +69,21 @@ def test_relative_change_against_fcfs_averages_seeds_first():
         for rate in (5, 20):
             for seed, noise in ((0, 0.9), (1, 1.1)):
                 base = 1000.0 * rate * (2 if wl == "uniform" else 1)
-                rows.append(dict(workload=wl, rate=rate, seed=seed, policy="fcfs", p50_e2el_ms=base * noise,
-                                 p90_e2el_ms=3 * base))
-                rows.append(dict(workload=wl, rate=rate, seed=seed, policy="sjf", p50_e2el_ms=0.27 * base * noise,
-                                 p90_e2el_ms=1.97 * 3 * base))
+                rows.append(
+                    dict(
+                        workload=wl, rate=rate, seed=seed, policy="fcfs", p50_e2el_ms=base * noise, p90_e2el_ms=3 * base
+                    )
+                )
+                rows.append(
+                    dict(
+                        workload=wl,
+                        rate=rate,
+                        seed=seed,
+                        policy="sjf",
+                        p50_e2el_ms=0.27 * base * noise,
+                        p90_e2el_ms=1.97 * 3 * base,
+                    )
+                )
     out = relative_change(pd.DataFrame(rows), metrics=("p50_e2el_ms", "p90_e2el_ms"))
     assert len(out) == 8  # (2 workloads x 2 rates) x 2 policies
     sjf = out[out["policy"] == "sjf"]

@@ -196,8 +196,9 @@ def test_hrrn_small_and_large_paths_agree():
     rng = np.random.default_rng(3)
     for trial in range(200):
         n = int(rng.integers(1, 20))
-        jobs = [Job(i, float(rng.uniform(0, 10)), float(rng.choice([0.5, 1.0, rng.uniform(0.01, 5)])))
-                for i in range(n)]
+        jobs = [
+            Job(i, float(rng.uniform(0, 10)), float(rng.choice([0.5, 1.0, rng.uniform(0.01, 5)]))) for i in range(n)
+        ]
         # mostly after every arrival; sometimes before some of them (another clock, a request stamped
         # a little in the future): the ranking must still be the same argmax in both code paths
         now = float(rng.uniform(0, 5)) + (10.0 if trial % 4 else -20.0)
@@ -244,8 +245,9 @@ def test_hrrn_with_equal_sizes_equals_fcfs(gaps, size, script):
     advances; the adaptive policy in its HRRN limit must agree too.
     """
     arrivals = [float(x) for x in np.cumsum(gaps)]
-    queues = {p: make_queue(p, **kw) for p, kw in
-              [("fcfs", {}), ("hrrn", {}), ("adaptive", dict(low_depth=0, ratio_cap=1.0))]}
+    queues = {
+        p: make_queue(p, **kw) for p, kw in [("fcfs", {}), ("hrrn", {}), ("adaptive", dict(low_depth=0, ratio_cap=1.0))]
+    }
     orders: dict[str, list[int]] = {p: [] for p in queues}
     nxt, now = 0, 0.0
     for pops, dt in script + [(10**6, 0.0)]:
@@ -272,8 +274,9 @@ def test_plugin_queue_hrrn_with_equal_sizes_is_fcfs():
 
     def req(rid, arrival):
         sp = SimpleNamespace(extra_args={"audio_duration_s": 12.0}, max_tokens=200)
-        return SimpleNamespace(request_id=rid, arrival_time=arrival, sampling_params=sp,
-                               status=SimpleNamespace(name="WAITING"))
+        return SimpleNamespace(
+            request_id=rid, arrival_time=arrival, sampling_params=sp, status=SimpleNamespace(name="WAITING")
+        )
 
     for policy in ("fcfs", "hrrn"):
         clock = SimpleNamespace(t=1000.0)

@@ -37,6 +37,7 @@ def test_the_builder_writes_every_key_in_order():
 
 def test_the_benchmarks_use_the_same_builder():
     from provenance import provenance as bench_provenance  # benchmarks/provenance.py
+
     r = bench_provenance(["asrsched/core"])
     assert tuple(r) == KEYS and not any(p.startswith("benchmarks/results") for p in r["dirty_paths"])
 

@@ -12,8 +12,13 @@ from asrsched.core.service import REQUIRED_FIELDS, SCHEMA, ServiceModel, check_k
 
 
 def _model(**kw) -> ServiceModel:
-    base = dict(encode_s_per_window=0.5, decode_s_per_token=0.01, overhead_s=0.05, kappa={"en": 4.1, "de": 5.1},
-                decode_batch_slope=0.1)
+    base = dict(
+        encode_s_per_window=0.5,
+        decode_s_per_token=0.01,
+        overhead_s=0.05,
+        kappa={"en": 4.1, "de": 5.1},
+        decode_batch_slope=0.1,
+    )
     base.update(kw)
     return ServiceModel(**base)
 
@@ -47,8 +52,7 @@ def test_service_time_formula():
 
 
 def test_json_round_trip(tmp_path):
-    m = _model(name="tiny.en/cpu", source="profile run", kappa_ci={"en": (4.0, 4.2)},
-               fit={"r2": 0.98, "n": 120})
+    m = _model(name="tiny.en/cpu", source="profile run", kappa_ci={"en": (4.0, 4.2)}, fit={"r2": 0.98, "n": 120})
     path = m.to_json(tmp_path / "sub" / "profile.json")
     d = json.loads(path.read_text())
     assert d["schema"] == SCHEMA and d["kappa_ci"]["en"] == [4.0, 4.2]
@@ -58,8 +62,15 @@ def test_json_round_trip(tmp_path):
 
 
 def test_profile_with_extra_fields_still_loads():
-    d = {"schema": SCHEMA, "encode_s_per_window": 0.1, "decode_s_per_token": 0.02, "overhead_s": 0.0,
-         "kappa": {"en": 3.0}, "produced_by": "notebook 01", "per_language_r2": {"en": 0.9}}
+    d = {
+        "schema": SCHEMA,
+        "encode_s_per_window": 0.1,
+        "decode_s_per_token": 0.02,
+        "overhead_s": 0.0,
+        "kappa": {"en": 3.0},
+        "produced_by": "notebook 01",
+        "per_language_r2": {"en": 0.9},
+    }
     m = ServiceModel.from_dict(d)
     assert m.kappa_for("en") == 3.0 and m.decode_batch_slope == 0.0 and m.window_s == 30.0
 

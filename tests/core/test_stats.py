@@ -34,6 +34,6 @@ def test_gain_bound_is_the_best_fixed_weight():
     x = rng.standard_normal((5000, 2)) @ np.array([[1.0, 0.6], [0.0, 0.8]])
     cov = np.cov(x[:, 0], x[:, 1], ddof=1)
     a = np.linspace(-2, 3, 20001)
-    sd = np.sqrt(a ** 2 * cov[0, 0] + (1 - a) ** 2 * cov[1, 1] + 2 * a * (1 - a) * cov[0, 1])
+    sd = np.sqrt(a**2 * cov[0, 0] + (1 - a) ** 2 * cov[1, 1] + 2 * a * (1 - a) * cov[0, 1])
     assert gain_bound(cov) == pytest.approx(np.sqrt(min(cov[0, 0], cov[1, 1])) / sd.min(), rel=1e-6)
     assert gain_bound(np.array([[1.0, 1.0], [1.0, 1.0]])) == np.inf

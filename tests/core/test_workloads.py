@@ -98,8 +98,9 @@ def test_mixture_weights_and_mean():
 
 
 def _two_phase(ramp_s: float, end_s=None) -> Drift:
-    return Drift([(0.0, Uniform(1, 2, name="short")), (100.0, Uniform(20, 21, name="long"))], ramp_s=ramp_s,
-                 end_s=end_s)
+    return Drift(
+        [(0.0, Uniform(1, 2, name="short")), (100.0, Uniform(20, 21, name="long"))], ramp_s=ramp_s, end_s=end_s
+    )
 
 
 def test_drift_abrupt_switch():
@@ -213,8 +214,9 @@ def test_cyclic_rate_modulation_is_visible():
     expect = integral * math.floor(cycles) + 0  # partial last cycle adds a little; compare shares instead
     np.testing.assert_allclose(got / got.sum(), expect / expect.sum(), atol=0.003)
     # peak quarter clearly busier than trough quarter: ratio (1 + 2a/pi)... computed from the integral
-    assert got[:bins // 2].sum() / got[bins // 2:].sum() == pytest.approx(
-        integral[:bins // 2].sum() / integral[bins // 2:].sum(), rel=0.02)
+    assert got[: bins // 2].sum() / got[bins // 2 :].sum() == pytest.approx(
+        integral[: bins // 2].sum() / integral[bins // 2 :].sum(), rel=0.02
+    )
 
 
 @pytest.mark.parametrize("fn", [poisson, bursty, cyclic])

@@ -130,15 +130,23 @@ def test_two_line_labels_too_wide_to_wrap_are_slanted_for_their_two_line_height(
 def test_apply_layout_wraps_the_title_and_leaves_short_ones_alone():
     short = apply_layout(go.Figure(layout=dict(title="SJF halves P50 E2EL")))
     assert short.layout.title.text == "SJF halves P50 E2EL"
-    long = apply_layout(go.Figure(layout=dict(title="Truth 0.123: naive 0.456, lowest RMSE mixed DQ "
-                                                    "(N=20, λ=0.8, Power-of-d 1→2, p=0.5, L=480, 6 replications)")))
+    long = apply_layout(
+        go.Figure(
+            layout=dict(
+                title="Truth 0.123: naive 0.456, lowest RMSE mixed DQ "
+                "(N=20, λ=0.8, Power-of-d 1→2, p=0.5, L=480, 6 replications)"
+            )
+        )
+    )
     assert "<br>" in long.layout.title.text and long.layout.margin.t > 70
 
 
 # ------------------------------------------------------------------------------------ the real check
 def needs_browser(fn):
     """Slow (builds and renders every module's figures, about 3 min on 2 busy cores), needs chromium."""
-    skip = pytest.mark.skipif(not CHROMIUM.exists() or style._chromium() is None, reason="Debian chromium not installed")
+    skip = pytest.mark.skipif(
+        not CHROMIUM.exists() or style._chromium() is None, reason="Debian chromium not installed"
+    )
     return pytest.mark.slow(skip(fn))
 
 
@@ -149,20 +157,22 @@ def _sim_figures() -> dict[str, go.Figure]:
     from asrsched.sim.drift import drift_records
     from asrsched.sim.sweep import point_records, run_sweep
 
-    df = run_sweep([6, 19], ["fcfs", "sjf", "hrrn"], ["librispeech"], [0], n_requests=250, workers=1,
-                   progress=False)
+    df = run_sweep([6, 19], ["fcfs", "sjf", "hrrn"], ["librispeech"], [0], n_requests=250, workers=1, progress=False)
     rc = relative_change(df)
     recs = point_records("librispeech", 19, ["fcfs", "sjf", "hrrn"], n_requests=250)
-    trade = pd.DataFrame([{"workload": "librispeech", "policy": p, "label": p.upper(), **summarize(r.records)}
-                          for p, r in recs.items()])
+    trade = pd.DataFrame(
+        [{"workload": "librispeech", "policy": p, "label": p.upper(), **summarize(r.records)} for p, r in recs.items()]
+    )
     drift = Drift([(0.0, make_source("librispeech")), (40.0, make_source("uniform"))], ramp_s=20.0)
     dr = drift_records(drift, 10, ["fcfs", "sjf"], n_requests=600, seed=0)
-    return {"sim_relative_change": F.fig_relative_change(rc, workload="librispeech"),
-            "sim_cdf": F.fig_cdf({p: r.records for p, r in recs.items()}),
-            "sim_throughput": F.fig_throughput(df, workload="librispeech"),
-            "sim_tradeoff": F.fig_tradeoff(trade, title_suffix=" (librispeech, 19 req/s)"),
-            "sim_drift": F.fig_drift(dr, window_s=20.0, phase_marks=[40.0]),
-            "sim_occupancy": F.fig_occupancy({p: r.timeline for p, r in recs.items()})}
+    return {
+        "sim_relative_change": F.fig_relative_change(rc, workload="librispeech"),
+        "sim_cdf": F.fig_cdf({p: r.records for p, r in recs.items()}),
+        "sim_throughput": F.fig_throughput(df, workload="librispeech"),
+        "sim_tradeoff": F.fig_tradeoff(trade, title_suffix=" (librispeech, 19 req/s)"),
+        "sim_drift": F.fig_drift(dr, window_s=20.0, phase_marks=[40.0]),
+        "sim_occupancy": F.fig_occupancy({p: r.timeline for p, r in recs.items()}),
+    }
 
 
 def _abtest_figures() -> dict[str, go.Figure]:
@@ -171,8 +181,12 @@ def _abtest_figures() -> dict[str, go.Figure]:
     from asrsched.figures.ab_widgets import small_study
 
     res, summary = small_study(reps=3, n_servers=6, n_requests=40_000, scenario="homogeneous")
-    out = {"ab_overview": F.fig_overview(summary), "ab_scenario": F.fig_scenario(summary, "homogeneous"),
-           "ab_estimates": F.fig_estimates(res, "homogeneous"), "ab_coverage": F.fig_coverage(coverage_table(summary))}
+    out = {
+        "ab_overview": F.fig_overview(summary),
+        "ab_scenario": F.fig_scenario(summary, "homogeneous"),
+        "ab_estimates": F.fig_estimates(res, "homogeneous"),
+        "ab_coverage": F.fig_coverage(coverage_table(summary)),
+    }
     abl = ablation_table(res)
     if len(abl):
         out["ab_ablation"] = F.fig_ablation(abl, "homogeneous", int(abl.L.max()))
@@ -188,14 +202,29 @@ def _fleet_figures() -> dict[str, go.Figure]:
     from asrsched.figures import ab_asr as F
     from asrsched.sim.parallel import run_study
 
-    cfg = ASRStudyConfig(workloads=("librispeech",), n_replicas=2, rho=0.9, n_requests=2500, warmup_s=5.0,
-                         block_s=10.0, burn_in_s=2.0, sb_burn_ins=(0.0, 2.0), L=150, L_factors=(0.5, 1.0), reps=3,
-                         truth_seeds=2)
+    cfg = ASRStudyConfig(
+        workloads=("librispeech",),
+        n_replicas=2,
+        rho=0.9,
+        n_requests=2500,
+        warmup_s=5.0,
+        block_s=10.0,
+        burn_in_s=2.0,
+        sb_burn_ins=(0.0, 2.0),
+        L=150,
+        L_factors=(0.5, 1.0),
+        reps=3,
+        truth_seeds=2,
+    )
     res = run_study(cfg, workers=1, progress=False)
     s = summary_table(res)
-    out = {"fleet_truth": F.fig_truth(res), "fleet_estimates_routing": F.fig_estimates(res, "routing", summary=s),
-           "fleet_estimates_scheduling": F.fig_estimates(res, "scheduling", summary=s),
-           "fleet_rmse": F.fig_rmse(s), "fleet_tail": F.fig_tail(s)}
+    out = {
+        "fleet_truth": F.fig_truth(res),
+        "fleet_estimates_routing": F.fig_estimates(res, "routing", summary=s),
+        "fleet_estimates_scheduling": F.fig_estimates(res, "scheduling", summary=s),
+        "fleet_rmse": F.fig_rmse(s),
+        "fleet_tail": F.fig_tail(s),
+    }
     if getattr(res, "ablation", None) is not None and len(res.ablation):
         out["fleet_ablation"] = F.fig_ablation(res.ablation)
     return out
@@ -222,8 +251,10 @@ def _stress_figure() -> go.Figure:
     fig.update_xaxes(type="log", row=1, col=3)
     for j in (1, 2, 3):
         fig.update_yaxes(title_text="estimated effect on mean response time (s)", row=1, col=j)
-    fig.update_layout(title="Truth 0.123: naive 0.456, lowest RMSE mixed DQ (N=20, λ=0.8, Power-of-d 1→2, p=0.5, "
-                            "L=480) and every estimator's replications against the ground truth")
+    fig.update_layout(
+        title="Truth 0.123: naive 0.456, lowest RMSE mixed DQ (N=20, λ=0.8, Power-of-d 1→2, p=0.5, "
+        "L=480) and every estimator's replications against the ground truth"
+    )
     return fig
 
 
@@ -236,8 +267,12 @@ def checked(tmp_path_factory):
     root = tmp_path_factory.mktemp("layout")
     figs: dict[str, go.Figure] = {}
     errors = {}
-    for name, build in (("sim", _sim_figures), ("abtest", _abtest_figures), ("ab_asr", _fleet_figures),
-                        ("profiling", _profiling_figures)):
+    for name, build in (
+        ("sim", _sim_figures),
+        ("abtest", _abtest_figures),
+        ("ab_asr", _fleet_figures),
+        ("profiling", _profiling_figures),
+    ):
         try:
             figs.update(build())
         except Exception as e:  # a module whose inputs changed shape: reported, the others still checked
@@ -250,8 +285,7 @@ def checked(tmp_path_factory):
     raw = root / "raw"
     raw.mkdir()
     _stress_figure().write_image(raw / "stress_raw.svg", width=style.PRINT_WIDTH, height=style.PRINT_HEIGHT)
-    return {"figs": sorted(figs), "errors": errors,
-            "problems": check_svgs([root / "layout", raw / "stress_raw.svg"])}
+    return {"figs": sorted(figs), "errors": errors, "problems": check_svgs([root / "layout", raw / "stress_raw.svg"])}
 
 
 @needs_browser

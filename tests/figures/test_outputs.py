@@ -103,9 +103,25 @@ def test_papermill_in_the_notebook_folder_writes_nothing_beside_the_notebook(tmp
     shutil.copy(REPO / "notebooks" / "03_workload_drift.ipynb", proj / "notebooks")
     before = sorted(p.name for p in (proj / "notebooks").rglob("*"))
     out = tmp_path / "executed.ipynb"
-    cmd = [sys.executable, "-m", "papermill", "03_workload_drift.ipynb", str(out), "-k", "python3",
-           "--execution-timeout", "600", "-p", "N_REQUESTS", "900", "-p", "RAMP_S", "20.0",
-           "-y", "PHASES: [[0, librispeech], [40, uniform]]"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "papermill",
+        "03_workload_drift.ipynb",
+        str(out),
+        "-k",
+        "python3",
+        "--execution-timeout",
+        "600",
+        "-p",
+        "N_REQUESTS",
+        "900",
+        "-p",
+        "RAMP_S",
+        "20.0",
+        "-y",
+        "PHASES: [[0, librispeech], [40, uniform]]",
+    ]
     r = subprocess.run(cmd, cwd=proj / "notebooks", capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert sorted(p.name for p in (proj / "notebooks").rglob("*")) == before
@@ -119,8 +135,13 @@ def test_papermill_in_the_notebook_folder_writes_nothing_beside_the_notebook(tmp
     outs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     stderr = [o.text for o in outs if o.output_type == "stream" and o.name == "stderr"]
     assert not [s for s in stderr if "it/s]" in s or "%|" in s], stderr  # no tqdm lines on stderr
-    lines = [o.data["text/plain"] for o in outs if o.output_type == "display_data" and "text/plain" in o.data
-             and str(o.data["text/plain"]).startswith(("✓", "✗"))]
+    lines = [
+        o.data["text/plain"]
+        for o in outs
+        if o.output_type == "display_data"
+        and "text/plain" in o.data
+        and str(o.data["text/plain"]).startswith(("✓", "✗"))
+    ]
     assert any(line.startswith("✓ exported to runs/03_workload_drift/") for line in lines), lines
 
 
@@ -195,7 +216,7 @@ def test_exporter_log_tracebacks_become_one_line(tmp_path, monkeypatch, capsys, 
 
 
 def test_explorer_export_button_writes_the_current_view_into_the_run_folder(tmp_path, clean_env):
-    """"export this view": the figure as shown, house formats, into runs/<notebook>/<run>/, with run.json."""
+    """ "export this view": the figure as shown, house formats, into runs/<notebook>/<run>/, with run.json."""
     import ipywidgets as W
     import plotly.graph_objects as go
 

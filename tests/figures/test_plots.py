@@ -139,8 +139,10 @@ def test_batch_figures_and_interactive_panel_use_the_same_policy_colours():
 
 
 def test_fit_title_wraps_long_titles_only_in_the_exported_copy():
-    long = ("LibriSpeech at 21 req/s: SJF cuts P50 E2EL by 90 % but its P90 grows by 68 %, "
-            "while HRRN keeps the tail within 10 % of FCFS")
+    long = (
+        "LibriSpeech at 21 req/s: SJF cuts P50 E2EL by 90 % but its P90 grows by 68 %, "
+        "while HRRN keeps the tail within 10 % of FCFS"
+    )
     fig = go.Figure(layout=dict(title=long))
     wrapped = fit_title(go.Figure(fig))
     lines = wrapped.layout.title.text.split("<br>")
@@ -159,10 +161,12 @@ def exported(tmp_path_factory):
     if plots._chromium() is None:
         pytest.skip("Debian chromium not installed")
     root = tmp_path_factory.mktemp("figs")
-    fig = go.Figure([go.Scatter(x=[1, 5, 10], y=[0.2, 0.5, 0.9], name=p, line_color=policy_color(p))
-                     for p in ("fcfs", "sjf")])
-    fig.update_layout(title="SJF answers sooner at every rate", xaxis_title="arrival rate (req/s)",
-                      yaxis_title="P50 E2EL (s)")
+    fig = go.Figure(
+        [go.Scatter(x=[1, 5, 10], y=[0.2, 0.5, 0.9], name=p, line_color=policy_color(p)) for p in ("fcfs", "sjf")]
+    )
+    fig.update_layout(
+        title="SJF answers sooner at every rate", xaxis_title="arrival rate (req/s)", yaxis_title="P50 E2EL (s)"
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with export_session():
@@ -184,7 +188,7 @@ def test_export_writes_offline_html_print_png_and_svg(exported):
     assert png_size(paths["png"]) == (PRINT_WIDTH * PNG_SCALE, PRINT_HEIGHT * PNG_SCALE) == (2700, 1680)
     svg = paths["svg"].read_text()
     assert re.search(rf'<svg[^>]*width="{PRINT_WIDTH}"[^>]*height="{PRINT_HEIGHT}"', svg)
-    r, g, b = (int(POLICY_COLORS["sjf"][i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(POLICY_COLORS["sjf"][i : i + 2], 16) for i in (1, 3, 5))
     assert "SJF answers sooner" in svg and f"stroke: rgb({r}, {g}, {b})" in svg
     assert paths2["pdf"].read_bytes()[:5] == b"%PDF-"
     assert not [w for w in caught if "kopts" in str(w.message)], [str(w.message) for w in caught]

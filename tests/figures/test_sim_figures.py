@@ -32,8 +32,17 @@ from asrsched.sim.sweep_report import change_ci, run_length_effect, throughput_s
 def sweep():
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always", OverloadWarning)
-        return run_sweep(None, ["fcfs", "sjf", "hrrn"], ["uniform"], [0, 1, 2], rhos=[0.5, 0.9, 1.3],
-                         n_requests=600, cache_dir=None, workers=1, progress=False)
+        return run_sweep(
+            None,
+            ["fcfs", "sjf", "hrrn"],
+            ["uniform"],
+            [0, 1, 2],
+            rhos=[0.5, 0.9, 1.3],
+            n_requests=600,
+            cache_dir=None,
+            workers=1,
+            progress=False,
+        )
 
 
 def _title(fig):
@@ -101,8 +110,9 @@ def test_drift_title_lists_every_policy():
 def test_run_length_figure_reports_both_ends():
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
-        rl = run_length_effect("uniform", rhos=[0.8, 1.3], n_list=[300, 1200], seeds=[0, 1], cache_dir=None,
-                               workers=1, progress=False)
+        rl = run_length_effect(
+            "uniform", rhos=[0.8, 1.3], n_list=[300, 1200], seeds=[0, 1], cache_dir=None, workers=1, progress=False
+        )
     fig = fig_run_length(rl)
     title = fig.layout.title.text
     for r in (0.8, 1.3):

@@ -35,13 +35,33 @@ def synthetic(kappas=None, n=40, seed=0, noise=True):
         enc = w * TRUE["enc"] * (rng.normal(1, 0.03, n) if noise else 1)
         tot = enc + tok * TRUE["step"] + TRUE["over"] + (rng.normal(0, 0.01, n) if noise else 0)
         for i in range(n):
-            rows.append(dict(utt_id=f"{lang}{i}", key=f"{lang}{i}", language=lang, ok=True, silence=False,
-                             audio_s=d[i], speech_s=d[i], vad_silero_s=d[i], vad_energy_s=d[i],
-                             vad_silero_cost_s=0.01, vad_energy_cost_s=0.001,
-                             windows=w[i], windows_nominal=w[i], decode_steps=tok[i], tokens_generated=tok[i],
-                             tokens_kept=tok[i], tokens_text=tok[i], encode_s=enc[i],
-                             decode_s=tok[i] * TRUE["step"], total_s=tot[i], cpu_s=1.5 * tot[i],
-                             encode_cpu_s=1.5 * enc[i], decode_cpu_s=1.5 * tok[i] * TRUE["step"]))
+            rows.append(
+                dict(
+                    utt_id=f"{lang}{i}",
+                    key=f"{lang}{i}",
+                    language=lang,
+                    ok=True,
+                    silence=False,
+                    audio_s=d[i],
+                    speech_s=d[i],
+                    vad_silero_s=d[i],
+                    vad_energy_s=d[i],
+                    vad_silero_cost_s=0.01,
+                    vad_energy_cost_s=0.001,
+                    windows=w[i],
+                    windows_nominal=w[i],
+                    decode_steps=tok[i],
+                    tokens_generated=tok[i],
+                    tokens_kept=tok[i],
+                    tokens_text=tok[i],
+                    encode_s=enc[i],
+                    decode_s=tok[i] * TRUE["step"],
+                    total_s=tot[i],
+                    cpu_s=1.5 * tot[i],
+                    encode_cpu_s=1.5 * enc[i],
+                    decode_cpu_s=1.5 * tok[i] * TRUE["step"],
+                )
+            )
     return pd.DataFrame(rows)
 
 
@@ -136,8 +156,9 @@ def test_effective_window_is_fitted_from_encoder_runs():
 
 def test_refit_reproduces_a_saved_run(tmp_path):
     df = synthetic(n=30, seed=9)
-    run = fit_profile(df, batch=[{"batch": 1, "step_s": 0.01}, {"batch": 2, "step_s": 0.013}], name="syn",
-                      clock="wall", n_boot=100)
+    run = fit_profile(
+        df, batch=[{"batch": 1, "step_s": 0.01}, {"batch": 2, "step_s": 0.013}], name="syn", clock="wall", n_boot=100
+    )
     run.measurements.to_csv(tmp_path / "measurements.csv", index=False)
     run.save(tmp_path)
     again = refit(tmp_path, n_boot=100)
@@ -234,15 +255,18 @@ def test_normalize_and_wer():
     assert word_error_rate("a b", "") == 1.0
 
 
-@pytest.mark.parametrize("kw,match", [
-    (dict(model="tiny.en", languages=["en", "es"]), "English-only"),
-    (dict(languages=["fr"]), "allowed values"),
-    (dict(backend="onnx"), "backend must be one of"),
-    (dict(kappa_tokens="words"), "kappa_tokens must be one of"),
-    (dict(n_per_language=0), "n_per_language must be an integer"),
-    (dict(clock="gpu"), "clock must be one of wall, cpu, auto"),
-    (dict(repeats=0), "repeats must be an integer"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(model="tiny.en", languages=["en", "es"]), "English-only"),
+        (dict(languages=["fr"]), "allowed values"),
+        (dict(backend="onnx"), "backend must be one of"),
+        (dict(kappa_tokens="words"), "kappa_tokens must be one of"),
+        (dict(n_per_language=0), "n_per_language must be an integer"),
+        (dict(clock="gpu"), "clock must be one of wall, cpu, auto"),
+        (dict(repeats=0), "repeats must be an integer"),
+    ],
+)
 def test_run_profile_rejects_bad_parameters_before_work(kw, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         run_profile(out_dir=tmp_path / "run", **kw)

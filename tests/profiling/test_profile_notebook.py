@@ -15,12 +15,25 @@ def test_profile_notebook_headless(tmp_path, monkeypatch):
 
     monkeypatch.setenv("ASRSCHED_FIGURES", str(tmp_path / "figures"))
     monkeypatch.setenv("ASRSCHED_CACHE", str(tmp_path / "cache"))
-    params = dict(MODEL="tiny.en", LANGUAGES=["en"], N_PER_LANGUAGE=5, N_SILENCE_PER_LANGUAGE=1,
-                  BATCH_SIZES=[1, 2], N_BOOT=200, OUT_DIR=str(tmp_path / "run"),
-                  PROFILE_JSON=str(tmp_path / "profile.json"))
-    pm.execute_notebook(str(ROOT / "notebooks" / "01_profile_whisper.ipynb"), str(tmp_path / "out.ipynb"),
-                        parameters=params, kernel_name="python3", execution_timeout=600, cwd=str(tmp_path),
-                        progress_bar=False)
+    params = dict(
+        MODEL="tiny.en",
+        LANGUAGES=["en"],
+        N_PER_LANGUAGE=5,
+        N_SILENCE_PER_LANGUAGE=1,
+        BATCH_SIZES=[1, 2],
+        N_BOOT=200,
+        OUT_DIR=str(tmp_path / "run"),
+        PROFILE_JSON=str(tmp_path / "profile.json"),
+    )
+    pm.execute_notebook(
+        str(ROOT / "notebooks" / "01_profile_whisper.ipynb"),
+        str(tmp_path / "out.ipynb"),
+        parameters=params,
+        kernel_name="python3",
+        execution_timeout=600,
+        cwd=str(tmp_path),
+        progress_bar=False,
+    )
     out = tmp_path / "figures" / "01_profile_whisper"
     kappa = pd.read_csv(out / "kappa.csv")
     en = kappa[(kappa.language == "en") & (kappa.tokens == "decode_steps")].iloc[0]
@@ -50,8 +63,13 @@ def test_profile_notebook_headless(tmp_path, monkeypatch):
     assert abs(float(sm.service_time(d, "en", tokens=steps)) / cpu - 1) < 0.3
     vad = pd.read_csv(out / "vad_summary.csv")
     assert {"file duration", "silero VAD", "energy VAD"} <= set(vad.duration_source)
-    for name in ("kappa_tokens_vs_duration", "service_time_model", "rtf_vs_duration", "vad_estimate_error",
-                 "batched_decode_step"):
+    for name in (
+        "kappa_tokens_vs_duration",
+        "service_time_model",
+        "rtf_vs_duration",
+        "vad_estimate_error",
+        "batched_decode_step",
+    ):
         assert (out / f"{name}.png").stat().st_size > 10_000 and (out / f"{name}.html").exists()
     assert sm.kappa["en"] == pytest.approx(en.kappa)
     # kappa from the real transcripts (tiny.en's tokenizer), and the gap to the profile walked on the clips

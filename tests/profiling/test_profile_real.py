@@ -33,8 +33,16 @@ def backend():
 def clips(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
     clean = build_corpus(["en"], 4, seed=11, min_s=2.5, max_s=24.0, cache=cache, progress=False)
-    sil = build_corpus(["en"], 1, seed=12, min_s=4.0, max_s=8.0, cache=cache, progress=False,
-                       silence=SilenceSpec(lead_s=4.0, trail_s=5.0, inner_s=3.0, n_inner=1))
+    sil = build_corpus(
+        ["en"],
+        1,
+        seed=12,
+        min_s=4.0,
+        max_s=8.0,
+        cache=cache,
+        progress=False,
+        silence=SilenceSpec(lead_s=4.0, trail_s=5.0, inner_s=3.0, n_inner=1),
+    )
     return clean, sil
 
 
@@ -64,8 +72,14 @@ def bad_files(d):
 def test_real_inference_tokens_grow_with_duration_and_text_matches(backend, clips, tmp_path):
     clean, sil = clips
     bad = bad_files(tmp_path / "bad")
-    extra = pd.DataFrame({"path": [str(p) for p in bad.values()], "language": "en",
-                          "utt_id": list(bad), "key": [f"bad-{k}" for k in bad]})
+    extra = pd.DataFrame(
+        {
+            "path": [str(p) for p in bad.values()],
+            "language": "en",
+            "utt_id": list(bad),
+            "key": [f"bad-{k}" for k in bad],
+        }
+    )
     man = pd.concat([clean, sil, extra], ignore_index=True)
     out = tmp_path / "m.csv"
     df = measure(man, backend, out=out, progress=False)
@@ -135,8 +149,14 @@ def test_temperature_fallbacks_are_counted_in_generated_tokens(clips):
     """log_prob_threshold=0 fails every decode's check, so every temperature of the ladder runs."""
     from asrsched.whisper.audio import load_audio
 
-    be = make_backend("faster-whisper", "tiny.en", temperature=(0.0, 0.5, 1.0), log_prob_threshold=0.0,
-                      compression_ratio_threshold=None, no_speech_threshold=None)
+    be = make_backend(
+        "faster-whisper",
+        "tiny.en",
+        temperature=(0.0, 0.5, 1.0),
+        log_prob_threshold=0.0,
+        compression_ratio_threshold=None,
+        no_speech_threshold=None,
+    )
     x = load_audio(clips[0].sort_values("audio_s")["path"].iloc[0])
     r = be.transcribe(x, "en")
     assert r["generate_calls"] == 3 and r["fallbacks"] == 2 and r["windows"] == 1
@@ -156,9 +176,19 @@ def test_silence_vad_cost_is_small_against_inference(backend, clips):
 
 
 def test_run_profile_end_to_end_writes_a_loadable_profile(backend, tmp_path):
-    run = run_profile(model="tiny.en", backend=backend, languages=["en"], n_per_language=6,
-                      n_silence_per_language=1, batch_sizes=(1, 2), holdout_frac=0.25, n_boot=200,
-                      out_dir=tmp_path / "run", cache=tmp_path / "cache", progress=False)
+    run = run_profile(
+        model="tiny.en",
+        backend=backend,
+        languages=["en"],
+        n_per_language=6,
+        n_silence_per_language=1,
+        batch_sizes=(1, 2),
+        holdout_frac=0.25,
+        n_boot=200,
+        out_dir=tmp_path / "run",
+        cache=tmp_path / "cache",
+        progress=False,
+    )
     sm = ServiceModel.from_json(run.out_dir / "service_model.json")
     assert sm.kappa["en"] == pytest.approx(run.kappa.kappa["en"])
     lo, hi = sm.kappa_ci["en"]
@@ -186,7 +216,8 @@ def test_run_profile_end_to_end_writes_a_loadable_profile(backend, tmp_path):
     assert abs(by_time_model.mean() / held.cpu_s.mean() - 1) < 0.3
     kappa_tok = np.maximum(1, np.rint(sm.kappa["en"] * held.audio_s.to_numpy()))
     assert h["predicted_mean_s"] == pytest.approx(
-        sm.service_time(held.audio_s.to_numpy(), "en", tokens=kappa_tok).mean(), rel=1e-9)
+        sm.service_time(held.audio_s.to_numpy(), "en", tokens=kappa_tok).mean(), rel=1e-9
+    )
     assert sm.fit["clock"] == "cpu" and sm.fit["other_clock"]["clock"] == "wall"  # auto: CPU engine
     assert len(run.batch) == 2 and sm.decode_batch_slope >= 0
     assert {"file duration", "silero VAD"} <= set(run.vad["duration_source"])

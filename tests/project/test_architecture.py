@@ -75,8 +75,7 @@ def private_imports(path: Path, module: str, mods: dict[str, Path]) -> list[str]
 
 def test_layers_and_no_cycles_hold():
     """import-linter: the layer order, no cycles between sibling modules, no heavy deps in the base install."""
-    res = subprocess.run([_tool("lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run([_tool("lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
     assert "broken" in res.stdout and " 0 broken" in res.stdout, res.stdout[-3000:]
 
@@ -88,8 +87,9 @@ def test_layer_contract_catches_a_wrong_way_import(tmp_path):
     svc = tmp_path / "asrsched" / "core" / "service.py"
     svc.write_text(svc.read_text() + "\nfrom asrsched.sim.engine import simulate  # noqa: E402,F401\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    res = subprocess.run([_tool("lint-imports"), "--no-cache"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300, env=env)
+    res = subprocess.run(
+        [_tool("lint-imports"), "--no-cache"], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
+    )
     assert res.returncode != 0
     assert "asrsched.core is not allowed to import asrsched.sim" in res.stdout, res.stdout[-3000:]
     assert "asrsched.core.service -> asrsched.sim.engine" in res.stdout
@@ -104,11 +104,15 @@ def test_no_module_imports_another_modules_private_names():
 def test_private_import_check_can_fail(tmp_path):
     """The scan above sees both absolute and relative private imports (and leaves dunders alone)."""
     probe = tmp_path / "probe.py"
-    probe.write_text("from asrsched.sim.engine import _secret\nfrom .kernel import _fast\n"
-                     "from asrsched import __version__\nfrom asrsched.sim.engine import simulate\n")
+    probe.write_text(
+        "from asrsched.sim.engine import _secret\nfrom .kernel import _fast\n"
+        "from asrsched import __version__\nfrom asrsched.sim.engine import simulate\n"
+    )
     found = private_imports(probe, "asrsched.sim.probe", _modules())
-    assert [f.split(": ", 1)[1] for f in found] == ["from asrsched.sim.engine import _secret",
-                                                    "from asrsched.sim.kernel import _fast"]
+    assert [f.split(": ", 1)[1] for f in found] == [
+        "from asrsched.sim.engine import _secret",
+        "from asrsched.sim.kernel import _fast",
+    ]
 
 
 def test_top_level_holds_subpackages_and_few_modules():
@@ -130,10 +134,20 @@ def test_pyproject_ships_every_subpackage():
 
 
 def test_ruff_is_clean_including_notebook_sources():
-    res = subprocess.run([_tool("ruff"), "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        [_tool("ruff"), "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert res.returncode == 0, res.stdout[-6000:]
     assert list((ROOT / "notebooks").glob("*.py")), "notebook sources (jupytext py:percent) are missing"
+
+
+def test_ruff_format_is_applied():
+    """Every Python file is as ``ruff format`` writes it (the compiled kernels' grouped signatures keep their
+    layout with ``# fmt: skip``)."""
+    res = subprocess.run(
+        [_tool("ruff"), "format", "--no-cache", "--check", "."], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
 
 
 MAX_MODULE_LINES = 600  # CONTRIBUTING: "If a file passes ~600 lines ... split it"
@@ -148,10 +162,16 @@ def test_no_module_is_over_the_size_limit():
 
 def test_tests_import_the_oracles_without_editing_sys_path():
     """The SimPy/Ciw oracles and benchmark helpers come in by name (pytest's ``pythonpath``), not by ``sys.path`` edits."""
-    assert set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["pythonpath"]) \
-        >= {"benchmarks", "tests"}
-    hits = [f"{f.name}:{i}" for f in sorted((ROOT / "tests").rglob("*.py"))
-            for i, line in enumerate(f.read_text().splitlines(), 1) if "sys.path.insert" in line and "hits" not in line]
+    assert set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["pythonpath"]) >= {
+        "benchmarks",
+        "tests",
+    }
+    hits = [
+        f"{f.name}:{i}"
+        for f in sorted((ROOT / "tests").rglob("*.py"))
+        for i, line in enumerate(f.read_text().splitlines(), 1)
+        if "sys.path.insert" in line and "hits" not in line
+    ]
     assert not hits, hits
 
 
@@ -160,8 +180,7 @@ def test_tests_import_the_oracles_without_editing_sys_path():
 #: ``asrsched.sim.parallel.run_study``; each A/B study keeps its own model of one replication and one truth
 #: run, and its own tables and figures, under the same names (ONE_PER_STUDY).
 MAY_REPEAT = {"main", "build_parser"}
-ONE_PER_STUDY = {"run_replication", "run_truth", "summary_table", "ablation_table", "fig_ablation",
-                 "fig_estimates"}
+ONE_PER_STUDY = {"run_replication", "run_truth", "summary_table", "ablation_table", "fig_ablation", "fig_estimates"}
 
 
 def _public_definitions() -> dict[str, list[str]]:
@@ -202,18 +221,28 @@ def test_mypy_is_clean_on_core_and_sim():
 def test_mypy_check_can_fail(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f(x: int) -> int:\n    return x\n\n\nf('not an int')\n")
-    res = subprocess.run([_tool("mypy"), "--no-incremental", "--config-file", str(ROOT / "pyproject.toml"), str(bad)],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [_tool("mypy"), "--no-incremental", "--config-file", str(ROOT / "pyproject.toml"), str(bad)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 1 and "arg-type" in res.stdout, res.stdout
 
 
 def test_pre_commit_runs_the_suites_static_checks():
-    """``.pre-commit-config.yaml`` is valid and runs what this module checks (ruff, the layers, mypy)."""
+    """``.pre-commit-config.yaml`` is valid and runs what this module checks (ruff, its formatter, the layers, mypy)."""
     yaml = need("yaml")
     need("pre_commit")
     cfg = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
     ids = {h["id"] for r in cfg["repos"] for h in r["hooks"]}
-    assert {"ruff", "lint-imports", "mypy", "quick-tests"} <= ids
-    res = subprocess.run([_tool("pre-commit"), "validate-config", ".pre-commit-config.yaml"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    assert {"ruff", "ruff-format", "lint-imports", "mypy", "quick-tests"} <= ids
+    res = subprocess.run(
+        [_tool("pre-commit"), "validate-config", ".pre-commit-config.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stdout + res.stderr

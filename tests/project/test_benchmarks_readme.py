@@ -17,10 +17,11 @@ def test_readme_table_is_the_committed_check_results():
     """The table between the check markers must equal a rendering of results/check.json."""
     record = json.loads(check.RESULTS.read_text())
     text = check.README.read_text()
-    block = text[text.index(check.BEGIN):text.index(check.END) + len(check.END)]
+    block = text[text.index(check.BEGIN) : text.index(check.END) + len(check.END)]
     assert block == check.readme_table(record), (
         "benchmarks/README.md disagrees with benchmarks/results/check.json: "
-        "run `python benchmarks/check.py --readme` (or --write to re-measure)")
+        "run `python benchmarks/check.py --readme` (or --write to re-measure)"
+    )
 
 
 def test_committed_check_results_carry_provenance_and_consistent_verdicts():

@@ -41,8 +41,14 @@ def _runnable_examples(mod) -> int:
 
 def test_doctests_are_collected():
     """Discovery finds the modules known to carry examples (a broken finder would run nothing)."""
-    assert {"asrsched.core.policies", "asrsched.core.workloads", "asrsched.sim.sweep", "asrsched.sim.routers",
-            "asrsched.sim.cache", "asrsched.abtest.fleet_experiment"} <= set(MODULES)
+    assert {
+        "asrsched.core.policies",
+        "asrsched.core.workloads",
+        "asrsched.sim.sweep",
+        "asrsched.sim.routers",
+        "asrsched.sim.cache",
+        "asrsched.abtest.fleet_experiment",
+    } <= set(MODULES)
     assert "asrsched.whisper.convert" not in MODULES  # only +SKIP examples (it downloads a model)
 
 

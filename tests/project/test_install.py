@@ -29,8 +29,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 ROOT = Path(__file__).resolve().parents[2]
 # never copied into the build: local environments, outputs and caches (at the top) and build litter (anywhere)
 TOP_LEVEL_SKIP = {".venv", ".git", "runs", "figures", "build", "dist", ".whl"}
-ANYWHERE_SKIP = shutil.ignore_patterns("__pycache__", "*.egg-info", ".pytest_cache", ".hypothesis", ".ruff_cache",
-                                       ".import_linter_cache", ".cache", ".ipynb_checkpoints")
+ANYWHERE_SKIP = shutil.ignore_patterns(
+    "__pycache__",
+    "*.egg-info",
+    ".pytest_cache",
+    ".hypothesis",
+    ".ruff_cache",
+    ".import_linter_cache",
+    ".cache",
+    ".ipynb_checkpoints",
+)
 NOT_IN_BASE = ("plotly", "jupyterlab", "faster_whisper", "dask", "papermill", "ipywidgets", "starlette", "vllm")
 
 
@@ -43,13 +51,18 @@ def _ignore(folder: str, names: list[str]) -> set[str]:
 
 def _env() -> dict[str, str]:
     """The environment of the checkout's test run minus what would point the fresh venv back at it."""
-    return {k: v for k, v in os.environ.items()
-            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "ASRSCHED_ROOT", "ASRSCHED_FIGURES")}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "ASRSCHED_ROOT", "ASRSCHED_FIGURES")
+    }
 
 
 def _run(cmd: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
     r = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+    assert r.returncode == 0, (
+        f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+    )
     return r
 
 
@@ -76,8 +89,11 @@ def base_venv(tmp_path_factory):
 def test_base_install_runs_the_simulator_without_the_optional_stacks(base_venv, record_property):
     log = base_venv["build_log"]
     assert "Successfully installed" in log and "asrsched-" in log
-    for warning in ("SetuptoolsDeprecationWarning", "License classifiers are deprecated",
-                    "`project.license` as a TOML table is deprecated"):
+    for warning in (
+        "SetuptoolsDeprecationWarning",
+        "License classifiers are deprecated",
+        "`project.license` as a TOML table is deprecated",
+    ):
         assert warning not in log, f"the build warns: {warning}"
     work = base_venv["dir"] / "base-cwd"
     work.mkdir()
@@ -127,8 +143,14 @@ def test_quick_subset_passes_on_the_base_install_plus_the_test_tools(base_venv, 
     assert present == [], f"the test tools pull in {present}"
     env = {k: v for k, v in _env().items() if k not in ("ASRSCHED_ALL_EXTRAS", "ASRSCHED_ALLOW_SKIP")}
     t0 = time.perf_counter()
-    r = subprocess.run([str(py), "-m", "pytest", "-m", "not slow", "-q", "-p", "no:cacheprovider"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=1500)
+    r = subprocess.run(
+        [str(py), "-m", "pytest", "-m", "not slow", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     wall = time.perf_counter() - t0
     tail = r.stdout[-4000:] + r.stderr[-2000:]
     assert r.returncode == 0, tail

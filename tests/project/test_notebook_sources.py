@@ -88,8 +88,10 @@ def pair_problems(ipynb: Path) -> list[str]:
     # committed without outputs
     for i, c in enumerate(raw.cells):
         if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count") is not None):
-            problems.append(f"{name}: cell {i} has outputs or an execution count; clear them before committing "
-                            f"(`jupyter nbconvert --clear-output --inplace notebooks/{ipynb.name}`)")
+            problems.append(
+                f"{name}: cell {i} has outputs or an execution count; clear them before committing "
+                f"(`jupyter nbconvert --clear-output --inplace notebooks/{ipynb.name}`)"
+            )
 
     # one parameters cell, the first code cell, plain literals
     code = [c for c in raw.cells if c.cell_type == "code"]
@@ -105,8 +107,10 @@ def pair_problems(ipynb: Path) -> list[str]:
     for label, nb in ((".ipynb", raw), (".py", text)):
         formats = nb.metadata.get("jupytext", {}).get("formats")
         if formats != FORMATS:
-            problems.append(f"{name}: the {label} says jupytext formats {formats!r}, expected {FORMATS!r}; "
-                            f"`jupytext --set-formats {FORMATS} notebooks/{ipynb.name}`")
+            problems.append(
+                f"{name}: the {label} says jupytext formats {formats!r}, expected {FORMATS!r}; "
+                f"`jupytext --set-formats {FORMATS} notebooks/{ipynb.name}`"
+            )
     if raw.metadata.get("kernelspec", {}).get("name") != "python3":
         problems.append(f"{name}: the .ipynb kernelspec is not python3")
     return problems
@@ -130,12 +134,16 @@ def test_first_code_cell_after_the_parameters_calls_the_front_end_setup(ipynb):
     """Importing the package changes nothing process-wide; each notebook asks for its front end explicitly."""
     code = [c for c in nbformat.read(ipynb, as_version=4).cells if c.cell_type == "code"]
     assert "parameters" in code[0].metadata.get("tags", [])
-    calls = [n for n in ast.parse(code[1].source).body
-             if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and getattr(n.value.func, "id", "") == "setup"]
+    calls = [
+        n
+        for n in ast.parse(code[1].source).body
+        if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and getattr(n.value.func, "id", "") == "setup"
+    ]
     assert len(calls) == 1 and "from asrsched.figures.style import" in code[1].source, code[1].source[:400]
 
 
 # The check itself: a copy of a pair under tmp_path, broken in one way at a time, must be reported.
+
 
 def _edit_py_cell(ipynb: Path, py: Path) -> None:
     nb = jupytext.read(py)
@@ -183,11 +191,13 @@ def _store_execution_count(ipynb: Path, py: Path) -> None:
 
 def _both(edit):
     """Apply ``edit`` to the .ipynb and write the .py from it, so the pair stays in sync."""
+
     def apply(ipynb: Path, py: Path) -> None:
         nb = nbformat.read(ipynb, as_version=4)
         edit(nb)
         nbformat.write(nb, ipynb)
         jupytext.write(nb, py, fmt="py:percent")
+
     return apply
 
 

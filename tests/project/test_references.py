@@ -44,8 +44,18 @@ def test_each_notebook_introduction_cites_its_sources(nb):
 def test_no_pointer_a_reader_cannot_follow():
     """Code and notebooks say what they mean, not "issue 12", "paper 1" or "the field notes"."""
     bad = re.compile(r"\bissue \d+|\bfield[ -]notes\b|\bpaper [12]\b", re.I)
-    files = [*(ROOT / "asrsched").rglob("*.py"), *(ROOT / "asrsched").rglob("*.md"), *(ROOT / "tests").rglob("*.py"),
-             *(ROOT / "scripts").glob("*.sh"), *(ROOT / "benchmarks").rglob("*.py"), *NOTEBOOKS]
-    hits = [f"{f.relative_to(ROOT)}:{i}" for f in files for i, line in enumerate(f.read_text().splitlines(), 1)
-            if bad.search(line) and f != Path(__file__).resolve()]  # this test names what it looks for
+    files = [
+        *(ROOT / "asrsched").rglob("*.py"),
+        *(ROOT / "asrsched").rglob("*.md"),
+        *(ROOT / "tests").rglob("*.py"),
+        *(ROOT / "scripts").glob("*.sh"),
+        *(ROOT / "benchmarks").rglob("*.py"),
+        *NOTEBOOKS,
+    ]
+    hits = [
+        f"{f.relative_to(ROOT)}:{i}"
+        for f in files
+        for i, line in enumerate(f.read_text().splitlines(), 1)
+        if bad.search(line) and f != Path(__file__).resolve()
+    ]  # this test names what it looks for
     assert not hits, hits

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parents[1]  # tests/: the suite's conftest.py and extras.py
-SUITE = '''
+SUITE = """
 import pytest
 from extras import need
 
@@ -33,7 +33,7 @@ def test_skips_for_another_reason():
 
 def test_runs():
     assert 1 + 1 == 2
-'''
+"""
 
 
 # modules that skip as a whole, at import: one for a missing extra, one for another reason
@@ -51,8 +51,14 @@ def _pytest(tmp_path: Path, files: dict[str, str], args: list[str], env: dict[st
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     e = {k: v for k, v in os.environ.items() if k not in ("ASRSCHED_ALL_EXTRAS", "ASRSCHED_ALLOW_SKIP")} | env
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml=out.xml",
-                           *args, *files], cwd=tmp_path, env=e, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml=out.xml", *args, *files],
+        cwd=tmp_path,
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _outcomes(tmp_path: Path, args: list[str], **env: str) -> dict[str, str]:
@@ -62,27 +68,38 @@ def _outcomes(tmp_path: Path, args: list[str], **env: str) -> dict[str, str]:
     for case in ET.parse(tmp_path / "out.xml").iter("testcase"):
         kinds = [c.tag for c in case if c.tag in ("failure", "error", "skipped")]
         out[case.get("name")] = {"failure": "failed", "error": "failed", "skipped": "skipped"}.get(
-            kinds[0] if kinds else "", "passed")
+            kinds[0] if kinds else "", "passed"
+        )
     return out
 
 
-@pytest.mark.parametrize("env, needs, other, rc", [
-    ({}, "skipped", "failed", 1),                               # the quick subset on a partial install
-    ({"ASRSCHED_ALL_EXTRAS": "1"}, "failed", "failed", 1),      # the full suite: every extra must be there
-    ({"ASRSCHED_ALLOW_SKIP": "1"}, "skipped", "skipped", 0),    # a partial install on purpose
-])
+@pytest.mark.parametrize(
+    "env, needs, other, rc",
+    [
+        ({}, "skipped", "failed", 1),  # the quick subset on a partial install
+        ({"ASRSCHED_ALL_EXTRAS": "1"}, "failed", "failed", 1),  # the full suite: every extra must be there
+        ({"ASRSCHED_ALLOW_SKIP": "1"}, "skipped", "skipped", 0),  # a partial install on purpose
+    ],
+)
 @pytest.mark.parametrize("args", XDIST)
 def test_a_missing_extra_may_skip_except_in_the_full_suite(tmp_path, env, needs, other, rc, args):
     got = _outcomes(tmp_path, args, **env)
-    assert got == {"test_runs": "passed", "test_needs_an_extra": needs, "test_skips_for_another_reason": other,
-                   "rc": rc}
+    assert got == {
+        "test_runs": "passed",
+        "test_needs_an_extra": needs,
+        "test_skips_for_another_reason": other,
+        "rc": rc,
+    }
 
 
-@pytest.mark.parametrize("env, failing", [
-    ({}, ["test_other_at_import.py"]),
-    ({"ASRSCHED_ALL_EXTRAS": "1"}, ["test_extra_at_import.py", "test_other_at_import.py"]),
-    ({"ASRSCHED_ALLOW_SKIP": "1"}, []),
-])
+@pytest.mark.parametrize(
+    "env, failing",
+    [
+        ({}, ["test_other_at_import.py"]),
+        ({"ASRSCHED_ALL_EXTRAS": "1"}, ["test_extra_at_import.py", "test_other_at_import.py"]),
+        ({"ASRSCHED_ALLOW_SKIP": "1"}, []),
+    ],
+)
 @pytest.mark.parametrize("args", XDIST)
 def test_a_module_that_skips_at_import_fails_the_session_naming_it(tmp_path, env, failing, args):
     r = _pytest(tmp_path, {"test_runs.py": "def test_runs():\n    assert True\n", **AT_IMPORT}, args, env)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]  # tests/: the suite's conftest.py and extras.py
-TIMED = '''
+TIMED = """
 import json, os, time
 from pathlib import Path
 
@@ -25,7 +25,7 @@ def _run(name):
     t0 = time.time()
     time.sleep(0.4)
     Path(os.environ["SPANS"], name).write_text(json.dumps([t0, time.time(), os.environ["PYTEST_XDIST_WORKER"]]))
-'''
+"""
 
 
 def test_the_vllm_modules_run_on_one_worker_one_after_another_and_the_rest_beside_them(tmp_path):
@@ -35,17 +35,40 @@ def test_the_vllm_modules_run_on_one_worker_one_after_another_and_the_rest_besid
     spans = tmp_path / "spans"
     spans.mkdir()
     for name in ("a", "b"):  # plain modules, collected first
-        (tmp_path / f"test_{name}_plain.py").write_text(TIMED + "".join(
-            f"\n\ndef test_{name}_{i}():\n    _run('{name}_{i}')\n" for i in range(3)))
-    (tmp_path / "test_y_engine.py").write_text(TIMED + "\npytestmark = pytest.mark.vllm\n" + "".join(
-        f"\n\ndef test_y_{i}():\n    _run('vllm_y_{i}')\n" for i in range(3)))
-    (tmp_path / "test_z_study.py").write_text(TIMED + "".join(
-        f"\n\n@pytest.mark.vllm\ndef test_z_{i}():\n    _run('vllm_z_{i}')\n" for i in range(3))
-        + "\n\ndef test_z_plain():\n    _run('vllm_z_plain')\n")  # a module with a vllm test joins the group whole
+        (tmp_path / f"test_{name}_plain.py").write_text(
+            TIMED + "".join(f"\n\ndef test_{name}_{i}():\n    _run('{name}_{i}')\n" for i in range(3))
+        )
+    (tmp_path / "test_y_engine.py").write_text(
+        TIMED
+        + "\npytestmark = pytest.mark.vllm\n"
+        + "".join(f"\n\ndef test_y_{i}():\n    _run('vllm_y_{i}')\n" for i in range(3))
+    )
+    (tmp_path / "test_z_study.py").write_text(
+        TIMED
+        + "".join(f"\n\n@pytest.mark.vllm\ndef test_z_{i}():\n    _run('vllm_z_{i}')\n" for i in range(3))
+        + "\n\ndef test_z_plain():\n    _run('vllm_z_plain')\n"
+    )  # a module with a vllm test joins the group whole
     env = {k: v for k, v in os.environ.items() if k not in ("ASRSCHED_ALL_EXTRAS", "ASRSCHED_ALLOW_SKIP")}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist",
-                        "loadfile", "--no-loadscope-reorder"], cwd=tmp_path, env=env | {"SPANS": str(spans)},
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "--dist",
+            "loadfile",
+            "--no-loadscope-reorder",
+        ],
+        cwd=tmp_path,
+        env=env | {"SPANS": str(spans)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout[-3000:]
     got = {p.name: json.loads(p.read_text()) for p in spans.iterdir()}
     assert len(got) == 13

@@ -90,8 +90,7 @@ def test_replay_records_every_request_in_the_simulators_shape(server, plan):
     # the same trace through the simulator gives a table of the same shape: they overlay
     from asrsched.serving.experiment import calibrate, simulate_run
 
-    service = calibrate(pd.DataFrame(list(srv.values())).assign(
-        tokens=lambda d: d["tokens"].astype(float)))
+    service = calibrate(pd.DataFrame(list(srv.values())).assign(tokens=lambda d: d["tokens"].astype(float)))
     sim = simulate_run(rec, "sjf", service, slots=1)
     assert set(SIM_SHAPE) <= set(sim.columns) and len(sim) == len(rec)
     assert np.allclose(np.sort(sim["arrival"]), np.sort(rec["arrival"]))
@@ -155,6 +154,7 @@ def test_unreachable_endpoint_records_every_request_as_failed(plan):
 
 # ----------------------------------------------------------------------------- a vLLM-shaped endpoint
 
+
 def _capture_server():
     """A minimal OpenAI/vLLM-shaped transcription endpoint that records each form it receives."""
     import uvicorn
@@ -173,11 +173,29 @@ def _capture_server():
 
         async def events():
             for piece in ("hello", " world"):
-                yield "data: " + json.dumps({"id": "trsc-1", "object": "transcription.chunk", "choices": [
-                    {"delta": {"content": piece}, "finish_reason": None}]}) + "\n\n"
-            yield "data: " + json.dumps({"id": "trsc-1", "object": "transcription.chunk", "choices": [],
-                                         "usage": {"prompt_tokens": 0, "completion_tokens": 2,
-                                                   "total_tokens": 2}}) + "\n\n"
+                yield (
+                    "data: "
+                    + json.dumps(
+                        {
+                            "id": "trsc-1",
+                            "object": "transcription.chunk",
+                            "choices": [{"delta": {"content": piece}, "finish_reason": None}],
+                        }
+                    )
+                    + "\n\n"
+                )
+            yield (
+                "data: "
+                + json.dumps(
+                    {
+                        "id": "trsc-1",
+                        "object": "transcription.chunk",
+                        "choices": [],
+                        "usage": {"prompt_tokens": 0, "completion_tokens": 2, "total_tokens": 2},
+                    }
+                )
+                + "\n\n"
+            )
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
@@ -219,6 +237,7 @@ def test_sends_model_language_and_vllm_xargs_and_reads_vllm_events(plan):
 
 # ----------------------------------------------------------------------------- planning, validation, CLI
 
+
 def test_exact_audio_matches_trace_durations_and_bad_input_fails_early(plan):
     tr = make_trace("librispeech", rate=1.0, n=2, seed=11)
     ex = plan_requests(tr, audio="exact", progress=False)
@@ -228,10 +247,14 @@ def test_exact_audio_matches_trace_durations_and_bad_input_fails_early(plan):
         plan_requests(tr, audio="tts")
     with pytest.raises(ValueError, match="pool_size"):
         plan_requests(tr, pool_size=1)
-    for kw, msg in ((dict(response_format="srt"), "json, text, verbose_json"),
-                    (dict(stream=True, response_format="verbose_json"), "stream=True"),
-                    (dict(timeout_s=0), "timeout_s"), (dict(max_concurrency=0), "max_concurrency"),
-                    (dict(policy="shortest"), "shortest"), (dict(policy="sjf", vllm_xargs=False), "needs vllm_xargs")):
+    for kw, msg in (
+        (dict(response_format="srt"), "json, text, verbose_json"),
+        (dict(stream=True, response_format="verbose_json"), "stream=True"),
+        (dict(timeout_s=0), "timeout_s"),
+        (dict(max_concurrency=0), "max_concurrency"),
+        (dict(policy="shortest"), "shortest"),
+        (dict(policy="sjf", vllm_xargs=False), "needs vllm_xargs"),
+    ):
         with pytest.raises(ValueError, match=msg):
             run_coro(run_load("http://127.0.0.1:1", plan, progress=False, **kw))
     with pytest.raises(ValueError, match="http://"):
@@ -243,8 +266,23 @@ def test_exact_audio_matches_trace_durations_and_bad_input_fails_early(plan):
 def test_cli_replays_and_writes_records(server, tmp_path, capsys):
     out = tmp_path / "run.parquet"
     # commonvoice_id is Indonesian: tiny.en refuses it with a 400 that the records keep
-    rc = main(["--url", server.url, "--rate", "4", "--n", "3", "--workload", "commonvoice_id", "--pool-size", "4",
-               "--out", str(out), "--quiet"])
+    rc = main(
+        [
+            "--url",
+            server.url,
+            "--rate",
+            "4",
+            "--n",
+            "3",
+            "--workload",
+            "commonvoice_id",
+            "--pool-size",
+            "4",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     df = pd.read_parquet(out)
     assert rc == 1 and len(df) == 3 and (df["status"] == 400).all() and df["error"].str.contains("English-only").all()
     rc = main(["--url", server.url, "--rate", "4", "--n", "3", "--pool-size", "4", "--out", str(out), "--quiet"])

@@ -39,9 +39,13 @@ def plan():
 
 
 def _start_cli_server() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "asrsched.serving.cli", "--model", "tiny.en", "--port", "0",
-                             "--no-warmup"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "asrsched.serving.cli", "--model", "tiny.en", "--port", "0", "--no-warmup"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     t_end = time.monotonic() + 180
     for line in proc.stdout:
         m = re.search(r"listening on (http://\S+)", line)

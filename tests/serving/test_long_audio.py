@@ -38,8 +38,15 @@ def word_recall(reference: str, hypothesis: str) -> float:
     """Reference words recovered: aligned hits / reference words (jiwer's alignment, case and punctuation ignored)."""
     import jiwer
 
-    norm = jiwer.Compose([jiwer.ToLowerCase(), jiwer.RemovePunctuation(), jiwer.RemoveMultipleSpaces(),
-                          jiwer.Strip(), jiwer.ReduceToListOfListOfWords()])
+    norm = jiwer.Compose(
+        [
+            jiwer.ToLowerCase(),
+            jiwer.RemovePunctuation(),
+            jiwer.RemoveMultipleSpaces(),
+            jiwer.Strip(),
+            jiwer.ReduceToListOfListOfWords(),
+        ]
+    )
     o = jiwer.process_words(reference, hypothesis, reference_transform=norm, hypothesis_transform=norm)
     return o.hits / max(1, o.hits + o.substitutions + o.deletions)
 
@@ -67,8 +74,12 @@ def wav_bytes(audio: np.ndarray) -> bytes:
 
 
 def post(url: str, audio: np.ndarray, *, model: str = "base", timeout: float = 1300, **fields) -> httpx.Response:
-    return httpx.post(url + EP, files={"file": ("clip.wav", wav_bytes(audio), "audio/wav")},
-                      data={"model": model, "language": "en", **fields}, timeout=timeout)
+    return httpx.post(
+        url + EP,
+        files={"file": ("clip.wav", wav_bytes(audio), "audio/wav")},
+        data={"model": model, "language": "en", **fields},
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +101,10 @@ def test_continuous_speech_of_30_and_60_s_is_transcribed_not_lost(base_server, s
     body = r.json()
     rec = word_recall(text, body["text"])
     reps, unit = text_repeat(body["text"])
-    print(f"\nbase {len(audio) / SR:.1f} s: recall {rec:.3f}, {len(body['text'].split())} words "
-          f"(reference {len(text.split())}), longest repeat {reps}x {unit!r}, {len(body['segments'])} segments")
+    print(
+        f"\nbase {len(audio) / SR:.1f} s: recall {rec:.3f}, {len(body['text'].split())} words "
+        f"(reference {len(text.split())}), longest repeat {reps}x {unit!r}, {len(body['segments'])} segments"
+    )
     assert rec >= 0.6, body["text"]
     assert reps <= MAX_REPEAT
     # the windows the engine decoded: contiguous, covering the clip, none near the 30 s that loses text
@@ -103,7 +116,8 @@ def test_continuous_speech_of_30_and_60_s_is_transcribed_not_lost(base_server, s
     # the size estimate counted those windows, not ceil(duration / 30 s)
     planned = len(plan_windows(audio))
     assert body["asrsched"]["est_service_s"] == pytest.approx(
-        _estimate(base_server, len(audio) / SR, planned), rel=1e-9)
+        _estimate(base_server, len(audio) / SR, planned), rel=1e-9
+    )
     assert planned > math.ceil(len(audio) / SR / 30)
 
 
@@ -116,8 +130,10 @@ def test_issue_repro_a_12_s_sentence_repeated_to_60_s(base_server):
     """The issue's reproduction: one ~12 s sentence, repeated five times and cut to 60 s (sox ... repeat 5 trim 0 60)."""
     from asrsched.whisper.corpus import synthesize_to_duration
 
-    sentence = ("The boy was there when the sun rose. A rod is used to catch pink salmon. "
-                "The source of the huge river is the clear spring. Kick the ball straight and follow through.")
+    sentence = (
+        "The boy was there when the sun rose. A rod is used to catch pink salmon. "
+        "The source of the huge river is the clear spring. Kick the ball straight and follow through."
+    )
     one, _ = synthesize_to_duration(sentence, "en", 12.0)
     r60 = np.tile(one, 6)[: 60 * SR]
     r = post(base_server.url, r60)
@@ -141,9 +157,11 @@ def test_ten_minutes_finish_in_under_twice_their_duration(base_server):
     body = r.json()
     rec = word_recall(text, body["text"])
     reps, unit = text_repeat(body["text"])
-    print(f"\nbase 10 min ({d:.0f} s): {wall:.1f} s wall ({wall / d:.3f} x audio), recall {rec:.3f}, "
-          f"{len(body['text'].split())} words of {len(text.split())}, {len(body['segments'])} windows, "
-          f"longest repeat {reps}x {unit!r}")
+    print(
+        f"\nbase 10 min ({d:.0f} s): {wall:.1f} s wall ({wall / d:.3f} x audio), recall {rec:.3f}, "
+        f"{len(body['text'].split())} words of {len(text.split())}, {len(body['segments'])} windows, "
+        f"longest repeat {reps}x {unit!r}"
+    )
     assert wall < 2 * d
     assert rec >= 0.6
     assert reps <= MAX_REPEAT
@@ -159,8 +177,10 @@ def test_tiny_en_engine_keeps_long_speech(speech):
         deltas: list[str] = []
         res = eng.transcribe(audio, "en", on_delta=deltas.append)
         rec = word_recall(text, res["text"])
-        print(f"\ntiny.en {d} s: recall {rec:.3f}, windows {res['windows']} (planned {res['planned_windows']}, "
-              f"re-decoded {res['redecoded']})")
+        print(
+            f"\ntiny.en {d} s: recall {rec:.3f}, windows {res['windows']} (planned {res['planned_windows']}, "
+            f"re-decoded {res['redecoded']})"
+        )
         assert "".join(deltas) == res["text"]  # streamed pieces add up to the answer
         assert rec >= 0.5
         assert res["max_repeat"] <= MAX_REPEAT
@@ -176,9 +196,13 @@ def test_a_decoder_loop_is_an_error_never_a_200(base_server):
     err = r.json()["error"]
     assert err["code"] == "hallucination_loop" and err["type"] == "server_error"
     assert "'the'" in err["message"] and "repeated" in err["message"], err["message"]
-    with httpx.stream("POST", base_server.url + EP, files={"file": ("s.wav", wav_bytes(silence), "audio/wav")},
-                      data={"model": "base", "language": "en", "stream": "true", "prompt": loop_prompt},
-                      timeout=300) as s:
+    with httpx.stream(
+        "POST",
+        base_server.url + EP,
+        files={"file": ("s.wav", wav_bytes(silence), "audio/wav")},
+        data={"model": "base", "language": "en", "stream": "true", "prompt": loop_prompt},
+        timeout=300,
+    ) as s:
         events = [ln[6:] for ln in s.iter_lines() if ln.startswith("data: ")]
     last = json.loads(events[-2])
     assert "error" in last and "hallucination loop" in last["error"]["message"]
@@ -196,8 +220,12 @@ def test_translations_endpoint_translates_spanish_speech_into_english(base_serve
     es = "El perro corre en el parque con los niños. Hoy hace sol y mucho calor."
     audio = synthesize(es, "es", rate_wpm=140)
     files = {"file": ("es.wav", wav_bytes(audio), "audio/wav")}
-    r = httpx.post(base_server.url + "/v1/audio/translations", files=files,
-                   data={"model": "base", "language": "es", "response_format": "verbose_json"}, timeout=300)
+    r = httpx.post(
+        base_server.url + "/v1/audio/translations",
+        files=files,
+        data={"model": "base", "language": "es", "response_format": "verbose_json"},
+        timeout=300,
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     same = post(base_server.url, audio, language="es").json()["text"]
@@ -221,11 +249,13 @@ def test_a_window_that_loses_its_speech_is_decoded_again_in_halves():
     from asrsched.whisper.corpus import load_texts, synthesize
 
     text = " ".join(load_texts("en")["text"].iloc[:60].tolist())
-    seg = synthesize(text, "en", rate_wpm=165)[37 * SR:66 * SR]
+    seg = synthesize(text, "en", rate_wpm=165)[37 * SR : 66 * SR]
     eng = WhisperEngine("tiny.en", cpu_threads=2)
     res = eng.transcribe(seg, "en", windows=[(0, len(seg))])
-    print(f"\n29 s as one window: {res['windows']} encoder runs, {res['redecoded']} re-decoded, "
-          f"{len(res['text'].split())} words: {res['text'][:80]!r}")
+    print(
+        f"\n29 s as one window: {res['windows']} encoder runs, {res['redecoded']} re-decoded, "
+        f"{len(res['text'].split())} words: {res['text'][:80]!r}"
+    )
     assert (res["redecoded"], res["windows"]) in ((1, 3), (0, 1)), res
     assert len(res["text"].split()) >= 0.4 * 29 * 2  # espeak at 165 wpm says ~80 words in 29 s
     assert [s["end"] for s in res["segments"]][-1] == pytest.approx(29.0, abs=0.01)
@@ -250,8 +280,10 @@ def test_a_window_that_loses_its_speech_is_decoded_again_in_halves():
         forced = eng.transcribe(seg, "en", windows=[(0, len(seg))])
     finally:
         eng.wm.model = real
-    print(f"forced loss: {forced['windows']} encoder runs, {forced['redecoded']} re-decoded, "
-          f"{len(forced['text'].split())} words")
+    print(
+        f"forced loss: {forced['windows']} encoder runs, {forced['redecoded']} re-decoded, "
+        f"{len(forced['text'].split())} words"
+    )
     assert forced["redecoded"] == 1 and forced["windows"] == 3
     assert len(forced["text"].split()) >= 0.4 * 29 * 2
     assert [s["end"] for s in forced["segments"]][-1] == pytest.approx(29.0, abs=0.01)

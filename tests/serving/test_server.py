@@ -34,8 +34,9 @@ EP = "/v1/audio/transcriptions"
 def clips():
     """short (~2-3 s), medium (~6 s), long (~12 s) and blocker (~20 s) clips with their bytes."""
     ranges = {"short": (2.0, 3.0), "medium": (5.5, 7.0), "long": (11.0, 13.0), "blocker": (19.0, 22.0)}
-    pick = {k: build_corpus("en", 1, min_s=lo, max_s=hi, seed=0, progress=False).iloc[0]
-            for k, (lo, hi) in ranges.items()}
+    pick = {
+        k: build_corpus("en", 1, min_s=lo, max_s=hi, seed=0, progress=False).iloc[0] for k, (lo, hi) in ranges.items()
+    }
     out = {}
     for k, r in pick.items():
         with open(r["path"], "rb") as f:
@@ -93,6 +94,7 @@ def words(s: str) -> set[str]:
 
 # ----------------------------------------------------------------------------- formats and streaming
 
+
 def test_json_text_verbose_and_stream_agree_and_stream_is_incremental(sjf_server, clips):
     url, clip = sjf_server.url, clips["blocker"]
     j = post(url, clip)
@@ -111,8 +113,13 @@ def test_json_text_verbose_and_stream_agree_and_stream_is_incremental(sjf_server
 
     events, times = [], []
     t0 = time.monotonic()
-    with httpx.stream("POST", url + EP, files={"file": ("c.wav", clip["bytes"], "audio/wav")},
-                      data={"model": "tiny.en", "language": "en", "stream": "true"}, timeout=120) as r:
+    with httpx.stream(
+        "POST",
+        url + EP,
+        files={"file": ("c.wav", clip["bytes"], "audio/wav")},
+        data={"model": "tiny.en", "language": "en", "stream": "true"},
+        timeout=120,
+    ) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         for line in r.iter_lines():
             if line.startswith("data: "):
@@ -144,8 +151,12 @@ def test_metrics_are_prometheus_text_with_per_policy_histograms(sjf_server, clip
     assert m['asrsched_slots{policy="sjf"}'] == 1
     assert m['asrsched_scheduling_seconds_total{policy="sjf"}'] > 0
     assert m['asrsched_scheduled_requests_total{policy="sjf"}'] >= n_ok
-    for h in ("asrsched_e2e_latency_seconds", "asrsched_ttft_seconds", "asrsched_queue_delay_seconds",
-              "asrsched_service_seconds"):
+    for h in (
+        "asrsched_e2e_latency_seconds",
+        "asrsched_ttft_seconds",
+        "asrsched_queue_delay_seconds",
+        "asrsched_service_seconds",
+    ):
         buckets = [(k, v) for k, v in m.items() if k.startswith(h + "_bucket{")]
         counts = [v for _, v in buckets]
         assert counts == sorted(counts) and buckets[-1][0].endswith('le="+Inf"}')
@@ -160,13 +171,18 @@ def test_metrics_are_prometheus_text_with_per_policy_histograms(sjf_server, clip
 
 # ----------------------------------------------------------------------------- policy order
 
+
 async def _ordered_burst(url: str, clips: dict, names: list[str], gap: float = 0.1) -> list[httpx.Response]:
     """A blocker first; once it runs, ``names`` one after another (``gap`` apart) while it still runs."""
     async with httpx.AsyncClient(timeout=120) as c:
+
         async def send(name):
             clip = clips[name]
-            return await c.post(url + EP, files={"file": (f"{name}.wav", clip["bytes"], "audio/wav")},
-                                data={"model": "tiny.en", "language": "en"})
+            return await c.post(
+                url + EP,
+                files={"file": (f"{name}.wav", clip["bytes"], "audio/wav")},
+                data={"model": "tiny.en", "language": "en"},
+            )
 
         blocker = asyncio.ensure_future(send("slow"))
         t_end = time.monotonic() + 30
@@ -183,15 +199,18 @@ async def _ordered_burst(url: str, clips: dict, names: list[str], gap: float = 0
 
 def _admission_order(url: str, clips: dict, names: list[str]) -> list[str]:
     by_dur = {round(clips[n]["audio_s"], 3): n for n in names}
-    recs = [r for r in records(url) if round(r["duration"], 3) in by_dur][-len(names):]
+    recs = [r for r in records(url) if round(r["duration"], 3) in by_dur][-len(names) :]
     return [by_dur[round(r["duration"], 3)] for r in sorted(recs, key=lambda r: r["admit"])]
 
 
-@pytest.mark.parametrize("policy,expected", [
-    ("fcfs", ["long", "medium", "short"]),
-    ("sjf", ["short", "medium", "long"]),
-    ("hrrn", None),  # depends on how long they waited: checked against the rule below
-])
+@pytest.mark.parametrize(
+    "policy,expected",
+    [
+        ("fcfs", ["long", "medium", "short"]),
+        ("sjf", ["short", "medium", "long"]),
+        ("hrrn", None),  # depends on how long they waited: checked against the rule below
+    ],
+)
 def test_policy_order_with_one_worker(policy, expected, clips):
     names = ["long", "medium", "short"]  # arrival order: longest first
     with run_in_thread(ServerConfig(policy=policy, local_slots=1)) as h:
@@ -218,14 +237,21 @@ def test_policy_order_with_one_worker(policy, expected, clips):
 
 # ----------------------------------------------------------------------------- overload
 
+
 def test_overload_refuses_with_503_retry_after_and_loses_nothing(clips):
     n = 7
     with run_in_thread(ServerConfig(policy="sjf", local_slots=1, queue_limit=2)) as h:
+
         async def burst():
             async with httpx.AsyncClient(timeout=120) as c:
+
                 async def one(i):
-                    return await c.post(h.url + EP, files={"file": (f"{i}.wav", clips["short"]["bytes"], "audio/wav")},
-                                        data={"model": "tiny.en", "language": "en"})
+                    return await c.post(
+                        h.url + EP,
+                        files={"file": (f"{i}.wav", clips["short"]["bytes"], "audio/wav")},
+                        data={"model": "tiny.en", "language": "en"},
+                    )
+
                 return await asyncio.gather(*(one(i) for i in range(n)))
 
         rs = asyncio.run(burst())
@@ -247,11 +273,17 @@ def test_overload_refuses_with_503_retry_after_and_loses_nothing(clips):
 
 def test_timeout_is_an_explicit_504_and_frees_the_worker(clips):
     with run_in_thread(ServerConfig(policy="fcfs", local_slots=1, request_timeout_s=0.5)) as h:
+
         async def two():
             async with httpx.AsyncClient(timeout=60) as c:
+
                 async def one(name):
-                    return await c.post(h.url + EP, files={"file": ("a.wav", clips[name]["bytes"], "audio/wav")},
-                                        data={"model": "tiny.en", "language": "en"})
+                    return await c.post(
+                        h.url + EP,
+                        files={"file": ("a.wav", clips[name]["bytes"], "audio/wav")},
+                        data={"model": "tiny.en", "language": "en"},
+                    )
+
                 a = asyncio.ensure_future(one("slow"))
                 await asyncio.sleep(0.05)
                 return await asyncio.gather(a, one("short"))
@@ -280,6 +312,7 @@ def test_timeout_is_an_explicit_504_and_frees_the_worker(clips):
 
 
 # ----------------------------------------------------------------------------- bad uploads
+
 
 def _truncated(clip) -> bytes:
     b = clip["bytes"]
@@ -310,8 +343,13 @@ def test_bad_uploads_get_4xx_with_messages_and_a_good_request_still_succeeds(cli
 
         async def run():
             async with httpx.AsyncClient(timeout=120) as c:
-                good = asyncio.ensure_future(c.post(url + EP, files={"file": ("g.wav", wav, "audio/wav")},
-                                                    data={"model": "tiny.en", "language": "en"}))
+                good = asyncio.ensure_future(
+                    c.post(
+                        url + EP,
+                        files={"file": ("g.wav", wav, "audio/wav")},
+                        data={"model": "tiny.en", "language": "en"},
+                    )
+                )
                 await asyncio.sleep(0.05)
                 outs = []
                 for files, data, *_ in bad:
@@ -336,12 +374,14 @@ def test_bad_uploads_get_4xx_with_messages_and_a_good_request_still_succeeds(cli
         assert m['asrsched_requests_total{policy="sjf",outcome="bad_request"}'] == len(bad) + 1
         assert m['asrsched_requests_total{policy="sjf",outcome="ok"}'] == 1
         # a stereo upload is fine: mixed to mono
-        r = httpx.post(url + EP, files={"file": ("s.wav", stereo.getvalue(), "audio/wav")}, data={"language": "en"},
-                       timeout=60)
+        r = httpx.post(
+            url + EP, files={"file": ("s.wav", stereo.getvalue(), "audio/wav")}, data={"language": "en"}, timeout=60
+        )
         assert r.status_code == 200
 
 
 # ----------------------------------------------------------------------------- disconnects
+
 
 def test_client_disconnect_frees_queued_and_running_slots(clips):
     with run_in_thread(ServerConfig(policy="fcfs", local_slots=1)) as h:
@@ -350,14 +390,21 @@ def test_client_disconnect_frees_queued_and_running_slots(clips):
         async def leave_after(name, seconds):
             async with httpx.AsyncClient(timeout=seconds) as c:
                 with pytest.raises(httpx.ReadTimeout):
-                    await c.post(url + EP, files={"file": ("x.wav", clips[name]["bytes"], "audio/wav")},
-                                 data={"model": "tiny.en", "language": "en"})
+                    await c.post(
+                        url + EP,
+                        files={"file": ("x.wav", clips[name]["bytes"], "audio/wav")},
+                        data={"model": "tiny.en", "language": "en"},
+                    )
 
         async def scenario():
             async with httpx.AsyncClient(timeout=120) as c:
-                blocker = asyncio.ensure_future(c.post(url + EP, files={"file": ("b.wav", clips["slow"]["bytes"],
-                                                                                 "audio/wav")},
-                                                       data={"model": "tiny.en", "language": "en"}))
+                blocker = asyncio.ensure_future(
+                    c.post(
+                        url + EP,
+                        files={"file": ("b.wav", clips["slow"]["bytes"], "audio/wav")},
+                        data={"model": "tiny.en", "language": "en"},
+                    )
+                )
                 while (await c.get(url + "/health")).json()["in_flight"] < 1:
                     await asyncio.sleep(0.01)
                 await leave_after("short", 0.3)  # queued behind the blocker, then gone
@@ -392,22 +439,31 @@ def test_client_disconnect_frees_queued_and_running_slots(clips):
 
 # ----------------------------------------------------------------------------- upstream mode
 
+
 def test_upstream_mode_orders_requests_in_front_of_another_server(clips):
-    with run_in_thread(ServerConfig(policy="fcfs", local_slots=1)) as backend, \
-            run_in_thread(ServerConfig(policy="sjf", upstream=backend.url, max_concurrency=1)) as front:
+    with (
+        run_in_thread(ServerConfig(policy="fcfs", local_slots=1)) as backend,
+        run_in_thread(ServerConfig(policy="sjf", upstream=backend.url, max_concurrency=1)) as front,
+    ):
         names = ["long", "medium", "short"]
         rs = asyncio.run(_ordered_burst(front.url, clips, names))
         assert [r.status_code for r in rs] == [200] * 4 and all(r.json()["text"] for r in rs)
         assert _admission_order(front.url, clips, names) == ["short", "medium", "long"]
         # the engine behind saw them in the front's order, one at a time
         back = records(backend.url)
-        assert [round(r["duration"], 1) for r in back[-3:]] == [round(clips[n]["audio_s"], 1)
-                                                                 for n in ("short", "medium", "long")]
+        assert [round(r["duration"], 1) for r in back[-3:]] == [
+            round(clips[n]["audio_s"], 1) for n in ("short", "medium", "long")
+        ]
         assert all(r["admit"] - r["arrival"] < 0.5 for r in back[-3:])  # never queued behind: one at a time
         # streaming is relayed as server-sent events, text identical to the engine's own answer
         direct = post(backend.url, clips["medium"]).json()["text"]
-        with httpx.stream("POST", front.url + EP, files={"file": ("m.wav", clips["medium"]["bytes"], "audio/wav")},
-                          data={"model": "tiny.en", "language": "en", "stream": "true"}, timeout=120) as r:
+        with httpx.stream(
+            "POST",
+            front.url + EP,
+            files={"file": ("m.wav", clips["medium"]["bytes"], "audio/wav")},
+            data={"model": "tiny.en", "language": "en", "stream": "true"},
+            timeout=120,
+        ) as r:
             lines = [ln[6:] for ln in r.iter_lines() if ln.startswith("data: ")]
         assert lines[-1] == "[DONE]"
         assert "".join(json.loads(x)["choices"][0]["delta"].get("content") or "" for x in lines[:-1]) == direct
@@ -420,6 +476,7 @@ def test_upstream_mode_orders_requests_in_front_of_another_server(clips):
 
 # ----------------------------------------------------------------------------- engine and CLI
 
+
 def test_engine_matches_faster_whisper_greedy_transcript(clips):
     from asrsched.whisper.audio import load_audio
 
@@ -428,8 +485,9 @@ def test_engine_matches_faster_whisper_greedy_transcript(clips):
         a = load_audio(clips[name]["path"])
         deltas = []
         res = eng.transcribe(a, "en", on_delta=deltas.append)
-        segs, _ = eng.wm.transcribe(a, language="en", beam_size=1, temperature=0.0, without_timestamps=True,
-                                    vad_filter=False)
+        segs, _ = eng.wm.transcribe(
+            a, language="en", beam_size=1, temperature=0.0, without_timestamps=True, vad_filter=False
+        )
         ref = "".join(s.text for s in segs).strip()
         assert res["text"] == ref and "".join(deltas) == ref
         assert res["windows"] == 1 and res["decode_steps"] == res["tokens"] + 1
@@ -439,14 +497,17 @@ def test_engine_matches_faster_whisper_greedy_transcript(clips):
         WhisperEngine("large-v9")
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--policy", "bogus"], "fcfs"),
-    (["--slots", "0"], "local_slots must be an integer >= 1"),
-    (["--upstream", "ftp://somewhere"], "http://"),
-    (["--policy-params", "[1]"], "JSON object"),
-    (["--model", "large-v9"], "tiny.en"),
-    (["--queue-limit", "-1"], "queue_limit"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--policy", "bogus"], "fcfs"),
+        (["--slots", "0"], "local_slots must be an integer >= 1"),
+        (["--upstream", "ftp://somewhere"], "http://"),
+        (["--policy-params", "[1]"], "JSON object"),
+        (["--model", "large-v9"], "tiny.en"),
+        (["--queue-limit", "-1"], "queue_limit"),
+    ],
+)
 def test_cli_rejects_bad_arguments_before_loading_anything(argv, needle, capsys):
     t = time.monotonic()
     assert main([*argv, "--port", "0"]) == 2
@@ -455,6 +516,7 @@ def test_cli_rejects_bad_arguments_before_loading_anything(argv, needle, capsys)
 
 
 # ----------------------------------------------------------------------------- OpenAI fields, other endpoints
+
 
 def test_openai_fields_are_used_or_refused_by_name_and_errors_are_json(sjf_server, clips):
     url, clip = sjf_server.url, clips["medium"]
@@ -467,8 +529,11 @@ def test_openai_fields_are_used_or_refused_by_name_and_errors_are_json(sjf_serve
     refused = [  # (fields, param, the value the message must name)
         ({"response_format": "verbose_json", "timestamp_granularities[]": "word"}, "timestamp_granularities", "'word'"),
         ({"timestamp_granularities[]": "segment"}, "timestamp_granularities", "verbose_json"),
-        ({"response_format": "verbose_json", "timestamp_granularities": "syllable"}, "timestamp_granularities",
-         "'syllable'"),
+        (
+            {"response_format": "verbose_json", "timestamp_granularities": "syllable"},
+            "timestamp_granularities",
+            "'syllable'",
+        ),
         ({"include[]": "logprobs"}, "include", "'logprobs'"),
     ]
     for fields, param, needle in refused:
@@ -485,8 +550,12 @@ def test_openai_fields_are_used_or_refused_by_name_and_errors_are_json(sjf_serve
     r = post(url, {"bytes": b"hello, this is not audio"})
     assert r.status_code == 400 and "<_io" not in r.json()["error"]["message"], r.text
     # translations: OpenAI-style JSON, naming why (tiny.en is English-only)
-    t = httpx.post(url + "/v1/audio/translations", files={"file": ("a.wav", clip["bytes"], "audio/wav")},
-                   data={"model": "tiny.en"}, timeout=60)
+    t = httpx.post(
+        url + "/v1/audio/translations",
+        files={"file": ("a.wav", clip["bytes"], "audio/wav")},
+        data={"model": "tiny.en"},
+        timeout=60,
+    )
     assert t.status_code == 400 and t.json()["error"]["code"] == "unsupported_task"
     assert "English-only" in t.json()["error"]["message"] and "base" in t.json()["error"]["message"]
     for method, path, status in (("GET", "/v1/nope", 404), ("GET", EP, 405), ("POST", "/v1/chat/completions", 404)):
@@ -495,6 +564,7 @@ def test_openai_fields_are_used_or_refused_by_name_and_errors_are_json(sjf_serve
         assert r.json()["error"]["code"] in ("not_found", "method_not_allowed")
     # idle: queued work is exactly zero, never -0.000000
     assert wait_until(lambda: gauge(url, "asrsched_queue_depth") == 0)
-    line = next(ln for ln in httpx.get(url + "/metrics").text.splitlines()
-                if ln.startswith("asrsched_queued_work_seconds{"))
+    line = next(
+        ln for ln in httpx.get(url + "/metrics").text.splitlines() if ln.startswith("asrsched_queued_work_seconds{")
+    )
     assert line.endswith(" 0.000000"), line

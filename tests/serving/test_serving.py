@@ -27,8 +27,17 @@ def _records(n=40, enc=0.4, step=0.012, kappa=4.0, seed=0):
     win = np.ceil(d / 30)
     service = enc * win + step * tok
     admit = np.cumsum(service) + np.arange(n)
-    return pd.DataFrame({"duration": d, "language": "en", "tokens": tok, "windows": win, "admit": admit,
-                         "finish": admit + service * rng.lognormal(0, 0.02, n), "arrival": admit})
+    return pd.DataFrame(
+        {
+            "duration": d,
+            "language": "en",
+            "tokens": tok,
+            "windows": win,
+            "admit": admit,
+            "finish": admit + service * rng.lognormal(0, 0.02, n),
+            "arrival": admit,
+        }
+    )
 
 
 def test_calibrate_recovers_the_service_model_that_made_the_records():
@@ -51,8 +60,9 @@ def test_calibrate_recovers_the_service_model_that_made_the_records():
 
 
 def test_model_capacity_is_a_capacity_of_slots_over_the_mean_estimate_and_names_an_unknown_language():
-    sm = ServiceModel(encode_s_per_window=0.5, decode_s_per_token=0.01, overhead_s=0.05, kappa={"en": 4.0, "es": 5.0},
-                      name="hand")
+    sm = ServiceModel(
+        encode_s_per_window=0.5, decode_s_per_token=0.01, overhead_s=0.05, kappa={"en": 4.0, "es": 5.0}, name="hand"
+    )
     d = np.array([5.0, 20.0, 40.0])  # 1, 1 and 2 windows
     by_hand = np.array([0.5 + 4.0 * 5 * 0.01, 0.5 + 5.0 * 20 * 0.01, 1.0 + 4.0 * 40 * 0.01]) + 0.05
     cap = capacity_rps(sm, d, ["en", "es", "en"], slots=2, workload="hand-made")
@@ -62,8 +72,9 @@ def test_model_capacity_is_a_capacity_of_slots_over_the_mean_estimate_and_names_
     assert cap.rho(cap.rate_at(0.9)) == pytest.approx(0.9)
     # the same vocabulary round-trips, and an older study's saturation dict reads as one too
     assert ServingCapacity.from_dict(cap.to_dict()) == cap
-    old = ServingCapacity.from_dict({"rate_rps": 1.25, "n": 40, "completed": 40, "method": "completions 4..36 of 40",
-                                     "mean_duration_s": 7.9})
+    old = ServingCapacity.from_dict(
+        {"rate_rps": 1.25, "n": 40, "completed": 40, "method": "completions 4..36 of 40", "mean_duration_s": 7.9}
+    )
     assert (old.rate, old.n_requests, old.completed, old.rho(1.0)) == (1.25, 40, 40, 0.8)
     # a language the model has no kappa for is an error naming it, not another language's kappa
     with pytest.raises(ValueError, match=r"no kappa for language 'de'; known: en, es"):
@@ -71,8 +82,17 @@ def test_model_capacity_is_a_capacity_of_slots_over_the_mean_estimate_and_names_
 
 
 def test_comparison_table_is_simulated_minus_real_in_percent_of_real():
-    real = pd.DataFrame({"rho": 1.0, "rate": 2.0, "policy": "sjf", "arrival": [0.0, 1.0, 2.0, 3.0],
-                         "duration": 5.0, "first_token": [1.0, 2.0, 3.0, 4.0], "finish": [2.0, 3.5, 5.0, np.nan]})
+    real = pd.DataFrame(
+        {
+            "rho": 1.0,
+            "rate": 2.0,
+            "policy": "sjf",
+            "arrival": [0.0, 1.0, 2.0, 3.0],
+            "duration": 5.0,
+            "first_token": [1.0, 2.0, 3.0, 4.0],
+            "finish": [2.0, 3.5, 5.0, np.nan],
+        }
+    )
     sim = real.assign(finish=[3.0, 4.5, 6.0, 6.5], mode="sim")
     t = comparison_table(real, sim)
     assert len(t) == 1 and t["completed"].iloc[0] == 3 and t["failed"].iloc[0] == 1
@@ -83,13 +103,16 @@ def test_comparison_table_is_simulated_minus_real_in_percent_of_real():
     assert t["sim_p50_ttft_ms_err_pct"].iloc[0] == pytest.approx(0.0)
 
 
-@pytest.mark.parametrize("kw,msg", [
-    (dict(policies=["fcfs", "sjff"]), "sjff"),
-    (dict(rhos=[0.5, -1]), "rhos"),
-    (dict(rhos=[], rates=[0]), "rates"),
-    (dict(n_requests=1), "n_requests"),
-    (dict(n_probe=2), "n_probe"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        (dict(policies=["fcfs", "sjff"]), "sjff"),
+        (dict(rhos=[0.5, -1]), "rhos"),
+        (dict(rhos=[], rates=[0]), "rates"),
+        (dict(n_requests=1), "n_requests"),
+        (dict(n_probe=2), "n_probe"),
+    ],
+)
 def test_run_experiment_rejects_bad_parameters_before_any_work(kw, msg):
     t = time.monotonic()
     with pytest.raises(ValueError, match=msg):
@@ -101,8 +124,16 @@ def test_run_experiment_rejects_bad_parameters_before_any_work(kw, msg):
 def test_real_serving_notebook_headless(tmp_path):
     from asrsched.app.runner import run_notebook
 
-    params = {"POLICIES": ["fcfs", "sjf"], "RHOS": [0.8, 1.5], "N_REQUESTS": 4, "N_PROBE": 4, "N_SATURATION": 4,
-              "N_BOOT": 200, "POOL_SIZE": 6, "OUT_DIR": str(tmp_path / "out")}
+    params = {
+        "POLICIES": ["fcfs", "sjf"],
+        "RHOS": [0.8, 1.5],
+        "N_REQUESTS": 4,
+        "N_PROBE": 4,
+        "N_SATURATION": 4,
+        "N_BOOT": 200,
+        "POOL_SIZE": 6,
+        "OUT_DIR": str(tmp_path / "out"),
+    }
     r = run_notebook("04", params, run_dir=tmp_path / "run", figures_root=tmp_path / "fig", progress=False)
     assert r.status == "ok", r.error
     d = tmp_path / "fig" / "04_real_serving"
@@ -110,12 +141,17 @@ def test_real_serving_notebook_headless(tmp_path):
     assert len(t) == 4 and set(t.policy) == {"fcfs", "sjf"} and t["rho"].nunique() == 2
     assert (t.completed == 4).all() and (t.failed == 0).all()
     assert (t.p50_e2el_ms > 0).all() and (t.p90_e2el_ms >= t.p50_e2el_ms).all()
-    for mode, m in (("sim", "p50_e2el_ms"), ("replay", "p90_e2el_ms"), ("sim", "p50_ttft_ms"),
-                    ("profile", "p50_e2el_ms")):
+    for mode, m in (
+        ("sim", "p50_e2el_ms"),
+        ("replay", "p90_e2el_ms"),
+        ("sim", "p50_ttft_ms"),
+        ("profile", "p50_e2el_ms"),
+    ):
         # each error is (predicted - measured) in % of measured, recomputed here from the two columns
         assert (t[f"{mode}_{m}"] > 0).all() and (t[m] > 0).all()
-        np.testing.assert_allclose(t[f"{mode}_{m}_err_pct"], 100 * (t[f"{mode}_{m}"] / t[m] - 1), rtol=1e-9,
-                                   err_msg=f"{mode}_{m}_err_pct")
+        np.testing.assert_allclose(
+            t[f"{mode}_{m}_err_pct"], 100 * (t[f"{mode}_{m}"] / t[m] - 1), rtol=1e-9, err_msg=f"{mode}_{m}_err_pct"
+        )
     # the same trace per load level for both policies
     rec = pd.read_csv(d / "real_records.csv")
     assert len(rec) == 16 and rec["status"].eq(200).all()
@@ -127,14 +163,26 @@ def test_real_serving_notebook_headless(tmp_path):
     assert (tmp_path / "out" / "calibrated_service_model.json").exists()
     # the per-cell results: the issue's columns, rho from the measured saturation throughput, no verdict at n=4
     res = pd.read_csv(d / "real_engine_results_this_run.csv")
-    assert list(res.columns[:12]) == ["engine", "policy", "rho", "n_requests", "p50_e2el_s", "p50_ci_low",
-                                      "p50_ci_high", "p90_e2el_s", "p50_ttft_s", "sim_p50_e2el_s", "sim_p90_e2el_s",
-                                      "sim_p50_ttft_s"]
+    assert list(res.columns[:12]) == [
+        "engine",
+        "policy",
+        "rho",
+        "n_requests",
+        "p50_e2el_s",
+        "p50_ci_low",
+        "p50_ci_high",
+        "p90_e2el_s",
+        "p50_ttft_s",
+        "sim_p50_e2el_s",
+        "sim_p90_e2el_s",
+        "sim_p50_ttft_s",
+    ]
     assert sorted(res.rho.unique()) == [0.8, 1.5] and list(res.regime.unique()) == ["stable", "overload"]
     assert res.loc[res.policy == "sjf", "verdict_p50_e2el"].str.startswith("not assessed").all()
 
 
 # ----------------------------------------------------------------------------- one size estimate on every path
+
 
 class _Recorded(ServiceModel):
     """A service model whose size estimate is not the base formula (and that records how it was asked)."""
@@ -143,13 +191,16 @@ class _Recorded(ServiceModel):
 
     def est_service(self, duration_s, language="en", *, windows=None, max_tokens=None, fallback=None):
         self.calls.append((float(duration_s), language, windows, max_tokens, fallback))
-        return 2.0 * super().est_service(duration_s, language, windows=windows, max_tokens=max_tokens,
-                                         fallback=fallback) + 0.125
+        return (
+            2.0 * super().est_service(duration_s, language, windows=windows, max_tokens=max_tokens, fallback=fallback)
+            + 0.125
+        )
 
 
 def _server_estimate(srv, duration, language):
-    req = srv.make_request(b"", duration, language=language, sched_s=0.0, model="tiny.en", response_format="json",
-                           stream=False)
+    req = srv.make_request(
+        b"", duration, language=language, sched_s=0.0, model="tiny.en", response_format="json", stream=False
+    )
     return req.job.est_service
 
 
@@ -162,18 +213,28 @@ def test_a_service_model_that_overrides_est_service_sizes_the_cpu_server_and_the
     object.__setattr__(sm, "calls", [])
     srv = PolicyServer(ServerConfig(policy="sjf"), service=sm)
     plugin = SizeEstimator(sm, default_language="en")
-    for d, lang, by_hand in ((12.0, "es", 0.5 + 5.0 * 12 * 0.01 + 0.05), (3.0, "en", 0.5 + 4.0 * 3 * 0.01 + 0.05),
-                             # a language without a kappa: both size it in the default language's kappa
-                             (3.0, "fr", 0.5 + 4.0 * 3 * 0.01 + 0.05)):
+    for d, lang, by_hand in (
+        (12.0, "es", 0.5 + 5.0 * 12 * 0.01 + 0.05),
+        (3.0, "en", 0.5 + 4.0 * 3 * 0.01 + 0.05),
+        # a language without a kappa: both size it in the default language's kappa
+        (3.0, "fr", 0.5 + 4.0 * 3 * 0.01 + 0.05),
+    ):
         expect = 2.0 * by_hand + 0.125  # the override's estimate, not the base formula's
         got_server = _server_estimate(srv, d, lang)
         got_plugin = plugin.estimate_from({"audio_duration_s": d, "language": lang}, 448)[0]
         assert got_server == got_plugin == pytest.approx(expect, rel=1e-12), (d, lang)
     assert len(sm.calls) == 6  # every estimate went through the override: three per path
     # the CPU server's own window count reaches the estimate (long audio planned by the engine)
-    assert srv.make_request(b"", 40.0, language="en", sched_s=0.0, model="tiny.en", response_format="json",
-                            stream=False, windows=[(0, 1), (1, 2), (2, 3)]).job.est_service == pytest.approx(
-        2.0 * (3 * 0.5 + 4.0 * 40 * 0.01 + 0.05) + 0.125, rel=1e-12)
+    assert srv.make_request(
+        b"",
+        40.0,
+        language="en",
+        sched_s=0.0,
+        model="tiny.en",
+        response_format="json",
+        stream=False,
+        windows=[(0, 1), (1, 2), (2, 3)],
+    ).job.est_service == pytest.approx(2.0 * (3 * 0.5 + 4.0 * 40 * 0.01 + 0.05) + 0.125, rel=1e-12)
     assert sm.calls[-1][2] == 3
 
 
@@ -186,16 +247,20 @@ def test_cpu_server_default_language_must_be_a_language_of_its_size_estimate_mod
         PolicyServer(ServerConfig(policy="sjf"), service=sm)
     srv = PolicyServer(ServerConfig(policy="sjf", default_language="id"), service=sm)
     # no language (a multilingual engine detects it later) or one without a kappa: the default language's kappa
-    assert _server_estimate(srv, 10.0, None) == _server_estimate(srv, 10.0, "de") == pytest.approx(
-        0.5 + 4.0 * 10 * 0.01 + 0.05, rel=1e-12)
+    assert (
+        _server_estimate(srv, 10.0, None)
+        == _server_estimate(srv, 10.0, "de")
+        == pytest.approx(0.5 + 4.0 * 10 * 0.01 + 0.05, rel=1e-12)
+    )
 
 
 def test_replaying_a_run_in_a_language_the_model_lacks_is_an_error_unless_a_fallback_is_named():
     from asrsched.serving.comparison import records_to_trace
 
     sm = ServiceModel(encode_s_per_window=0.5, decode_s_per_token=0.01, overhead_s=0.05, kappa={"en": 4.0, "es": 5.0})
-    rec = pd.DataFrame({"rid": [0, 1, 2], "arrival": [0.0, 1.0, 2.0], "duration": [10.0, 20.0, 30.0],
-                        "language": ["es", "id", "en"]})
+    rec = pd.DataFrame(
+        {"rid": [0, 1, 2], "arrival": [0.0, 1.0, 2.0], "duration": [10.0, 20.0, 30.0], "language": ["es", "id", "en"]}
+    )
     with pytest.raises(ValueError, match=r"no kappa for language 'id'; known: en, es"):
         records_to_trace(rec, sm)
     with pytest.raises(ValueError, match="no kappa for language 'id'"):  # the replay that calls it says the same
@@ -210,14 +275,22 @@ def test_a_replay_serves_each_request_for_its_measured_time_even_when_no_decode_
     decoder step, whether the calibration fitted a decode cost or not (a busy machine can fit 0)."""
     from asrsched.serving.comparison import REPLAY_STEP_S, replay_model
 
-    sm = ServiceModel(encode_s_per_window=0.3, decode_s_per_token=decode_s_per_token, overhead_s=0.05,
-                      kappa={"en": 4.0})
+    sm = ServiceModel(
+        encode_s_per_window=0.3, decode_s_per_token=decode_s_per_token, overhead_s=0.05, kappa={"en": 4.0}
+    )
     rm = replay_model(sm)
     assert rm.decode_s_per_token == (decode_s_per_token or REPLAY_STEP_S) and rm.encode_s_per_window == 0.3
     assert replay_model(rm) is rm
     service = np.array([0.9, 2.345, 0.5, 4.01])
-    rec = pd.DataFrame({"rid": np.arange(4), "arrival": 100.0 * np.arange(4), "duration": [5.0, 12.0, 2.0, 25.0],
-                        "language": "en", "service_s": service})
+    rec = pd.DataFrame(
+        {
+            "rid": np.arange(4),
+            "arrival": 100.0 * np.arange(4),
+            "duration": [5.0, 12.0, 2.0, 25.0],
+            "language": "en",
+            "service_s": service,
+        }
+    )
     out = simulate_run(rec, "fcfs", rm, slots=1, tokens="service").sort_values("rid")
     np.testing.assert_allclose(out["e2el"] - sm.overhead_s, service, atol=rm.decode_s_per_token / 2 + 1e-9)
     if decode_s_per_token == 0:  # the fitted model itself cannot count time in decoder steps

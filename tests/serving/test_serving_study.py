@@ -24,9 +24,21 @@ def _records(n=120, shift=0.0, scale=1.0, seed=0, rhos=(0.7,), fail=()):
             fin = e2.copy()
             for i in fail:
                 fin[i] = np.nan
-            rows.append(pd.DataFrame({"engine": "cpu-server", "rho": rho, "rate": rho * 2.0, "policy": pol,
-                                      "rid": np.arange(n), "arrival": np.zeros(n), "finish": fin,
-                                      "e2el": fin, "ttft": fin * 0.8}))
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "engine": "cpu-server",
+                        "rho": rho,
+                        "rate": rho * 2.0,
+                        "policy": pol,
+                        "rid": np.arange(n),
+                        "arrival": np.zeros(n),
+                        "finish": fin,
+                        "e2el": fin,
+                        "ttft": fin * 0.8,
+                    }
+                )
+            )
     return pd.concat(rows, ignore_index=True)
 
 
@@ -108,9 +120,17 @@ def test_provenance_records_commit_cpu_load_and_command():
 @pytest.mark.slow
 def test_quick_study_on_the_cpu_server(tmp_path):
     """The quick path end to end on real Whisper (tiny.en): results table and run.json."""
-    res = run_study(ServingStudy("quick", ["cpu-server"], out_dir=tmp_path, policies=["fcfs", "sjf"], progress=False,
-                                 command="pytest quick study", overrides=dict(rhos=(0.7, 1.2), n_requests=4, n_probe=4,
-                                                                              n_saturation=4, pool_size=6, n_boot=200)))
+    res = run_study(
+        ServingStudy(
+            "quick",
+            ["cpu-server"],
+            out_dir=tmp_path,
+            policies=["fcfs", "sjf"],
+            progress=False,
+            command="pytest quick study",
+            overrides=dict(rhos=(0.7, 1.2), n_requests=4, n_probe=4, n_saturation=4, pool_size=6, n_boot=200),
+        )
+    )
     t = pd.read_csv(tmp_path / "real_engine_results.csv")
     assert tuple(t.columns[: len(RESULT_COLUMNS)]) == RESULT_COLUMNS and len(t) == len(res) == 4
     assert (t.n_requests == 4).all() and (t.failed == 0).all()
@@ -141,8 +161,13 @@ def test_vllm_server_command_carries_the_plugin_policy_and_batch():
     assert cmd[cmd.index("--max-num-seqs") + 1] == "3" and cmd[cmd.index("--port") + 1] == str(v.port)
     assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.5"
     # the study's engine: one step log and the policy switch, beside the caller's own plug-in settings
-    v = VllmServerProcess("fcfs", model="tiny.en", step_log="/tmp/steps.jsonl", policy_switch=True,
-                          engine_args={"additional_config": {"asrsched": {"kappa": 4.0}}})
+    v = VllmServerProcess(
+        "fcfs",
+        model="tiny.en",
+        step_log="/tmp/steps.jsonl",
+        policy_switch=True,
+        engine_args={"additional_config": {"asrsched": {"kappa": 4.0}}},
+    )
     add = json.loads(v.cmd[v.cmd.index("--additional-config") + 1])
     assert add == {"asrsched": {"policy": "fcfs", "kappa": 4.0, "step_log": "/tmp/steps.jsonl", "policy_switch": True}}
 
@@ -166,12 +191,23 @@ def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_
 
     other = pd.DataFrame([dict.fromkeys(RESULT_COLUMNS, 1.0) | {"engine": "cpu-server", "policy": "fcfs"}])
     other.to_csv(tmp_path / "real_engine_results.csv", index=False)
-    (tmp_path / RUN_JSON).write_text(json.dumps({"runs": [{"commit": "earlier",
-                                                            "parameters": {"engines": ["cpu-server"]}}]}))
-    res = run_study(ServingStudy("quick", ["vllm"], out_dir=tmp_path, policies=["fcfs", "sjf"], progress=False,
-                                 merge=True, command="pytest quick vllm study",
-                                 overrides=dict(rhos=(0.7,), n_requests=6, n_probe=4, n_saturation=6, pool_size=6,
-                                                n_boot=200, vllm_max_num_seqs=2)))
+    (tmp_path / RUN_JSON).write_text(
+        json.dumps({"runs": [{"commit": "earlier", "parameters": {"engines": ["cpu-server"]}}]})
+    )
+    res = run_study(
+        ServingStudy(
+            "quick",
+            ["vllm"],
+            out_dir=tmp_path,
+            policies=["fcfs", "sjf"],
+            progress=False,
+            merge=True,
+            command="pytest quick vllm study",
+            overrides=dict(
+                rhos=(0.7,), n_requests=6, n_probe=4, n_saturation=6, pool_size=6, n_boot=200, vllm_max_num_seqs=2
+            ),
+        )
+    )
     t = pd.read_csv(tmp_path / "real_engine_results.csv")
     assert sorted(t.engine.unique()) == ["cpu-server", "vllm"] and len(res) == len(t) == 3
     v = t[t.engine == "vllm"]
@@ -236,8 +272,9 @@ def test_client_tokens_counts_the_returned_text_when_the_server_reports_none():
 def _table_for(rec):
     from asrsched.serving.experiment import comparison_table
 
-    sim = rec.assign(mode="sim", admit=0.0, first_token=rec.ttft, duration=5.0, tokens=10, language="en",
-                     est_service=1.0)
+    sim = rec.assign(
+        mode="sim", admit=0.0, first_token=rec.ttft, duration=5.0, tokens=10, language="en", est_service=1.0
+    )
     return comparison_table(rec, sim), sim
 
 
@@ -265,19 +302,22 @@ def test_latency_figure_marks_capacity_draws_overload_open_and_names_only_signif
 
 def test_calibration_figure_draws_the_models_size_estimate_and_names_a_language_it_lacks():
     from asrsched.core.service import ServiceModel
+
     need("plotly")
     from asrsched.figures.serving import fig_calibration
 
     sm = ServiceModel(encode_s_per_window=0.5, decode_s_per_token=0.01, overhead_s=0.05, kappa={"en": 4.0, "es": 5.0})
-    probe = pd.DataFrame({"duration": [4.0, 12.0], "language": "es", "admit": [0.0, 2.0], "finish": [1.0, 3.5],
-                          "tokens": [20, 60]})
+    probe = pd.DataFrame(
+        {"duration": [4.0, 12.0], "language": "es", "admit": [0.0, 2.0], "finish": [1.0, 3.5], "tokens": [20, 60]}
+    )
     line = [t for t in fig_calibration(probe, sm).data if t.name == "calibrated model"][0]
     x = np.asarray(line.x)
     np.testing.assert_allclose(line.y, 0.5 * np.ceil(x / 30) + 5.0 * x * 0.01 + 0.05, rtol=1e-12)  # Spanish kappa
     with pytest.raises(ValueError, match=r"no kappa for language 'id'; known: en, es"):
         fig_calibration(probe.assign(language="id"), sm)
-    en = [t for t in fig_calibration(probe.assign(language="id"), sm, language="en").data
-          if t.name == "calibrated model"][0]
+    en = [
+        t for t in fig_calibration(probe.assign(language="id"), sm, language="en").data if t.name == "calibrated model"
+    ][0]
     np.testing.assert_allclose(en.y, 0.5 * np.ceil(x / 30) + 4.0 * x * 0.01 + 0.05, rtol=1e-12)
 
 

@@ -21,8 +21,16 @@ def _steps(n=400, base=0.02, per_seq=0.005, encoder=0.3, noise=0.0, seed=0, max_
     enc = (rng.random(n) < 0.1) * rng.integers(1, 3, n)
     y = base + per_seq * seqs + encoder * enc
     y = y * (1 + noise * rng.standard_normal(n))
-    return pd.DataFrame({"t": np.arange(n, dtype=float), "n_seqs": seqs, "n_new": enc, "n_encoder": enc,
-                         "n_tokens": seqs + 4 * enc, "step_s": y})
+    return pd.DataFrame(
+        {
+            "t": np.arange(n, dtype=float),
+            "n_seqs": seqs,
+            "n_new": enc,
+            "n_encoder": enc,
+            "n_tokens": seqs + 4 * enc,
+            "step_s": y,
+        }
+    )
 
 
 def _write(path, df, extra_lines=()):
@@ -34,9 +42,14 @@ def _write(path, df, extra_lines=()):
 
 
 def test_fit_recovers_the_step_costs_and_maps_them_onto_the_service_model(tmp_path):
-    _write(tmp_path / "s.jsonl", _steps(noise=0.02), extra_lines=['{"t": 1, "n_seqs": 0, "n_new": 0, '
-                                                                   '"n_encoder": 0, "n_tokens": 0, "step_s": 0.001}',
-                                                                   '{"t": 2, "n_se'])  # idle step, cut line
+    _write(
+        tmp_path / "s.jsonl",
+        _steps(noise=0.02),
+        extra_lines=[
+            '{"t": 1, "n_seqs": 0, "n_new": 0, "n_encoder": 0, "n_tokens": 0, "step_s": 0.001}',
+            '{"t": 2, "n_se',
+        ],
+    )  # idle step, cut line
     steps = read_step_log(tmp_path / "s.jsonl")
     assert len(steps) == 400 and (steps.n_seqs > 0).all()
     m = fit_step_model(steps, kappa={"en": 4.0}, overhead_s=0.05)
@@ -70,8 +83,13 @@ def test_steps_slowed_by_another_process_barely_move_the_fit(tmp_path):
     assert base + per_seq > 1.3 * 0.025  # what least squares over the steps would have said
     # the fit is the least-absolute-deviations optimum: the linear program's, solved here by HiGHS
     n, eye = len(y), sparse.identity(len(y), format="csc")
-    lp = linprog(np.concatenate([np.zeros(3), np.ones(2 * n)]), A_eq=sparse.hstack([sparse.csc_matrix(A), eye, -eye]),
-                 b_eq=y, bounds=(0, None), method="highs")
+    lp = linprog(
+        np.concatenate([np.zeros(3), np.ones(2 * n)]),
+        A_eq=sparse.hstack([sparse.csc_matrix(A), eye, -eye]),
+        b_eq=y,
+        bounds=(0, None),
+        method="highs",
+    )
     fitted = np.array([m.fit["base_s"], m.fit["per_seq_s"], m.fit["encoder_s"]])
     assert np.abs(y - A @ fitted).sum() == pytest.approx(lp.fun, rel=1e-6)
 
@@ -113,8 +131,12 @@ def test_step_record_counts_what_a_scheduler_output_runs():
 
     from asrsched.vllm_plugin.scheduler import step_record
 
-    out = SimpleNamespace(num_scheduled_tokens={"a": 1, "b": 1, "c": 5}, scheduled_encoder_inputs={"c": [0]},
-                          scheduled_new_reqs=[object()], total_num_scheduled_tokens=7)
+    out = SimpleNamespace(
+        num_scheduled_tokens={"a": 1, "b": 1, "c": 5},
+        scheduled_encoder_inputs={"c": [0]},
+        scheduled_new_reqs=[object()],
+        total_num_scheduled_tokens=7,
+    )
     r = step_record(out, 12.5)
     assert r["n_seqs"] == 3 and r["n_encoder"] == 1 and r["n_new"] == 1 and r["n_tokens"] == 7 and r["t0"] == 12.5
 
@@ -137,13 +159,21 @@ def test_step_time_figure_shows_measured_medians_and_the_fit():
 def test_sim_error_summary_takes_medians_of_absolute_errors_per_engine_and_regime():
     from asrsched.serving.study_stats import sim_error_summary
 
-    res = pd.DataFrame({"engine": ["a", "a", "a", "b"], "regime": ["stable", "stable", "overload", "stable"],
-                        "sim_p50_e2el_err_pct": [-10.0, 20.0, 40.0, 5.0], "sim_p90_e2el_err_pct": [1.0, 2, 3, np.nan]})
+    res = pd.DataFrame(
+        {
+            "engine": ["a", "a", "a", "b"],
+            "regime": ["stable", "stable", "overload", "stable"],
+            "sim_p50_e2el_err_pct": [-10.0, 20.0, 40.0, 5.0],
+            "sim_p90_e2el_err_pct": [1.0, 2, 3, np.nan],
+        }
+    )
     s = sim_error_summary(res, metrics=("p50_e2el", "p90_e2el")).set_index(["group", "regime", "metric"])
     assert s.loc[("all", "all", "p50_e2el"), "median_abs_err_pct"] == 15.0  # |-10|, 20, 40, 5
     assert s.loc[("a", "stable", "p50_e2el"), "median_abs_err_pct"] == 15.0
     assert s.loc[("a", "overload", "p50_e2el"), "max_abs_err_pct"] == 40.0
-    assert s.loc[("b", "all", "p90_e2el"), "cells"] == 0 and np.isnan(s.loc[("b", "all", "p90_e2el"), "median_abs_err_pct"])
+    assert s.loc[("b", "all", "p90_e2el"), "cells"] == 0 and np.isnan(
+        s.loc[("b", "all", "p90_e2el"), "median_abs_err_pct"]
+    )
 
 
 def test_load_tool_comparison_reports_ratios_with_bootstrap_cis(tmp_path):
@@ -177,8 +207,18 @@ def test_study_figure_has_a_panel_per_engine_with_cis_and_open_overload_markers(
         for pol, f in (("fcfs", 1.0), ("sjf", 0.7)):
             for rho in (0.7, 1.2):
                 y = f * rho
-                rows.append(dict(engine=eng, policy=pol, rho=rho, n_requests=150, p50_e2el_s=y, p50_ci_low=0.9 * y,
-                                 p50_ci_high=1.2 * y, sim_p50_e2el_s=1.1 * y))
+                rows.append(
+                    dict(
+                        engine=eng,
+                        policy=pol,
+                        rho=rho,
+                        n_requests=150,
+                        p50_e2el_s=y,
+                        p50_ci_low=0.9 * y,
+                        p50_ci_high=1.2 * y,
+                        sim_p50_e2el_s=1.1 * y,
+                    )
+                )
     fig = fig_study(pd.DataFrame(rows))
     real = [t for t in fig.data if t.name == "sjf"]
     assert len(real) == 2 and {t.xaxis for t in real} == {"x", "x2"}  # one trace per engine panel
@@ -195,16 +235,27 @@ def test_arrival_adjusted_ratio_divides_out_the_simulated_difference_of_the_two_
     n = 200
     dur = rng.uniform(2, 20, n)
     sends = np.cumsum(rng.exponential(1 / 1.2, n))
-    ours = pd.DataFrame({"rid": np.arange(n), "sent": sends, "arrival": sends, "duration": dur, "language": "en",
-                         "status": 200, "ttft": 1.0, "e2el": 2.0})
+    ours = pd.DataFrame(
+        {
+            "rid": np.arange(n),
+            "sent": sends,
+            "arrival": sends,
+            "duration": dur,
+            "language": "en",
+            "status": 200,
+            "ttft": 1.0,
+            "e2el": 2.0,
+        }
+    )
     same = pd.DataFrame({"start": sends, "ok": True, "ttft": 1.0, "e2el": 2.0})
     s1, s2 = simulate_tool_runs(ours, same, m)
     assert np.allclose(s1.e2el.to_numpy(), s2.e2el.to_numpy())  # same sends: the same simulated run
     burst = same.assign(start=sends * 0.8)  # the bench drew denser arrivals: higher load, longer waits
     s1, s2 = simulate_tool_runs(ours, burst, m)
     assert s2.e2el.median() > s1.e2el.median()
-    t = compare_load_tools(ours, burst.assign(e2el=2.0 * s2.e2el.median() / s1.e2el.median()), n_boot=200,
-                           sim_loadgen=s1, sim_bench=s2).set_index("metric")
+    t = compare_load_tools(
+        ours, burst.assign(e2el=2.0 * s2.e2el.median() / s1.e2el.median()), n_boot=200, sim_loadgen=s1, sim_bench=s2
+    ).set_index("metric")
     assert t.loc["p50_e2el_s", "adjusted_ratio"] == pytest.approx(1.0) and t.loc["p50_e2el_s", "adjusted_agree"]
     with pytest.raises(ValueError, match="not the same clips"):
         simulate_tool_runs(ours, same.head(5), m)

@@ -80,9 +80,16 @@ def sources(monkeypatch):
 
 def test_closure_follows_imports_and_only_them():
     sweep = cache.module_closure("asrsched.sim.sweep")
-    for m in ("asrsched.sim.engine", "asrsched.sim.kernel", "asrsched.core.rulebook", "asrsched.core.policies",
-              "asrsched.core.service",
-              "asrsched.core.workloads", "asrsched", "asrsched.sim"):
+    for m in (
+        "asrsched.sim.engine",
+        "asrsched.sim.kernel",
+        "asrsched.core.rulebook",
+        "asrsched.core.policies",
+        "asrsched.core.service",
+        "asrsched.core.workloads",
+        "asrsched",
+        "asrsched.sim",
+    ):
         assert m in sweep, m
     assert not any(m.startswith(("asrsched.figures", "asrsched.abtest", "asrsched.app")) for m in sweep)
     study = cache.module_closure("asrsched.abtest.study")
@@ -109,7 +116,8 @@ def test_cache_key_combines_code_params_and_seed():
     assert k != cache.cache_key({"rate": 4.0, "seed": 2}, code="c1")
     assert k != cache.cache_key({"rate": 4.0, "seed": 1}, code="c2")
     assert cache.cache_key({"x": 1}, modules=["asrsched.sim.sweep"]) == cache.cache_key(
-        {"x": 1}, code=cache.code_key("asrsched.sim.sweep"))
+        {"x": 1}, code=cache.code_key("asrsched.sim.sweep")
+    )
 
 
 def test_bad_input_is_named():
@@ -133,8 +141,14 @@ print(json.dumps({m: c.code_key(m) for m in ("asrsched.sim.sweep", "asrsched.abt
 
 def _keys_of_copy(pkg_parent: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(pkg_parent), PYTHONDONTWRITEBYTECODE="1")
-    out = subprocess.run([sys.executable, "-c", _KEY_SCRIPT, str(pkg_parent)], env=env, cwd=pkg_parent,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _KEY_SCRIPT, str(pkg_parent)],
+        env=env,
+        cwd=pkg_parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -149,7 +163,9 @@ def test_a_copy_of_the_package_has_the_same_keys_until_a_policy_changes(tmp_path
     src = pol.read_text()
     old = '        return ("hrrn" if ratio > self.ratio_cap else "sjf"), b'
     assert old in src
-    pol.write_text(src.replace(old, '        return ("hrrn" if ratio >= self.ratio_cap else "sjf"), b'))  # the adaptive rule
+    pol.write_text(
+        src.replace(old, '        return ("hrrn" if ratio >= self.ratio_cap else "sjf"), b')
+    )  # the adaptive rule
     edited = _keys_of_copy(tmp_path)
     assert edited["asrsched.sim.sweep"] != here["asrsched.sim.sweep"]
     assert edited["asrsched.abtest.study"] == here["asrsched.abtest.study"]
@@ -169,8 +185,16 @@ def test_sweep_cache_hits_on_same_code_and_misses_after_a_policy_edit(tmp_path, 
         return real(**task)
 
     monkeypatch.setattr(sweep, "run_point", counting)
-    kw = dict(rates=[3.0], policies=["fcfs", "hrrn"], workloads=["uniform"], seeds=[0, 1], n_requests=150,
-              cache_dir=tmp_path, workers=1, progress=False)
+    kw = dict(
+        rates=[3.0],
+        policies=["fcfs", "hrrn"],
+        workloads=["uniform"],
+        seeds=[0, 1],
+        n_requests=150,
+        cache_dir=tmp_path,
+        workers=1,
+        progress=False,
+    )
     a = sweep.run_sweep(**kw)
     assert len(computed) == 4 and len(list(tmp_path.glob("*.parquet"))) == 4
     b = sweep.run_sweep(**kw)  # same code, same parameters: every point from the cache
@@ -188,10 +212,23 @@ def _tiny_study():
     from asrsched.abtest.model import SystemConfig
     from asrsched.abtest.study import StudyConfig
 
-    base = SystemConfig(n_servers=6, lam=0.8, control="random", treatment="pod2", n_requests=20_000, warmup_requests=2_000)
-    return StudyConfig(base=base, scenarios=("homogeneous",), reps=2, L_factors=(1.0,), alpha_batches=20,
-                       sb_blocks=(20.0,), block_len=40.0, burn_in=10.0, truth_requests=20_000, truth_seeds=1,
-                       slope_h=0.1, seed=3)
+    base = SystemConfig(
+        n_servers=6, lam=0.8, control="random", treatment="pod2", n_requests=20_000, warmup_requests=2_000
+    )
+    return StudyConfig(
+        base=base,
+        scenarios=("homogeneous",),
+        reps=2,
+        L_factors=(1.0,),
+        alpha_batches=20,
+        sb_blocks=(20.0,),
+        block_len=40.0,
+        burn_in=10.0,
+        truth_requests=20_000,
+        truth_seeds=1,
+        slope_h=0.1,
+        seed=3,
+    )
 
 
 def _stand_in(name: str):
@@ -223,10 +260,24 @@ def test_ab_study_cache_hits_on_same_code_and_misses_after_a_model_edit(tmp_path
 def test_asr_fleet_cache_hits_on_same_code_and_misses_after_a_policy_edit(tmp_path, monkeypatch, sources):
     from asrsched.abtest import asr_fleet as A
 
-    cfg = A.ASRStudyConfig(workloads=("librispeech",), n_replicas=2, rho=0.9, n_requests=2500, warmup_s=5.0,
-                           block_s=10.0, burn_in_s=2.0, sb_burn_ins=(0.0, 2.0), L=150, L_factors=(0.5, 1.0),
-                           n_batches=10, alpha_batches=20, reps=2, truth_seeds=2, scheduling_designs=("replica",),
-                           routing_designs=("bernoulli",))
+    cfg = A.ASRStudyConfig(
+        workloads=("librispeech",),
+        n_replicas=2,
+        rho=0.9,
+        n_requests=2500,
+        warmup_s=5.0,
+        block_s=10.0,
+        burn_in_s=2.0,
+        sb_burn_ins=(0.0, 2.0),
+        L=150,
+        L_factors=(0.5, 1.0),
+        n_batches=10,
+        alpha_batches=20,
+        reps=2,
+        truth_seeds=2,
+        scheduling_designs=("replica",),
+        routing_designs=("bernoulli",),
+    )
     a = run_study(cfg, workers=1, progress=False, cache_dir=tmp_path)
     assert len(list(tmp_path.glob("*.json"))) > 0
     monkeypatch.setattr(A, "_dispatch", lambda **k: (_ for _ in ()).throw(Recomputed("fleet")))

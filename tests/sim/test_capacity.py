@@ -71,9 +71,15 @@ def test_code_hash_covers_the_engine_and_the_policies():
     from asrsched.sim.cache import module_closure
 
     mods = module_closure("asrsched.sim.capacity")
-    assert {"asrsched.sim.engine", "asrsched.sim.kernel", "asrsched.sim.inputs", "asrsched.core.rulebook",
-            "asrsched.core.policies",
-            "asrsched.core.workloads", "asrsched.core.service"} <= set(mods)
+    assert {
+        "asrsched.sim.engine",
+        "asrsched.sim.kernel",
+        "asrsched.sim.inputs",
+        "asrsched.core.rulebook",
+        "asrsched.core.policies",
+        "asrsched.core.workloads",
+        "asrsched.core.service",
+    } <= set(mods)
 
 
 def test_the_fleet_loads_are_fractions_of_this_capacity():
@@ -88,11 +94,14 @@ def test_the_fleet_loads_are_fractions_of_this_capacity():
     assert (len(tr) - 1) / (tr.arrival[-1] - tr.arrival[0]) == pytest.approx(lam, rel=0.05)
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(n_requests=50), "too small to measure capacity"),
-    (dict(max_num_seqs=0), "max_num_seqs"),
-    (dict(seeds=()), "seeds"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(n_requests=50), "too small to measure capacity"),
+        (dict(max_num_seqs=0), "max_num_seqs"),
+        (dict(seeds=()), "seeds"),
+    ],
+)
 def test_bad_input_is_named(kw, match):
     with pytest.raises(ValueError, match=match):
         measure_capacity("librispeech", SM, cache_dir=None, **kw)

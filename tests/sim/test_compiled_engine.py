@@ -30,16 +30,22 @@ def _same_run(a, b):
     assert a.n_completed == b.n_completed == a.n_arrivals == b.n_arrivals
 
 
-@pytest.mark.parametrize("policy, params", [("fcfs", None), ("sjf", None), ("ljf", None), ("hrrn", None),
-                                            ("adaptive", None), ("adaptive", ADAPTIVE_TIGHT)])
-@pytest.mark.parametrize("workload, rate, M", [("librispeech", 3.0, 32), ("librispeech", 18.0, 32),
-                                                 ("uniform", 12.0, 4), ("uniform", 2.0, 1)])
+@pytest.mark.parametrize(
+    "policy, params",
+    [("fcfs", None), ("sjf", None), ("ljf", None), ("hrrn", None), ("adaptive", None), ("adaptive", ADAPTIVE_TIGHT)],
+)
+@pytest.mark.parametrize(
+    "workload, rate, M",
+    [("librispeech", 3.0, 32), ("librispeech", 18.0, 32), ("uniform", 12.0, 4), ("uniform", 2.0, 1)],
+)
 def test_numba_and_python_engines_identical(policy, params, workload, rate, M):
     tr = make_trace(workload, rate=rate, n=1500, seed=int(rate) + M)
-    a = simulate(tr, policy, default_service_model(), max_num_seqs=M, engine="python", warn_overload=False,
-                 policy_params=params)
-    b = simulate(tr, policy, default_service_model(), max_num_seqs=M, engine="numba", warn_overload=False,
-                 policy_params=params)
+    a = simulate(
+        tr, policy, default_service_model(), max_num_seqs=M, engine="python", warn_overload=False, policy_params=params
+    )
+    b = simulate(
+        tr, policy, default_service_model(), max_num_seqs=M, engine="numba", warn_overload=False, policy_params=params
+    )
     assert b.params["engine"] == "numba" and a.params["engine"] == "python"
     _same_run(a, b)
     if policy == "adaptive":  # the run really used the modes it claims
@@ -49,8 +55,9 @@ def test_numba_and_python_engines_identical(policy, params, workload, rate, M):
 
 
 def test_batch_dependent_steps_and_overhead_identical():
-    svc = ServiceModel(encode_s_per_window=0.03, decode_s_per_token=0.01, decode_batch_slope=0.2, overhead_s=0.5,
-                       kappa={"en": 4.0})
+    svc = ServiceModel(
+        encode_s_per_window=0.03, decode_s_per_token=0.01, decode_batch_slope=0.2, overhead_s=0.5, kappa={"en": 4.0}
+    )
     tr = make_trace("uniform", rate=20.0, n=800, seed=5, kappa=4.0)
     for policy in ("hrrn", "adaptive"):
         a = simulate(tr, policy, svc, max_num_seqs=16, engine="python", warn_overload=False)
@@ -62,8 +69,12 @@ def test_batch_dependent_steps_and_overhead_identical():
 def test_ties_go_to_submission_order_in_both_engines():
     """Equal sizes arriving together: HRRN, SJF and adaptive all serve in submission order, as FCFS."""
     n = 12
-    tr = Trace(arrival=np.repeat([0.0, 5.0, 5.0, 9.0], 3), duration=np.full(n, 7.0), language=np.full(n, "en", object),
-               tokens=np.full(n, 20))
+    tr = Trace(
+        arrival=np.repeat([0.0, 5.0, 5.0, 9.0], 3),
+        duration=np.full(n, 7.0),
+        language=np.full(n, "en", object),
+        tokens=np.full(n, 20),
+    )
     for policy in ("fcfs", "sjf", "hrrn", "adaptive"):
         for engine in ("python", "numba"):
             rec = simulate(tr, policy, max_num_seqs=1, engine=engine, warn_overload=False).records
@@ -75,8 +86,13 @@ def test_mixed_languages_and_vad_estimates_identical():
     rng = np.random.default_rng(3)
     tr = make_trace("librispeech", rate=14.0, n=1200, seed=9)
     tr.language = np.where(rng.random(len(tr)) < 0.4, "id", "en").astype(object)
-    svc = ServiceModel(encode_s_per_window=0.05, decode_s_per_token=0.02, decode_batch_slope=0.05, overhead_s=0.1,
-                       kappa={"en": 3.3, "id": 5.0})
+    svc = ServiceModel(
+        encode_s_per_window=0.05,
+        decode_s_per_token=0.02,
+        decode_batch_slope=0.05,
+        overhead_s=0.1,
+        kappa={"en": 3.3, "id": 5.0},
+    )
     vad = tr.duration * rng.uniform(0.5, 1.0, len(tr))
     for policy in ("sjf", "hrrn", "adaptive"):
         a = simulate(tr, policy, svc, max_num_seqs=8, est_duration=vad, engine="python", warn_overload=False)
@@ -135,10 +151,12 @@ def test_chunked_collect_summary_and_parquet_sinks_identical(tmp_path):
         a = simulate(_chunks(12.0, 2500, 600, seed=2), policy, engine="python", **kw)  # default CollectSink
         b = simulate(_chunks(12.0, 2500, 600, seed=2), policy, sink=CollectSink(), engine="numba", **kw)
         pd.testing.assert_frame_equal(a.records, b.records)
-        pa = simulate(_chunks(12.0, 2500, 600, seed=2), policy, sink=ParquetSink(tmp_path / f"{policy}-py"),
-                      engine="python", **kw).records
-        pb = simulate(_chunks(12.0, 2500, 600, seed=2), policy, sink=ParquetSink(tmp_path / f"{policy}-nb"),
-                      engine="numba", **kw).records
+        pa = simulate(
+            _chunks(12.0, 2500, 600, seed=2), policy, sink=ParquetSink(tmp_path / f"{policy}-py"), engine="python", **kw
+        ).records
+        pb = simulate(
+            _chunks(12.0, 2500, 600, seed=2), policy, sink=ParquetSink(tmp_path / f"{policy}-nb"), engine="numba", **kw
+        ).records
         parts_a, parts_b = sorted(pa.glob("*.parquet")), sorted(pb.glob("*.parquet"))
         assert [p.name for p in parts_a] == [p.name for p in parts_b] and len(parts_a) >= 6
         for x, y in zip(parts_a, parts_b, strict=True):
@@ -177,18 +195,32 @@ def test_static_key_policy_compiled_equals_python(static_policies):
     rng = np.random.default_rng(0)
     tr = make_trace("librispeech", rate=15.0, n=1500, seed=3)
     tr.language = np.where(rng.random(len(tr)) < 0.3, "id", "en").astype(object)
-    svc = ServiceModel(encode_s_per_window=0.05, decode_s_per_token=0.02, overhead_s=0.1,
-                       kappa={"en": 3.3, "id": 5.0})
+    svc = ServiceModel(encode_s_per_window=0.05, decode_s_per_token=0.02, overhead_s=0.1, kappa={"en": 3.3, "id": 5.0})
     for name in ("sjf_id_penalty", "lifo_test"):
         a = simulate(tr, name, svc, max_num_seqs=8, engine="python", warn_overload=False)
         b = simulate(tr, name, svc, max_num_seqs=8, warn_overload=False)
         assert b.params["engine"] == "numba"
         _same_run(a, b)
         # chunked, too
-        ca = simulate(_chunks(15.0, 2000, 500), name, svc, max_num_seqs=8, sink=_RecordingSink(), flush_every=300,
-                      engine="python", warn_overload=False)
-        cb = simulate(_chunks(15.0, 2000, 500), name, svc, max_num_seqs=8, sink=_RecordingSink(), flush_every=300,
-                      warn_overload=False)
+        ca = simulate(
+            _chunks(15.0, 2000, 500),
+            name,
+            svc,
+            max_num_seqs=8,
+            sink=_RecordingSink(),
+            flush_every=300,
+            engine="python",
+            warn_overload=False,
+        )
+        cb = simulate(
+            _chunks(15.0, 2000, 500),
+            name,
+            svc,
+            max_num_seqs=8,
+            sink=_RecordingSink(),
+            flush_every=300,
+            warn_overload=False,
+        )
         assert ca.records == cb.records
     # the key really orders: LIFO admits the latest arrival among those waiting
     rec = simulate(tr, "lifo_test", svc, max_num_seqs=8, warn_overload=False).records
@@ -253,9 +285,15 @@ def test_builtin_name_reregistered_takes_python_engine():
 # ----------------------------------------------------------------------------- streaming helpers
 
 
-@pytest.mark.parametrize("workload, kw", [("librispeech", {}), ("uniform", {"kappa": {"en": 4.0}}),
-                                          ("commonvoice_id", {"kappa": {"id": 5.0}, "noise_cv": 0.3}),
-                                          ("librispeech", {"arrival": "bursty", "arrival_kw": {"burstiness": 0.5}})])
+@pytest.mark.parametrize(
+    "workload, kw",
+    [
+        ("librispeech", {}),
+        ("uniform", {"kappa": {"en": 4.0}}),
+        ("commonvoice_id", {"kappa": {"id": 5.0}, "noise_cv": 0.3}),
+        ("librispeech", {"arrival": "bursty", "arrival_kw": {"burstiness": 0.5}}),
+    ],
+)
 def test_trace_chunks_draw_what_make_trace_draws(workload, kw):
     """trace_chunks skips the transcripts but must draw the same arrivals, durations and tokens."""
     from asrsched.sim.engine import trace_chunks as chunks
@@ -278,8 +316,15 @@ def test_summary_histogram_is_the_searchsorted_binning():
 
     bins = SummarySink.BINS
     rng = np.random.default_rng(0)
-    v = np.concatenate([rng.lognormal(0, 3, 200_000), bins, np.nextafter(bins, np.inf), np.nextafter(bins, -np.inf),
-                        [0.0, -1.0, np.nan, 1e7, np.inf, -np.inf]])
+    v = np.concatenate(
+        [
+            rng.lognormal(0, 3, 200_000),
+            bins,
+            np.nextafter(bins, np.inf),
+            np.nextafter(bins, -np.inf),
+            [0.0, -1.0, np.nan, 1e7, np.inf, -np.inf],
+        ]
+    )
     h = np.zeros(len(bins), np.int64)
     histogram_add(bins, SummarySink._LOG_LO, SummarySink._LOG_STEP, v, h)
     ref = np.bincount(np.clip(np.searchsorted(bins, v, side="right") - 1, 0, len(bins) - 1), minlength=len(bins))

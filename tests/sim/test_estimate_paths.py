@@ -36,8 +36,10 @@ def test_every_engine_records_the_subclass_estimate_and_orders_by_it(trace):
     svc, base = _subclass(), default_service_model()
     want = np.broadcast_to(svc.est_service(trace.duration, trace.language), (len(trace),))
     assert (want != np.broadcast_to(base.est_service(trace.duration, trace.language), (len(trace),))).any()
-    runs = {engine: simulate(trace, "sjf", svc, engine=engine, max_num_seqs=8, warn_overload=False)
-            for engine in ("python", "numba")}
+    runs = {
+        engine: simulate(trace, "sjf", svc, engine=engine, max_num_seqs=8, warn_overload=False)
+        for engine in ("python", "numba")
+    }
     for engine, res in runs.items():
         np.testing.assert_array_equal(res.records["est_service"].to_numpy(), want, err_msg=engine)
     np.testing.assert_array_equal(runs["python"].records["admit"], runs["numba"].records["admit"])

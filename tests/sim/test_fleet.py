@@ -1,6 +1,5 @@
 """The multi-replica cluster: equivalence with the single-server simulator, routers, designs, Little's law."""
 
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -47,8 +46,13 @@ def test_plain_fleet_is_the_control_arm_of_an_experiment(busy, router, policy):
     """simulate_fleet (sim layer) and run_experiment's control design (A/B layer) are the same run."""
     tr, lam = busy
     a = simulate_fleet(tr, n_replicas=4, router=router, policy=policy, seed=9, warmup_s=10)
-    b = run_experiment(tr, ABTest(control=router, treatment="random", design="control", policy=policy),
-                       n_replicas=4, seed=9, warmup_s=10)
+    b = run_experiment(
+        tr,
+        ABTest(control=router, treatment="random", design="control", policy=policy),
+        n_replicas=4,
+        seed=9,
+        warmup_s=10,
+    )
     pd.testing.assert_frame_equal(a.records, b.records)
     assert a.events == b.events and a.summary() == b.summary()
     assert a.by_replica().equals(b.by_replica().drop(columns="arm"))
@@ -163,13 +167,26 @@ def test_cached_work_equals_reference_during_a_run(busy, monkeypatch):
     assert len(a) > 10_000 and np.allclose(a[:, 0], a[:, 1], rtol=1e-9, atol=1e-9) and (a[:, 1] > 0).mean() > 0.9
 
 
-@pytest.mark.parametrize("factor,design", [("routing", "bernoulli"), ("routing", "group"), ("routing", "switchback"),
-                                           ("scheduling", "replica"), ("scheduling", "switchback")])
+@pytest.mark.parametrize(
+    "factor,design",
+    [
+        ("routing", "bernoulli"),
+        ("routing", "group"),
+        ("routing", "switchback"),
+        ("scheduling", "replica"),
+        ("scheduling", "switchback"),
+    ],
+)
 def test_littles_law_on_cluster_trajectories(busy, factor, design):
     tr, lam = busy
-    t = ABTest(factor=factor, control="random" if factor == "routing" else "fcfs",
-               treatment="least_work" if factor == "routing" else "hrrn", design=design, router="pod2",
-               block_s=15.0)
+    t = ABTest(
+        factor=factor,
+        control="random" if factor == "routing" else "fcfs",
+        treatment="least_work" if factor == "routing" else "hrrn",
+        design=design,
+        router="pod2",
+        block_s=15.0,
+    )
     res = run_experiment(tr, t, n_replicas=4, seed=3, warmup_s=10, total_rate=lam)
     for metric in ("e2el", "ttft"):
         ll = littles_law(res.trajectory(metric))
@@ -193,8 +210,9 @@ def test_designs_follow_their_definitions(busy):
     assert (s.records.block == blk).all()
     assert (s.records.z.to_numpy() == s.block_arms[blk]).all()
     assert np.all(np.diff(s.block_arms) != 0)  # alternating
-    r = run_experiment(tr, ABTest(factor="scheduling", control="fcfs", treatment="hrrn", design="replica", p=0.5),
-                       n_replicas=4, seed=2)
+    r = run_experiment(
+        tr, ABTest(factor="scheduling", control="fcfs", treatment="hrrn", design="replica", p=0.5), n_replicas=4, seed=2
+    )
     assert r.replica_arm.sum() == 2
     assert (r.records.z.to_numpy() == r.replica_arm[r.records.replica.to_numpy()]).all()
 
@@ -202,8 +220,9 @@ def test_designs_follow_their_definitions(busy):
 def test_scheduling_switchback_changes_the_queue_order():
     """FCFS blocks admit waiting requests in arrival order; HRRN blocks do not."""
     tr, lam = fleet_trace("uniform", n_replicas=2, rho=0.97, n_requests=5000, seed=3, max_num_seqs=4)
-    t = ABTest(factor="scheduling", control="fcfs", treatment="hrrn", design="switchback", block_s=40.0,
-               router="random")
+    t = ABTest(
+        factor="scheduling", control="fcfs", treatment="hrrn", design="switchback", block_s=40.0, router="random"
+    )
     res = run_experiment(tr, t, n_replicas=2, seed=5, max_num_seqs=4)
     r = res.records
     viol = {0: 0, 1: 0}
@@ -233,8 +252,10 @@ def test_reproducible_from_seed(busy):
 
 def test_duration_aware_routing_beats_random_at_high_load(busy):
     tr, lam = busy
-    e2el = {r: simulate_fleet(tr, n_replicas=4, router=r, warmup_s=10).summary()["mean_e2el_ms"]
-            for r in ("random", "least_work", "pod2_work")}
+    e2el = {
+        r: simulate_fleet(tr, n_replicas=4, router=r, warmup_s=10).summary()["mean_e2el_ms"]
+        for r in ("random", "least_work", "pod2_work")
+    }
     assert e2el["least_work"] < 0.93 * e2el["random"]
     assert e2el["pod2_work"] < 0.93 * e2el["random"]
 
@@ -254,15 +275,21 @@ def test_capacity_and_trace_load():
     assert tr.duration[:third].mean() < 10 < tr.duration[-third:].mean()  # LibriSpeech first, uniform 5-30 s last
 
 
-@pytest.mark.parametrize("kw,match", [
-    (dict(factor="scheduling", control="fcfs", treatment="hrrn", design="bernoulli"), "ill-defined"),
-    (dict(design="replica"), "design: 'replica' not allowed for a routing test"),
-    (dict(p=1.0), "p: treatment probability"),
-    (dict(block_s=0), "block_s"),
-    (dict(control="nope"), "control: unknown router 'nope'"),
-    (dict(factor="scheduling", control="fifo", treatment="hrrn", design="replica"), "control: unknown policy 'fifo'"),
-    (dict(factor="tuning"), "factor"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(factor="scheduling", control="fcfs", treatment="hrrn", design="bernoulli"), "ill-defined"),
+        (dict(design="replica"), "design: 'replica' not allowed for a routing test"),
+        (dict(p=1.0), "p: treatment probability"),
+        (dict(block_s=0), "block_s"),
+        (dict(control="nope"), "control: unknown router 'nope'"),
+        (
+            dict(factor="scheduling", control="fifo", treatment="hrrn", design="replica"),
+            "control: unknown policy 'fifo'",
+        ),
+        (dict(factor="tuning"), "factor"),
+    ],
+)
 def test_bad_design_fails_before_simulating(kw, match, monkeypatch):
     monkeypatch.setattr(X, "run_fleet", lambda *a, **k: pytest.fail("simulated before validating"))
     tr = make_trace("uniform", rate=5, n=50, seed=0)

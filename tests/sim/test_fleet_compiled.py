@@ -46,11 +46,25 @@ def _designs():
     out = []
     for d in ("bernoulli", "group", "switchback", "control", "treatment"):
         out.append(ABTest(factor="routing", control="random", treatment="least_work", design=d, block_s=15.0))
-        out.append(ABTest(factor="routing", control="pod2", treatment="jsq", design=d, p=0.3, block_s=15.0,
-                          alternate=False, policy="hrrn"))
+        out.append(
+            ABTest(
+                factor="routing",
+                control="pod2",
+                treatment="jsq",
+                design=d,
+                p=0.3,
+                block_s=15.0,
+                alternate=False,
+                policy="hrrn",
+            )
+        )
     for d in ("replica", "switchback", "control", "treatment"):
-        for c, t, r in (("fcfs", "hrrn", "random"), ("sjf", "adaptive", "jsq"), ("hrrn", "ljf", "pod2_work"),
-                        ("adaptive", "fcfs", "least_work")):
+        for c, t, r in (
+            ("fcfs", "hrrn", "random"),
+            ("sjf", "adaptive", "jsq"),
+            ("hrrn", "ljf", "pod2_work"),
+            ("adaptive", "fcfs", "least_work"),
+        ):
             out.append(ABTest(factor="scheduling", control=c, treatment=t, design=d, router=r, block_s=15.0))
     return out
 
@@ -76,8 +90,10 @@ def test_adaptive_policy_params_and_odd_and_large_fleets():
         b = simulate_fleet(tr, n_replicas=3, router=router, policy="adaptive", seed=1, engine="numba", **kw)
         _same(a, b)
     t = ABTest(factor="routing", control="round_robin", treatment="pod2_work", design="group", p=0.34)
-    _same(run_experiment(tr, t, n_replicas=3, seed=2, engine="python"),
-          run_experiment(tr, t, n_replicas=3, seed=2, engine="numba"))
+    _same(
+        run_experiment(tr, t, n_replicas=3, seed=2, engine="python"),
+        run_experiment(tr, t, n_replicas=3, seed=2, engine="numba"),
+    )
     big, _ = fleet_trace("librispeech", n_replicas=16, rho=0.95, n_requests=6000, seed=8)
     for router in ("pod3_work", "least_work"):
         a = simulate_fleet(big, n_replicas=16, router=router, policy="hrrn", seed=2, engine="python")
@@ -89,11 +105,17 @@ def test_adaptive_policy_params_and_odd_and_large_fleets():
 def test_small_batches_and_simultaneous_arrivals_tie_break_in_submission_order():
     """Equal sizes, arrivals at one instant, one slot: HRRN, SJF and FCFS all admit in submission order."""
     n = 6
-    tr = Trace(arrival=np.zeros(n), duration=np.full(n, 8.0), language=np.array(["en"] * n, dtype=object),
-               tokens=np.full(n, 40, np.int64))
+    tr = Trace(
+        arrival=np.zeros(n),
+        duration=np.full(n, 8.0),
+        language=np.array(["en"] * n, dtype=object),
+        tokens=np.full(n, 40, np.int64),
+    )
     for policy in ("fcfs", "sjf", "hrrn", "adaptive"):
-        recs = [simulate_fleet(tr, n_replicas=1, policy=policy, max_num_seqs=1, engine=e).records for e in
-                ("python", "numba")]
+        recs = [
+            simulate_fleet(tr, n_replicas=1, policy=policy, max_num_seqs=1, engine=e).records
+            for e in ("python", "numba")
+        ]
         pd.testing.assert_frame_equal(*recs)
         assert list(recs[1].sort_values("admit").rid) == list(range(n)), policy
 
@@ -110,10 +132,20 @@ def test_work_routers_never_see_true_token_counts():
     tok_a = np.asarray(tr.tokens, np.int64) * 50 + 5000
     rng = np.random.default_rng(0)
     tok_b = tok_a + rng.integers(0, 4000, size=tok_a.size)
-    a = simulate_fleet(Trace(tr.arrival, tr.duration, tr.language, tok_a), n_replicas=4, router="least_work",
-                    max_num_seqs=128, engine="numba").records
-    b = simulate_fleet(Trace(tr.arrival, tr.duration, tr.language, tok_b), n_replicas=4, router="least_work",
-                    max_num_seqs=128, engine="numba").records
+    a = simulate_fleet(
+        Trace(tr.arrival, tr.duration, tr.language, tok_a),
+        n_replicas=4,
+        router="least_work",
+        max_num_seqs=128,
+        engine="numba",
+    ).records
+    b = simulate_fleet(
+        Trace(tr.arrival, tr.duration, tr.language, tok_b),
+        n_replicas=4,
+        router="least_work",
+        max_num_seqs=128,
+        engine="numba",
+    ).records
     assert a.finish.min() > tr.arrival[-1] and b.finish.min() > tr.arrival[-1]
     assert (a.replica.to_numpy() == b.replica.to_numpy()).all()
     assert not np.allclose(a.finish.to_numpy(), b.finish.to_numpy())  # the servers did see the true tokens
@@ -163,8 +195,10 @@ def test_dispatch_compiled_for_builtins_python_for_user_defined():
         run_fleet(tr, ["fcfs", "fcfs"], [("random", 0)], cands=[[2]])
 
 
-@pytest.mark.parametrize("n_replicas,router,policy", [(4, "least_work", "fcfs"), (4, "jsq", "sjf"),
-                                                      (16, "pod2_work", "hrrn"), (4, "pod3", "adaptive")])
+@pytest.mark.parametrize(
+    "n_replicas,router,policy",
+    [(4, "least_work", "fcfs"), (4, "jsq", "sjf"), (16, "pod2_work", "hrrn"), (4, "pod3", "adaptive")],
+)
 def test_simpy_model_of_the_fleet_gives_the_same_records(n_replicas, router, policy):
     """The step-by-step SimPy fleet (benchmarks/, the speed baseline) agrees request by request."""
     from simpy_fleet_reference import simulate_fleet_simpy
@@ -186,8 +220,13 @@ def test_deep_queues_of_an_overloaded_fleet_stay_identical():
     tr = make_trace("librispeech", rate=1.4 * 2 * replica_capacity("librispeech"), n=3000, seed=3)
     # the compiled queues start with room for 256 and double when one is full, re-routing that request
     # (its router's draws rewound): every queue kind and every kind of router state crosses a doubling
-    for policy, router in (("hrrn", "jsq"), ("adaptive", "jsq"), ("sjf", "round_robin"), ("fcfs", "pod2_work"),
-                           ("ljf", "random")):
+    for policy, router in (
+        ("hrrn", "jsq"),
+        ("adaptive", "jsq"),
+        ("sjf", "round_robin"),
+        ("fcfs", "pod2_work"),
+        ("ljf", "random"),
+    ):
         a = simulate_fleet(tr, n_replicas=2, router=router, policy=policy, engine="python")
         b = simulate_fleet(tr, n_replicas=2, router=router, policy=policy, engine="numba")
         _same(a, b)
@@ -198,6 +237,7 @@ def test_deep_queues_of_an_overloaded_fleet_stay_identical():
 
 
 # ----------------------------------------------------------------------------- the work view's exact sums
+
 
 def test_work_tokens_lie_on_the_grid_and_move_an_estimate_by_at_most_half_a_step():
     from asrsched.sim.engine import WORK_TOKEN_GRID, work_tokens
@@ -247,6 +287,7 @@ def test_the_engine_reads_size_estimates_on_the_grid(busy):
 
 # ----------------------------------------------------------------------------- the records frame
 
+
 def test_records_are_each_runs_own_even_where_their_inputs_are_cached(busy):
     """The compiled fleet builds its records from blocks without a copy; no two frames share one."""
     tr, _ = busy
@@ -282,8 +323,10 @@ def test_per_request_inputs_are_the_service_models_estimates_language_by_languag
     d = np.concatenate([rng.uniform(0, 95, 5000), [0.0, 1e-12, 30.0, 60.0, 30.0 + 1e-10, 29.999999999, 1e4]])
     lang = rng.choice(np.array(["en", "id", "de"], dtype=object), len(d))
     base = default_service_model()
-    for svc, lg in ((base, np.full(len(d), next(iter(base.kappa)), dtype=object)),
-                    (base.with_kappa({"en": 3.3, "id": 5.1, "de": 4.4}), lang)):
+    for svc, lg in (
+        (base, np.full(len(d), next(iter(base.kappa)), dtype=object)),
+        (base.with_kappa({"en": 3.3, "id": 5.1, "de": 4.4}), lang),
+    ):
         tr = Trace(arrival=np.arange(len(d), dtype=float), duration=d, language=lg, tokens=np.ones(len(d), np.int64))
         clear_trace_cache()
         inp = trace_inputs(tr, svc)

@@ -11,8 +11,9 @@ from extras import need
 from asrsched.core.workloads import make_trace
 from asrsched.sim.parallel import StudyPlan, in_task_order, json_default, map_tasks, run_study, run_tasks, task_seed
 
-TASKS = [dict(workload=w, rate=r, n=200, seed=s) for w in ("librispeech", "uniform") for r in (2.0, 9.0)
-         for s in (0, 1)]
+TASKS = [
+    dict(workload=w, rate=r, n=200, seed=s) for w in ("librispeech", "uniform") for r in (2.0, 9.0) for s in (0, 1)
+]
 
 
 def _key(task: dict) -> tuple:
@@ -90,12 +91,21 @@ def test_run_tasks_keeps_task_order_and_resumes_from_its_cache(tmp_path, workers
     files = sorted(tmp_path.glob("t-*.json"))
     assert len(files) == len(TASKS) and not list(tmp_path.glob("*.tmp"))
     # a rerun reads every result back (numpy values as plain JSON ones) and runs nothing
-    again = run_tasks(lambda **t: pytest.fail("ran a cached task"), TASKS, cache_dir=tmp_path, code="c1", prefix="t",
-                      workers=1, progress=False)
+    again = run_tasks(
+        lambda **t: pytest.fail("ran a cached task"),
+        TASKS,
+        cache_dir=tmp_path,
+        code="c1",
+        prefix="t",
+        workers=1,
+        progress=False,
+    )
     assert again == [json.loads(json.dumps(d, default=json_default)) for d in direct]
     # other code: another key, nothing read back; a cache without a code key is refused before any work
-    assert len(run_tasks(_mean_arrival, TASKS[:1], cache_dir=tmp_path, code="c2", prefix="t", workers=1,
-                         progress=False)) == 1
+    assert (
+        len(run_tasks(_mean_arrival, TASKS[:1], cache_dir=tmp_path, code="c2", prefix="t", workers=1, progress=False))
+        == 1
+    )
     assert len(list(tmp_path.glob("t-*.json"))) == len(TASKS) + 1
     with pytest.raises(ValueError, match="cache_dir needs code="):
         run_tasks(lambda **t: pytest.fail("ran"), TASKS, cache_dir=tmp_path, progress=False)
@@ -115,8 +125,14 @@ class _MeanArrivals:
     def plan(self):
         self.calls.append("plan")
         tasks = [dict(TASKS[0], seed=s) for s in range(self.n_traces)]
-        return StudyPlan(_mean_arrival, tasks, prefix="means", one_at_a_time=self.one_at_a_time,
-                         cacheable=self.cacheable, context={"first_seed": tasks[0]["seed"]})
+        return StudyPlan(
+            _mean_arrival,
+            tasks,
+            prefix="means",
+            one_at_a_time=self.one_at_a_time,
+            cacheable=self.cacheable,
+            context={"first_seed": tasks[0]["seed"]},
+        )
 
     def assemble(self, plan, results, seconds):
         self.calls.append("assemble")
@@ -142,12 +158,14 @@ def test_run_study_refuses_bad_input_before_any_task():
         run_study(_MeanArrivals(2, one_at_a_time=True), workers=2, progress=False)
     with pytest.raises(ValueError, match="cache_dir: a _MeanArrivals keeps no cache"):
         run_study(_MeanArrivals(2, cacheable=False), cache_dir="x", progress=False)
-    assert run_study(_MeanArrivals(2, one_at_a_time=True), progress=False)["means"][0] == _mean_arrival(**dict(
-        TASKS[0], seed=0))["mean"]
+    assert (
+        run_study(_MeanArrivals(2, one_at_a_time=True), progress=False)["means"][0]
+        == _mean_arrival(**dict(TASKS[0], seed=0))["mean"]
+    )
 
 
 def test_task_seed_is_stable_and_separates_tasks():
     assert task_seed(0, "homogeneous", 3, "bernoulli") == task_seed(0, "homogeneous", 3, "bernoulli")
     seeds = {task_seed(0, s, r) for s in ("a", "b") for r in range(50)}
-    assert len(seeds) == 100 and all(0 <= s < 2 ** 32 for s in seeds)
+    assert len(seeds) == 100 and all(0 <= s < 2**32 for s in seeds)
     assert task_seed(1, digest_size=8) >= 0 and task_seed(1, digest_size=8) != task_seed(1)

@@ -36,7 +36,7 @@ class PyXoshiro:
         return result
 
     def double(self):
-        return (self.next() >> 11) * 2.0 ** -53
+        return (self.next() >> 11) * 2.0**-53
 
     def exp(self):
         """numpy's ``random_standard_exponential`` (distributions.c), step for step."""
@@ -49,7 +49,9 @@ class PyXoshiro:
                 return x
             if idx == 0:
                 return float(ziggurat_exp_r) - math.log1p(-self.double())
-            if (float(fe_double[idx - 1]) - float(fe_double[idx])) * self.double() + float(fe_double[idx]) < math.exp(-x):
+            if (float(fe_double[idx - 1]) - float(fe_double[idx])) * self.double() + float(fe_double[idx]) < math.exp(
+                -x
+            ):
                 return x
 
 

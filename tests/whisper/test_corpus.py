@@ -81,9 +81,10 @@ def test_silence_insertion_records_true_speech(tmp_path):
         x = load_audio(r.path)
         lead = x[: int(1.5 * 16000)]
         assert np.abs(lead).max() == 0.0  # digital silence where it was inserted
-        assert np.abs(x[int(1.5 * 16000): int(1.5 * 16000) + 4000]).max() > 0.01  # speech right after
-    noisy = build_corpus(["en"], 1, seed=5, cache=tmp_path, progress=False,
-                         silence=SilenceSpec(lead_s=1.0, noise_dbfs=-50))
+        assert np.abs(x[int(1.5 * 16000) : int(1.5 * 16000) + 4000]).max() > 0.01  # speech right after
+    noisy = build_corpus(
+        ["en"], 1, seed=5, cache=tmp_path, progress=False, silence=SilenceSpec(lead_s=1.0, noise_dbfs=-50)
+    )
     x = load_audio(noisy["path"].iloc[0])
     rms = float(np.sqrt(np.mean(x[:16000] ** 2)))
     assert 20 * np.log10(rms) == pytest.approx(-50, abs=1.5)

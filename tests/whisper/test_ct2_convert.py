@@ -49,8 +49,17 @@ def load_safetensors(path):
 
 
 def test_layout_and_config(tiny_hf):
-    for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.json",
-              "merges.txt", "special_tokens_map.json", "generation_config.json", "preprocessor_config.json"):
+    for f in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.json",
+        "merges.txt",
+        "special_tokens_map.json",
+        "generation_config.json",
+        "preprocessor_config.json",
+    ):
         assert (tiny_hf / f).exists(), f
     cfg = json.loads((tiny_hf / "config.json").read_text())
     assert cfg["model_type"] == "whisper" and cfg["architectures"] == ["WhisperForConditionalGeneration"]
@@ -70,13 +79,17 @@ def test_tensors_map_exactly(tiny_hf):
     assert len(sd) == 167  # WhisperForConditionalGeneration tiny, proj_out tied
     qkv = m.variables["encoder/layer_2/self_attention/linear_0/weight"]
     d = qkv.shape[1]
-    got = np.concatenate([sd["model.encoder.layers.2.self_attn.q_proj.weight"],
-                          sd["model.encoder.layers.2.self_attn.k_proj.weight"],
-                          sd["model.encoder.layers.2.self_attn.v_proj.weight"]])
+    got = np.concatenate(
+        [
+            sd["model.encoder.layers.2.self_attn.q_proj.weight"],
+            sd["model.encoder.layers.2.self_attn.k_proj.weight"],
+            sd["model.encoder.layers.2.self_attn.v_proj.weight"],
+        ]
+    )
     np.testing.assert_array_equal(got, qkv)
     b = m.variables["decoder/layer_1/self_attention/linear_0/bias"]
-    assert np.all(b[d:2 * d] == 0)
-    np.testing.assert_array_equal(sd["model.decoder.layers.1.self_attn.v_proj.bias"], b[2 * d:])
+    assert np.all(b[d : 2 * d] == 0)
+    np.testing.assert_array_equal(sd["model.decoder.layers.1.self_attn.v_proj.bias"], b[2 * d :])
     assert "model.decoder.layers.1.self_attn.k_proj.bias" not in sd
     kv = m.variables["decoder/layer_3/attention/linear_1/weight"]
     np.testing.assert_array_equal(sd["model.decoder.layers.3.encoder_attn.k_proj.weight"], kv[:d])
@@ -84,8 +97,9 @@ def test_tensors_map_exactly(tiny_hf):
     np.testing.assert_array_equal(sd["model.decoder.embed_tokens.weight"], m.variables["decoder/embeddings/weight"])
     assert m.aliases == {"decoder/projection/weight": "decoder/embeddings/weight"}
     assert "proj_out.weight" not in sd
-    np.testing.assert_array_equal(sd["model.encoder.layers.0.final_layer_norm.weight"],
-                                  m.variables["encoder/layer_0/ffn/layer_norm/gamma"])
+    np.testing.assert_array_equal(
+        sd["model.encoder.layers.0.final_layer_norm.weight"], m.variables["encoder/layer_0/ffn/layer_norm/gamma"]
+    )
 
 
 def test_timestamp_tokens_added(tiny_hf):
@@ -164,7 +178,8 @@ def test_transformers_loads_with_no_missing_keys_and_decodes_like_ct2(name):
 
     hf_dir = convert(name)
     model, info = transformers.WhisperForConditionalGeneration.from_pretrained(
-        hf_dir, output_loading_info=True, dtype=torch.float32)
+        hf_dir, output_loading_info=True, dtype=torch.float32
+    )
     assert not any(info.get(k) for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
     proc = transformers.WhisperProcessor.from_pretrained(hf_dir)
     tok = proc.tokenizer
@@ -175,18 +190,28 @@ def test_transformers_loads_with_no_missing_keys_and_decodes_like_ct2(name):
     multi = name == "base"
     prompt = [50258, 50259, 50359, 50363] if multi else [50257, 50362]
     with torch.no_grad():
-        out = model.generate(torch.from_numpy(feats), decoder_input_ids=torch.tensor([prompt]), num_beams=1,
-                             do_sample=False, max_new_tokens=120)
+        out = model.generate(
+            torch.from_numpy(feats),
+            decoder_input_ids=torch.tensor([prompt]),
+            num_beams=1,
+            do_sample=False,
+            max_new_tokens=120,
+        )
     hf_ids = out[0].tolist()
-    hf_ids = hf_ids[len(prompt):] if hf_ids[:len(prompt)] == prompt else hf_ids
+    hf_ids = hf_ids[len(prompt) :] if hf_ids[: len(prompt)] == prompt else hf_ids
     eot = model.config.eos_token_id
     hf_ids = [t for t in hf_ids if t != eot]
     # the original CT2 weights, the same features and prompt: the same greedy tokens
-    fw = FasterWhisperBackend(name, compute_type="float32", temperature=0.0, without_timestamps=True,
-                              condition_on_previous_text=False)
-    ct2 = fw._timed._inner.generate(ctranslate2.StorageView.from_array(np.ascontiguousarray(feats)), [prompt],
-                                    beam_size=1, max_length=len(prompt) + 120,
-                                    suppress_tokens=model.generation_config.suppress_tokens or [-1])
+    fw = FasterWhisperBackend(
+        name, compute_type="float32", temperature=0.0, without_timestamps=True, condition_on_previous_text=False
+    )
+    ct2 = fw._timed._inner.generate(
+        ctranslate2.StorageView.from_array(np.ascontiguousarray(feats)),
+        [prompt],
+        beam_size=1,
+        max_length=len(prompt) + 120,
+        suppress_tokens=model.generation_config.suppress_tokens or [-1],
+    )
     assert hf_ids == ct2[0].sequences_ids[0]
     if not multi:
         return  # tiny.en's end-to-end text is sensitive to the two front-ends' small mel differences
