@@ -17,7 +17,7 @@ import pytest
 from asrsched.core.metrics import latency_cdf, summarize
 from asrsched.core.workloads import Uniform, make_trace
 from asrsched.serving.app import run_in_thread
-from asrsched.serving.comparison import records_to_trace
+from asrsched.serving.comparison import records_to_trace, replay_model
 from asrsched.serving.config import ServerConfig
 from asrsched.serving.loadgen import LOADGEN_COLUMNS, main, replay, run_coro, run_load
 from asrsched.serving.request_plan import plan_requests
@@ -105,10 +105,12 @@ def test_replay_records_every_request_in_the_simulators_shape(server, plan):
     for r in rec.itertuples():
         s = srv[int(r.server_rid)]
         assert r.service_s == pytest.approx(s["finish"] - s["admit"], abs=1e-6)
-    rp = simulate_run(rec, "sjf", service, slots=1, tokens="service").set_index("rid").loc[rec["rid"]]
-    served = (rp["finish"] - service.overhead_s - rp["admit"]).to_numpy()
-    step = service.step_s(1)
-    enc = service.windows(rec["duration"].to_numpy()) * service.encode_s_per_window
+    # (on the model a replay runs on: the calibrated one, with a unit step where a busy machine fitted none)
+    rm = replay_model(service)
+    rp = simulate_run(rec, "sjf", rm, slots=1, tokens="service").set_index("rid").loc[rec["rid"]]
+    served = (rp["finish"] - rm.overhead_s - rp["admit"]).to_numpy()
+    step = rm.step_s(1)
+    enc = rm.windows(rec["duration"].to_numpy()) * rm.encode_s_per_window
     steps = np.maximum(1, np.rint((rec["service_s"].to_numpy() - enc) / step))
     # the simulator serves exactly the replayed size: encoder windows + whole decode steps ...
     np.testing.assert_allclose(served, enc + steps * step, rtol=0, atol=1e-9)
