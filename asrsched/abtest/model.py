@@ -61,6 +61,7 @@ from numba import njit
 from asrsched.abtest.estimators import Trajectory
 from asrsched.core.rulebook import heap_pop, heap_push
 from asrsched.sim import rng as _rng
+from asrsched.sim.cache import guard_numba_cache
 from asrsched.sim.rng import next_double as _next_double
 from asrsched.sim.rng import std_exp as _std_exp
 
@@ -579,6 +580,10 @@ def _simulate(n_requests, n_warm, rates, total_rate, amp, period, svc_kind, shap
     area = acc - acc0
 
     return arr, dep, z, nb, total_rate_at, srv, qseen, block, area, t0, t, area_at
+
+
+# _simulate inlines the rulebook's heap and the random stream of sim.rng: key its cache by that code too
+guard_numba_cache(_simulate)
 
 
 @njit(cache=True)

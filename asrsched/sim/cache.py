@@ -34,7 +34,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["code_key", "cache_key", "module_closure", "module_file", "source_bytes", "clear_memo", "ROOT_PACKAGE"]
+__all__ = [
+    "code_key",
+    "cache_key",
+    "module_closure",
+    "module_file",
+    "source_bytes",
+    "clear_memo",
+    "guard_numba_cache",
+    "ROOT_PACKAGE",
+]
 
 ROOT_PACKAGE = "asrsched"
 
@@ -171,3 +180,37 @@ def cache_key(params: Any, *, code: str | None = None, modules: Iterable[str | M
         code = code_key(*mods)
     blob = json.dumps({"code": code, "params": params}, sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:20]
+
+
+def guard_numba_cache(*dispatchers: Any, key: str | None = None) -> list[str]:
+    """Drop the on-disk machine code of numba ``dispatchers`` (``@njit(cache=True)``) compiled from other code.
+
+    numba keys a cached function by its own bytecode: when a function it inlines from another module
+    changes (the compiled engine inlines the rulebook's queue functions, the supermarket kernel the
+    rulebook's heap and :mod:`asrsched.sim.rng`), numba would load the stale machine code. Here the cache
+    is keyed by ``key`` as well, by default :func:`code_key` of the dispatcher's module (its source and
+    every ``asrsched`` module it imports): a stamp file beside numba's index holds it, and when it
+    differs, the index is flushed, so the next call compiles afresh. Call it where the dispatcher is
+    defined, before anything calls it. Returns the names of the dispatchers flushed.
+    """
+    flushed = []
+    for d in dispatchers:
+        cache = getattr(d, "_cache", None)  # numba's FunctionCache (absent without cache=True or with the JIT off)
+        path = getattr(cache, "cache_path", None)
+        if cache is None or not path:
+            continue
+        func = d.py_func
+        want = key if key is not None else code_key(func.__module__)
+        stamp = Path(path) / f"{func.__module__.rsplit('.', 1)[-1]}.{func.__qualname__}.code-key"
+        try:
+            have = stamp.read_text().strip()
+        except OSError:
+            have = None
+        if have != want:
+            cache.flush()
+            try:
+                stamp.write_text(want + "\n")
+            except OSError:  # a read-only install: the flush stands for this process
+                pass
+            flushed.append(f"{func.__module__}.{func.__qualname__}")
+    return flushed

@@ -50,6 +50,7 @@ import numpy as np
 from numba import njit
 
 from asrsched.core.rulebook import FCFS, insertion_sort, queue_pop, queue_push, queue_set_policy
+from asrsched.sim.cache import guard_numba_cache
 
 __all__ = [
     "Params",
@@ -477,6 +478,10 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
     ctl[_R0] = r0
     ctl[_COUNT] = count
     return status
+
+
+# run inlines the rulebook's queue functions: its cached machine code is keyed by the code it is compiled from
+guard_numba_cache(run)
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

@@ -286,3 +286,58 @@ def test_asr_fleet_cache_hits_on_same_code_and_misses_after_a_policy_edit(tmp_pa
     sources.edit("core/policies.py")  # the replicas' scheduling policies: misses
     with pytest.raises(Recomputed):
         run_study(cfg, workers=1, progress=False, cache_dir=tmp_path)
+
+
+# ----------------------------------------------------------------------------- numba's on-disk cache
+
+TOY_A = "from numba import njit\n\n\n@njit(inline='always')\ndef f():\n    return {value}\n"
+TOY_B = """import hashlib, os, pathlib
+from numba import njit
+from toy.a import f
+from asrsched.sim.cache import guard_numba_cache
+
+
+@njit(cache=True)
+def g():
+    return f()
+
+
+if os.environ.get("GUARD") == "1":  # keyed by the inlined module's source, as the kernels are by code_key
+    guard_numba_cache(g, key=hashlib.sha256(pathlib.Path(__file__).with_name("a.py").read_bytes()).hexdigest())
+print(g())
+"""
+
+
+def test_a_cached_kernel_follows_a_change_of_the_module_it_inlines_only_when_guarded(tmp_path):
+    """numba keys a cached function by its own bytecode: an inlined helper edited in another module leaves
+    the cached machine code stale (the first pair of runs shows it); the guard recompiles it."""
+    pkg = tmp_path / "toy"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "b.py").write_text(TOY_B)
+
+    def run(value, guard):
+        (pkg / "a.py").write_text(TOY_A.format(value=value))
+        env = os.environ | {
+            "NUMBA_CACHE_DIR": str(tmp_path / "cache"),
+            "GUARD": guard,
+            "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path]),
+        }
+        r = subprocess.run([sys.executable, "-c", "import toy.b"], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return int(r.stdout.strip().splitlines()[-1])
+
+    assert run(1, "0") == 1
+    assert run(2, "0") == 1  # stale: numba loaded the machine code compiled with f() == 1
+    assert run(3, "1") == 3  # guarded: a new key, the index flushed, compiled afresh
+    assert run(3, "1") == 3
+
+
+def test_the_compiled_engine_is_keyed_by_the_code_it_is_compiled_from():
+    from asrsched.sim import kernel
+    from asrsched.sim.cache import code_key, guard_numba_cache, module_closure
+
+    stamp = Path(kernel.run._cache.cache_path) / "kernel.run.code-key"
+    assert stamp.read_text().strip() == code_key("asrsched.sim.kernel")
+    assert "asrsched.core.rulebook" in module_closure("asrsched.sim.kernel")  # what it inlines is in the key
+    assert guard_numba_cache(kernel.run) == []  # same code: nothing flushed
