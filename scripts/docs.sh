@@ -6,5 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${ASRSCHED_DOCS_OUT:-docs/_build/html}"
+rm -rf docs/_generated/api  # autosummary writes a page per module and never removes one: no page of a module that is gone
 ASRSCHED_DOCS_NOTEBOOKS="${1:-}" .venv/bin/python -m sphinx -b html -W --keep-going -n -E -q docs "$out"
 echo "[docs] site in $(pwd)/$out/index.html"

