@@ -9,6 +9,7 @@ from extras import need
 need("nbformat", "plotly")
 
 import nbformat
+import pandas as pd
 import plotly.graph_objects as go
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
@@ -145,6 +146,8 @@ def test_run_series_writes_the_gallery_from_a_real_run(tmp_path):
     params = {"03": {"N_REQUESTS": 900, "PHASES": [[0, "librispeech"], [40, "uniform"]], "RAMP_S": 20.0}}
     df = run_series(["03"], params, run_dir=tmp_path / "run", figures_root=tmp_path / "fig")
     assert (df.status == "ok").all(), df.error.tolist()
+    summary = pd.read_csv(tmp_path / "run" / "summary.csv")  # the series' record: notebook, status, seconds
+    assert summary["notebook"].tolist() == ["03_workload_drift"] and summary["status"].tolist() == ["ok"]
     readme = (tmp_path / "fig" / "README.md").read_text()
     rec = json.loads((tmp_path / "fig" / "03_workload_drift" / "run.json").read_text())
     assert rec["parameters"]["N_REQUESTS"] == 900 and rec["parameters"]["RATE"] == 10.0  # injected + default
