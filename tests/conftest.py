@@ -18,7 +18,9 @@ Expected failures (``xfail``) are not skips and are left alone. See CONTRIBUTING
 from __future__ import annotations
 
 import functools
+import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -149,3 +151,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         r = rank.get(m, (True, True, i))
         rank[m] = (r[0] and vllm, r[1] and slow, r[2])
     items.sort(key=lambda it: rank[it.nodeid.split("::")[0]])
+
+
+# ------------------------------------------------------------------------------------------------
+# Where the time goes: ``ASRSCHED_TEST_TIMELINE=path.jsonl`` appends one line per test (worker, test,
+# start and end on the wall clock, outcome); every worker appends to the same file.
+TIMELINE_ENV = "ASRSCHED_TEST_TIMELINE"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    path = os.environ.get(TIMELINE_ENV, "").strip()
+    t0 = time.time()
+    yield
+    if path:
+        line = {
+            "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+            "test": item.nodeid,
+            "start": t0,
+            "end": time.time(),
+        }
+        with open(path, "a") as fh:  # one short write per line: appends from two processes do not interleave
+            fh.write(json.dumps(line) + "\n")
