@@ -187,7 +187,7 @@ def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_
     from asrsched.serving.engine_study import LOAD_TOOLS_CSV, RUN_JSON, STEP_MODEL_JSON, STEP_TIMES_CSV
     from asrsched.serving.experiment import PROBE_RECORDS_CSV, SATURATION_RECORDS_CSV, client_tokens
     from asrsched.serving.loadtools import bench_serve_records
-    from asrsched.serving.vllm_steps import read_step_log
+    from asrsched.serving.vllm_steps import read_step_log, step_time_table
 
     other = pd.DataFrame([dict.fromkeys(RESULT_COLUMNS, 1.0) | {"engine": "cpu-server", "policy": "fcfs"}])
     other.to_csv(tmp_path / "real_engine_results.csv", index=False)
@@ -248,8 +248,19 @@ def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_
     tokens = client_tokens(probe, "base").sum() + client_tokens(sat_rec, "base").sum()
     assert abs(steps["n_seqs"].sum() - tokens) <= 2 * (len(probe) + len(sat_rec)), (steps["n_seqs"].sum(), tokens)
     assert steps["n_seqs"].max() == 2
-    # the step model fitted to that log (the study's vllm_step_model.json): batch-2 steps cost more, fit close
-    assert m.step_s(2) >= m.step_s(1) and m.fit["median_abs_rel_err"] < 0.5
+    # the step model fitted to that log (the study's vllm_step_model.json): batch-2 steps cost more, and the
+    # median regression follows the measured steps: its decode step at batch 1 and 2 lies within that batch
+    # size's P10-P90 (how spread the steps are depends on what else the machine runs: a CI run beside a
+    # browser test measured a median error of 79 %, a quiet one 2 %; the fit's robustness is
+    # tests/serving/test_vllm_steps.py's), and the error it records is that of its own steps
+    assert m.step_s(2) >= m.step_s(1)
+    table = step_time_table(steps)
+    for b in (1, 2):
+        row = table[(table.encoder == 0) & (table.n_seqs == b)].iloc[0]
+        assert row.p10_step_s <= m.step_s(b) <= row.p90_step_s, (b, m.step_s(b), row.to_dict())
+    f = m.fit
+    pred = f["base_s"] + f["per_seq_s"] * steps["n_seqs"] + f["encoder_s"] * steps["n_encoder"]
+    assert f["median_abs_rel_err"] == pytest.approx(float(np.median(np.abs(pred - steps.step_s) / steps.step_s)))
     # vllm bench serve sent the clips our load generator sent, in the same order, and timed each
     clips = [json.loads(x)["audio"] for x in (d / "bench_serve" / "bench_serve_clips.jsonl").read_text().splitlines()]
     bench = bench_serve_records(d / "bench_serve" / "bench_serve.json", pd.DataFrame({"path": clips}))
