@@ -2,24 +2,23 @@
 
 * The base install (no extras) imports the simulator and the A/B study and runs ``simulate(...)``,
   with none of the optional stacks (Jupyter, plotly, Whisper, Dask) present.
-* Adding the test tools (``.[test]``), the quick subset ``pytest -m "not slow"`` passes there.
 * Adding the ``notebooks`` extra, ``asrsched list`` and ``asrsched run 03`` work from an empty
   folder: the notebooks come from the package, results land in ``./runs`` and ``./figures``.
 * The build prints no setuptools deprecation warning (SPDX ``license = "MIT"``).
 
 Slow (a fresh venv and two pip installs, ~1-2 minutes with a warm pip cache); the installed sizes
-are printed (``pytest -s``) and attached to the report as ``record_property``.
+are printed (``pytest -s``) and attached to the report as ``record_property``. The quick subset on the
+base install plus the test tools is its own command, ``bash scripts/quick.sh`` (a fresh venv, then
+``pytest -m "not slow"``), which CI runs after this suite: inside it, it ran every quick test a second time.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -127,37 +126,6 @@ print(json.dumps({{"summary": s, "present": present, "version": asrsched.__versi
     size = _du(base_venv["site"])
     record_property("base_site_packages_mb", round(size / 2**20))
     print(f"\n[install] base install: site-packages {size / 2**20:.0f} MiB")
-
-
-def test_quick_subset_passes_on_the_base_install_plus_the_test_tools(base_venv, record_property):
-    """``pip install .[test]`` and ``pytest -m "not slow"``: no Jupyter, plotly, Whisper, server stack or browser.
-
-    Run on this checkout (the committed results the tests read are in it) with the fresh venv's Python:
-    tests that need an extra skip naming it (tests/extras.py); any other skip or failure fails here. The
-    wall time is recorded, not asserted: speed is the benchmarks' business.
-    """
-    py, src = base_venv["py"], base_venv["src"]
-    _run([str(py), "-m", "pip", "install", "-q", f"{src}[test]"], cwd=base_venv["dir"], timeout=1200)
-    code = f"import importlib.util as u, json; print(json.dumps([n for n in {NOT_IN_BASE!r} if u.find_spec(n)]))"
-    present = json.loads(_run([str(py), "-c", code], cwd=base_venv["dir"]).stdout.strip().splitlines()[-1])
-    assert present == [], f"the test tools pull in {present}"
-    env = {k: v for k, v in _env().items() if k not in ("ASRSCHED_ALL_EXTRAS", "ASRSCHED_ALLOW_SKIP")}
-    t0 = time.perf_counter()
-    r = subprocess.run(
-        [str(py), "-m", "pytest", "-m", "not slow", "-q", "-p", "no:cacheprovider"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    wall = time.perf_counter() - t0
-    tail = r.stdout[-4000:] + r.stderr[-2000:]
-    assert r.returncode == 0, tail
-    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|skipped|failed|errors?)", r.stdout.splitlines()[-1])}
-    assert counts.get("passed", 0) > 500 and not counts.get("failed") and not counts.get("error"), tail
-    record_property("quick_subset_base_s", round(wall))
-    print(f"\n[install] quick subset on the base install: {counts} in {wall:.0f} s")
 
 
 def test_notebooks_extra_runs_a_notebook_from_an_empty_folder(base_venv, tmp_path, record_property):
