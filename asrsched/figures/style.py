@@ -156,6 +156,12 @@ def _current_state_get_state(base_get_state):
     does) is never displayed itself, so a frontend that restores widget state after the cell ran
     (Voila dashboards, a reloaded JupyterLab page) drew it empty. This refreshes the two traits just
     before ipywidgets serialises them for such a request; live edits are untouched.
+
+    The refresh itself sends nothing: the state request's reply must be the first ``update`` the
+    frontend sees for it. jupyter-widgets' restore path (``_loadFromKernelModels``, taken when its bulk
+    request times out, as on a busy machine) builds the model from the first ``update`` that answers
+    the request; a separate update holding only the two refreshed traits came first and drew
+    "Failed to load model class 'undefined'" in place of the explorer's figure.
     """
     wanted = {"_widget_data", "_widget_layout"}
 
@@ -168,6 +174,7 @@ def _current_state_get_state(base_get_state):
                 with self.hold_sync():
                     self._widget_layout = copy.deepcopy(self._layout_obj._props)
                     self._widget_data = copy.deepcopy(self._data)
+                    self._states_to_send -= wanted  # they travel in the reply this state is for
             finally:
                 self._asrsched_refreshing = False
         return base_get_state(self, key=key, drop_defaults=drop_defaults)
