@@ -209,7 +209,6 @@ def output_errors(scope) -> list[str]:
 
 
 WIDGET_ERROR_SEL = ".jupyter-widgets-error-widget"  # a widget whose model or view failed in the front end
-RESTORE_RACE = "restoreWidgets"  # in the stack of a model the widget manager could not restore from the kernel
 
 
 def widget_errors(page) -> list[str]:
@@ -616,40 +615,29 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
         base = f"http://127.0.0.1:{port}"
         wait_http(f"{base}/login", proc, log)  # the page itself would start a kernel
         assert http_status(f"{base}/") in (302, 403), "the dashboard answered without the token"
+        page.goto(f"{base}/?token={token}", timeout=RUN_TIMEOUT_S * 1000, wait_until="commit")
         # Voila streams the outputs while it runs the notebook; it is done when its spinner is gone
-        # and the last output holding a figure next to a control is on the page. A page whose widget
-        # manager failed to restore the kernel's widgets (ipywidgets' error view, raised in restoreWidgets:
-        # seen with two busy loops beside the dashboard, never on an idle machine) is loaded once more,
-        # which runs the notebook again in a new kernel; the first error is recorded in the summary.
-        restore_errors: list[str] = []
-        for attempt in range(2):
-            if attempt == 0:
-                page.goto(f"{base}/?token={token}", timeout=RUN_TIMEOUT_S * 1000, wait_until="commit")
-            else:
-                page.reload(timeout=RUN_TIMEOUT_S * 1000, wait_until="commit")
-            deadline = time.monotonic() + RUN_TIMEOUT_S
-            while time.monotonic() < deadline:
-                page.wait_for_timeout(500)
-                if output_errors(page):
-                    break
-                loading = page.evaluate(
-                    "() => !!document.querySelector('#loading') && "
-                    "getComputedStyle(document.querySelector('#loading')).display !== 'none'"
-                )
-                ready = (
-                    page.locator(".jp-OutputArea")
-                    .filter(has=page.locator(FIG_SEL))
-                    .filter(has=page.locator(CONTROL_SEL))
-                    .count()
-                )
-                if not loading and ready and page.evaluate("document.readyState") == "complete":
-                    break
-                if not loading and page.locator(WIDGET_ERROR_SEL).count():
-                    break  # the run is over and a widget failed to draw: it will not draw later
-            failed = widget_errors(page) if page.locator(WIDGET_ERROR_SEL).count() else []
-            if attempt or not failed or not all(RESTORE_RACE in e for e in failed):
+        # and the last output holding a figure next to a control is on the page (or, when a widget
+        # failed in the front end, its error view: it will not draw later).
+        deadline = t0 + RUN_TIMEOUT_S
+        while time.monotonic() < deadline:
+            page.wait_for_timeout(500)
+            if output_errors(page):
                 break
-            restore_errors = failed
+            loading = page.evaluate(
+                "() => !!document.querySelector('#loading') && "
+                "getComputedStyle(document.querySelector('#loading')).display !== 'none'"
+            )
+            ready = (
+                page.locator(".jp-OutputArea")
+                .filter(has=page.locator(FIG_SEL))
+                .filter(has=page.locator(CONTROL_SEL))
+                .count()
+            )
+            if not loading and ready and page.evaluate("document.readyState") == "complete":
+                break
+            if not loading and page.locator(WIDGET_ERROR_SEL).count():
+                break
         run_s = time.monotonic() - t0
         wait_stable(page, lambda: dom_state(page), timeout_s=20)
         page.screenshot(path=str(ARTIFACTS / f"voila-{nb.stem}-run.png"), full_page=True)
@@ -692,7 +680,6 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
             run_all_s=round(run_s, 1),
             total_s=round(time.monotonic() - t0, 1),
             progress_lines=progress_lines(page),
-            reloaded_after=[e[:400] for e in restore_errors],
         )
         record("voila", nb.stem, summary)
     finally:
