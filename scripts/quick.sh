@@ -18,7 +18,6 @@ if [ -z "$VENV" ]; then
 fi
 start=$(date +%s)
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q -U pip
 "$VENV/bin/python" -m pip install -q -e ".[test]"
 # the test tools pull in none of the optional stacks
 "$VENV/bin/python" - <<'EOF'

@@ -47,3 +47,7 @@ def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "bash scripts/test.sh" in readme and "bash scripts/main.sh" in readme
     assert re.search(r"^bash scripts/test\.sh\s*$", ci, re.M)
+    # and the quick subset as a new contributor runs it: a fresh venv with only the base install and the test tools
+    assert re.search(r"^bash scripts/quick\.sh\s*$", ci, re.M) and "bash scripts/quick.sh" in readme
+    quick = (ROOT / "scripts" / "quick.sh").read_text()
+    assert 'pip install -q -e ".[test]"' in quick and '-m "not slow"' in quick
