@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from extras import need
+from study_params import TINY_ASR_STUDY
 
 from asrsched.abtest import asr_fleet as A
 from asrsched.abtest import asr_fleet_report as R
@@ -15,22 +16,7 @@ from asrsched.abtest.estimators import Trajectory, mixed_dq, qdq, wdq
 from asrsched.sim import parallel
 from asrsched.sim.parallel import run_study
 
-TINY = dict(
-    workloads=("librispeech",),
-    n_replicas=2,
-    rho=0.9,
-    n_requests=2500,
-    warmup_s=5.0,
-    block_s=10.0,
-    burn_in_s=2.0,
-    sb_burn_ins=(0.0, 2.0),
-    L=150,
-    L_factors=(0.5, 1.0),
-    n_batches=10,
-    alpha_batches=20,
-    reps=3,
-    truth_seeds=2,
-)
+TINY = TINY_ASR_STUDY
 
 
 def _null_check(res, min_rows):

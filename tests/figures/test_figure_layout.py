@@ -197,25 +197,15 @@ def _abtest_figures() -> dict[str, go.Figure]:
 
 
 def _fleet_figures() -> dict[str, go.Figure]:
+    from study_params import TINY_ASR_STUDY
+
     from asrsched.abtest.asr_fleet import ASRStudyConfig
     from asrsched.abtest.asr_fleet_report import summary_table
     from asrsched.figures import ab_asr as F
     from asrsched.sim.parallel import run_study
 
-    cfg = ASRStudyConfig(
-        workloads=("librispeech",),
-        n_replicas=2,
-        rho=0.9,
-        n_requests=2500,
-        warmup_s=5.0,
-        block_s=10.0,
-        burn_in_s=2.0,
-        sb_burn_ins=(0.0, 2.0),
-        L=150,
-        L_factors=(0.5, 1.0),
-        reps=3,
-        truth_seeds=2,
-    )
+    # the batch counts left at the study's defaults
+    cfg = ASRStudyConfig(**{k: v for k, v in TINY_ASR_STUDY.items() if k not in ("n_batches", "alpha_batches")})
     res = run_study(cfg, workers=1, progress=False)
     s = summary_table(res)
     out = {
@@ -231,7 +221,7 @@ def _fleet_figures() -> dict[str, go.Figure]:
 
 
 def _profiling_figures() -> dict[str, go.Figure]:
-    from test_profile import synthetic
+    from profile_tables import synthetic
 
     from asrsched.figures import profiling as F
     from asrsched.profiling.fit import fit_kappa

@@ -258,25 +258,12 @@ def test_ab_study_cache_hits_on_same_code_and_misses_after_a_model_edit(tmp_path
 
 
 def test_asr_fleet_cache_hits_on_same_code_and_misses_after_a_policy_edit(tmp_path, monkeypatch, sources):
+    from study_params import TINY_ASR_STUDY
+
     from asrsched.abtest import asr_fleet as A
 
     cfg = A.ASRStudyConfig(
-        workloads=("librispeech",),
-        n_replicas=2,
-        rho=0.9,
-        n_requests=2500,
-        warmup_s=5.0,
-        block_s=10.0,
-        burn_in_s=2.0,
-        sb_burn_ins=(0.0, 2.0),
-        L=150,
-        L_factors=(0.5, 1.0),
-        n_batches=10,
-        alpha_batches=20,
-        reps=2,
-        truth_seeds=2,
-        scheduling_designs=("replica",),
-        routing_designs=("bernoulli",),
+        **dict(TINY_ASR_STUDY, reps=2, scheduling_designs=("replica",), routing_designs=("bernoulli",))
     )
     a = run_study(cfg, workers=1, progress=False, cache_dir=tmp_path)
     assert len(list(tmp_path.glob("*.json"))) > 0
