@@ -9,7 +9,6 @@ from extras import need
 need("nbformat", "plotly")
 
 import nbformat
-import pandas as pd
 import plotly.graph_objects as go
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
@@ -136,23 +135,3 @@ def test_write_gallery_defaults_to_the_current_directory(tmp_path, monkeypatch):
     out = write_gallery()
     assert out == tmp_path / "figures" / "README.md"
     assert "[`notebooks/03_workload_drift.ipynb`](../notebooks/03_workload_drift.ipynb)." in out.read_text()
-
-
-@pytest.mark.slow
-def test_run_series_writes_the_gallery_from_a_real_run(tmp_path):
-    """The real path: papermill runs notebook 03, the runner records it and rewrites the README."""
-    from asrsched.app.runner import run_series
-
-    params = {"03": {"N_REQUESTS": 900, "PHASES": [[0, "librispeech"], [40, "uniform"]], "RAMP_S": 20.0}}
-    df = run_series(["03"], params, run_dir=tmp_path / "run", figures_root=tmp_path / "fig")
-    assert (df.status == "ok").all(), df.error.tolist()
-    summary = pd.read_csv(tmp_path / "run" / "summary.csv")  # the series' record: notebook, status, seconds
-    assert summary["notebook"].tolist() == ["03_workload_drift"] and summary["status"].tolist() == ["ok"]
-    readme = (tmp_path / "fig" / "README.md").read_text()
-    rec = json.loads((tmp_path / "fig" / "03_workload_drift" / "run.json").read_text())
-    assert rec["parameters"]["N_REQUESTS"] == 900 and rec["parameters"]["RATE"] == 10.0  # injected + default
-    assert "- **`N_REQUESTS`** = `900`" in readme and "- `RATE` = `10.0`" in readme
-    for info in scan_figures(tmp_path / "fig")["03_workload_drift"]:
-        assert f"| `{info.name}` | {info.caption}" in readme
-        assert info.title and info.png_px == (2700, 1680) and set(info.files) == {"html", "png", "svg"}
-    assert "Stale" not in readme

@@ -144,35 +144,45 @@ def test_cli_version(capsys):
 
 
 @pytest.mark.slow  # runs a notebook in a Jupyter kernel
-def test_cli_run_writes_under_the_current_directory(tmp_path, monkeypatch):
-    """``asrsched run 03 -p ...`` from an empty folder: everything in ./runs/<timestamp>/ (executed copy,
-    figures, tables, run.json); the report gallery ./figures/ is not touched. ``--gallery``
-    writes it. (Notebook 03's headless run: its drift table holds both drift kinds and both phases.)"""
+def test_run_series_writes_the_report_gallery_from_a_real_run(tmp_path, monkeypatch):
+    """``run_series(..., gallery=True)``, the main job's path (``asrsched run --gallery``), from a project folder:
+    papermill runs notebook 03, the runner records the series (``summary.csv`` in the run folder) and writes
+    the report gallery ``./figures/`` (the notebook's tables and figures, and ``README.md`` rewritten with the
+    parameters, injected and default, and every figure's caption); the run folder gets no figures of its own.
+    A run without ``--gallery`` (everything under ``./runs/<time>/``, ``./figures`` untouched) is checked on
+    the installed package's CLI, ``tests/project/test_install.py``."""
+    from asrsched.app.gallery import scan_figures
+    from asrsched.app.runner import run_series
+
     monkeypatch.delenv(paths.ROOT_ENV, raising=False)
     monkeypatch.delenv(paths.FIGURES_ENV, raising=False)
     monkeypatch.delenv(paths.RUNS_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "figures").mkdir()
     (tmp_path / "figures" / "README.md").write_text("the gallery, as committed\n")
-    small = ["-p", "N_REQUESTS", "900", "-p", "PHASES", "[[0, 'librispeech'], [40, 'uniform']]", "-p", "RAMP_S", "20.0"]
-    assert main(["run", "03", *small, "-p", "RATE", "8"]) == 0
-    (run,) = (tmp_path / "runs").iterdir()
-    assert (run / "03_workload_drift.ipynb").exists()
-    out = run / "figures" / "03_workload_drift"
-    assert (out / "drift_abrupt.png").exists()
-    t = pd.read_csv(out / "phase_latency.csv")  # the drift study's table: both drift kinds, both phases
+    small = {"N_REQUESTS": 900, "PHASES": [[0, "librispeech"], [40, "uniform"]], "RAMP_S": 20.0, "RATE": 8}
+    df = run_series(["03"], {"03": small}, run_dir=tmp_path / "runs" / "g", gallery=True)
+    assert (df.status == "ok").all(), df.error.tolist()
+    run = tmp_path / "runs" / "g"
+    assert (run / "03_workload_drift.ipynb").exists() and not (run / "figures").exists()
+    summary = pd.read_csv(run / "summary.csv")  # the series' record: notebook, status, seconds
+    assert summary["notebook"].tolist() == ["03_workload_drift"] and summary["status"].tolist() == ["ok"]
+    fig = tmp_path / "figures"
+    t = pd.read_csv(fig / "03_workload_drift" / "phase_latency.csv")  # the drift study: both kinds, both phases
     assert set(t.drift) == {"abrupt", "gradual"} and len(set(t.phase)) == 2
-    rec = json.loads((out / "run.json").read_text())
-    assert rec["parameters"]["RATE"] == 8 and rec["parameters"]["N_REQUESTS"] == 900 and "RATE" in rec["injected"]
-    assert "03_workload_drift" in (run / "figures" / "README.md").read_text()
-    assert (tmp_path / "figures" / "README.md").read_text() == "the gallery, as committed\n"
-    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["README.md"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["figures", "runs"]
-
-    assert main(["run", "03", *small, "--gallery", "--run-dir", str(tmp_path / "runs" / "g")]) == 0
-    assert (tmp_path / "figures" / "03_workload_drift" / "phase_latency.csv").exists()
-    assert "03_workload_drift" in (tmp_path / "figures" / "README.md").read_text()
-    assert not (tmp_path / "runs" / "g" / "figures").exists()
+    rec = json.loads((fig / "03_workload_drift" / "run.json").read_text())
+    assert rec["parameters"]["N_REQUESTS"] == 900 and rec["parameters"]["RATE"] == 8 and "RATE" in rec["injected"]
+    assert rec["parameters"]["SEED"] == parse_value(notebook_parameters(resolve("03"))["SEED"])  # the default
+    assert "SEED" not in rec["injected"]
+    readme = (fig / "README.md").read_text()
+    assert "the gallery, as committed" not in readme and "03_workload_drift" in readme
+    assert "- **`N_REQUESTS`** = `900`" in readme and "- **`RATE`** = `8`" in readme and "- `SEED` = `" in readme
+    infos = scan_figures(fig)["03_workload_drift"]
+    assert infos
+    for info in infos:
+        assert f"| `{info.name}` | {info.caption}" in readme
+        assert info.title and info.png_px == (2700, 1680) and set(info.files) == {"html", "png", "svg"}
+    assert "Stale" not in readme
 
 
 def test_run_help_documents_parameter_values(capsys):

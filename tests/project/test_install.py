@@ -2,8 +2,9 @@
 
 * The base install (no extras) imports the simulator and the A/B study and runs ``simulate(...)``,
   with none of the optional stacks (Jupyter, plotly, Whisper, Dask) present.
-* Adding the ``notebooks`` extra, ``asrsched list`` and ``asrsched run 03`` work from an empty
-  folder: the notebooks come from the package, results land in ``./runs`` and ``./figures``.
+* Adding the ``notebooks`` extra, ``asrsched list`` and ``asrsched run 03`` work from a project folder
+  that holds only a report gallery: the notebooks come from the package, results land in ``./runs``, and
+  ``./figures`` is left alone.
 * The build prints no setuptools deprecation warning (SPDX ``license = "MIT"``).
 
 Slow (a fresh venv and two pip installs, ~1-2 minutes with a warm pip cache); the installed sizes
@@ -21,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -128,15 +130,20 @@ print(json.dumps({{"summary": s, "present": present, "version": asrsched.__versi
     print(f"\n[install] base install: site-packages {size / 2**20:.0f} MiB")
 
 
-def test_notebooks_extra_runs_a_notebook_from_an_empty_folder(base_venv, tmp_path, record_property):
+def test_notebooks_extra_runs_a_notebook_from_a_project_folder(base_venv, tmp_path, record_property):
+    """``asrsched run 03 --params F -p RATE 8`` in a folder that holds only a report gallery: the notebook comes
+    from the package, and everything the run makes is under ``./runs/<time>/`` (executed copy, figures in every
+    format, tables, ``run.json``, the run's own figure index); ``./figures`` is not touched without ``--gallery``
+    (which tests/app/test_runner.py runs)."""
     venv, src = base_venv["venv"], base_venv["src"]
     _run([str(base_venv["py"]), "-m", "pip", "install", "-q", f"{src}[notebooks]"], cwd=base_venv["dir"], timeout=1200)
     size = _du(base_venv["site"])
     record_property("notebooks_site_packages_mb", round(size / 2**20))
     print(f"\n[install] base + notebooks extra: site-packages {size / 2**20:.0f} MiB")
     cli = str(venv / "bin" / "asrsched")
-    work = tmp_path / "empty"
-    work.mkdir()
+    work = tmp_path / "project"
+    (work / "figures").mkdir(parents=True)
+    (work / "figures" / "README.md").write_text("the gallery, as committed\n")
 
     assert _run([cli, "--version"], cwd=work).stdout.strip().startswith("asrsched ")
     listed = _run([cli, "list"], cwd=work).stdout
@@ -145,19 +152,24 @@ def test_notebooks_extra_runs_a_notebook_from_an_empty_folder(base_venv, tmp_pat
     params = json.loads((ROOT / "tests" / "browser_params.json").read_text())
     pfile = tmp_path / "params.json"  # outside the working folder, which must hold only what the run made
     pfile.write_text(json.dumps({"03_workload_drift": params["03_workload_drift"]}))
-    r = _run([cli, "run", "03", "--params", str(pfile)], cwd=work, timeout=900)
+    r = _run([cli, "run", "03", "--params", str(pfile), "-p", "RATE", "8"], cwd=work, timeout=900)
     assert "03_workload_drift: ok" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
 
     # without --gallery everything lands in one run folder; the report gallery figures/ is not touched
-    assert sorted(p.name for p in work.iterdir()) == ["runs"]
+    assert sorted(p.name for p in work.iterdir()) == ["figures", "runs"]
+    assert sorted(p.name for p in (work / "figures").iterdir()) == ["README.md"]
+    assert (work / "figures" / "README.md").read_text() == "the gallery, as committed\n"
     (run,) = (work / "runs").iterdir()
     assert (run / "03_workload_drift.ipynb").stat().st_size > 1000
     figs = run / "figures" / "03_workload_drift"
     for ext in ("html", "png", "svg"):
         assert list(figs.glob(f"*.{ext}")), f"no {ext} export in {figs}"
-    assert (figs / "phase_latency.csv").exists() and (figs / "run.json").exists()
+    assert (figs / "drift_abrupt.png").exists() and "03_workload_drift" in (run / "figures" / "README.md").read_text()
+    t = pd.read_csv(figs / "phase_latency.csv")  # the drift study's table: both drift kinds, both phases
+    assert set(t.drift) == {"abrupt", "gradual"} and len(set(t.phase)) == 2
     rec = json.loads((figs / "run.json").read_text())
     assert rec["status"] == "ok" and rec["parameters"]["N_REQUESTS"] == params["03_workload_drift"]["N_REQUESTS"]
+    assert rec["parameters"]["RATE"] == 8 and "RATE" in rec["injected"]  # -p wins over --params, and is recorded
     pkg = base_venv["site"] / "asrsched"
     assert not (pkg / "runs").exists() and not (pkg / "figures" / "03_workload_drift").exists()
     assert {p.name for p in (pkg / "notebooks").iterdir() if p.is_dir()} <= {"__pycache__"}  # nothing written there
