@@ -38,6 +38,13 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   fi
   echo "$want" > "$stamp"
 fi
+# jsonschema imports rfc3987-syntax (pulled in by Jupyter's jsonschema[format-nongpl]) eagerly, and that builds
+# ~35 Earley parsers at import: 1-2 s in every process that imports nbformat or jupyter_events (each notebook
+# kernel, via plotly's renderers; papermill, JupyterLab, Voila). Nothing here validates the "iri" formats it
+# checks; without it jsonschema skips them (python-jsonschema/jsonschema#1428, opendatahub-io/notebooks#3532).
+if .venv/bin/python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('rfc3987_syntax') is None)"; then
+  .venv/bin/python -m pip uninstall -y -q rfc3987-syntax
+fi
 # compile the simulator's numba code once into its cache (about 20 s the first time, 1-2 s after):
 # the first notebook, test or parallel worker then loads it instead of compiling it again
 .venv/bin/python -m asrsched.app.warmup
