@@ -36,6 +36,7 @@ ANYWHERE_SKIP = shutil.ignore_patterns(
     ".pytest_cache",
     ".hypothesis",
     ".ruff_cache",
+    ".mypy_cache",
     ".import_linter_cache",
     ".cache",
     ".ipynb_checkpoints",
