@@ -22,7 +22,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -166,11 +165,10 @@ def test_notebooks_extra_runs_a_notebook_from_a_project_folder(base_venv, tmp_pa
     for ext in ("html", "png", "svg"):
         assert list(figs.glob(f"*.{ext}")), f"no {ext} export in {figs}"
     assert (figs / "drift_abrupt.png").exists() and "03_workload_drift" in (run / "figures" / "README.md").read_text()
-    t = pd.read_csv(figs / "phase_latency.csv")  # the drift study's table: both drift kinds, both phases
-    assert set(t.drift) == {"abrupt", "gradual"} and len(set(t.phase)) == 2
+    assert (figs / "phase_latency.csv").exists()  # its contents: tests/app/test_runner.py
     rec = json.loads((figs / "run.json").read_text())
     assert rec["status"] == "ok" and rec["parameters"]["N_REQUESTS"] == params["03_workload_drift"]["N_REQUESTS"]
-    assert rec["parameters"]["RATE"] == 8 and "RATE" in rec["injected"]  # -p wins over --params, and is recorded
+    assert rec["parameters"]["RATE"] == 8 and "RATE" in rec["injected"]  # -p beside --params, recorded as injected
     pkg = base_venv["site"] / "asrsched"
     assert not (pkg / "runs").exists() and not (pkg / "figures" / "03_workload_drift").exists()
     assert {p.name for p in (pkg / "notebooks").iterdir() if p.is_dir()} <= {"__pycache__"}  # nothing written there
