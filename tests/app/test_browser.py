@@ -16,7 +16,9 @@ For every ``notebooks/NN_*.ipynb`` (new notebooks are picked up automatically):
 * the notebook is saved and the page reloaded: no output may read "Error displaying widget"
   (finished progress bars turn into text, so nothing refers to a closed widget model);
 * the same through the dashboard command (``asrsched dashboard NB --params ...``, Voila), where
-  the page must also show no stderr box (progress and warnings are plain lines).
+  the page must also show no stderr box (progress and warnings are plain lines), and then what the run
+  made: each notebook's tables, figures in every format and printed findings (``tests/notebook_checks.py``;
+  Voila executes the notebook in a fresh kernel with nbclient, its parameters injected as papermill does).
 
 Screenshots before and after each interaction, the whole page at the end, and a JSON summary go
 to ``runs/browser-artifacts/`` (``$ASRSCHED_BROWSER_ARTIFACTS``). Look at them.
@@ -40,6 +42,7 @@ from pathlib import Path
 
 import pytest
 from extras import need
+from notebook_checks import CHECKS, EXTRA_PARAMS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -62,9 +65,9 @@ CHROMIUM_FLAGS = [
 # Which control to move, by its ``description``; default: the first slider, else the first dropdown.
 CONTROL = {}
 RUN_TIMEOUT_S = 420  # Run All, per notebook, with the tiny parameters
-# Figures are exported as HTML only here: the PNG/SVG pass (kaleido driving a second Chromium, 5-10 s a
-# notebook) runs in the same kind of kernel in every headless notebook test (papermill), which checks the
-# files; what these tests check is what the page shows.
+# Figures are exported as HTML only in JupyterLab and in the dashboards whose outputs are not checked: the
+# PNG/SVG pass (kaleido driving a second Chromium, 5-10 s a notebook) runs in the dashboards whose files
+# tests/notebook_checks.py checks, and in notebook 03's papermill runs (tests/app/test_runner.py).
 STATIC_EXPORT_OFF = {"ASRSCHED_FORMATS": "html"}
 UPDATE_TIMEOUT_S = 240  # one control change until the figure has redrawn
 RETRY_AFTER_S = 60  # no redraw by then: the control is moved once more
@@ -583,7 +586,16 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
     needs_params_and_controls(nb)
     port, token = free_port(), secrets.token_hex(16)
     log = tmp_path / "voila.log"
-    env = dict(os.environ, PYTHONUNBUFFERED="1", JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), **STATIC_EXPORT_OFF)
+    # the run's own runs/ (a relative OUT_DIR lands there, never resuming an earlier run's measurements); a
+    # notebook whose outputs are checked exports every format (tests/notebook_checks.py), the others HTML only
+    env = dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+        ASRSCHED_RUNS=str(tmp_path / "runs"),
+        **({} if nb.stem in CHECKS else STATIC_EXPORT_OFF),
+    )
+    extra = [a for k, v in EXTRA_PARAMS.get(nb.stem, lambda _: {})(tmp_path).items() for a in ("-p", k, repr(v))]
     with open(log, "w") as fh:  # the documented command, as a user types it
         proc = subprocess.Popen(
             [
@@ -603,6 +615,7 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
                 str(tmp_path / "dash"),
                 "--figures",
                 str(tmp_path / "figures"),
+                *extra,
             ],
             cwd=ROOT,
             env=env,
@@ -676,10 +689,15 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
         summary = interact_and_check(page, areas.last, nb.stem, "voila", lambda: False)
         assert not output_errors(page), f"{nb.stem}: error after moving the control: {output_errors(page)}"
         assert not page.problems, f"{nb.stem}: JavaScript errors in the dashboard: {page.problems}"
+        # what the run made: its tables, figures in every format and printed findings, checked per notebook
+        if nb.stem in CHECKS:
+            outputs = "\n".join(page.locator(".jp-OutputArea-output").all_inner_texts())
+            CHECKS[nb.stem](tmp_path / "figures" / nb.stem, tmp_path / "runs", tmp_path, outputs)
         summary.update(
             run_all_s=round(run_s, 1),
             total_s=round(time.monotonic() - t0, 1),
             progress_lines=progress_lines(page),
+            outputs_checked=nb.stem in CHECKS,
         )
         record("voila", nb.stem, summary)
     finally:
