@@ -15,6 +15,7 @@ every output on the page). Its parameters are those of ``tests/browser_params.js
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -88,7 +89,9 @@ def check_02_policy_sweep(fig: Path, runs: Path, tmp: Path, outputs: str) -> Non
 
 def check_04_real_serving(fig: Path, runs: Path, tmp: Path, outputs: str) -> None:
     """Real tiny.en servers, FCFS and SJF at a stable and an overloaded load: the same trace per load, the
-    simulator's errors recomputed from their two columns, the per-cell results without a verdict at n = 4."""
+    simulator's errors recomputed from their two columns, the per-cell results without a verdict at n = 4, and
+    the loads as fractions of the saturation throughput measured on the server (the checks of the engine
+    study's quick CPU-server run, which ran the same pipeline once more, merged here)."""
     t = pd.read_csv(fig / "real_vs_sim.csv")
     assert len(t) == 4 and set(t.policy) == {"fcfs", "sjf"} and t["rho"].nunique() == 2
     assert (t.completed == 4).all() and (t.failed == 0).all()
@@ -131,6 +134,15 @@ def check_04_real_serving(fig: Path, runs: Path, tmp: Path, outputs: str) -> Non
     ]
     assert sorted(res.rho.unique()) == [0.8, 1.5] and list(res.regime.unique()) == ["stable", "overload"]
     assert res.loc[res.policy == "sjf", "verdict_p50_e2el"].str.startswith("not assessed").all()
+    assert (res.n_requests == 4).all() and (res.failed == 0).all()
+    assert ((res.p50_ci_low <= res.p50_e2el_s) & (res.p50_e2el_s <= res.p50_ci_high)).all()
+    assert np.isfinite(res[["sim_p50_e2el_s", "sim_p90_e2el_s", "sim_p50_ttft_s"]]).all().all()
+    # the saturation throughput measured on the server (a Capacity's fields), and rho = arrival rate / it
+    sat = json.loads((runs / "serving-04" / "params.json").read_text())["saturation"]
+    assert sat["completed"] == 4 and sat["n_requests"] == 4 and sat["rate"] > 0 and sat["per_seed"] == [sat["rate"]]
+    assert sat["max_num_seqs"] == 1 and sat["workload"] == "librispeech" and "engine full" in sat["method"]
+    assert np.allclose(res.rate_rps / sat["rate"], res.rho, rtol=0.01)
+    assert (res.regime == np.where(res.rho < 1, "stable", "overload")).all()
 
 
 def check_05_ab_estimators(fig: Path, runs: Path, tmp: Path, outputs: str) -> None:
