@@ -1,3 +1,3 @@
 """asrsched: duration-aware scheduling for ASR serving."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
