@@ -171,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  asrsched run --params tests/browser_params.json     a JSON file {notebook: {NAME: value}}\n"
         "  asrsched run --gallery                          every notebook, default parameters, into figures/\n"
         "  asrsched run 02 --formats html png svg pdf      also write PDFs\n"
+        "A value must be of its default's kind (a number, True/False, a string, a list, a dict; None goes\n"
+        "anywhere), and a list missing a bracket is an error, before anything runs.\n"
         "`asrsched list` shows every notebook's parameters and defaults.",
     )
     r.add_argument("notebooks", nargs="*", help="names, stems or numbers, e.g. 02 or 02_policy_sweep (default: all)")

@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["parse_value", "load_params", "notebook_parameters", "params_for", "check_parameters", "RENAMED"]
+__all__ = [
+    "parse_value",
+    "load_params",
+    "notebook_parameters",
+    "params_for",
+    "check_parameters",
+    "value_problem",
+    "RENAMED",
+]
 
 #: Notebook parameters renamed to the one vocabulary (CONTRIBUTING, *Vocabulary*): old name → new
 #: name, per notebook. Passing an old name is an error that names the new one.
@@ -88,7 +96,9 @@ def check_parameters(nb: str | os.PathLike, params: Mapping[str, Any]) -> dict[s
     """The notebook's parameters (:func:`notebook_parameters`), after checking the names in ``params``.
 
     A renamed parameter (:data:`RENAMED`) raises ``ValueError`` naming its new name; any other
-    unknown name raises ``ValueError`` listing the allowed ones. Nothing has run yet when it raises.
+    unknown name raises ``ValueError`` listing the allowed ones; a value of the wrong kind or a mistyped
+    literal raises ``ValueError`` naming the parameter (:func:`value_problem`). Nothing has run yet when it
+    raises.
     """
     stem = Path(nb).stem
     known = notebook_parameters(nb)
@@ -98,4 +108,45 @@ def check_parameters(nb: str | os.PathLike, params: Mapping[str, Any]) -> dict[s
     unknown = sorted(set(params) - set(known))
     if unknown:
         raise ValueError(f"{stem}: unknown parameter(s) {', '.join(unknown)}; allowed: {', '.join(known)}")
+    bad = [msg for name, value in params.items() if (msg := value_problem(name, value, known[name]))]
+    if bad:
+        raise ValueError(f"{stem}: " + "; ".join(bad))
     return known
+
+
+_KINDS = {bool: "True or False", int: "a number", float: "a number", str: "a string", list: "a list", dict: "a dict"}
+
+
+def _kind(value: Any) -> str | None:
+    """The kind of a parameter value as :data:`_KINDS` names it (a tuple is a list); ``None`` for ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        value = list(value)
+    return _KINDS.get(type(value), type(value).__name__)
+
+
+def value_problem(name: str, value: Any, default_src: str) -> str | None:
+    """Why ``value`` cannot be notebook parameter ``name`` (whose default's source text is ``default_src``),
+    or ``None`` when it can.
+
+    The value must be of the default's kind (a number, True or False, a string, a list, a dict; ``None`` is
+    accepted for any parameter, and a parameter whose default is ``None`` or an expression takes any kind).
+    A string that opens or closes like a list, dict or tuple but is not a Python literal (``"[5, 15"``) is
+    refused for every parameter: it is a value mistyped on the command line, not a string.
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if text and (text[0] in "[{(" or text[-1] in "]})"):
+            try:
+                ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                return f"{name} = {value!r} is not a Python literal (a list is written [5, 15])"
+    try:
+        default = ast.literal_eval(default_src)
+    except (ValueError, SyntaxError):
+        return None  # an expression: its kind is not known here
+    want, got = _kind(default), _kind(value)
+    if want is None or got is None or want == got:
+        return None
+    return f"{name} must be {want} like its default {default_src}, got {value!r} ({got})"

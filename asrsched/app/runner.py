@@ -204,6 +204,8 @@ def run_series(
     for key in params:
         if key != "*":
             resolve(key, root)  # unknown notebook names fail before anything runs
+    for nb in nbs:  # every notebook's parameters (names, kinds) are checked before the first one runs
+        check_parameters(nb, params_for(nb.stem, params, notebook_parameters(nb)))
     run_dir = Path(run_dir or paths.new_run_dir(root))
     rows = []
     for nb in nbs:

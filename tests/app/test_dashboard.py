@@ -44,6 +44,22 @@ def test_unknown_parameter_or_notebook_fails_before_anything_is_written(tmp_path
     assert not list(tmp_path.iterdir())
 
 
+def test_a_mistyped_value_or_one_of_the_wrong_kind_fails_before_anything_is_written(tmp_path, capsys):
+    """A list missing its bracket is refused, not injected as the string "[5, 15" (which failed only when the
+    page ran the notebook); a value must be of its default's kind, and the error names the parameter."""
+    assert main(["02", "-p", "RATES", "[5, 15", "--out-dir", str(tmp_path), "--dry-run"]) == 2
+    assert "RATES = '[5, 15' is not a Python literal" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"RHOS must be a list like its default \[0\.2, .*got 0\.9 \(a number\)"):
+        prepare("02", {"RHOS": 0.9}, out_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"N_REQUESTS must be a number like its default 2000, got '300x' \(a string\)"):
+        prepare("02", {"N_REQUESTS": "300x"}, out_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"STREAM must be True or False like its default True, got 1 \(a number\)"):
+        prepare("04", {"STREAM": 1}, out_dir=tmp_path)
+    assert not list(tmp_path.iterdir())
+    # None goes anywhere (CACHE_DIR = None turns the cache off), a whole number where the default is a float
+    assert prepare("02", {"CACHE_DIR": None, "CDF_RHO": 1}, out_dir=tmp_path).exists()
+
+
 def test_dry_run_prints_a_loopback_voila_command_with_a_token(tmp_path, capsys):
     params = tmp_path / "p.json"
     params.write_text('{"*": {"SEED": 3}, "02": {"N_REQUESTS": 300}, "02_policy_sweep": {"RATES": [19]}}')

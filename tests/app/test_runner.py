@@ -18,7 +18,7 @@ import asrsched
 from asrsched.app import paths
 from asrsched.app.cli import main
 from asrsched.app.params import params_for, parse_value
-from asrsched.app.runner import notebook_parameters, notebooks, resolve, run_notebook
+from asrsched.app.runner import notebook_parameters, notebooks, resolve, run_notebook, run_series
 
 
 def test_every_notebook_follows_the_conventions():
@@ -41,6 +41,15 @@ def test_unknown_parameter_and_notebook_fail_fast(tmp_path):
     with pytest.raises(ValueError, match="unknown notebook '99'"):
         run_notebook("99", {}, run_dir=tmp_path)
     assert not list(tmp_path.glob("*.ipynb"))
+
+
+def test_a_series_checks_every_notebooks_parameters_before_the_first_runs(tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"03_workload_drift: N_REQUESTS must be a number .*got '12x'"):
+        run_series(["02", "03"], {"03": {"N_REQUESTS": "12x"}}, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists() and "running 02" not in capsys.readouterr().out
+    assert main(["run", "02", "-p", "RATES", "[5, 15", "--run-dir", str(tmp_path / "one")]) == 2
+    assert "RATES = '[5, 15' is not a Python literal" in capsys.readouterr().err
+    assert not (tmp_path / "one").exists()
 
 
 @pytest.mark.slow  # runs a notebook in a Jupyter kernel
