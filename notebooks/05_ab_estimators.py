@@ -154,7 +154,7 @@ print(
 t0 = time.perf_counter()
 res = run_study(study, workers=WORKERS or None, address=DASK_ADDRESS)
 STUDY_SECONDS = time.perf_counter() - t0
-print(f"study finished in {STUDY_SECONDS:.0f} s wall, {res.cpu_seconds:.0f} CPU-seconds over all tasks")
+print(f"study finished in {STUDY_SECONDS:.1f} s wall, {res.cpu_seconds:.1f} CPU-seconds over all tasks")
 
 # %% [markdown]
 # ## Ground truth and the Little's-law check

@@ -206,6 +206,8 @@ def _laid_out_display(base_show, base_bundle):
 
 #: what :func:`setup` replaced, to put back (empty when it is not in effect)
 _SETUP: dict = {}
+# tables shown whole: no cell cut to "..." (a claim's text, a recovered share) and no column elided; HTML wraps
+PANDAS_DISPLAY = {"display.max_colwidth": None, "display.max_columns": None}
 
 
 def setup(progress: str | None = None) -> str:
@@ -216,6 +218,7 @@ def setup(progress: str | None = None) -> str:
       pass, as its export is;
     * a ``FigureWidget`` inside a container reports its current state, so explorers survive a
       saved notebook, a reloaded page and Voila;
+    * pandas shows tables whole (:data:`PANDAS_DISPLAY`: no cell cut short, no column elided);
     * ``tqdm.auto`` draws the bar of this front end (:func:`asrsched.figures.progress.install`
       with ``progress``: a mode of :data:`asrsched.figures.progress.MODES`, or ``None`` for the
       front end's own).
@@ -228,6 +231,11 @@ def setup(progress: str | None = None) -> str:
         _SETUP["figure"] = (go.Figure.show, go.Figure._repr_mimebundle_)
         pio.templates.default = HOUSE_TEMPLATE
         go.Figure.show, go.Figure._repr_mimebundle_ = _laid_out_display(*_SETUP["figure"])
+        import pandas as pd
+
+        _SETUP["pandas"] = {k: pd.get_option(k) for k in PANDAS_DISPLAY}
+        for k, v in PANDAS_DISPLAY.items():
+            pd.set_option(k, v)
         try:
             from plotly.basewidget import BaseFigureWidget
         except ImportError:  # no anywidget: there are no FigureWidgets to fix
@@ -239,11 +247,16 @@ def setup(progress: str | None = None) -> str:
 
 
 def teardown() -> None:
-    """Undo :func:`setup`: plotly's default template, figure display, widget state and tqdm as they were."""
+    """Undo :func:`setup`: plotly's default template, figure display, pandas' display options, widget state and
+    tqdm as they were."""
     if not _SETUP:
         return
     pio.templates.default = _SETUP.pop("template")
     go.Figure.show, go.Figure._repr_mimebundle_ = _SETUP.pop("figure")
+    import pandas as pd
+
+    for k, v in _SETUP.pop("pandas").items():
+        pd.set_option(k, v)
     if "widget" in _SETUP:
         from plotly.basewidget import BaseFigureWidget
 
