@@ -26,8 +26,9 @@
 #
 # Loads are fractions of measured capacity: `rho` = arrival rate / the engine's saturation throughput
 # for that workload and service model (`asrsched.sim.capacity`). Two regimes are kept apart:
-# **stable** (`rho < 1`; first 10 % of each run dropped as warm-up; mean over seeds with a 95 % CI,
-# seeds added to the headline cells until the CI half-width is under `CI_TARGET_PP`) and **overload**
+# **stable** (`rho < 1`; first 10 % of each run dropped as warm-up; a change vs FCFS is the geometric
+# mean of the seeds' paired ratios with a 95 % CI on the log scale, so it never reaches -100 %; seeds
+# added to the headline cells until the CI half-width is under `CI_TARGET_PP`) and **overload**
 # (`rho >= 1`; the queue grows while requests arrive, so the numbers are finite-run transients of
 # `N_REQUESTS` requests, and a figure shows how they move with the run length).
 #
@@ -140,8 +141,8 @@ main_table.round(0)
 # %% [markdown]
 # ## The study's headline numbers next to ours
 #
-# Each claim is matched at a stated load: the stable cell nearest `HEADLINE_RHO` (mean over seeds,
-# 95 % CI) and the overload cell nearest `OVERLOAD_RHO` (a finite-run transient of `n_requests`
+# Each claim is matched at a stated load: the stable cell nearest `HEADLINE_RHO` (geometric
+# mean over seeds of the paired ratio, 95 % CI) and the overload cell nearest `OVERLOAD_RHO` (a finite-run transient of `n_requests`
 # requests). The study reports "up to" over its own 1–25 req/s sweep on its GPU; it states no load
 # relative to capacity.
 

@@ -162,7 +162,7 @@ def fig_relative_change(
         bits.append(f"capacity {float(d.capacity_rps.iloc[0]):.2f} req/s")
     if "n_seeds" in d:
         ns = sorted(set(d.n_seeds.astype(int)))
-        bits.append(f"mean over {ns[0]}" + (f"-{ns[-1]}" if len(ns) > 1 else "") + " seeds, 95 % CI")
+        bits.append(f"geometric mean over {ns[0]}" + (f"-{ns[-1]}" if len(ns) > 1 else "") + " seeds, 95 % ratio CI")
     if "n_requests" in d:
         bits.append(f"{int(d.n_requests.iloc[0])} requests per run")
     if (regime == "overload").any():
@@ -431,7 +431,7 @@ def fig_run_length(rl: pd.DataFrame, metric: str = "p50_e2el_ms", subtitle: str 
     fig.add_hline(y=0, line=dict(color="#888", dash="dot"))
     pol = str(rl.policy.iloc[0]).upper() if "policy" in rl and len(rl) else ""
     ns = sorted(set(rl.n_seeds.astype(int))) if "n_seeds" in rl else []
-    sub = (f"{pol} vs FCFS, {rl.workload.iloc[0]}; mean over {ns[0]} seeds, 95 % CI" if ns else "") + (
+    sub = (f"{pol} vs FCFS, {rl.workload.iloc[0]}; geometric mean over {ns[0]} seeds, 95 % ratio CI" if ns else "") + (
         "<br>" + subtitle if subtitle else ""
     )
     _titled(fig, f"{pol} {metric_label(metric)} change vs run length: " + "; ".join(parts), sub)

@@ -11,7 +11,8 @@ throughput for that workload, service model and ``max_num_seqs``) and a ``regime
 
 * ``stable`` (``rho < 1`` and no growing queue): latency metrics are computed after
   dropping the first ``warmup_frac`` of the requests (warm-up), and a cell is summarised
-  as a mean over seeds with a 95 % CI (:func:`asrsched.sim.sweep_report.change_ci`);
+  by the geometric mean of its seeds' paired ratios with a 95 % ratio CI
+  (:func:`asrsched.sim.sweep_report.change_ci`);
 * ``overload`` (``rho >= 1``, or the simulator's ``overloaded`` flag): the queue grows for
   as long as requests arrive, so latencies are *finite-run transients* that depend on
   ``n_requests`` (:func:`asrsched.sim.sweep_report.run_length_effect` shows how). A sweep with such points warns

@@ -3,7 +3,7 @@
 Notebook 02's analysis of :func:`asrsched.sim.sweep.run_sweep` output (one row per seed):
 
 * :func:`change_ci`: the paired percent change vs a baseline policy per (workload, rate, policy),
-  mean over seeds with a t-interval; :func:`common_seeds` and :func:`throughput_spread` for the
+  the geometric mean of the per-seed ratios with a ratio interval (a t-interval on the log scale); :func:`common_seeds` and :func:`throughput_spread` for the
   served rate across policies;
 * :func:`headline`: the scheduling study's headline claims (:data:`PAPER_HEADLINES`, Makwana et
   al. 2026) next to this sweep's numbers, each matched at a stated load ``rho`` (never the extreme
@@ -43,13 +43,16 @@ def change_ci(
     baseline: str = "fcfs",
     level: float = 0.95,
 ) -> pd.DataFrame:
-    """Percent change vs ``baseline`` per (workload, rate, policy): mean over seeds with a t-interval.
+    """Percent change vs ``baseline`` per (workload, rate, policy), over seeds, with a ratio interval.
 
-    Each seed's change is paired (the policy and the baseline replay the same trace):
-    ``100 * (metric / baseline_metric - 1)``; the cell's value is the mean of these, with
-    ``<metric>_change_ci_low/_high`` the ``level`` t-interval (NaN with one seed) and
-    ``n_seeds`` the number of pairs. Carries ``rho``, ``regime``, ``capacity_rps``,
-    ``n_requests`` and the served rate (``request_throughput``, mean over seeds) when present.
+    Each seed's change is paired (the policy and the baseline replay the same trace): the ratio
+    ``metric / baseline_metric``. The cell's change is the geometric mean of these ratios, in percent,
+    ``100 * (exp(mean(log ratio)) - 1)``, and ``<metric>_change_ci_low/_high`` is the ``level``
+    t-interval of the mean log ratio taken back the same way (NaN with one seed): a ratio interval,
+    so a latency change never reaches -100 % (it read -147 % to +2 % as a t-interval of percent
+    changes over three seeds). ``n_seeds`` is the number of pairs. Carries ``rho``, ``regime``,
+    ``capacity_rps``, ``n_requests`` and the served rate (``request_throughput``, mean over seeds)
+    when present.
     """
     metrics = [m for m in metrics if m in df]
     if baseline not in set(df.policy):
@@ -57,11 +60,12 @@ def change_ci(
     keys = ["workload", "rate", "seed"]
     base = df[df.policy == baseline][keys + metrics].rename(columns={m: f"{m}_base" for m in metrics})
     m = df.merge(base, on=keys, how="inner")
-    for k in metrics:
-        m[f"{k}_change_pct"] = 100.0 * (m[k] / m[f"{k}_base"] - 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for k in metrics:
+            m[f"{k}_log_ratio"] = np.log(m[k].to_numpy(float) / m[f"{k}_base"].to_numpy(float))
     extra = [c for c in ("rho", "regime", "capacity_rps", "n_requests", "service") if c in m]
     g = m.groupby(["workload", "rate", "policy"], sort=False)
-    out = g[[*metrics, *[f"{k}_change_pct" for k in metrics]]].mean()
+    out = g[metrics].mean()
     out["n_seeds"] = g.size()
     if "request_throughput" in m:
         out["request_throughput"] = g["request_throughput"].mean()
@@ -70,10 +74,12 @@ def change_ci(
     n = out["n_seeds"].to_numpy()
     tq = np.where(n > 1, stats.t.ppf(0.5 + level / 2, np.maximum(n - 1, 1)), np.nan)
     for k in metrics:
-        sd = g[f"{k}_change_pct"].std(ddof=1).to_numpy()
-        half = tq * sd / np.sqrt(n)
-        out[f"{k}_change_ci_low"] = out[f"{k}_change_pct"].to_numpy() - half
-        out[f"{k}_change_ci_high"] = out[f"{k}_change_pct"].to_numpy() + half
+        mean = g[f"{k}_log_ratio"].mean().to_numpy()
+        half = tq * g[f"{k}_log_ratio"].std(ddof=1).to_numpy() / np.sqrt(n)
+        with np.errstate(invalid="ignore"):
+            out[f"{k}_change_pct"] = 100.0 * np.expm1(mean)
+            out[f"{k}_change_ci_low"] = 100.0 * np.expm1(mean - half)
+            out[f"{k}_change_ci_high"] = 100.0 * np.expm1(mean + half)
     return out.reset_index()
 
 
@@ -238,7 +244,7 @@ def refine_headline(
         while True:
             cell = out[(out.workload == wl) & (out.rate == rate) & out.policy.isin(pols)]
             ci = change_ci(cell, metrics=sorted({c[2] for c in mine}))
-            half = max(
+            half = max(  # the wider side: a ratio interval is wider above the change than below it
                 float(
                     (ci.loc[ci.policy == p, f"{m}_change_ci_high"] - ci.loc[ci.policy == p, f"{m}_change_pct"])
                     .fillna(np.inf)

@@ -129,7 +129,7 @@ def small_sweep():
     kw = {k: v for k, v in SMALL.items() if k not in ("policies", "workloads", "seeds")}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        refined = refine_headline(df, rho=0.9, target_halfwidth_pp=5.0, max_seeds=64, **kw)
+        refined = refine_headline(df, rho=0.9, target_halfwidth_pp=5.0, max_seeds=128, **kw)
     assert not [w for w in caught if "CI half-width" in str(w.message)], "target not reached"
     return df, refined
 
@@ -162,18 +162,37 @@ def test_headline_does_not_take_the_extreme_over_rates(small_sweep):
     assert set(hl.regime) == {"stable"}
 
 
-def test_change_ci_is_the_paired_t_interval_over_seeds(small_sweep):
+def test_change_ci_is_the_paired_ratio_interval_over_seeds(small_sweep):
     _, df = small_sweep
     rc = change_ci(df).set_index(["workload", "rho", "policy"])
     d = df[(df.workload == "uniform") & np.isclose(df.rho, 0.9)]
     f = d[d.policy == "fcfs"].set_index("seed").p50_e2el_ms
     s = d[d.policy == "sjf"].set_index("seed").p50_e2el_ms
-    ch = (100 * (s / f.loc[s.index] - 1)).to_numpy()
-    half = stats.t.ppf(0.975, len(ch) - 1) * ch.std(ddof=1) / np.sqrt(len(ch))
+    lr = np.log((s / f.loc[s.index]).to_numpy())  # paired: the same trace per seed
+    half = stats.t.ppf(0.975, len(lr) - 1) * lr.std(ddof=1) / np.sqrt(len(lr))
     row = rc.loc[("uniform", 0.9, "sjf")]
-    assert row.n_seeds == len(ch) > 2
-    assert row.p50_e2el_ms_change_pct == pytest.approx(ch.mean())
-    assert row.p50_e2el_ms_change_ci_high - row.p50_e2el_ms_change_pct == pytest.approx(half)
+    assert row.n_seeds == len(lr) > 2
+    assert row.p50_e2el_ms_change_pct == pytest.approx(100 * (np.exp(lr.mean()) - 1))
+    assert row.p50_e2el_ms_change_ci_low == pytest.approx(100 * (np.exp(lr.mean() - half) - 1))
+    assert row.p50_e2el_ms_change_ci_high == pytest.approx(100 * (np.exp(lr.mean() + half) - 1))
+
+
+def test_a_large_noisy_cut_keeps_its_interval_above_minus_100_percent():
+    """Three seeds with ratios 0.05, 0.5 and 0.95: a t-interval of the percent changes reached -178 %, the ratio
+    interval stays inside (-100 %, ...) and holds the change; with one seed there is no interval."""
+    rows = [
+        dict(workload="w", rate=1.0, seed=i, policy=p, p50_e2el_ms=v)
+        for i, r in enumerate((0.05, 0.5, 0.95))
+        for p, v in (("fcfs", 100.0), ("sjf", 100.0 * r))
+    ]
+    t = pd.DataFrame(rows)
+    pct = np.array([-95.0, -50.0, -5.0])
+    assert pct.mean() - stats.t.ppf(0.975, 2) * pct.std(ddof=1) / np.sqrt(3) < -100  # the old interval
+    row = change_ci(t, metrics=["p50_e2el_ms"]).set_index("policy").loc["sjf"]
+    assert -100 < row.p50_e2el_ms_change_ci_low < row.p50_e2el_ms_change_pct < row.p50_e2el_ms_change_ci_high
+    assert row.p50_e2el_ms_change_pct == pytest.approx(100 * ((0.05 * 0.5 * 0.95) ** (1 / 3) - 1))
+    one = change_ci(t[t.seed == 0], metrics=["p50_e2el_ms"]).set_index("policy").loc["sjf"]
+    assert one.p50_e2el_ms_change_pct == pytest.approx(-95.0) and np.isnan(one.p50_e2el_ms_change_ci_low)
 
 
 def test_loads_are_fractions_of_measured_capacity_and_regimes_follow(small_sweep):
