@@ -59,7 +59,7 @@ def test_relative_change_has_a_rho_axis_ci_and_overload_drawn_apart(sweep):
     fig = fig_relative_change(rc, workload="uniform")
     title, sub = _title(fig)
     assert fig.layout.xaxis.title.text.startswith("load ρ")
-    assert "assumed" in sub and "not measured here" in sub and "95 % CI" in sub and "600 requests" in sub
+    assert "assumed" in sub and "not measured here" in sub and "95 % ratio CI" in sub and "600 requests" in sub
     sjf = [t for t in fig.data if t.name == "sjf"][0]
     symbols = list(sjf.marker.symbol)
     assert symbols == ["circle", "circle", "circle-open"]  # rho 0.5, 0.9 stable; 1.3 overload
