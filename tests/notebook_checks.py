@@ -1,7 +1,7 @@
 """What a notebook's run must produce, per notebook: its tables, figures (HTML, PNG and SVG) and printed findings.
 
-``tests/app/test_browser.py`` checks these on the run that ``asrsched dashboard NN --params
-tests/browser_params.json`` makes in Voila: Voila executes the notebook top to bottom in a fresh kernel with
+``tests/app/test_browser.py`` checks these on the run that ``asrsched dashboard NN --small`` makes in
+Voila (the small set of ``notebooks/small_params.json``): Voila executes the notebook top to bottom in a fresh kernel with
 nbclient, the parameters injected as papermill injects them (an ``injected-parameters`` cell), and the
 exports go to ``--figures``; the check then reads the files and the text of the outputs on the page. Before,
 each of these notebooks also ran once more under papermill only for these checks (01, 02, 04, 05 and 06: about
@@ -10,7 +10,7 @@ each of these notebooks also ran once more under papermill only for these checks
 
 A check takes ``fig`` (the notebook's figure folder), ``runs`` (the project's ``runs/``, where a relative
 ``OUT_DIR`` lands), ``tmp`` (a folder of the test's own, for ``EXTRA_PARAMS``) and ``outputs`` (the text of
-every output on the page). Its parameters are those of ``tests/browser_params.json`` plus ``EXTRA_PARAMS``.
+every output on the page). Its parameters are the notebook's small set plus ``EXTRA_PARAMS``.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ CHECKS: dict[str, Check] = {
     "05_ab_estimators": check_05_ab_estimators,
     "06_ab_asr_policies": check_06_ab_asr_policies,
 }
-# parameters beside tests/browser_params.json's, given as -p on the dashboard's command line (paths under tmp)
+# parameters beside the small set's, given as -p on the dashboard's command line (paths under tmp)
 EXTRA_PARAMS: dict[str, Callable[[Path], dict]] = {
     "01_profile_whisper": lambda tmp: {"PROFILE_JSON": str(tmp / "profile.json")},
 }

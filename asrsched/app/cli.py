@@ -51,10 +51,10 @@ def _cmd_list(args) -> int:
 def _cmd_run(args) -> int:
     from asrsched.app import paths
     from asrsched.app.gallery import write_gallery
-    from asrsched.app.params import load_params, params_for
+    from asrsched.app.params import load_params, params_for, small_params
     from asrsched.app.runner import figures_root_for, notebook_parameters, resolve, run_notebook, run_series
 
-    params = load_params(args.params)
+    params = small_params() if args.small else load_params(args.params)
     cli_params = {k: parse_value(v) for k, v in (args.param or [])}
     if args.notebooks and len(args.notebooks) == 1:
         nb = resolve(args.notebooks[0])
@@ -168,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
         "  asrsched run 03 -p PHASES \"[[0, 'librispeech'], [60, 'uniform']]\"\n"
         "  asrsched run 01 -p MODEL tiny.en              a bare word stays a string (or -p MODEL \"'tiny.en'\")\n"
         "  asrsched run 02 -p KAPPA None -p CACHE_DIR None   None, True, False as in Python\n"
-        "  asrsched run --params tests/browser_params.json     a JSON file {notebook: {NAME: value}}\n"
+        "  asrsched run 02 --small                         the small set (notebooks/small_params.json)\n"
+        "  asrsched run --params my_params.json            a JSON file {notebook: {NAME: value}}\n"
         "  asrsched run --gallery                          every notebook, default parameters, into figures/\n"
         "  asrsched run 02 --formats html png svg pdf      also write PDFs\n"
         "A value must be of its default's kind (a number, True/False, a string, a list, a dict; None goes\n"
@@ -185,7 +186,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="set a parameter; VALUE is a Python literal (number, string, list, None, True); "
         "repeatable; wins over --params",
     )
-    r.add_argument("--params", help="JSON parameter file {notebook stem, number or '*': {NAME: value}}")
+    src = r.add_mutually_exclusive_group()
+    src.add_argument("--params", help="JSON parameter file {notebook stem, number or '*': {NAME: value}}")
+    src.add_argument(
+        "--small",
+        action="store_true",
+        help="each notebook's small parameter set (notebooks/small_params.json: about 30 s a notebook)",
+    )
     r.add_argument(
         "--gallery",
         action="store_true",

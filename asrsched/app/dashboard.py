@@ -35,7 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from asrsched.app import paths
-from asrsched.app.params import check_parameters, load_params, notebook_parameters, params_for, parse_value
+from asrsched.app.params import (
+    check_parameters,
+    load_params,
+    notebook_parameters,
+    params_for,
+    parse_value,
+    small_params,
+)
 from asrsched.app.runner import resolve
 
 __all__ = ["prepare", "voila_command", "main"]
@@ -128,7 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar=("NAME", "VALUE"),
         help="a parameter (Python literal), repeatable",
     )
-    ap.add_argument("--params", help="JSON parameter file {notebook: {NAME: value}} (as for asrsched run)")
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--params", help="JSON parameter file {notebook: {NAME: value}} (as for asrsched run)")
+    src.add_argument(
+        "--small", action="store_true", help="the notebook's small parameter set (notebooks/small_params.json)"
+    )
     ap.add_argument("--ip", default="127.0.0.1", help="address to listen on (default loopback only)")
     ap.add_argument("--port", type=int, default=8866)
     tok = ap.add_mutually_exclusive_group()
@@ -158,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         nb = resolve(args.notebook)
         # "*" applies where the notebook has the parameter; -p wins over the file
-        params = params_for(nb.stem, load_params(args.params), notebook_parameters(nb))
+        sets = small_params() if args.small else load_params(args.params)
+        params = params_for(nb.stem, sets, notebook_parameters(nb))
         params.update({k: parse_value(v) for k, v in (args.param or [])})
         path = prepare(nb, params, out_dir=args.out_dir)
     except (ValueError, FileNotFoundError) as e:

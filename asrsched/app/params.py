@@ -2,6 +2,11 @@
 
 A parameter file is JSON, ``{"02_policy_sweep": {"N_REQUESTS": 500}, "02": {...}, "*": {"SEED": 1}}``:
 keys are notebook stems, number prefixes or ``"*"`` (every notebook that has the parameter).
+
+The small set of every notebook lives in one file beside the notebooks, ``notebooks/small_params.json``
+(shipped with them): ``asrsched run NN --small`` and ``asrsched dashboard NN --small`` use it, the
+browser tests run every notebook with it, and the README's quick-start table is
+:func:`small_params_table` of it (a test compares them).
 """
 
 from __future__ import annotations
@@ -20,8 +25,14 @@ __all__ = [
     "params_for",
     "check_parameters",
     "value_problem",
+    "small_params",
+    "small_params_path",
+    "small_params_table",
+    "SMALL_PARAMS_FILE",
     "RENAMED",
 ]
+
+SMALL_PARAMS_FILE = "small_params.json"
 
 #: Notebook parameters renamed to the one vocabulary (CONTRIBUTING, *Vocabulary*): old name → new
 #: name, per notebook. Passing an old name is an error that names the new one.
@@ -150,3 +161,40 @@ def value_problem(name: str, value: Any, default_src: str) -> str | None:
     if want is None or got is None or want == got:
         return None
     return f"{name} must be {want} like its default {default_src}, got {value!r} ({got})"
+
+
+def small_params_path(root: str | os.PathLike | None = None) -> Path:
+    """``notebooks/small_params.json``: every notebook's small parameter set (about 30 s a notebook)."""
+    from asrsched.app.paths import notebooks_dir
+
+    return notebooks_dir(root) / SMALL_PARAMS_FILE
+
+
+def small_params(root: str | os.PathLike | None = None) -> dict[str, dict]:
+    """Every notebook's small parameter set, ``{notebook stem: {NAME: value}}`` (:func:`small_params_path`)."""
+    path = small_params_path(root)
+    if not path.is_file():
+        raise FileNotFoundError(f"no small parameter sets beside the notebooks: {path} is missing")
+    return load_params(path)
+
+
+def _as_python(value: Any) -> str:
+    """``value`` as a ``parameters`` cell writes it: Python literals, strings in double quotes."""
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_as_python(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_as_python(k)}: {_as_python(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, str):
+        return json.dumps(value)
+    return repr(value)
+
+
+def small_params_table(params: Mapping[str, Mapping[str, Any]]) -> str:
+    """The README's quick-start table: a row per notebook, every small parameter as ``NAME = value``."""
+    rows = [
+        "| notebook | small parameters (`asrsched run NN --small`; set them in the `parameters` cell) |",
+        "|---|---|",
+    ]
+    for stem, p in params.items():
+        rows.append(f"| `{stem}` | " + ", ".join(f"`{k} = {_as_python(v)}`" for k, v in p.items()) + " |")
+    return "\n".join(rows) + "\n"

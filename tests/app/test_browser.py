@@ -3,7 +3,7 @@
 For every ``notebooks/NN_*.ipynb`` (new notebooks are picked up automatically):
 
 * JupyterLab is started on 127.0.0.1 with a random token, in a temporary root holding copies of
-  the notebooks with tiny parameters injected (``tests/browser_params.json``, the same
+  the notebooks with tiny parameters injected (``notebooks/small_params.json``, the same
   ``{notebook: {NAME: value}}`` format as ``asrsched run --params``; a papermill-style
   ``injected-parameters`` cell after the ``parameters`` cell);
 * Debian's chromium (driven by Playwright, never a downloaded browser) opens the notebook, clicks
@@ -15,7 +15,7 @@ For every ``notebooks/NN_*.ipynb`` (new notebooks are picked up automatically):
   (JupyterLab's kernel runs in the notebook's folder; ``$ASRSCHED_ROOT`` is the temporary root);
 * the notebook is saved and the page reloaded: no output may read "Error displaying widget"
   (finished progress bars turn into text, so nothing refers to a closed widget model);
-* the same through the dashboard command (``asrsched dashboard NB --params ...``, Voila), where
+* the same through the dashboard command (``asrsched dashboard NB --small``, Voila), where
   the page must also show no stderr box (progress and warnings are plain lines), and then what the run
   made: each notebook's tables, figures in every format and printed findings (``tests/notebook_checks.py``;
   Voila executes the notebook in a fresh kernel with nbclient, its parameters injected as papermill does).
@@ -47,7 +47,7 @@ from notebook_checks import CHECKS, EXTRA_PARAMS
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-PARAMS_FILE = ROOT / "tests" / "browser_params.json"
+PARAMS_FILE = ROOT / "notebooks" / "small_params.json"  # the small sets (asrsched run NN --small)
 PARAMS = json.loads(PARAMS_FILE.read_text())
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 ARTIFACTS = Path(os.environ.get("ASRSCHED_BROWSER_ARTIFACTS") or ROOT / "runs" / "browser-artifacts")
@@ -604,8 +604,7 @@ def test_dashboard_in_voila(nb, browser, tmp_path):
                 "asrsched.app.cli",
                 "dashboard",
                 nb.stem[:2],
-                "--params",
-                str(PARAMS_FILE),
+                "--small",
                 "--port",
                 str(port),
                 "--token",

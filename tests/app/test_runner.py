@@ -43,6 +43,33 @@ def test_unknown_parameter_and_notebook_fail_fast(tmp_path):
     assert not list(tmp_path.glob("*.ipynb"))
 
 
+def test_every_notebook_has_a_small_set_and_the_readme_shows_it():
+    """One small parameter set per notebook, in one file beside the notebooks: every notebook has one, its names
+    and kinds pass the notebook's own check, and the README's quick-start table is made from it."""
+    from asrsched.app.params import check_parameters, small_params, small_params_table
+
+    sets = small_params()
+    assert list(sets) == [nb.stem for nb in notebooks()]
+    for stem, p in sets.items():
+        check_parameters(resolve(stem), p)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert small_params_table(sets) in readme, "README's small-parameter table differs: paste small_params_table()"
+    assert "`RAMP_S = 30.0`" in small_params_table(sets) and '`PHASES = [[0, "librispeech"]' in readme
+
+
+def test_run_and_dashboard_take_the_small_set(tmp_path, capsys):
+    from asrsched.app.dashboard import main as dashboard
+
+    assert dashboard(["03", "--small", "-p", "RAMP_S", "10.0", "--out-dir", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "'N_REQUESTS': 1200" in out and "'RAMP_S': 10.0" in out  # the small set, -p over it
+    code = "\n".join(c.source for c in nbformat.read(tmp_path / "03_workload_drift.ipynb", as_version=4).cells)
+    assert "N_REQUESTS = 1200" in code
+    with pytest.raises(SystemExit):
+        main(["run", "03", "--small", "--params", "x.json"])
+    assert "not allowed with argument --small" in capsys.readouterr().err
+
+
 def test_a_series_checks_every_notebooks_parameters_before_the_first_runs(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"03_workload_drift: N_REQUESTS must be a number .*got '12x'"):
         run_series(["02", "03"], {"03": {"N_REQUESTS": "12x"}}, run_dir=tmp_path / "run")

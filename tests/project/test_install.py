@@ -131,10 +131,10 @@ print(json.dumps({{"summary": s, "present": present, "version": asrsched.__versi
 
 
 def test_notebooks_extra_runs_a_notebook_from_a_project_folder(base_venv, tmp_path, record_property):
-    """``asrsched run 03 --params F -p RATE 8`` in a folder that holds only a report gallery: the notebook comes
-    from the package, and everything the run makes is under ``./runs/<time>/`` (executed copy, figures in every
-    format, tables, ``run.json``, the run's own figure index); ``./figures`` is not touched without ``--gallery``
-    (which tests/app/test_runner.py runs)."""
+    """``asrsched run 03 --small -p RATE 8`` in a folder that holds only a report gallery: the notebook and its
+    small set come from the package, and everything the run makes is under ``./runs/<time>/`` (executed copy,
+    figures in every format, tables, ``run.json``, the run's own figure index); ``./figures`` is not touched
+    without ``--gallery`` (which tests/app/test_runner.py runs)."""
     venv, src = base_venv["venv"], base_venv["src"]
     _run([str(base_venv["py"]), "-m", "pip", "install", "-q", f"{src}[notebooks]"], cwd=base_venv["dir"], timeout=1200)
     size = _du(base_venv["site"])
@@ -149,10 +149,9 @@ def test_notebooks_extra_runs_a_notebook_from_a_project_folder(base_venv, tmp_pa
     listed = _run([cli, "list"], cwd=work).stdout
     assert "03_workload_drift" in listed and "N_REQUESTS" in listed and "02_policy_sweep" in listed
 
-    params = json.loads((ROOT / "tests" / "browser_params.json").read_text())
-    pfile = tmp_path / "params.json"  # outside the working folder, which must hold only what the run made
-    pfile.write_text(json.dumps({"03_workload_drift": params["03_workload_drift"]}))
-    r = _run([cli, "run", "03", "--params", str(pfile), "-p", "RATE", "8"], cwd=work, timeout=900)
+    # the small set ships with the notebooks (notebooks/small_params.json); -p beside it
+    params = json.loads((ROOT / "notebooks" / "small_params.json").read_text())
+    r = _run([cli, "run", "03", "--small", "-p", "RATE", "8"], cwd=work, timeout=900)
     assert "03_workload_drift: ok" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
 
     # without --gallery everything lands in one run folder; the report gallery figures/ is not touched
@@ -168,7 +167,7 @@ def test_notebooks_extra_runs_a_notebook_from_a_project_folder(base_venv, tmp_pa
     assert (figs / "phase_latency.csv").exists()  # its contents: tests/app/test_runner.py
     rec = json.loads((figs / "run.json").read_text())
     assert rec["status"] == "ok" and rec["parameters"]["N_REQUESTS"] == params["03_workload_drift"]["N_REQUESTS"]
-    assert rec["parameters"]["RATE"] == 8 and "RATE" in rec["injected"]  # -p beside --params, recorded as injected
+    assert rec["parameters"]["RATE"] == 8 and "RATE" in rec["injected"]  # -p beside --small, recorded as injected
     pkg = base_venv["site"] / "asrsched"
     assert not (pkg / "runs").exists() and not (pkg / "figures" / "03_workload_drift").exists()
     assert {p.name for p in (pkg / "notebooks").iterdir() if p.is_dir()} <= {"__pycache__"}  # nothing written there
