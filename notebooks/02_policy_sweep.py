@@ -82,14 +82,13 @@ DASK_ADDRESS = None
 CACHE_DIR = "../runs/sweep-cache"
 
 # %%
-import warnings
-
 import pandas as pd
 from IPython.display import display
 
 from asrsched.core.metrics import summarize
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.figures.outputs import runs_path
+from asrsched.figures.progress import warnings_as_lines
 from asrsched.figures.sim import (
     fig_cdf,
     fig_occupancy,
@@ -101,7 +100,6 @@ from asrsched.figures.sim import (
     service_note,
 )
 from asrsched.figures.style import export_figure, export_session, export_table, setup
-from asrsched.sim.overload import OverloadWarning
 from asrsched.sim.sweep import capacities, point_records, run_sweep
 from asrsched.sim.sweep_report import change_ci, headline, refine_headline, run_length_effect, throughput_spread
 
@@ -123,12 +121,9 @@ sweep_kw = dict(
     address=DASK_ADDRESS,
     cache_dir=runs_path(CACHE_DIR),
 )
-with warnings.catch_warnings(record=True) as caught:  # printed below (a stderr box hides in a dashboard)
-    warnings.simplefilter("always", OverloadWarning)
+with warnings_as_lines():  # each warning one line, never a stderr box
     df = run_sweep(RATES, POLICIES, WORKLOADS, SEEDS, rhos=None if RATES else RHOS, **sweep_kw)
     df = refine_headline(df, rho=HEADLINE_RHO, target_halfwidth_pp=CI_TARGET_PP, max_seeds=MAX_SEEDS, **sweep_kw)
-for w in caught:
-    print(f"{w.category.__name__}: {w.message}")
 rc = change_ci(df)
 main_table = rc.pivot_table(
     index=["workload", "rho", "regime"],
@@ -157,33 +152,37 @@ tag = {w: f"rate{at[w]:g}" if CDF_RATE else f"rho{CDF_RHO:g}" for w in WORKLOADS
 where = {
     w: f"{w}, {at[w]:.2f} req/s, ρ = {caps[w].rho(at[w]):.2f}, one run of {N_REQUESTS} requests" for w in WORKLOADS
 }
-recs = {
-    w: point_records(w, at[w], POLICIES, n_requests=N_REQUESTS, max_num_seqs=MAX_NUM_SEQS, service=service, kappa=KAPPA)
-    for w in WORKLOADS
-}
-variants = []
-for w in WORKLOADS:
-    for p in ("fcfs", "sjf", "hrrn"):
-        variants.append({"workload": w, "policy": p, "label": p.upper(), **summarize(recs[w][p].records)})
-    for cap in ADAPTIVE_CAPS:
-        r = point_records(
-            w,
-            at[w],
-            ["adaptive"],
-            n_requests=N_REQUESTS,
-            max_num_seqs=MAX_NUM_SEQS,
-            service=service,
-            kappa=KAPPA,
-            policy_params={"adaptive": {"ratio_cap": cap}},
-        )["adaptive"]
-        variants.append({"workload": w, "policy": "adaptive", "label": f"adaptive cap={cap}", **summarize(r.records)})
+with warnings_as_lines():  # at CDF_RHO >= 1 the runs warn of overload: one line each
+    recs = {
+        w: point_records(
+            w, at[w], POLICIES, n_requests=N_REQUESTS, max_num_seqs=MAX_NUM_SEQS, service=service, kappa=KAPPA
+        )
+        for w in WORKLOADS
+    }
+    variants = []
+    for w in WORKLOADS:
+        for p in ("fcfs", "sjf", "hrrn"):
+            variants.append({"workload": w, "policy": p, "label": p.upper(), **summarize(recs[w][p].records)})
+        for cap in ADAPTIVE_CAPS:
+            r = point_records(
+                w,
+                at[w],
+                ["adaptive"],
+                n_requests=N_REQUESTS,
+                max_num_seqs=MAX_NUM_SEQS,
+                service=service,
+                kappa=KAPPA,
+                policy_params={"adaptive": {"ratio_cap": cap}},
+            )["adaptive"]
+            variants.append(
+                {"workload": w, "policy": "adaptive", "label": f"adaptive cap={cap}", **summarize(r.records)}
+            )
 tradeoff = pd.DataFrame(variants).assign(service_model=service.name)
 tradeoff[["workload", "label", "p50_e2el_ms", "p90_e2el_ms", "max_queue_delay_ms"]].round(0)
 
 # %%
 # the headline change against run length: stable (HEADLINE_RHO) vs overload (OVERLOAD_RHO), first workload
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always", OverloadWarning)
+with warnings_as_lines():
     rl = run_length_effect(
         WORKLOADS[0],
         rhos=[HEADLINE_RHO, OVERLOAD_RHO],
@@ -191,8 +190,6 @@ with warnings.catch_warnings(record=True) as caught:
         seeds=list(range(RUN_LENGTH_SEEDS)),
         **{k: v for k, v in sweep_kw.items() if k != "n_requests"},
     )
-for w in caught:
-    print(f"{w.category.__name__}: {w.message}")
 rl[
     [
         "rho",

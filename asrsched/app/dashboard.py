@@ -56,8 +56,8 @@ _os.chdir({cwd!r})
 _os.environ["ASRSCHED_PROGRESS"] = "text"
 import asrsched.figures.progress as _progress
 _progress.install("text")
-import sys as _sys, warnings as _warnings
-_warnings.showwarning = lambda m, c, *_a, **_k: print(f"⚠ {{c.__name__}}: {{m}}", file=_sys.stdout)
+import warnings as _warnings
+_warnings.showwarning = _progress.show_warning_as_line
 """
 
 

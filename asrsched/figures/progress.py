@@ -16,19 +16,30 @@ two classes, chosen by :func:`mode`:
 Outside a kernel (a terminal, pytest) nothing is replaced: tqdm's own terminal bar runs.
 ``$ASRSCHED_PROGRESS`` = ``widget`` | ``text`` | ``terminal`` | ``off`` forces a mode
 (``off``: no bars at all). :func:`progress_bar` makes a bar of the current mode directly.
+
+Warnings are shown the same way everywhere: one plain line on stdout, ``⚠ OverloadWarning: ...``
+(:func:`warning_line`), never tracebacks in a red stderr box. The dashboards install
+:func:`show_warning_as_line` as ``warnings.showwarning``; a notebook cell wraps its work in
+:func:`warnings_as_lines`, which prints each distinct warning once, with its count.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from tqdm import std as tqdm_std
 from tqdm.notebook import tqdm_notebook
 
 __all__ = [
+    "warning_line",
+    "show_warning_as_line",
+    "warnings_as_lines",
     "PROGRESS_ENV",
     "MODES",
     "mode",
@@ -224,3 +235,31 @@ def install(which: str | None = None) -> str:
     auto.tqdm = autonb.tqdm = cls
     auto.trange = autonb.trange = trange
     return which
+
+
+def warning_line(message: Warning | str, category: type[Warning]) -> str:
+    """How a notebook shows a warning: one plain line, ``⚠ OverloadWarning: <message>``."""
+    return f"⚠ {category.__name__}: {message}"
+
+
+def show_warning_as_line(message: Warning | str, category: type[Warning], *_args: Any, **_kwargs: Any) -> None:
+    """A ``warnings.showwarning`` that prints :func:`warning_line` on stdout (no source line, no stderr box)."""
+    print(warning_line(message, category), file=sys.stdout)
+
+
+@contextlib.contextmanager
+def warnings_as_lines() -> Iterator[None]:
+    """Collect the warnings raised inside the block and print each distinct one as one :func:`warning_line`
+    (``(xN)`` when it repeats) after it, also when the block raises: a cell's warnings then read the same in
+    JupyterLab, under papermill and in a dashboard, and a sweep that warns a hundred times prints one line."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            counts: dict[tuple[type[Warning], str], int] = {}
+            for w in caught:
+                key = (w.category, str(w.message))
+                counts[key] = counts.get(key, 0) + 1
+            for (category, message), n in counts.items():
+                print(warning_line(message, category) + (f" (x{n})" if n > 1 else ""), file=sys.stdout)

@@ -244,3 +244,29 @@ def test_explorer_export_button_writes_the_current_view_into_the_run_folder(tmp_
     shown = figure_from_html(run / f"{next(iter(stems))}.html")
     assert [t.name for t in shown.data] == [t.name for t in fig.data]  # the view as it is now
     assert shown.layout.xaxis.ticktext == fig.layout.xaxis.ticktext  # 1-2-5 log ticks, as on screen
+
+
+def test_a_cells_warnings_are_one_line_each_with_their_count(capsys):
+    """``warnings_as_lines``: every distinct warning once on stdout, with its count, nothing on stderr; the lines
+    still come when the block raises. The dashboards' ``showwarning`` writes the same line."""
+    import warnings
+
+    from asrsched.figures.progress import show_warning_as_line, warnings_as_lines
+    from asrsched.sim.overload import OverloadWarning
+
+    with warnings_as_lines():
+        for _ in range(3):
+            warnings.warn("arrival rate 19.00 req/s exceeds capacity", OverloadWarning, stacklevel=1)
+        warnings.warn("librispeech at rho 0.95: CI half-width 22.5 pp after 4 seeds", UserWarning, stacklevel=1)
+    out = capsys.readouterr()
+    assert out.out.splitlines() == [
+        "⚠ OverloadWarning: arrival rate 19.00 req/s exceeds capacity (x3)",
+        "⚠ UserWarning: librispeech at rho 0.95: CI half-width 22.5 pp after 4 seeds",
+    ]
+    assert out.err == ""
+    with pytest.raises(ValueError, match="rate must be > 0"), warnings_as_lines():
+        warnings.warn("before the error", UserWarning, stacklevel=1)
+        raise ValueError("rate must be > 0")
+    assert capsys.readouterr().out == "⚠ UserWarning: before the error\n"
+    show_warning_as_line(OverloadWarning("queue grows"), OverloadWarning, "f.py", 3)
+    assert capsys.readouterr().out == "⚠ OverloadWarning: queue grows\n"
