@@ -16,7 +16,7 @@ from asrsched.abtest.asr_fleet_report import sign_verdict, summary_table, tail_t
 from asrsched.core.labels import estimator_label, metric_label
 from asrsched.figures.style import policy_color
 
-__all__ = ["fig_truth", "fig_estimates", "fig_rmse", "fig_tail", "fig_ablation"]
+__all__ = ["fig_truth", "fig_estimates", "fig_rmse", "fig_tail", "fig_ablation", "TAIL_CLIP"]
 
 
 def _wl_subplots(workloads, **kw):
@@ -68,6 +68,7 @@ def fig_truth(res: ASRStudyResult, metric: str = "e2el", stat: str = "mean") -> 
 
 
 _DQ = ("qdq", "wdq", "mixed_dq")
+TAIL_CLIP = 3.0  # fig_tail's axis: estimate / truth in [-3, 3]; a bar beyond says its value
 
 
 def fig_estimates(
@@ -259,7 +260,9 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
     """Share of the true effect that wDQ, qDQ and mixed DQ recover, for means vs P90 (Bernoulli routing test).
 
     Bars: mean estimate / truth (1 = unbiased); error bars: the standard error of that mean over the
-    experiments (sd / sqrt(reps)), relative to the truth. The axis is clipped to [-3, 3].
+    experiments (sd / sqrt(reps)), relative to the truth. The axis stops at +-3 (:data:`TAIL_CLIP`): a bar beyond it
+    ends at the axis without a whisker, says its value on the bar ("-15×") and in its hover, and the subtitle
+    counts the bars cut.
     """
     t = tail_table(summary)
     t = t[t.estimator.isin(["qdq", "wdq", "mixed_dq"])].copy()
@@ -267,22 +270,31 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
     fig = make_subplots(
         rows=1, cols=2, subplot_titles=["mean (Little's law holds)", "P90 (no Little's law)"], shared_yaxes=True
     )
+    n_cut = 0
     for j, st in enumerate(AB_STATS, start=1):
         ts = t[t.stat == st]
         for name, g in ts.groupby("estimator", sort=False):
             den = g.truth.abs().replace(0, np.nan)
             rec = g["mean"] / g.truth
+            cut = rec.abs() > TAIL_CLIP
+            n_cut += int(cut.sum())
             fig.add_trace(
                 go.Bar(
                     x=g.cell,
-                    y=rec.clip(-3, 3),
+                    y=rec.clip(-TAIL_CLIP, TAIL_CLIP),
+                    text=[f"{v:+.0f}×" if c else "" for v, c in zip(rec, cut)],
+                    textposition="inside",
+                    insidetextanchor="end",
+                    textangle=0,
+                    customdata=rec,
+                    hovertemplate=f"{estimator_label(name)}: %{{customdata:.2f}} x the true effect<extra>%{{x}}</extra>",
                     name=estimator_label(name),
                     legendgroup=name,
                     showlegend=j == 1,
                     marker_color=policy_color(name),
                     error_y=dict(
                         type="data",
-                        array=(g.sd / den / np.sqrt(_reps(summary))).clip(upper=3),
+                        array=(g.sd / den / np.sqrt(_reps(summary))).clip(upper=TAIL_CLIP).where(~cut, 0.0),
                         visible=True,
                         thickness=1.2,
                         width=3,
@@ -293,7 +305,8 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
             )
         fig.add_hline(y=1, line=dict(color=policy_color("truth"), dash="dash", width=2), row=1, col=j)
         fig.add_hline(y=0, line=dict(color="#888", dash="dot"), row=1, col=j)
-    fig.update_yaxes(range=[-3.2, 3.2], title_text="mean estimate / true effect (1 = unbiased)", row=1, col=1)
+    lim = TAIL_CLIP * 1.07
+    fig.update_yaxes(range=[-lim, lim], title_text="mean estimate / true effect (1 = unbiased)", row=1, col=1)
     mp = t[(t.stat == "p90") & (t.estimator == "mixed_dq")]
     wp = t[(t.stat == "p90") & (t.estimator == "wdq")]
     title = "Mixed DQ on P90"
@@ -308,7 +321,9 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
         barmode="group",
         title=dict(
             text=_wrap(title) + f"<br><sup>{_reps(summary)} experiments; "
-            "whiskers: standard error of the mean estimate</sup>"
+            "whiskers: standard error of the mean estimate"
+            + (f"; {n_cut} bar(s) beyond ±{TAIL_CLIP:g} cut at the axis, their value on the bar" if n_cut else "")
+            + "</sup>"
         ),
         height=540,
         margin=dict(t=110),

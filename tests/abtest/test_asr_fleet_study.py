@@ -136,6 +136,17 @@ def test_summary_matches_hand_computation_and_tables_are_consistent(tiny):
     ]
     for f in figs:
         assert f.layout.title.text and len(f.data) > 0
+    # a bar beyond the tail figure's axis is cut there, and says its value on the bar, in its hover and the subtitle
+    planted = s.copy()
+    cell = (planted.stat == "p90") & (planted.estimator == "mixed_dq")
+    planted.loc[cell, "mean"] = -15.0 * planted.loc[cell, "truth"]
+    fig = F.fig_tail(planted)
+    (bars,) = [t for t in fig.data if t.name == "mixed DQ" and t.xaxis == "x2"]
+    assert min(bars.y) == -F.TAIL_CLIP and all(np.isclose(bars.customdata, -15.0))
+    assert list(bars.text) == ["-15×"] * len(bars.y) and not any(bars.error_y.array)  # no whisker on a cut bar
+    assert min(fig.layout.yaxis.range) < -F.TAIL_CLIP and "cut at the axis" in fig.layout.title.text
+    for t in F.fig_tail(s).data:  # a label exactly where a bar is cut
+        assert [bool(x) for x in t.text] == [abs(v) > F.TAIL_CLIP for v in t.customdata]
 
 
 def test_p90_influence_cost_tracks_quantile_differences():
