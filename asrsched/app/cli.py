@@ -8,7 +8,8 @@
   ``figures/README.md`` (what ``bash scripts/main.sh`` does). Folders are under the project
   (``$ASRSCHED_ROOT``, the checkout at or above the current directory, or the current directory);
 * ``asrsched export FIG.html ... --formats pdf png`` — write exported figures again in other formats;
-* ``asrsched check-figures DIR|SVG ...`` — fail when exported text runs off the canvas or overlaps;
+* ``asrsched check-figures DIR|SVG ...`` — fail when exported figures hide data (clipped points with no label,
+  changes below -100 %) or have unreadable text (off the canvas, overlapping, a single-tick axis);
 * ``asrsched simulate --workload W --rate R --policy P`` — one simulator run, printed
   as ``vllm bench serve``-style metrics;
 * ``asrsched sweep --rates 1 5 10 --policies fcfs sjf hrrn`` — a cached, resumable sweep
@@ -231,9 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser(
         "check-figures",
-        help="fail when exported figures have clipped or overlapping text",
+        help="fail when exported figures hide data or have unreadable text",
         description="Render exported SVGs in Chromium and report text that runs off the canvas or "
-        "overlaps other text (exit 1). Example: asrsched check-figures figures/",
+        "overlaps other text, numeric axes with a single tick label, and (from the HTML export beside "
+        "each SVG) data clipped at a fixed axis range with no label saying its value and relative "
+        "changes below -100 %% (exit 1). Example: asrsched check-figures figures/",
     )
     c.add_argument("paths", nargs="+", help="SVG files or folders (searched recursively)")
     c.set_defaults(fn=_cmd_check_figures)

@@ -20,6 +20,9 @@ work as in JupyterLab.
   ``text``): no red stderr box of frozen tqdm lines, and no widget bar that Voila would restore as
   "Error displaying widget".
 * Tracebacks are shown in the page (``--hide-tracebacks`` to hide them).
+* The page shows each cell's outputs as soon as the cell has run (Voila's progressive rendering), not
+  a spinner until the whole notebook is done, and it opens with the parameter values in effect (those
+  set for this dashboard in bold).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from asrsched.app.params import (
 )
 from asrsched.app.runner import resolve
 
-__all__ = ["prepare", "voila_command", "main"]
+__all__ = ["prepare", "voila_command", "parameters_markdown", "show_parameters", "main"]
 
 # Runs in the dashboard's kernel before the notebook's own imports (hidden: Voila strips sources).
 # * the working directory is the notebook's own folder, as in JupyterLab and in batch runs;
@@ -59,6 +62,31 @@ _progress.install("text")
 import warnings as _warnings
 _warnings.showwarning = _progress.show_warning_as_line
 """
+
+# Appended to the injected cell: the parameter values in effect, at the top of the page.
+PARAMETERS_SHOWN = """
+import asrsched.app.dashboard as _dashboard
+_dashboard.show_parameters(globals(), {names!r}, {injected!r})
+"""
+
+
+def parameters_markdown(namespace: Mapping[str, Any], names: list[str], injected: list[str]) -> str:
+    """One paragraph: every parameter's value in ``namespace``, the ``injected`` ones in bold."""
+    parts = []
+    for n in names:
+        item = f"`{n} = {namespace.get(n)!r}`"
+        parts.append(f"**{item}**" if n in injected else item)
+    return (
+        "**Parameters in effect** (set for this dashboard in bold; the rest are the notebook's defaults): "
+        + ", ".join(parts)
+    )
+
+
+def show_parameters(namespace: Mapping[str, Any], names: list[str], injected: list[str]) -> None:
+    """Display :func:`parameters_markdown` (the dashboard's first output)."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(parameters_markdown(namespace, names, injected)))
 
 
 def prepare(
@@ -82,10 +110,12 @@ def prepare(
     check_parameters(nb_path, params)
     out_dir = Path(out_dir or paths.runs_dir(root) / "dashboard")
     cwd = paths.kernel_dir(nb_path, fallback=out_dir, root=root)
+    names = list(notebook_parameters(nb_path))
     nb = parameterize_notebook(load_notebook_node(str(nb_path)), params)
     for cell in nb.cells:
         if "injected-parameters" in cell.metadata.get("tags", []):
-            cell.source = DASHBOARD_PRELUDE.format(cwd=str(cwd)) + cell.source
+            shown = PARAMETERS_SHOWN.format(injected=sorted(params), names=names)
+            cell.source = DASHBOARD_PRELUDE.format(cwd=str(cwd)) + cell.source + "\n" + shown
             break
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / nb_path.name
@@ -112,6 +142,7 @@ def voila_command(
         f"--Voila.ip={ip}",
         f"--port={port}",
         f"--VoilaConfiguration.show_tracebacks={show_tracebacks}",
+        "--VoilaConfiguration.progressive_rendering=True",  # outputs as each cell finishes, not one spinner
         "--Voila.port_retries=0",
     ]
     cmd.append(f"--Voila.token={token or ''}")

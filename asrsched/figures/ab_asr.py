@@ -260,9 +260,10 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
     """Share of the true effect that wDQ, qDQ and mixed DQ recover, for means vs P90 (Bernoulli routing test).
 
     Bars: mean estimate / truth (1 = unbiased); error bars: the standard error of that mean over the
-    experiments (sd / sqrt(reps)), relative to the truth. The axis stops at +-3 (:data:`TAIL_CLIP`): a bar beyond it
-    ends at the axis without a whisker, says its value on the bar ("-15×") and in its hover, and the subtitle
-    counts the bars cut.
+    experiments (sd / sqrt(reps)), relative to the truth. The axis stops at +-3 (:data:`TAIL_CLIP`), or further
+    when an uncut bar's whisker reaches beyond it (a whisker is never cut): a bar beyond it ends at the axis
+    without a whisker, says its value on the bar ("-15×") and in its hover, and the subtitle counts the bars
+    cut.
     """
     t = tail_table(summary)
     t = t[t.estimator.isin(["qdq", "wdq", "mixed_dq"])].copy()
@@ -271,6 +272,7 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
         rows=1, cols=2, subplot_titles=["mean (Little's law holds)", "P90 (no Little's law)"], shared_yaxes=True
     )
     n_cut = 0
+    reach = 0.0  # the farthest whisker end of an uncut bar in the first panel: the axis shows it whole
     for j, st in enumerate(AB_STATS, start=1):
         ts = t[t.stat == st]
         for name, g in ts.groupby("estimator", sort=False):
@@ -278,6 +280,9 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
             rec = g["mean"] / g.truth
             cut = rec.abs() > TAIL_CLIP
             n_cut += int(cut.sum())
+            se = (g.sd / den / np.sqrt(_reps(summary))).where(~cut, 0.0)
+            if j == 1 and (~cut).any():
+                reach = max(reach, float(np.nanmax((rec.abs() + se.fillna(0))[~cut])))
             fig.add_trace(
                 go.Bar(
                     x=g.cell,
@@ -294,7 +299,7 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
                     marker_color=policy_color(name),
                     error_y=dict(
                         type="data",
-                        array=(g.sd / den / np.sqrt(_reps(summary))).clip(upper=TAIL_CLIP).where(~cut, 0.0),
+                        array=se,
                         visible=True,
                         thickness=1.2,
                         width=3,
@@ -305,7 +310,7 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
             )
         fig.add_hline(y=1, line=dict(color=policy_color("truth"), dash="dash", width=2), row=1, col=j)
         fig.add_hline(y=0, line=dict(color="#888", dash="dot"), row=1, col=j)
-    lim = TAIL_CLIP * 1.07
+    lim = max(TAIL_CLIP, reach) * 1.07
     fig.update_yaxes(range=[-lim, lim], title_text="mean estimate / true effect (1 = unbiased)", row=1, col=1)
     mp = t[(t.stat == "p90") & (t.estimator == "mixed_dq")]
     wp = t[(t.stat == "p90") & (t.estimator == "wdq")]

@@ -32,7 +32,6 @@ __all__ = [
     "fig_search",
     "estimator_color",
     "ordered_estimators",
-    "log125_ticks",
     "wrap",
 ]
 
@@ -55,27 +54,13 @@ def wrap(text: str, width: int = 80) -> str:
     return "<br>".join(textwrap.wrap(str(text), width)) or str(text)
 
 
-def log125_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
-    """1-2-5 tick values between ``lo`` and ``hi`` (> 0) with full-number labels (0.5, 1, 2, 5, 10)."""
-    if not (np.isfinite(lo) and np.isfinite(hi)) or lo <= 0 or hi <= 0:
-        return [], []
-    vals = []
-    for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
-        for m in (1, 2, 5):
-            v = m * 10.0**e
-            if lo / 1.01 <= v <= hi * 1.01:
-                vals.append(v)
-    if len(vals) < 2:  # a narrow range: add its ends
-        vals = sorted({*vals, float(f"{lo:.2g}"), float(f"{hi:.2g}")})
-    return vals, [f"{v:g}" for v in vals]
-
-
 def _log_axis(fig: go.Figure, values, axis: str = "yaxis", **kw) -> None:
+    """A log axis when ``values`` has a positive number; its 1-2-5 ticks (and, for data narrower than one
+    step, its range) come from the layout pass (:func:`asrsched.figures.layout.apply_log_ticks`)."""
     v = np.asarray([x for x in values if x is not None and np.isfinite(x) and x > 0], float)
     if v.size == 0:
         return
-    tv, tt = log125_ticks(v.min() / 1.2, v.max() * 1.2)
-    fig.update_layout(**{axis: dict(type="log", tickvals=tv, ticktext=tt, **kw)})
+    fig.update_layout(**{axis: dict(type="log", **kw)})
 
 
 def _reps(summary: pd.DataFrame) -> str:

@@ -211,33 +211,60 @@ def _positive(values) -> np.ndarray:
     return a[np.isfinite(a) & (a > 0)]
 
 
+def _extent(tr, letter: str) -> np.ndarray:
+    """A trace's positive values on one axis, with the ends of its error bars (``type="data"``)."""
+    vals = _positive(getattr(tr, letter, None))
+    err = getattr(tr, f"error_{letter}", None)
+    if err is None or err.visible is False or err.array is None or (err.type or "data") != "data":
+        return vals
+    v = np.asarray(getattr(tr, letter), dtype=float).ravel()
+    plus = np.resize(np.asarray(err.array, dtype=float), len(v))
+    symmetric = err.symmetric if err.symmetric is not None else err.arrayminus is None  # plotly's default
+    minus = plus if symmetric else np.resize(np.asarray(err.arrayminus, dtype=float), len(v))
+    return np.concatenate([vals, _positive(v + plus), _positive(v - minus)])
+
+
 def apply_log_ticks(fig: go.Figure) -> go.Figure:
     """Give every log axis without explicit ticks 1-2-5 ticks with full-number labels (in place).
 
-    The range is the axis's own ``range`` (log10 units) if set, else the data of its traces. Axes
-    whose ticks this function set before are recomputed (a redrawn explorer).
+    The range is the axis's own ``range`` (log10 units) if set, else the data of its traces with
+    their error bars. When the data span less than one 1-2-5 step, so that one tick label or none
+    would be drawn, the axis range is widened to the ticks just below and above the data: a log
+    axis always shows at least two labels (the figure check fails on a single one). Axes whose
+    ticks or range this function set before are recomputed (a redrawn explorer).
     """
-    mine = set((fig.layout.meta or {}).get("asrsched_log_ticks", [])) if isinstance(fig.layout.meta, dict) else set()
-    done = []
+    meta = dict(fig.layout.meta) if isinstance(fig.layout.meta, dict) else {}
+    mine = set(meta.get("asrsched_log_ticks", []))
+    widened = set(meta.get("asrsched_log_range", []))
+    done, wide = [], []
     for letter in ("x", "y"):
         for name, ax in _axes(fig, letter):
             if ax.type != "log" or (ax.tickvals is not None and name not in mine):
                 continue
-            if ax.range is not None and None not in tuple(ax.range):
+            fixed = ax.range is not None and None not in tuple(ax.range) and name not in widened
+            if fixed:
                 lo, hi = 10 ** float(ax.range[0]), 10 ** float(ax.range[1])
             else:
-                vals = np.concatenate(
-                    [_positive(getattr(tr, letter, None)) for tr in _traces_on(fig, name)] or [np.array([])]
-                )
+                vals = np.concatenate([_extent(tr, letter) for tr in _traces_on(fig, name)] or [np.array([])])
                 if not len(vals):
                     continue
                 lo, hi = float(vals.min()), float(vals.max())
             tv, tt = log_ticks(lo, hi)
             ax.update(tickmode="array", tickvals=tv, ticktext=tt)
             done.append(name)
+            inside = [v for v in tv if lo * 0.999 <= v <= hi * 1.001]
+            if not fixed and len(inside) < 2:
+                below = max([v for v in tv if v <= lo] or [lo])
+                above = min([v for v in tv if v >= hi] or [hi])
+                a, b = math.log10(below), math.log10(above)
+                pad = 0.04 * (b - a or 1.0)
+                ax.update(range=[a - pad, b + pad], autorange=False)
+                wide.append(name)
+            elif name in widened:
+                ax.update(range=None, autorange=True)
     if done or mine:
-        meta = dict(fig.layout.meta) if isinstance(fig.layout.meta, dict) else {}
         meta["asrsched_log_ticks"] = sorted(set(done))
+        meta["asrsched_log_range"] = sorted(set(wide))
         fig.layout.meta = meta
     return fig
 

@@ -1,8 +1,15 @@
-"""The layout check: exported SVGs rendered in a real browser, text off the canvas or overlapping reported.
+"""The figure check: exported SVGs rendered in a real browser; hidden data and unreadable text reported.
 
 :func:`check_svgs` renders exported SVGs in Chromium (Playwright, Debian's ``/usr/bin/chromium``)
-and reports text that runs off the canvas or overlaps other text, from the browser's own text
-boxes: what :func:`asrsched.figures.layout.apply_layout` estimates from the font, measured.
+and reports, from the browser's own text boxes (what :func:`asrsched.figures.layout.apply_layout`
+estimates from the font, measured):
+
+* text that runs off the canvas or overlaps other text (tick labels, legend, titles);
+* a numeric axis drawn with a single tick label (:func:`asrsched.figures.data_check.tick_problems`);
+
+and, from the figure inside the HTML export beside the SVG (same name), the data rules of
+:func:`asrsched.figures.data_check.data_problems`: points clipped at a fixed axis range with no label
+saying their value, and relative changes below -100 %.
 Command line (exit status 1 on any problem, 2 on bad input)::
 
     python -m asrsched.figures.layout_check figures/          # the gallery, or any folder of exports
@@ -14,11 +21,17 @@ Command line (exit status 1 on any problem, 2 on bad input)::
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["check_svgs", "main"]
+from asrsched.figures.data_check import data_problems, tick_problems
+from asrsched.figures.reexport import html_figure_parts
+
+__all__ = ["check_svgs", "figure_problems", "main"]
+
+_TICK_GROUP = re.compile(r"<\s*([xy]\d*)tick$")
 
 
 _MEASURE_JS = """() => {
@@ -69,6 +82,31 @@ def _problems(measured: dict, tol: float = 1.0) -> list[str]:
     return out
 
 
+def _tick_labels(measured: dict) -> dict[str, list[str]]:
+    """The tick labels the browser drew, per axis (``"x"``, ``"y2"``), from the measured text boxes."""
+    out: dict[str, list[str]] = {}
+    for b in measured["boxes"]:
+        m = _TICK_GROUP.search(b["cls"].strip())
+        if m:
+            out.setdefault(m.group(1), []).append(b["text"])
+    return out
+
+
+def figure_problems(svg: Path, measured: dict) -> list[str]:
+    """Every problem of one exported figure: its text (measured in the browser), its ticks, and the
+    data rules on the figure in the HTML export beside it (when there is one)."""
+    out = _problems(measured) + tick_problems(_tick_labels(measured))
+    html = svg.with_suffix(".html")
+    if html.is_file():
+        try:
+            data, layout = html_figure_parts(html)
+        except (ValueError, OSError) as e:
+            out.append(f"{html.name}: the figure could not be read back ({e})")
+        else:
+            out += data_problems(data, layout)
+    return out
+
+
 def _svg_files(paths: Iterable[str | Path]) -> list[Path]:
     out: list[Path] = []
     for p in map(Path, paths):
@@ -82,7 +120,8 @@ def _svg_files(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def check_svgs(paths: Iterable[str | Path], *, chromium: str | None = None) -> dict[Path, list[str]]:
-    """Render each SVG (files, or every ``*.svg`` under folders) in Chromium and list its text problems.
+    """Render each SVG (files, or every ``*.svg`` under folders) in Chromium and list its problems
+    (:func:`figure_problems`).
 
     Returns ``{svg path: [problem, ...]}`` for every file (an empty list when it is clean).
     Needs ``playwright`` (the ``dev`` extra) and Debian's chromium; never downloads a browser.
@@ -120,18 +159,20 @@ def check_svgs(paths: Iterable[str | Path], *, chromium: str | None = None) -> d
             for f in files:
                 page.goto(f.resolve().as_uri())
                 page.wait_for_selector("svg", timeout=30_000)
-                result[f] = _problems(page.evaluate(_MEASURE_JS))
+                result[f] = figure_problems(f, page.evaluate(_MEASURE_JS))
         finally:
             browser.close()
     return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m asrsched.figures.layout_check PATH ...``: exit 1 if any exported SVG has text
-    off the canvas or overlapping."""
+    """``python -m asrsched.figures.layout_check PATH ...``: exit 1 if any exported figure has a problem
+    (text off the canvas or overlapping, a single-tick axis, clipped data without a label, a change
+    below -100 %)."""
     ap = argparse.ArgumentParser(
         prog="python -m asrsched.figures.layout_check",
-        description="Render exported SVGs in Chromium and report text off the canvas or overlapping.",
+        description="Render exported SVGs in Chromium and report text off the canvas or overlapping, "
+        "single-tick axes, clipped data without a label and relative changes below -100 %.",
     )
     ap.add_argument("paths", nargs="+", help="SVG files or folders (searched recursively)")
     args = ap.parse_args(argv)
@@ -145,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{f}:")
         for line in probs:
             print(f"  {line}")
-    print(f"{len(res)} figures checked, {len(bad)} with text problems")
+    print(f"{len(res)} figures checked, {len(bad)} with problems")
     return 1 if bad or not res else 0
 
 

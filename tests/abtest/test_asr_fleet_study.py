@@ -147,6 +147,20 @@ def test_summary_matches_hand_computation_and_tables_are_consistent(tiny):
     assert min(fig.layout.yaxis.range) < -F.TAIL_CLIP and "cut at the axis" in fig.layout.title.text
     for t in F.fig_tail(s).data:  # a label exactly where a bar is cut
         assert [bool(x) for x in t.text] == [abs(v) > F.TAIL_CLIP for v in t.customdata]
+    # the figure check's data rules pass it: cut bars say their value, and no whisker of an uncut bar is cut
+    from asrsched.figures.data_check import data_problems
+
+    for f in (fig, F.fig_tail(s)):
+        j = f.to_plotly_json()
+        assert data_problems(j["data"], j["layout"]) == []
+    wide = s.copy()  # a bar just inside the axis whose whisker reaches past it widens the axis
+    wcell = (wide.stat == "mean") & (wide.estimator == "wdq")
+    wide.loc[wcell, "mean"] = 2.9 * wide.loc[wcell, "truth"]
+    wide.loc[wcell, "sd"] = 2.0 * wide.loc[wcell, "truth"].abs() * np.sqrt(wide.loc[wcell, "reps"])
+    wf = F.fig_tail(wide)
+    assert max(wf.layout.yaxis.range) >= 4.9 * 1.07 - 1e-9
+    j = wf.to_plotly_json()
+    assert data_problems(j["data"], j["layout"]) == []
 
 
 def test_p90_influence_cost_tracks_quantile_differences():

@@ -29,10 +29,20 @@ def test_prepare_injects_parameters_and_keeps_the_notebook_folder_as_cwd(tmp_pat
     assert "N_REQUESTS = 1200" in injected and 'PHASES = [[0, "librispeech"], [60, "uniform"]]' in injected
     assert '_os.environ["ASRSCHED_PROGRESS"] = "text"' in injected  # progress as plain lines, no stderr box
     assert "_warnings.showwarning" in injected  # warnings as one stdout line
+    assert "_dashboard.show_parameters(globals(), ['RATE', 'PHASES'," in injected  # the values in effect, shown
+    assert "['N_REQUESTS', 'PHASES'])" in injected
     params_only = "\n".join(line for line in injected.splitlines() if not line.startswith(("_", "import")))
     ns = {}
     exec(code[0].source + "\n" + params_only, ns)  # later assignments win
     assert ns["N_REQUESTS"] == 1200 and ns["RATE"] == 10.0
+
+
+def test_the_page_opens_with_the_parameters_in_effect_the_injected_ones_in_bold():
+    from asrsched.app.dashboard import parameters_markdown
+
+    md = parameters_markdown({"RATE": 8, "SEED": 0, "PHASES": [[0, "uniform"]]}, ["RATE", "PHASES", "SEED"], ["RATE"])
+    assert md.endswith("**`RATE = 8`**, `PHASES = [[0, 'uniform']]`, `SEED = 0`")
+    assert "--VoilaConfiguration.progressive_rendering=True" in voila_command("x.ipynb")
 
 
 def test_unknown_parameter_or_notebook_fails_before_anything_is_written(tmp_path, capsys):
@@ -89,7 +99,9 @@ def test_dry_run_prints_a_loopback_voila_command_with_a_token(tmp_path, capsys):
     src = nbformat.read(tmp_path / "d" / "02_policy_sweep.ipynb", as_version=4).cells
     injected = next(c.source for c in src if "injected-parameters" in c.metadata.get("tags", []))
     # "*" applies only where the notebook has the parameter (02 has no SEED); -p wins over the file
-    assert "N_REQUESTS = 400" in injected and "RATES = [19]" in injected and "SEED" not in injected
+    assert (
+        "N_REQUESTS = 400" in injected and "RATES = [19]" in injected and "\nSEED" not in injected
+    )  # not injected (named only in the shown list)
     assert voila_command("x.ipynb", token=None)[-1] == "--Voila.token="  # --no-token: no auth, loopback
 
 

@@ -63,6 +63,21 @@ def test_log_axes_get_ticks_from_their_own_data_in_subplots():
     assert apply_log_ticks(g).layout.xaxis.tickvals == (1, 100)
 
 
+def test_a_log_axis_narrower_than_one_step_is_widened_to_two_ticks_and_back_when_redrawn():
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[1.6, 2.4], error_y=dict(type="data", array=[0.1, 0.4])))
+    fig.update_yaxes(type="log")
+    apply_log_ticks(fig)
+    lo, hi = (10**v for v in fig.layout.yaxis.range)
+    shown = [v for v in fig.layout.yaxis.tickvals if lo <= v <= hi]
+    assert shown == [1, 2, 5] and lo < 1 and hi > 5  # the error bar's end 2.8 is inside too
+    # an explorer redraws with wider data: the range it set is given back to autorange
+    fig.data[0].y = [0.3, 40]
+    fig.data[0].error_y = None
+    apply_log_ticks(fig)
+    assert fig.layout.yaxis.autorange is True and fig.layout.yaxis.range is None
+    assert fig.layout.yaxis.ticktext[0] == "0.5" and fig.layout.yaxis.ticktext[-1] == "20"
+
+
 def test_axis_titles_longer_than_their_axis_wrap():
     fig = go.Figure(go.Scatter(x=[1, 2], y=[1, 2]))
     long = "relative bias of the estimated effect on the mean response time under Markovian interference"
@@ -248,6 +263,21 @@ def _stress_figure() -> go.Figure:
     return fig
 
 
+def _planted_figures() -> dict[str, go.Figure]:
+    """Figures that hide data or cannot be read, each with one planted fault the check must name."""
+    clipped = go.Figure(go.Bar(x=["naive", "DQ", "mixed DQ"], y=[0.8, -15.0, 1.2], name="estimate / truth"))
+    clipped.update_yaxes(range=[-3, 3], title_text="mean estimate / true effect")
+    one_tick = go.Figure(go.Scatter(x=[100, 200, 400], y=[5.01, 5.02, 5.03], mode="lines+markers"))
+    one_tick.update_yaxes(range=[4.96, 5.04], dtick=1, title_text="P50 E2EL (s)")
+    ratio = go.Figure(
+        go.Scatter(x=[0.5, 0.95], y=[-20.0, -73.0], mode="markers", error_y=dict(type="data", array=[5.0, 74.0]))
+    )
+    ratio.update_yaxes(title_text="change vs FCFS (%)")
+    for f, t in ((clipped, "A clipped bar"), (one_tick, "A single tick"), (ratio, "A symmetric interval on a ratio")):
+        f.update_layout(title=t, xaxis_title="x")
+    return {"planted_clipped_bar": clipped, "planted_single_tick": one_tick, "planted_change_below_100": ratio}
+
+
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory):
     """Every figure exported as SVG through export_figure, then measured in chromium once."""
@@ -275,7 +305,17 @@ def checked(tmp_path_factory):
     raw = root / "raw"
     raw.mkdir()
     _stress_figure().write_image(raw / "stress_raw.svg", width=style.PRINT_WIDTH, height=style.PRINT_HEIGHT)
-    return {"figs": sorted(figs), "errors": errors, "problems": check_svgs([root / "layout", raw / "stress_raw.svg"])}
+    # planted faults, exported as the main job exports (HTML beside the SVG: the data rules read it)
+    with style.export_session():
+        for name, fig in _planted_figures().items():
+            style.export_figure(fig, name, "planted", root=root, formats=("html", "svg"))
+    return {
+        "figs": sorted(figs),
+        "built": figs,
+        "errors": errors,
+        "problems": check_svgs([root / "layout", raw / "stress_raw.svg"]),
+        "planted": {p.stem: v for p, v in check_svgs([root / "planted"]).items()},
+    }
 
 
 @needs_browser
@@ -290,6 +330,30 @@ def test_no_text_runs_off_the_canvas_or_overlaps(checked):
     bad = {p.name: probs for p, probs in checked["problems"].items() if probs and p.name != "stress_raw.svg"}
     assert len(checked["problems"]) >= len(checked["figs"])
     assert not bad, "\n".join(f"{k}: {v}" for k, v in bad.items())
+
+
+@needs_browser
+def test_the_figures_of_every_module_pass_the_data_rules(checked):
+    from asrsched.figures.data_check import data_problems
+
+    bad = {}
+    for name, fig in checked["built"].items():
+        j = apply_layout(go.Figure(fig), style.PRINT_WIDTH, style.PRINT_HEIGHT).to_plotly_json()
+        if probs := data_problems(j["data"], j["layout"]):
+            bad[name] = probs
+    assert not bad, bad
+
+
+@needs_browser
+def test_the_check_fails_on_planted_hidden_data_and_a_single_tick(checked):
+    planted = checked["planted"]
+    assert set(planted) == {"planted_clipped_bar", "planted_single_tick", "planted_change_below_100"}, planted
+    clipped = planted["planted_clipped_bar"]
+    assert len(clipped) == 1 and "outside the fixed y range [-3, 3]" in clipped[0] and "-15" in clipped[0], clipped
+    one = planted["planted_single_tick"]
+    assert len(one) == 1 and one[0].startswith("axis y has a single tick label ('5')"), one
+    ratio = planted["planted_change_below_100"]
+    assert len(ratio) == 1 and "interval reaches -147.0 %" in ratio[0], ratio
 
 
 @needs_browser
