@@ -2,7 +2,7 @@
 
 Every builder returns a plotly figure in the house style (:mod:`asrsched.figures.style`)
 with a title that states what the data shows and axis titles with units.
-Languages and duration sources take their colours from :func:`asrsched.figures.style.policy_color`.
+Languages take their colours from :func:`language_color` (one hue each, :data:`LANGUAGE_COLORS`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from asrsched.profiling.fit import KappaFit
 from asrsched.profiling.measure import CLOCKS
 
 __all__ = [
+    "LANGUAGE_COLORS",
+    "language_color",
     "TOKEN_LABELS",
     "DURATION_LABELS",
     "fig_kappa",
@@ -42,32 +44,84 @@ DURATION_LABELS = {
 }
 
 
+#: one colour per profiled language (Okabe-Ito), each of its own hue: a language's κ band is a pale tint
+#: of its colour, and a tint keeps only the hue (two blues, as the hashed policy colours gave Spanish
+#: and Indonesian, read as one language once tinted)
+LANGUAGE_COLORS = {"en": "#0072B2", "es": "#D55E00", "de": "#009E73", "id": "#CC79A7"}
+
+
+def language_color(lang: str) -> str:
+    """A language's colour in every profiling figure: :data:`LANGUAGE_COLORS`, else
+    :func:`asrsched.figures.style.policy_color`'s stable fallback."""
+    return LANGUAGE_COLORS.get(str(lang), policy_color(str(lang)))
+
+
+def _tint(color: str, alpha: float) -> str:
+    """``#rrggbb`` as ``rgba(r, g, b, alpha)``."""
+    r, g, b = (int(color.lstrip("#")[i : i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r}, {g}, {b}, {alpha})"
+
+
 def _lang_name(lang: str) -> str:
     return {"en": "English", "es": "Spanish", "de": "German", "id": "Indonesian"}.get(lang, lang)
 
 
+def _names(clips, most: int = 3) -> str:
+    clips = list(clips)
+    return ", ".join(clips[:most]) + (f" and {len(clips) - most} more" if len(clips) > most else "")
+
+
 def fig_kappa(rows: pd.DataFrame, kfit: KappaFit, *, held: pd.DataFrame | None = None) -> go.Figure:
-    """Tokens vs duration per language with the kappa line and its bootstrap CI; residuals below."""
+    """Tokens vs duration per language with the kappa line and its bootstrap CI; residuals below.
+
+    ``rows``: the table ``kfit`` was fitted on (its outliers are found by row label, language,
+    duration and tokens: ``KappaFit.outlier_mask``). Each language's
+    markers, line and CI band (a tint with edges) share its colour (:func:`language_color`). Clips
+    the outlier rule left out are drawn as ``x`` and named beside it (hover: the clip and why); one
+    above the axis, which the kept clips set, sits on its edge as a triangle. The title gives each
+    κ, the smallest R² and the count of the kept clips; the subtitle the clips left out and the rule.
+    A language too thin to fit shows its clips without a line, and the subtitle says why.
+    """
     tok, dur = kfit.tokens, kfit.duration
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.72, 0.28], vertical_spacing=0.06)
-    d = rows[rows["ok"].astype(bool)]
+    d = rows[rows["ok"].astype(bool)] if "ok" in rows else rows
+    d = d[np.isfinite(pd.to_numeric(d[dur], errors="coerce")) & np.isfinite(pd.to_numeric(d[tok], errors="coerce"))]
+    out = kfit.outlier_mask(d)
+    lang = d["language"].astype(str)
+    fitted = set(kfit.table["language"])
+    shown = d[~out & lang.isin(fitted | set(kfit.skipped))]
+    h = held if held is not None and len(held) else d.iloc[:0]
+    h = h[h["ok"].astype(bool)] if "ok" in h else h
     xmax = float(d[dur].max()) * 1.05 if len(d) else 1.0
     xs = np.linspace(0, xmax, 50)
+    # the kept clips and the CI bands set the axis (a band ends below its kept clips' largest rate x xmax)
+    top = 1.08 * max([float(shown[tok].max()) if len(shown) else 1.0, *(kfit.table["ci_high"] * xmax)])
+    sf = shown[shown["language"].astype(str).isin(fitted)]
+    res = sf[tok] - sf["language"].astype(str).map(kfit.kappa) * sf[dur]
+    rlim = 1.15 * float(res.abs().max()) if len(res) and res.abs().max() > 0 else 1.0
+    names = d["utt_id"].astype(str) if "utt_id" in d else pd.Series(d.index.astype(str), index=d.index)
+    names = names.where(~out, out.index.map(dict(zip(kfit.outliers["row"], kfit.outliers["clip"]))))
+    why = dict(zip(kfit.outliers["row"], kfit.outliers["reason"]))
     for r in kfit.table.itertuples():
-        c = policy_color(r.language)
-        g = d[d["language"] == r.language]
-        lab = f"{_lang_name(r.language)}: κ={r.kappa:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}] /s, R²={r.r2:.2f}"
+        c = language_color(r.language)
+        g = d[(lang == r.language) & ~out]
+        o = d[(lang == r.language) & out]
+        k_out = int(getattr(r, "n_outliers", 0))
+        lab = f"{_lang_name(r.language)}: κ={r.kappa:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}] /s, R²={r.r2:.2f}, n={r.n}"
+        lab += f", {k_out} left out" if k_out else ""
+        ci_hover = f"{_lang_name(r.language)} 95 % CI: κ in [{r.ci_low:.2f}, {r.ci_high:.2f}] /s<extra></extra>"
         fig.add_trace(
             go.Scatter(
                 x=np.r_[xs, xs[::-1]],
                 y=np.r_[r.ci_high * xs, r.ci_low * xs[::-1]],
                 fill="toself",
-                fillcolor=c,
-                opacity=0.15,
-                line=dict(width=0),
-                hoverinfo="skip",
+                fillcolor=_tint(c, 0.18),
+                mode="lines",
+                line=dict(color=c, width=1, dash="dot"),
+                hovertemplate=ci_hover,
                 showlegend=False,
                 legendgroup=r.language,
+                name=f"{_lang_name(r.language)} CI",
             ),
             row=1,
             col=1,
@@ -87,8 +141,9 @@ def fig_kappa(rows: pd.DataFrame, kfit: KappaFit, *, held: pd.DataFrame | None =
                 marker=dict(color=c, size=8),
                 showlegend=False,
                 legendgroup=r.language,
-                text=g["utt_id"],
-                hovertemplate="%{text}<br>%{x:.2f} s, %{y} tokens",
+                name=_lang_name(r.language),
+                text=names[g.index],
+                hovertemplate="%{text}<br>%{x:.2f} s, %{y} tokens<extra></extra>",
             ),
             row=1,
             col=1,
@@ -101,39 +156,133 @@ def fig_kappa(rows: pd.DataFrame, kfit: KappaFit, *, held: pd.DataFrame | None =
                 marker=dict(color=c, size=7),
                 showlegend=False,
                 legendgroup=r.language,
+                name=_lang_name(r.language),
+                text=names[g.index],
+                hovertemplate="%{text}<br>%{x:.2f} s, residual %{y:.1f} tokens<extra></extra>",
             ),
             row=2,
             col=1,
         )
-        if held is not None and len(held):
-            h = held[(held["language"] == r.language) & held["ok"].astype(bool)]
+        if len(o):
+            _outlier_traces(fig, o, names, why, kfit, float(r.kappa), c, top, rlim, r.language)
+        hl = h[h["language"].astype(str) == r.language]
+        if len(hl):
+            hy = hl[tok].to_numpy(float)
             fig.add_trace(
                 go.Scatter(
-                    x=h[dur],
-                    y=h[tok],
+                    x=hl[dur],
+                    y=np.where(hy > top, 0.96 * top, hy),
+                    cliponaxis=False,
                     mode="markers",
                     showlegend=False,
                     legendgroup=r.language,
-                    marker=dict(color="white", size=9, line=dict(color=c, width=2)),
-                    hovertemplate="held back: %{x:.2f} s, %{y} tokens",
+                    name=f"{_lang_name(r.language)} held back",
+                    marker=dict(
+                        color="white",
+                        size=9,
+                        line=dict(color=c, width=2),
+                        symbol=np.where(hy > top, "triangle-up", "circle"),
+                    ),
+                    customdata=hy,
+                    hovertemplate="held back: %{x:.2f} s, %{customdata:.0f} tokens<extra></extra>",
                 ),
                 row=1,
                 col=1,
             )
+    for lg in sorted(kfit.skipped):  # its clips without a line; the subtitle says why
+        g = d[(lang == lg) & ~out]
+        if len(g):
+            fig.add_trace(
+                go.Scatter(
+                    x=g[dur],
+                    y=g[tok],
+                    mode="markers",
+                    marker=dict(color=language_color(lg), size=8, symbol="circle-open"),
+                    name=f"{_lang_name(lg)}: not fitted",
+                    legendgroup=lg,
+                    text=names[g.index],
+                    hovertemplate="%{text}<br>%{x:.2f} s, %{y} tokens<extra>" + f"{_lang_name(lg)}: not fitted</extra>",
+                ),
+                row=1,
+                col=1,
+            )
+        o = d[(lang == lg) & out]
+        if len(o):
+            _outlier_traces(fig, o, names, why, kfit, None, language_color(lg), top, rlim, lg)
     fig.add_hline(y=0, line=dict(color="#888", dash="dot"), row=2, col=1)
-    ks = ", ".join(f"{r.language} {r.kappa:.1f}" for r in kfit.table.itertuples())
-    r2 = kfit.table["r2"].min() if len(kfit.table) else float("nan")
-    n = int(kfit.table["n"].sum()) if len(kfit.table) else 0
+    fig.update_yaxes(range=[0, top], row=1, col=1)
+    fig.update_yaxes(range=[-rlim, rlim], row=2, col=1)
+    t = kfit.table
+    ks = ", ".join(f"{r.language} {r.kappa:.1f}" for r in t.itertuples())
+    r2 = t["r2"].min() if len(t) else float("nan")
+    n = int(t["n"].sum()) if len(t) else 0
+    sub = _kappa_subtitle(kfit)
     fig.update_layout(
         title=f"{TOKEN_LABELS.get(tok, tok).capitalize()} against duration: κ = {ks} per s "
-        f"(line through the origin, R² ≥ {r2:.2f}, n={n})",
-        legend=dict(x=0.01, y=0.99, xanchor="left"),
-        height=620,
+        f"(line through the origin, R² ≥ {r2:.2f}, n={n} clips kept)<br><sup>{sub}</sup>",
+        legend=dict(orientation="h", x=0, y=-0.24, xanchor="left", yanchor="top"),
+        margin=dict(b=170),
+        height=660,
     )
     fig.update_xaxes(title_text=f"{DURATION_LABELS.get(dur, dur)} (s)", row=2, col=1)
     fig.update_yaxes(title_text=f"{TOKEN_LABELS.get(tok, tok)} (count)", row=1, col=1)
     fig.update_yaxes(title_text="residual (tokens)", row=2, col=1)
     return fig
+
+
+def _kappa_subtitle(kfit: KappaFit) -> str:
+    """The clips left out (how many, which), the rule, and the languages not fitted."""
+    o = kfit.outliers
+    parts = []
+    if len(o):
+        per = "; ".join(f"{lg}: {_names(g['clip'])}" for lg, g in o.groupby("language", sort=True))
+        parts.append(
+            f"{len(o)} clip{'s' if len(o) > 1 else ''} left out of the fit, marked × (▲ beyond the axis): {per}"
+        )
+    elif kfit.rule and not kfit.rule.startswith("no outlier rule"):
+        parts.append("no clip left out")
+    if kfit.rule:
+        parts.append(kfit.rule)
+    parts += [f"{lg} not fitted: {why}" for lg, why in sorted(kfit.skipped.items())]
+    return "; ".join(parts)
+
+
+def _outlier_traces(fig, o, names, why, kfit, kappa, c, top, rlim, language) -> None:
+    """The clips left out: ``x`` at their place, a triangle on the edge when beyond it; the residual panel
+    too when the language has a ``kappa``."""
+    tok, dur = kfit.tokens, kfit.duration
+    y = o[tok].to_numpy(float)
+    info = np.c_[names[o.index].to_numpy(object), o[tok].to_numpy(float), [why.get(i, "") for i in o.index]]
+    panels = [(1, y, 0.0, top)]
+    if kappa is not None:
+        panels.append((2, y - kappa * o[dur].to_numpy(float), -rlim, rlim))
+    for row, val, lo, hi in panels:
+        beyond = (val > hi) | (val < lo)
+        fig.add_trace(
+            go.Scatter(
+                x=o[dur],
+                y=np.where(val > hi, 0.96 * hi, np.where(val < lo, lo + 0.04 * (hi - lo), val)),
+                cliponaxis=False,
+                mode="markers+text" if row == 1 else "markers",
+                marker=dict(
+                    color=c,
+                    size=12,
+                    symbol=np.where(beyond, np.where(val > hi, "triangle-up", "triangle-down"), "x"),
+                    line=dict(color="white", width=1),
+                ),
+                text=names[o.index] if row == 1 else None,
+                textposition="middle right",
+                textfont=dict(color=c),
+                customdata=info,
+                showlegend=False,
+                legendgroup=language,
+                name=f"{_lang_name(language)} left out",
+                hovertemplate="left out: %{customdata[0]}<br>%{x:.2f} s, %{customdata[1]:.0f} tokens"
+                "<br>%{customdata[2]}<extra></extra>",
+            ),
+            row=row,
+            col=1,
+        )
 
 
 def fig_time_model(
@@ -155,7 +304,7 @@ def fig_time_model(
         subplot_titles=("time vs tokens (line: 1 window; squares: 2+)", "predicted vs measured service time"),
     )
     for lang, g in d.groupby("language"):
-        c = policy_color(lang)
+        c = language_color(lang)
         sym = np.where(g["windows_nominal"].to_numpy(float) > 1, "square-open", "circle")
         fig.add_trace(
             go.Scatter(
@@ -234,7 +383,7 @@ def fig_rtf(rows: pd.DataFrame) -> go.Figure:
                 y=g["rtf"],
                 mode="markers",
                 name=f"{_lang_name(lang)}" + (" (with silence)" if sil else ""),
-                marker=dict(color=policy_color(lang), size=9, symbol="diamond-open" if sil else "circle"),
+                marker=dict(color=language_color(lang), size=9, symbol="diamond-open" if sil else "circle"),
             )
         )
     short, long = d[d["audio_s"] < 5]["rtf"], d[d["audio_s"] >= 10]["rtf"]
@@ -401,7 +550,7 @@ def fig_kappa_text(text_table: pd.DataFrame, profiled: dict | None = None) -> go
         xaxis_title="language",
         scattermode="group",
         legend=dict(orientation="h", x=0, y=-0.2, xanchor="left", yanchor="top"),
-        margin=dict(b=150),
+        margin=dict(b=170),
         height=560,
     )
     return fig

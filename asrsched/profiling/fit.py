@@ -2,7 +2,7 @@
 
 Each step usable alone, on a measurement table (:data:`asrsched.profiling.measure.COLUMNS`)::
 
-    fit_kappa(train)                     tokens = kappa x duration, bootstrap CI, R^2
+    fit_kappa(train)                     tokens = kappa x duration, outliers left out, bootstrap CI, R^2
     fit_service_model(train, kappa)      windows x enc + tokens x step + overhead
     split_holdout(rows) / validate_holdout(model, held)
                                          simulator vs measured mean service time
@@ -25,16 +25,19 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from asrsched.core.service import ServiceModel
+from asrsched.core.stats import percentile_ci
 from asrsched.profiling.measure import CLOCKS, TOKEN_COLUMNS
+from asrsched.profiling.outliers import MIN_SPREAD, OUTLIER_Z, check_rule, rate_outliers, rule_text
 
 __all__ = [
     "KappaFit",
+    "OUTLIER_COLUMNS",
     "DURATION_SOURCES",
     "fit_kappa",
     "fit_service_model",
@@ -46,16 +49,24 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- kappa
+#: the columns of ``KappaFit.outliers``, one row per clip the outlier rule left out
+OUTLIER_COLUMNS = ["language", "clip", "row", "duration_s", "tokens", "rate", "median_rate", "z", "reason"]
+
+
 @dataclass
 class KappaFit:
     """kappa per language: ``table`` (one row per fitted language), ``skipped`` {language: why},
-    ``n_dropped`` failed rows left out, and the columns used."""
+    ``n_dropped`` failed rows left out, the columns used, the clips the outlier rule left out
+    (``outliers``, :data:`OUTLIER_COLUMNS`; ``row`` is the clip's label in the fitted table) and
+    the rule in words (``rule``, :func:`asrsched.profiling.outliers.rule_text`)."""
 
     table: pd.DataFrame
     skipped: dict[str, str]
     n_dropped: int
     tokens: str
     duration: str
+    outliers: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=OUTLIER_COLUMNS))
+    rule: str = ""
 
     @property
     def kappa(self) -> dict[str, float]:
@@ -65,11 +76,32 @@ class KappaFit:
     def ci(self) -> dict[str, tuple[float, float]]:
         return {r.language: (float(r.ci_low), float(r.ci_high)) for r in self.table.itertuples()}
 
+    def outlier_mask(self, rows: pd.DataFrame) -> pd.Series:
+        """True for the rows of ``rows`` that the outlier rule left out: same row label, language,
+        duration and token count as a row of ``outliers`` (so another table's rows never match)."""
+        mask = pd.Series(False, index=rows.index)
+        if not len(self.outliers) or not {self.tokens, self.duration, "language"} <= set(rows):
+            return mask
+        lang = rows["language"].astype(str).to_numpy()
+        dur = pd.to_numeric(rows[self.duration], errors="coerce").to_numpy(float)
+        tok = pd.to_numeric(rows[self.tokens], errors="coerce").to_numpy(float)
+        for o in self.outliers.itertuples():
+            mask |= (rows.index == o.row) & (lang == o.language) & (dur == o.duration_s) & (tok == o.tokens)
+        return mask
+
     def summary(self) -> str:
-        """One line per language, plus the skipped ones and the dropped-row count."""
+        """One line per language, plus the outliers left out, the skipped ones and the dropped-row count."""
         lines = [f"kappa ({self.tokens} per s of {self.duration}):"]
         for r in self.table.itertuples():
-            lines.append(f"  {r.language}: {r.kappa:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]  R2={r.r2:.3f}  n={r.n}")
+            k = int(getattr(r, "n_outliers", 0))
+            out = f", {k} outlier(s) left out" if k else ""
+            lines.append(
+                f"  {r.language}: {r.kappa:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]  R2={r.r2:.3f}  n={r.n}{out}"
+            )
+        for o in self.outliers.itertuples():
+            lines.append(f"  left out: {o.language} {o.clip} ({o.duration_s:.1f} s, {o.tokens:g} tokens): {o.reason}")
+        if len(self.outliers):
+            lines.append(f"  ({self.rule})")
         for lang, why in self.skipped.items():
             lines.append(f"  {lang}: not fitted: {why}")
         if self.n_dropped:
@@ -82,6 +114,14 @@ def _kappa_ratio(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return y.sum(-1) / x.sum(-1)
 
 
+def _clip_names(df: pd.DataFrame) -> pd.Series:
+    """Each row's clip name: ``utt_id``, else ``key``, else the row label."""
+    for c in ("utt_id", "key"):
+        if c in df:
+            return df[c].astype(str)
+    return pd.Series(df.index.astype(str), index=df.index)
+
+
 def fit_kappa(
     df: pd.DataFrame,
     *,
@@ -91,22 +131,34 @@ def fit_kappa(
     ci: float = 0.95,
     min_rows: int = 4,
     seed: int = 0,
+    outlier_z: float | None = OUTLIER_Z,
+    min_spread: float = MIN_SPREAD,
 ) -> KappaFit:
-    """Fit ``tokens = kappa x duration`` per language: ``kappa = sum(tokens) / sum(duration)``.
+    """Fit ``tokens = kappa x duration`` per language: ``kappa = sum(tokens) / sum(duration)`` over the kept clips.
 
     This ratio estimator is the weighted least-squares fit through the origin for
     counts whose variance grows with duration (tokens behave like that), and it
     makes the predicted *total* work of the fitted rows exact — what a queue's
-    mean service time depends on.
+    mean service time depends on. It is also a sum, so one hallucinated clip with
+    ten times its share of tokens can move it far: first, per language, the outlier
+    rule of :mod:`asrsched.profiling.outliers` (a clip whose tokens per second lie more
+    than ``outlier_z`` robust deviations from its language's median; ``min_spread``
+    the smallest spread it assumes; ``outlier_z=None`` keeps every clip) finds such
+    clips; they are left out of everything below, listed with their reason in
+    ``outliers`` and counted per language in the table (``n_outliers``, their names in
+    ``outliers``).
 
-    Per language: ``kappa``, a percentile bootstrap CI (``n_boot`` resamples of the
-    rows, level ``ci``), ``r2`` (``1 - SS_res / SS_tot`` with ``SS_tot`` about the
-    mean, so it is comparable with an ordinary R^2), the affine fit
-    ``tokens = a + b x duration`` for comparison, and the residual spread ``cv``
-    (std of tokens / (kappa x duration)). Only ``ok`` rows with finite values are
-    used; a language with fewer than ``min_rows`` of them is listed in
-    ``skipped`` with the reason (and a warning), never given a NaN kappa. If no
-    language can be fitted, ``ValueError``.
+    Per language, on the kept clips: ``kappa``, a percentile bootstrap CI
+    (:func:`asrsched.core.stats.percentile_ci` of ``n_boot`` resamples of the kept
+    clips, level ``ci``; the rule is applied once, not per resample; every resample's
+    kappa is a weighted mean of kept clips' rates, so the CI lies between their smallest
+    and largest rate), ``r2`` (``1 - SS_res / SS_tot`` with ``SS_tot`` about the mean, so
+    it is comparable with an ordinary R^2), the affine fit ``tokens = a + b x duration``
+    for comparison, and the residual spread ``cv`` (std of tokens / (kappa x duration)).
+    Only ``ok`` rows with finite values are used; a language with fewer than ``min_rows``
+    of them, or fewer than ``min_rows`` left once its outliers are out, is listed in
+    ``skipped`` with the reason (and a warning), never given a NaN kappa. If no language
+    can be fitted, ``ValueError``; so are bad arguments (named), before any work.
 
     >>> rows = pd.DataFrame({"language": "en", "audio_s": [2.0, 4.0, 6.0, 8.0], "decode_steps": [9, 16, 25, 30]})
     >>> fit_kappa(rows, n_boot=200).kappa
@@ -117,30 +169,59 @@ def fit_kappa(
             raise ValueError(f"measurement table has no column {c!r}; tokens must be one of {', '.join(TOKEN_COLUMNS)}")
     if not (0 < ci < 1):
         raise ValueError(f"ci must be in (0, 1), got {ci!r}")
-    if int(min_rows) < 2:
+    if int(min_rows) != min_rows or min_rows < 2:
         raise ValueError(f"min_rows must be an integer >= 2, got {min_rows!r}")
+    if not isinstance(n_boot, (int, np.integer)) or isinstance(n_boot, bool) or n_boot < 1:
+        raise ValueError(f"n_boot must be an integer >= 1, got {n_boot!r}")
+    check_rule(outlier_z, min_spread)
     ok = df["ok"].astype(bool) if "ok" in df else pd.Series(True, index=df.index)
     x_all = pd.to_numeric(df[duration], errors="coerce")
     y_all = pd.to_numeric(df[tokens], errors="coerce")
     good = ok & np.isfinite(x_all) & np.isfinite(y_all) & (x_all > 0)
     n_dropped = int((~good).sum())
+    names = _clip_names(df)
     rng = np.random.default_rng(seed)
-    rows, skipped = [], {}
+    rows, skipped, outliers = [], {}, []
     for lang in sorted(df["language"].astype(str).unique()):
         m = good & (df["language"].astype(str) == lang)
-        n = int(m.sum())
-        if n < min_rows:
+        n_good = int(m.sum())
+        if n_good < min_rows:
             n_lang = int((df["language"].astype(str) == lang).sum())
             skipped[lang] = (
-                f"only {n} good row(s) of {n_lang} (at least {min_rows} needed); measure more {lang!r} clips"
+                f"only {n_good} good row(s) of {n_lang} (at least {min_rows} needed); measure more {lang!r} clips"
             )
             continue
         x, y = x_all[m].to_numpy(float), y_all[m].to_numpy(float)
+        verdict = rate_outliers(x, y, outlier_z=outlier_z, min_spread=min_spread)
+        out_idx = np.flatnonzero(verdict.outlier)
+        for i in out_idx:
+            label = m[m].index[i]
+            outliers.append(
+                dict(
+                    language=lang,
+                    clip=names.loc[label],
+                    row=label,
+                    duration_s=float(x[i]),
+                    tokens=float(y[i]),
+                    rate=float(verdict.rate[i]),
+                    median_rate=verdict.median_rate,
+                    z=float(verdict.z[i]),
+                    reason=verdict.reason(int(i), float(outlier_z or 0)),
+                )
+            )
+        keep = ~verdict.outlier
+        n = int(keep.sum())
+        if n < min_rows:
+            skipped[lang] = (
+                f"only {n} clip(s) left after leaving out {len(out_idx)} outlier(s) "
+                f"({', '.join(names.loc[m[m].index[out_idx]])}; at least {min_rows} needed); "
+                f"measure more {lang!r} clips"
+            )
+            continue
+        x, y = x[keep], y[keep]
         k = float(_kappa_ratio(x, y))
         idx = rng.integers(0, n, size=(int(n_boot), n))
-        boots = _kappa_ratio(x[idx], y[idx])
-        a = (1 - ci) / 2
-        lo, hi = np.quantile(boots, [a, 1 - a])
+        lo, hi = percentile_ci(_kappa_ratio(x[idx], y[idx]), ci)
         resid = y - k * x
         ss_tot = float(((y - y.mean()) ** 2).sum())
         r2 = 1 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else float("nan")
@@ -149,9 +230,11 @@ def fit_kappa(
             dict(
                 language=lang,
                 n=n,
+                n_outliers=len(out_idx),
+                outliers="; ".join(names.loc[m[m].index[out_idx]]),
                 kappa=k,
-                ci_low=float(lo),
-                ci_high=float(hi),
+                ci_low=lo,
+                ci_high=hi,
                 r2=r2,
                 affine_intercept=float(a0),
                 affine_slope=float(b),
@@ -167,7 +250,8 @@ def fit_kappa(
         raise ValueError(
             "no language has enough good rows to fit kappa: " + "; ".join(f"{k}: {v}" for k, v in skipped.items())
         )
-    return KappaFit(pd.DataFrame(rows), skipped, n_dropped, tokens, duration)
+    out = pd.DataFrame(outliers, columns=OUTLIER_COLUMNS)
+    return KappaFit(pd.DataFrame(rows), skipped, n_dropped, tokens, duration, out, rule_text(outlier_z, min_spread))
 
 
 # --------------------------------------------------------------------------- service model

@@ -4,7 +4,7 @@ Pipeline (each step usable alone)::
 
     manifest (asrsched.whisper.corpus.build_corpus, or any table with path/language/text)
       -> measure(manifest, backend, out="run.csv")      one row per request, written as it goes
-      -> fit_kappa(train)                              tokens = kappa x duration, bootstrap CI, R^2
+      -> fit_kappa(train)                              tokens = kappa x duration, outliers out, bootstrap CI
       -> fit_service_model(train, kappa)               windows x enc + tokens x step + overhead
       -> validate_holdout(model, held)                 simulator vs measured mean service time
       -> silence_estimates(rows, model)                file duration vs VAD speech duration
@@ -42,6 +42,7 @@ from asrsched.profiling.fit import (
     validate_holdout,
 )
 from asrsched.profiling.measure import CLOCKS, TOKEN_COLUMNS, measure, typed_measurements
+from asrsched.profiling.outliers import MIN_SPREAD, OUTLIER_Z, check_rule
 from asrsched.whisper.audio import load_audio
 
 __all__ = [
@@ -182,6 +183,7 @@ def fit_profile(
     n_boot: int = 2000,
     seed: int = 0,
     extra_fit: dict | None = None,
+    outlier_z: float | None = OUTLIER_Z,
 ) -> ProfileRun:
     """The fitting half of :func:`asrsched.profiling.run.run_profile`, on a measurement table already made.
 
@@ -189,22 +191,27 @@ def fit_profile(
     kappa is fitted for every token definition, the :class:`ServiceModel` on ``clock``
     (the other clock's fit and hold-out check go into ``fit["other_clock"]``), the
     hold-out is predicted through the simulator, and the silence clips are sized
-    with and without VAD. Use it to re-fit a saved run (:func:`refit`).
+    with and without VAD. kappa leaves out the clips of the outlier rule with threshold ``outlier_z``
+    (:mod:`asrsched.profiling.outliers`; ``None``: none left out); the time model is fitted on the
+    measured tokens of every training clip. Use it to re-fit a saved run (:func:`refit`).
     """
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {', '.join(CLOCKS)}; got {clock!r}")
     if kappa_tokens not in TOKEN_COLUMNS:
         raise ValueError(f"kappa_tokens must be one of {', '.join(TOKEN_COLUMNS)}; got {kappa_tokens!r}")
+    check_rule(outlier_z, MIN_SPREAD)
     params = dict(params or {})
     meas = typed_measurements(meas)
     batch = pd.DataFrame(batch if batch is not None else [], columns=None)
     # failed rows stay in, so the fits count them as dropped
     fit_rows = meas[~meas["silence"] | ~meas["ok"]]
     train, held = split_holdout(fit_rows, holdout_frac, seed=seed)
-    kappas = {t: fit_kappa(train, tokens=t, n_boot=n_boot, seed=seed) for t in TOKEN_COLUMNS}
+    kappas = {t: fit_kappa(train, tokens=t, n_boot=n_boot, seed=seed, outlier_z=outlier_z) for t in TOKEN_COLUMNS}
     kfit = kappas[kappa_tokens]
     extra = {
         "kappa_tables": {t: k.table.to_dict("records") for t, k in kappas.items()},
+        "kappa_outliers": kfit.outliers.drop(columns="row").to_dict("records"),
+        "kappa_outlier_rule": kfit.rule,
         "n_failed_rows": int((~meas["ok"]).sum()),
         "failed_reasons": meas.loc[~meas["ok"], "error_reason"].value_counts().to_dict(),
         **(extra_fit or {}),
@@ -271,7 +278,7 @@ def refit(run_dir: str | os.PathLike, **kw) -> ProfileRun:
     kw.setdefault("params", params)
     kw.setdefault("name", old.name.removesuffix("/cpu-time") if old else "profiled")
     kw.setdefault("clock", (old.fit.get("clock") if old else None) or params.get("clock", "cpu"))
-    for k in ("holdout_frac", "kappa_tokens", "seed"):
+    for k in ("holdout_frac", "kappa_tokens", "seed", "outlier_z"):
         if k in params:
             kw.setdefault(k, params[k])
     if old and "machine" in old.fit:
@@ -327,6 +334,7 @@ def run_profile(
     repeats: int = 1,
     clock: str = "auto",
     progress: bool = True,
+    outlier_z: float | None = OUTLIER_Z,
 ) -> ProfileRun:
     """Synthesise a corpus, measure it on a real backend, fit kappa and the ServiceModel, validate.
 
@@ -349,7 +357,8 @@ def run_profile(
     which other load on a shared machine barely moves; ~ wall time on one dedicated
     core), ``"wall"``, or ``"auto"`` (default: ``cpu`` for an engine on the CPU,
     ``wall`` on a GPU; see :func:`~asrsched.profiling.fit.fit_service_model`); the other clock's fit and hold-out check go into
-    ``service_model.fit["other_clock"]`` when the backend reports both.
+    ``service_model.fit["other_clock"]`` when the backend reports both. ``outlier_z``: the kappa fit's
+    outlier threshold (:func:`fit_profile`).
     """
     from asrsched.profiling.measure import BACKENDS, make_backend
     from asrsched.whisper.backends import ENGLISH_ONLY
@@ -377,6 +386,7 @@ def run_profile(
     ):
         if int(v) != v or v < lo:
             raise ValueError(f"{nm} must be an integer >= {lo}, got {v!r}")
+    check_rule(outlier_z, MIN_SPREAD)
     sil = SilenceSpec(**({"lead_s": 2.0, "trail_s": 3.0, "inner_s": 2.0, "n_inner": 2} | dict(silence or {})))
     for p in extra_files:
         if not isinstance(p, (str, os.PathLike)):
@@ -400,6 +410,7 @@ def run_profile(
         seed=seed,
         repeats=repeats,
         clock=clock,
+        outlier_z=outlier_z,
     )
     timings: dict[str, float] = {}
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -495,6 +506,7 @@ def run_profile(
         n_boot=n_boot,
         seed=seed,
         extra_fit={"machine": machine},
+        outlier_z=outlier_z,
     )
     timings["total_s"] = time.perf_counter() - t0
     run.timings = timings
