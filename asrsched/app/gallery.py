@@ -145,9 +145,11 @@ def _inspect(info: FigureInfo) -> FigureInfo:
             info.problems.append(f"HTML not readable as a plotly figure: {e}")
         with open(html, "rb") as f:
             head = f.read(400_000)
-        info.html_offline = b"<script src=" not in head and re.search(rb"plotly\.js v\d", head) is not None
+        inlined = b"<script src=" not in head and re.search(rb"plotly\.js v\d", head) is not None
+        shared = b'src="plotly.min.js"' in head and (html.parent / "plotly.min.js").is_file()
+        info.html_offline = inlined or shared
         if not info.html_offline:
-            info.problems.append("HTML does not inline plotly.js (needs a network to open)")
+            info.problems.append("HTML finds no plotly.js offline (neither inlined nor plotly.min.js beside it)")
     else:
         info.problems.append("no HTML export")
     if "png" in info.files:
@@ -289,7 +291,8 @@ def render_gallery(figures_root: str | os.PathLike, *, notebooks_dir: str | os.P
         "Other runs (`asrsched run` without `--gallery`, JupyterLab, Voila) write under `runs/`, never here.",
         "",
         "**Formats.** Every figure is written three times by `asrsched.figures.style.export_figure`: **HTML**",
-        "(interactive, plotly.js inlined so it opens offline, ≈ 4.8 MB each), **PNG** and **SVG** (print); PDF on",
+        "(interactive; opens offline with the folder's one `plotly.min.js`, or inlined with",
+        "`ASRSCHED_HTML_PLOTLYJS=inline`), **PNG** and **SVG** (print); PDF on",
         "request (`--formats`, or `asrsched export FIG.html --formats pdf`). Text is laid out by",
         "`asrsched.figures.layout` and checked with `asrsched check-figures figures/`.",
         f"**Print size:** {PRINT_WIDTH}×{PRINT_HEIGHT} CSS px (7.5×4.7 in at 120 px/in); PNG at scale {PNG_SCALE} =",

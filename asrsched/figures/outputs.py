@@ -189,11 +189,28 @@ def parameters_hash(params: dict[str, Any]) -> str:
 _RUN_DIRS: dict[tuple[str, str, str], Path] = {}  # (runs root, notebook, hash) -> folder, per process
 
 
-def interactive_run_dir(notebook: str, params: dict[str, Any] | None = None, *, create: bool = True) -> Path:
-    """``<runs>/<notebook>/<YYYYmmdd-HHMMSS>-<hash>/`` for the current kernel and parameters.
+def _reusable(root: Path, notebook: str, h: str, commit: str | None, clean: bool) -> Path | None:
+    """The newest ``<root>/<notebook>/*-<h>`` folder made by the same clean commit, if any."""
+    if not commit or not clean:
+        return None
+    for d in sorted((root / notebook).glob(f"*-{h}"), reverse=True):
+        try:
+            rec = json.loads((d / RUN_RECORD).read_text())
+        except (OSError, ValueError):
+            continue
+        if rec.get("commit") == commit and rec.get("clean_tree") and rec.get("parameters_hash") == h:
+            return d
+    return None
 
-    The first call for a parameter set in this process picks the folder (time of that call) and
-    writes its ``run.json``; later calls with the same parameters return the same folder.
+
+def interactive_run_dir(notebook: str, params: dict[str, Any] | None = None, *, create: bool = True) -> Path:
+    """``<runs>/<notebook>/<YYYYmmdd-HHMMSS>-<hash>/`` for the current parameters and code.
+
+    The first call for a parameter set in this process picks the folder and writes its ``run.json``;
+    later calls with the same parameters return the same folder. A new kernel (a restart, every Voila
+    visit) with the same parameters reuses the newest folder that a clean checkout at the same commit
+    made for them (its exports are overwritten by the same names); changed parameters, another
+    commit or uncommitted changes get a new folder, so files from different inputs never mix.
     ``params`` defaults to :func:`run_parameters`.
     """
     params = run_parameters() if params is None else dict(params)
@@ -202,15 +219,18 @@ def interactive_run_dir(notebook: str, params: dict[str, Any] | None = None, *, 
     key = (str(root), notebook, h)
     d = _RUN_DIRS.get(key)
     if d is None or (create and not d.exists()):
-        d = root / notebook / f"{time.strftime('%Y%m%d-%H%M%S')}-{h}"
+        nb = notebook_file()
+        prov = provenance(f"interactive kernel: {nb or notebook}", params)
+        d = _reusable(root, notebook, h, prov["commit"], prov["clean_tree"])
+        if d is None:
+            d = root / notebook / f"{time.strftime('%Y%m%d-%H%M%S')}-{h}"
         _RUN_DIRS[key] = d
         if create:
             d.mkdir(parents=True, exist_ok=True)
-            nb = notebook_file()
             rec = {
                 "notebook": notebook,
                 "kind": "interactive",
-                **provenance(f"interactive kernel: {nb or notebook}", params),
+                **prov,
                 "notebook_file": str(nb) if nb else None,
                 "parameters_hash": h,
                 "working_directory": str(Path.cwd()),

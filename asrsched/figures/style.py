@@ -9,7 +9,7 @@
   on every figure a notebook shows, explorers whose state survives a saved or reloaded page, and
   progress bars that fit the front end (:mod:`asrsched.figures.progress`). Importing this module
   changes nothing outside it.
-* :func:`export_figure` writes one figure as HTML (plotly.js inlined, opens
+* :func:`export_figure` writes one figure as HTML (plotly.js shared by the folder's figures, opens
   offline), PNG and SVG (PDF on request) into the run's folder (see below);
   :func:`export_table` writes a CSV beside it. Static images go through kaleido 1.x
   and Debian's chromium; wrap a batch of exports in :func:`export_session` so one
@@ -394,6 +394,19 @@ def default_formats() -> tuple[str, ...]:
     return fmts
 
 
+PLOTLYJS_ENV = "ASRSCHED_HTML_PLOTLYJS"  # "shared" (default): one plotly.min.js per folder; "inline": in every HTML
+
+
+def plotlyjs_mode() -> bool | str:
+    """plotly's ``include_plotlyjs`` for HTML exports: ``"directory"`` (one shared ``plotly.min.js`` beside
+    the figures; the default) or ``True`` (inlined) with ``$ASRSCHED_HTML_PLOTLYJS=inline``. Any other value
+    is a ``ValueError`` naming the variable."""
+    v = os.environ.get(PLOTLYJS_ENV, "shared").strip().lower()
+    if v not in ("shared", "inline"):
+        raise ValueError(f"${PLOTLYJS_ENV}: {v!r} is not one of 'shared', 'inline'")
+    return True if v == "inline" else "directory"
+
+
 def _check_name(value: str, what: str) -> None:
     if not isinstance(value, str) or not value or value in (".", "..") or any(c in value for c in '/\\:*?"<>|'):
         raise ValueError(f"{what} must be a plain file-name stem (no path separators), got {value!r}")
@@ -415,7 +428,9 @@ def export_figure(
       ``--gallery`` batch run, or ``<root>/<notebook>``).
     * ``formats`` defaults to :func:`default_formats` (``html, png, svg``, or ``$ASRSCHED_FORMATS``);
       any of ``html``, ``png``, ``svg``, ``pdf``.
-    * HTML inlines plotly.js (about 4.8 MB; opens offline, no CDN); its camera button saves a PNG at
+    * HTML loads plotly.js from ``plotly.min.js`` beside it, written once per folder (about 4.8 MB; opens
+      offline, no CDN; a run folder of 20 figures is 5 MB, not 100); ``$ASRSCHED_HTML_PLOTLYJS=inline``
+      (:data:`PLOTLYJS_ENV`) inlines it in every file instead, for an HTML that travels alone. Its camera button saves a PNG at
       print size.
     * PNG is ``width x height`` CSS px at scale ``PNG_SCALE`` (default 2700 x 1680 px, 360 dpi at
       7.5 x 4.7 in); SVG and PDF at ``width x height``.
@@ -433,6 +448,7 @@ def export_figure(
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
         raise ValueError(f"formats: unknown {bad or formats!r}; allowed: {', '.join(FORMATS)}")
+    js = plotlyjs_mode() if "html" in formats else None
     out = export_dir(notebook, root)
     paths: dict[str, Path] = {}
     # a FigureWidget exports as a plain figure, in the house template; the caller's figure is untouched
@@ -444,7 +460,7 @@ def export_figure(
             p = out / f"{name}.html"
             fig.write_html(
                 p,
-                include_plotlyjs=True,
+                include_plotlyjs=js,
                 full_html=True,
                 config={
                     "displaylogo": False,

@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from extras import need
@@ -81,6 +82,26 @@ def test_run_folder_per_notebook_and_parameters_with_run_json(tmp_path, clean_en
     d2 = outputs.interactive_run_dir("03_x", {**params, "RATE": 8})
     assert d2 != d1 and d2.parent == d1.parent  # other parameters never mix with earlier files
     assert outputs.parameters_hash({"a": 1, "b": 2}) == outputs.parameters_hash({"b": 2, "a": 1})
+
+
+def test_a_new_kernel_with_the_same_parameters_and_code_reuses_the_run_folder(tmp_path, clean_env):
+    """Every Voila visit is a new kernel: it reuses the folder a clean checkout at the same commit made for
+    the same parameters, and gets a new one for another commit or uncommitted changes."""
+    clean_env.chdir(tmp_path)
+    prov = {"commit": "a" * 40, "clean_tree": True}
+    clean_env.setattr(outputs, "provenance", lambda *a, **k: dict(prov))
+    params = {"RATE": 10.0}
+    d1 = outputs.interactive_run_dir("03_x", params)
+    clean_env.setattr(outputs, "_RUN_DIRS", {})  # a new kernel
+    assert outputs.interactive_run_dir("03_x", params) == d1
+    assert outputs.interactive_run_dir("03_x", {"RATE": 8.0}) != d1
+    for changed in ({"commit": "b" * 40, "clean_tree": True}, {"commit": "a" * 40, "clean_tree": False}):
+        prov.update(changed)
+        clean_env.setattr(outputs, "_RUN_DIRS", {})
+        time.sleep(1.01)  # folder names carry the second
+        d = outputs.interactive_run_dir("03_x", params)
+        assert d != d1 and d.name.endswith(d1.name.split("-")[-1]), changed
+        prov.update({"commit": "a" * 40, "clean_tree": True})
 
 
 def test_exports_go_to_the_run_folder_unless_a_gallery_run_asks(tmp_path, clean_env):
