@@ -390,7 +390,6 @@ def fig_wp(curve: pd.DataFrame, wp: pd.DataFrame, p: float = 0.5, cols: int = 4)
         title=wrap("W(p): mean response time of the mixed system against the treatment fraction p", 80)
         + f"<br><sup>{sub}</sup>",
         height=330 * rows + 190,
-        width=1200,
         margin=dict(t=100, b=120),
         legend=dict(orientation="h", y=-0.1 - 0.1 / rows, yanchor="top", x=0),
     )
@@ -458,7 +457,6 @@ def fig_search(search: pd.DataFrame) -> go.Figure:
         + wrap(sub, 150)
         + "</sup>",
         height=620,
-        width=1200,
         margin=dict(t=140, b=150),
         legend=dict(orientation="h", y=-0.16, yanchor="top", x=0),
     )

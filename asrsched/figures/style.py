@@ -186,13 +186,18 @@ def _current_state_get_state(base_get_state):
 def _laid_out_display(base_show, base_bundle):
     """``go.Figure.show`` and ``_repr_mimebundle_`` that show a copy of the figure after the layout pass
     (:func:`asrsched.figures.layout.apply_layout`), so what the reader sees in JupyterLab or Voila has
-    the wrapped titles and 1-2-5 log ticks of the exports. The caller's figure is untouched;
+    the wrapped titles and 1-2-5 log ticks of the exports, at most :data:`PRINT_WIDTH` wide (a figure
+    set wider is drawn at that width, as its export is, so no panel is cut off by the output area). The caller's figure is untouched;
     FigureWidgets (the explorers) keep their own live pass."""
 
     def _copy(fig):
-        w = fig.layout.width or PRINT_WIDTH
+        # never wider than the print width: a notebook's output area is about 970 px, and the export is 900
+        w = min(int(fig.layout.width or PRINT_WIDTH), PRINT_WIDTH)
         h = fig.layout.height or PRINT_HEIGHT
-        return apply_layout(go.Figure(fig), int(w), int(h))
+        c = go.Figure(fig)
+        if fig.layout.width:
+            c.layout.width = w
+        return apply_layout(c, w, int(h))
 
     def show(self, *args, **kwargs):
         return base_show(_copy(self), *args, **kwargs)

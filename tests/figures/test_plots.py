@@ -108,6 +108,17 @@ def test_template_registered_and_default(house):
     assert full.data[0].line.color.upper() == plots.OKABE_ITO[0].upper()
 
 
+def test_a_figure_shown_inline_is_laid_out_and_never_wider_than_its_export(house, monkeypatch):
+    import json
+
+    monkeypatch.setattr(pio.renderers, "default", "plotly_mimetype")  # what JupyterLab's kernel uses
+    wide = go.Figure(go.Scatter(x=[1, 2], y=[3, 4]), layout=dict(width=1200, height=700, title="t " * 80))
+    shown = json.loads(json.dumps(wide._repr_mimebundle_()["application/vnd.plotly.v1+json"]))["layout"]
+    assert shown["width"] == plots.PRINT_WIDTH and shown["height"] == 700
+    assert "<br>" in shown["title"]["text"]  # the layout pass wrapped the long title
+    assert wide.layout.width == 1200 and "<br>" not in wide.layout.title.text  # the caller's figure is untouched
+
+
 def test_every_policy_and_estimator_has_one_fixed_distinct_colour():
     from asrsched.abtest.estimators import ESTIMATORS
     from asrsched.core.policies import policy_names
