@@ -88,7 +88,19 @@ def check_02_policy_sweep(fig: Path, runs: Path, tmp: Path, outputs: str) -> Non
     assert ((-100 < stable.ours_ci_low) & (stable.ours_ci_low <= stable.ours_pct)).all()
     assert (stable.ours_pct <= stable.ours_ci_high).all()
     assert np.allclose(hl[hl.regime == "overload"].rho, 1.3)
-    for f in ("relative_change_librispeech", "cdf_e2el_uniform_rho0.95", "throughput", "run_length"):
+    # the trade-off: SJF, HRRN and both adaptive caps per workload, over TRADEOFF_SEEDS with ratio CIs
+    tr = pd.read_csv(fig / "adaptive_tradeoff.csv")
+    assert sorted(set(tr.label)) == ["HRRN", "SJF", "adaptive cap=20", "adaptive cap=50"] and (tr.n_seeds == 3).all()
+    assert (tr.p90_e2el_ms_change_ci_low <= tr.p90_e2el_ms_change_pct).all() and (
+        tr.p50_e2el_ms_change_ci_low > -100
+    ).all()
+    for f in (
+        "relative_change_librispeech",
+        "cdf_e2el_uniform_rho0.95",
+        "throughput",
+        "run_length",
+        "tradeoff_librispeech_rho0.95",
+    ):
         for ext in ("html", "png", "svg"):
             assert (fig / f"{f}.{ext}").stat().st_size > 1000
     assert "paper" in outputs and "at rho 0.95" in outputs

@@ -279,44 +279,90 @@ def fig_throughput(df: pd.DataFrame, workload: str | None = None) -> go.Figure:
 _SYMBOLS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "cross", "x", "star", "hexagon", "pentagon")
 
 
-def fig_tradeoff(df: pd.DataFrame, label_col: str = "label", title_suffix: str = "", subtitle: str = "") -> go.Figure:
-    """P50 against P90 E2EL (s) per policy variant: lower-left is better on both.
+def _ci_text(v: float, lo: float, hi: float) -> str:
+    return f"{pct(v, 1)} [{pct(lo, 1)}, {pct(hi, 1)}]" if np.isfinite(lo) and np.isfinite(hi) else pct(v, 1)
 
-    Each variant has its policy's colour and its own marker symbol, named in the legend (labels
-    on the points collide when variants nearly coincide). Outlined points are the Pareto front (no
-    other variant is better on both metrics); the title lists them. One run per variant: no
-    winner is named among them.
+
+def fig_tradeoff(df: pd.DataFrame, title_suffix: str = "", subtitle: str = "") -> go.Figure:
+    """P50 against P90 E2EL change vs FCFS (%) per policy variant, with 95 % ratio CIs both ways.
+
+    ``df`` is :func:`asrsched.sim.sweep_report.tradeoff_study` output (``label``, ``policy``, the two
+    metrics' ``_change_pct`` and ``_change_ci_low/_high``, ``n_seeds``); FCFS is the origin. Lower-left
+    is better on both. Variants whose changes agree within 0.05 percentage points on both axes (caps
+    that order the queue alike) are one marker named by all their labels in the legend (labels written on
+    the points would collide where variants nearly coincide; each variant has its own symbol). The title names the variant with the largest P50 cut and the one with the lowest
+    P90 change, each with its CI (a CI that overlaps another's is no win over it).
     """
+    need = ["label", "policy", "p50_e2el_ms_change_pct", "p90_e2el_ms_change_pct"]
+    missing = [c for c in need if c not in df]
+    if missing or df.empty:
+        raise ValueError(f"fig_tradeoff needs tradeoff_study rows with {need}; missing {missing or 'rows'}")
+    d = df.reset_index(drop=True)
+    x, y = d.p50_e2el_ms_change_pct.to_numpy(float), d.p90_e2el_ms_change_pct.to_numpy(float)
+    xl, xh = (
+        d.get(f"p50_e2el_ms_change_ci_{k}", pd.Series(np.nan, index=d.index)).to_numpy(float) for k in ("low", "high")
+    )
+    yl, yh = (
+        d.get(f"p90_e2el_ms_change_ci_{k}", pd.Series(np.nan, index=d.index)).to_numpy(float) for k in ("low", "high")
+    )
+    groups: list[list[int]] = []
+    for i in range(len(d)):
+        g = next((g for g in groups if abs(x[g[0]] - x[i]) < 0.05 and abs(y[g[0]] - y[i]) < 0.05), None)
+        (g.append(i) if g is not None else groups.append([i]))
     fig = go.Figure()
-    x = df["p50_e2el_ms"].to_numpy(float) / 1e3
-    y = df["p90_e2el_ms"].to_numpy(float) / 1e3
-    labels = [r.get(label_col, r["policy"]) for _, r in df.iterrows()]
-    front = [
-        labels[i]
-        for i in range(len(df))
-        if not any((x[j] <= x[i] and y[j] <= y[i]) and (x[j] < x[i] or y[j] < y[i]) for j in range(len(df)))
-    ]
-    seen: dict[str, int] = {}
-    for i, (_, r) in enumerate(df.iterrows()):
-        k = seen[r["policy"]] = seen.get(r["policy"], -1) + 1
+    fig.add_trace(
+        go.Scatter(
+            x=[0],
+            y=[0],
+            mode="markers",
+            name="FCFS (the baseline)",
+            marker=dict(size=12, color=policy_color("fcfs"), symbol="circle-open", line=dict(width=2)),
+            hovertext=["FCFS: the baseline of every change"],
+            hoverinfo="text",
+        )
+    )
+    for k, g in enumerate(groups):
+        i = g[0]
+        label = ", ".join(str(d.label[j]) for j in g)
+        if len(g) > 1 and all(d.policy[j] == "adaptive" for j in g):
+            label = "adaptive cap=" + ", ".join(str(d.label[j]).split("=")[-1] for j in g)
+        err = lambda lo, hi, v: (  # noqa: E731
+            dict(type="data", array=[hi - v], arrayminus=[v - lo], thickness=1.2, width=4)
+            if np.isfinite(lo) and np.isfinite(hi)
+            else None
+        )
         fig.add_trace(
             go.Scatter(
                 x=[x[i]],
                 y=[y[i]],
                 mode="markers",
-                name=labels[i] + (" (front)" if labels[i] in front else ""),
-                hovertext=[f"{labels[i]}: P50 {x[i]:.2f} s, P90 {y[i]:.2f} s"],
+                name=label + (" (same result)" if len(g) > 1 else ""),
+                error_x=err(xl[i], xh[i], x[i]),
+                error_y=err(yl[i], yh[i], y[i]),
+                hovertext=[
+                    f"{label}<br>P50 E2EL {_ci_text(x[i], xl[i], xh[i])} vs FCFS<br>"
+                    f"P90 E2EL {_ci_text(y[i], yl[i], yh[i])} vs FCFS"
+                ],
                 hoverinfo="text",
-                marker=dict(
-                    size=14,
-                    color=policy_color(r["policy"]),
-                    symbol=_SYMBOLS[k % len(_SYMBOLS)],
-                    line=dict(width=2.5, color="#222") if labels[i] in front else dict(width=0),
-                ),
+                marker=dict(size=12, color=policy_color(str(d.policy[i])), symbol=_SYMBOLS[k % len(_SYMBOLS)]),
             )
         )
-    _titled(fig, f"P50 vs P90 E2EL{title_suffix}: Pareto front (outlined) {', '.join(front)}", subtitle)
-    fig.update_layout(xaxis_title="P50 E2EL (s)", yaxis_title="P90 E2EL (s)", showlegend=True)
+    best = int(np.nanargmin(x))
+    low = int(np.nanargmin(y))
+    title = (
+        f"P50 vs P90 E2EL change vs FCFS{title_suffix}: largest P50 cut {d.label[best]} "
+        f"{_ci_text(x[best], xl[best], xh[best])}; lowest P90 {d.label[low]} {_ci_text(y[low], yl[low], yh[low])}"
+    )
+    n = sorted(set(d.n_seeds.astype(int))) if "n_seeds" in d else []
+    sub = (f"{n[0]} seeds, 95 % ratio CIs; lower-left is better on both" if n else "lower-left is better on both") + (
+        f"<br>{subtitle}" if subtitle else ""
+    )
+    _titled(fig, title, sub)
+    fig.add_hline(y=0, line=dict(color="#888", dash="dot"))
+    fig.add_vline(x=0, line=dict(color="#888", dash="dot"))
+    fig.update_layout(
+        xaxis_title="P50 E2EL change vs FCFS (%)", yaxis_title="P90 E2EL change vs FCFS (%)", showlegend=True
+    )
     return fig
 
 

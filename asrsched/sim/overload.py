@@ -20,11 +20,37 @@ import pandas as pd
 from asrsched.core.service import ServiceModel
 from asrsched.core.workloads import Trace
 
-__all__ = ["OverloadWarning", "one_overload_warning", "check_offered_load", "queue_growth"]
+__all__ = [
+    "OverloadWarning",
+    "NoQueueWarning",
+    "check_queue_can_form",
+    "one_overload_warning",
+    "check_offered_load",
+    "queue_growth",
+]
 
 
 class OverloadWarning(UserWarning):
     """The arrival rate exceeds what the server can serve: the queue grows without bound."""
+
+
+class NoQueueWarning(UserWarning):
+    """The run is too short for a queue to form: every policy serves it alike."""
+
+
+def check_queue_can_form(n_requests: int, max_num_seqs: int) -> None:
+    """Warn (:class:`NoQueueWarning`) when ``n_requests <= max_num_seqs``: every request then starts at once,
+    none waits, and every policy gives the same latencies, so each change vs FCFS is 0 % by construction,
+    not a finding."""
+    if int(n_requests) <= int(max_num_seqs):
+        warnings.warn(
+            NoQueueWarning(
+                f"n_requests={int(n_requests)} is not more than max_num_seqs={int(max_num_seqs)}: every request "
+                "starts at once and none waits, so every policy gives the same latencies (each change vs FCFS "
+                "is 0 % by construction); use n_requests well above max_num_seqs"
+            ),
+            stacklevel=3,
+        )
 
 
 @contextlib.contextmanager

@@ -48,7 +48,7 @@ from asrsched.core.service import ServiceModel, as_service_model, check_kappa
 from asrsched.core.workloads import check_rate, make_source, make_trace
 from asrsched.sim.capacity import Capacity, measure_capacity, regime
 from asrsched.sim.engine import simulate
-from asrsched.sim.overload import OverloadWarning
+from asrsched.sim.overload import OverloadWarning, check_queue_can_form
 from asrsched.sim.parallel import map_tasks
 
 __all__ = ["run_sweep", "run_point", "point_records", "SIM_VERSION", "check_sweep_params", "capacities", "WARMUP_FRAC"]
@@ -59,7 +59,8 @@ SIM_VERSION = "sim-1"
 
 
 def check_sweep_params(rates, policies, workloads, seeds, n_requests, max_num_seqs, kappa=None) -> None:
-    """Validate a sweep's parameters before any work starts (clear ``ValueError`` otherwise)."""
+    """Validate a sweep's parameters before any work starts (clear ``ValueError`` otherwise; a run too short
+    for a queue to form warns, :func:`asrsched.sim.overload.check_queue_can_form`)."""
     if not len(rates):
         raise ValueError("rates must list at least one arrival rate (req/s)")
     for r in rates:
@@ -75,6 +76,7 @@ def check_sweep_params(rates, policies, workloads, seeds, n_requests, max_num_se
         raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs!r}")
     if kappa is not None:
         check_kappa(kappa)
+    check_queue_can_form(n_requests, max_num_seqs)
 
 
 def run_point(

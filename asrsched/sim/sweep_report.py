@@ -9,7 +9,9 @@ Notebook 02's analysis of :func:`asrsched.sim.sweep.run_sweep` output (one row p
   al. 2026) next to this sweep's numbers, each matched at a stated load ``rho`` (never the extreme
   over all rates); :func:`refine_headline` adds seeds until each claim's CI is narrow enough;
 * :func:`run_length_effect`: how the change moves with the run length (settles below capacity,
-  keeps moving above it: a finite-run transient).
+  keeps moving above it: a finite-run transient);
+* :func:`tradeoff_study`: the P50/P90 trade-off of SJF, HRRN and the adaptive policy's caps at one
+  load, over seeds, with ratio CIs.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "headline",
     "refine_headline",
     "run_length_effect",
+    "tradeoff_study",
 ]
 
 
@@ -300,4 +303,52 @@ def run_length_effect(
                 None, ["fcfs", policy], [workload], list(seeds), rhos=list(rhos), n_requests=int(n), **sweep_kw
             )
             parts.append(change_ci(d, metrics=metrics).query("policy == @policy"))
+    return pd.concat(parts, ignore_index=True)
+
+
+def tradeoff_study(
+    workload: str = "librispeech",
+    *,
+    rho: float = 0.95,
+    ratio_caps: Sequence[float] = (5, 20, 50, 200),
+    seeds: Sequence[int] = tuple(range(8)),
+    metrics: Sequence[str] = ("p50_e2el_ms", "p90_e2el_ms"),
+    **sweep_kw,
+) -> pd.DataFrame:
+    """P50 against P90 E2EL change vs FCFS for SJF, HRRN and the adaptive policy at each ``ratio_cap``,
+    at load ``rho``, over ``seeds`` (paired: every variant replays FCFS's traces), with ratio CIs.
+
+    One :func:`run_sweep` per cap (SJF and HRRN run once); returns :func:`change_ci` rows with
+    ``label`` (``"SJF"``, ``"adaptive cap=50"``) and ``ratio_cap`` (NaN for SJF and HRRN). ``ratio_caps``
+    must be positive numbers and ``seeds`` at least two (a CI needs two pairs), else ``ValueError``
+    naming them, before any run.
+    """
+    caps = list(ratio_caps)
+    bad = [c for c in caps if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0]
+    if bad:
+        raise ValueError(f"ratio_caps: each cap must be a number > 0, got {bad}")
+    if len(set(seeds)) < 2:
+        raise ValueError(f"seeds: a trade-off CI needs at least two seeds, got {list(seeds)}")
+    sweep_kw = {
+        k: v
+        for k, v in sweep_kw.items()
+        if k not in ("rates", "rhos", "seeds", "policies", "workloads", "policy_params")
+    }
+    runs = [(["fcfs", "sjf", "hrrn"], None)] + [(["fcfs", "adaptive"], c) for c in caps]
+    parts = []
+    with one_overload_warning(f"trade-off study of {workload}"):
+        for policies, cap in runs:
+            d = run_sweep(
+                None,
+                policies,
+                [workload],
+                list(seeds),
+                rhos=[rho],
+                policy_params={"adaptive": {"ratio_cap": cap}} if cap is not None else None,
+                **sweep_kw,
+            )
+            t = change_ci(d, metrics=metrics).query("policy != 'fcfs'").copy()
+            t["ratio_cap"] = float(cap) if cap is not None else np.nan
+            t["label"] = [f"adaptive cap={cap:g}" if cap is not None else p.upper() for p in t.policy]
+            parts.append(t)
     return pd.concat(parts, ignore_index=True)

@@ -12,7 +12,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from extras import need
 
 need("plotly")
@@ -166,25 +165,24 @@ def needs_browser(fn):
 
 
 def _sim_figures() -> dict[str, go.Figure]:
-    from asrsched.core.metrics import relative_change, summarize
+    from asrsched.core.metrics import relative_change
     from asrsched.core.workloads import Drift, make_source
     from asrsched.figures import sim as F
     from asrsched.sim.drift import drift_records
     from asrsched.sim.sweep import point_records, run_sweep
+    from asrsched.sim.sweep_report import tradeoff_study
 
     df = run_sweep([6, 19], ["fcfs", "sjf", "hrrn"], ["librispeech"], [0], n_requests=250, workers=1, progress=False)
     rc = relative_change(df)
     recs = point_records("librispeech", 19, ["fcfs", "sjf", "hrrn"], n_requests=250)
-    trade = pd.DataFrame(
-        [{"workload": "librispeech", "policy": p, "label": p.upper(), **summarize(r.records)} for p, r in recs.items()]
-    )
+    trade = tradeoff_study("librispeech", rho=0.9, ratio_caps=[20, 50], seeds=[0, 1], n_requests=250, workers=1)
     drift = Drift([(0.0, make_source("librispeech")), (40.0, make_source("uniform"))], ramp_s=20.0)
     dr = drift_records(drift, 10, ["fcfs", "sjf"], n_requests=600, seed=0)
     return {
         "sim_relative_change": F.fig_relative_change(rc, workload="librispeech"),
         "sim_cdf": F.fig_cdf({p: r.records for p, r in recs.items()}),
         "sim_throughput": F.fig_throughput(df, workload="librispeech"),
-        "sim_tradeoff": F.fig_tradeoff(trade, title_suffix=" (librispeech, 19 req/s)"),
+        "sim_tradeoff": F.fig_tradeoff(trade, title_suffix=" (librispeech, ρ 0.9)"),
         "sim_drift": F.fig_drift(dr, window_s=20.0, phase_marks=[40.0]),
         "sim_occupancy": F.fig_occupancy({p: r.timeline for p, r in recs.items()}),
     }

@@ -88,11 +88,37 @@ def test_cdf_and_tradeoff_titles_name_no_winner():
     med = np.median(res["sjf"].records.e2el)
     assert f"SJF {med:.2f} s" in title and "n = 400" in title and "lowest" not in title and "best" not in title
     assert "not measured here" in sub
-    rows = [{"policy": p, "label": p.upper(), **r.summary()} for p, r in res.items()]
-    import pandas as pd
 
-    t = fig_tradeoff(pd.DataFrame(rows))
-    assert "Pareto front" in t.layout.title.text and "balances" not in t.layout.title.text
+
+def test_tradeoff_has_ratio_cis_both_ways_and_names_coinciding_caps_together():
+    from asrsched.figures.data_check import data_problems
+    from asrsched.sim.sweep_report import tradeoff_study
+
+    t = tradeoff_study("uniform", rho=0.9, ratio_caps=[20, 50, 200], seeds=range(3), n_requests=300, workers=1)
+    assert list(t.label[:2]) == ["SJF", "HRRN"] and set(t.n_seeds) == {3}
+    for m in ("p50_e2el_ms", "p90_e2el_ms"):  # ratio intervals around each change, never below -100 %
+        assert (t[f"{m}_change_ci_low"] <= t[f"{m}_change_pct"]).all() and (t[f"{m}_change_ci_low"] > -100).all()
+    fig = fig_tradeoff(t)
+    shown = [tr for tr in fig.data if tr.name != "FCFS (the baseline)"]
+    # every variant is on the figure, once: caps with the same changes share one marker named by all of them
+    named = ", ".join(tr.name for tr in shown)
+    assert all(str(c) in named for c in ("SJF", "HRRN", "20", "50", "200"))
+    same = t[t.policy == "adaptive"].round({"p50_e2el_ms_change_pct": 1, "p90_e2el_ms_change_pct": 1})
+    if same.duplicated(["p50_e2el_ms_change_pct", "p90_e2el_ms_change_pct"]).any():
+        assert any("(same result)" in tr.name for tr in shown)
+    for tr in shown:
+        assert tr.error_x.arrayminus is not None and tr.error_y.array is not None and tr.name
+    best = t.loc[t.p50_e2el_ms_change_pct.idxmin()]
+    assert (
+        f"largest P50 cut {best.label}" in fig.layout.title.text
+        and "3 seeds, 95 % ratio CIs" in fig.layout.title.subtitle.text
+    )
+    j = fig.to_plotly_json()
+    assert data_problems(j["data"], j["layout"]) == []
+    with pytest.raises(ValueError, match="seeds: a trade-off CI needs at least two seeds"):
+        tradeoff_study("uniform", seeds=[0])
+    with pytest.raises(ValueError, match=r"ratio_caps: each cap must be a number > 0, got \[-1\]"):
+        tradeoff_study("uniform", ratio_caps=[5, -1])
 
 
 def test_drift_title_lists_every_policy():

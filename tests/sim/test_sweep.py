@@ -111,6 +111,19 @@ def test_bad_parameters_fail_before_work(bad, match, tmp_path):
     assert not list(tmp_path.glob("*.parquet"))
 
 
+def test_a_run_too_short_for_a_queue_warns_that_its_zero_changes_are_by_construction():
+    from asrsched.sim.overload import NoQueueWarning
+    from asrsched.sim.sweep_report import change_ci
+
+    with pytest.warns(NoQueueWarning, match=r"n_requests=5 is not more than max_num_seqs=32: every request starts"):
+        df = run_sweep([10], ["fcfs", "sjf"], ["librispeech"], [0], n_requests=5, workers=1, progress=False)
+    # the reason for the warning: the two policies cannot differ
+    assert (change_ci(df, metrics=["p50_e2el_ms"]).p50_e2el_ms_change_pct == 0).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoQueueWarning)  # a run with a queue: no warning
+        run_sweep([10], ["fcfs", "sjf"], ["librispeech"], [0], n_requests=40, workers=1, progress=False)
+
+
 SMALL = dict(
     policies=["fcfs", "sjf", "hrrn"],
     workloads=["librispeech", "uniform"],
