@@ -50,7 +50,7 @@ import plotly.io as pio
 from asrsched.figures.layout import TABLE_CSS, apply_layout, fit_title, live_layout
 from asrsched.figures.outputs import gallery_root, interactive_run_dir, project_root
 from asrsched.figures.progress import install as install_progress
-from asrsched.figures.progress import progress_bar
+from asrsched.figures.progress import progress_bar, show_warning_as_line
 
 __all__ = [
     "POLICY_COLORS",
@@ -224,6 +224,10 @@ def setup(progress: str | None = None) -> str:
     * a ``FigureWidget`` inside a container reports its current state, so explorers survive a
       saved notebook, a reloaded page and Voila;
     * pandas shows tables whole (:data:`PANDAS_DISPLAY`: no cell cut short, no column elided);
+    * every warning is one plain line on stdout (:func:`asrsched.figures.progress.show_warning_as_line`),
+      in every cell: no red stderr box with a source line in JupyterLab, the same line under papermill
+      and in a dashboard (a cell that warns many times wraps its work in
+      :func:`asrsched.figures.progress.warnings_as_lines` to print each distinct warning once);
     * ``tqdm.auto`` draws the bar of this front end (:func:`asrsched.figures.progress.install`
       with ``progress``: a mode of :data:`asrsched.figures.progress.MODES`, or ``None`` for the
       front end's own).
@@ -238,6 +242,8 @@ def setup(progress: str | None = None) -> str:
         go.Figure.show, go.Figure._repr_mimebundle_ = _laid_out_display(*_SETUP["figure"])
         import pandas as pd
 
+        _SETUP["showwarning"] = warnings.showwarning
+        warnings.showwarning = show_warning_as_line
         _SETUP["pandas"] = {k: pd.get_option(k) for k in PANDAS_DISPLAY}
         for k, v in PANDAS_DISPLAY.items():
             pd.set_option(k, v)
@@ -258,6 +264,7 @@ def teardown() -> None:
         return
     pio.templates.default = _SETUP.pop("template")
     go.Figure.show, go.Figure._repr_mimebundle_ = _SETUP.pop("figure")
+    warnings.showwarning = _SETUP.pop("showwarning")
     import pandas as pd
 
     for k, v in _SETUP.pop("pandas").items():

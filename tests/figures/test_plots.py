@@ -62,20 +62,24 @@ def house():
 
 def test_importing_the_style_changes_nothing_and_setup_is_undone_by_teardown():
     code = """
-import pandas as pd, plotly.graph_objects as go, plotly.io as pio, tqdm.auto
+import pandas as pd, plotly.graph_objects as go, plotly.io as pio, tqdm.auto, warnings, contextlib, io
 from plotly.basewidget import BaseFigureWidget
 width = lambda: (pd.get_option("display.max_colwidth"), pd.get_option("display.max_columns"))
 before = (pio.templates.default, go.Figure.show, go.Figure._repr_mimebundle_, BaseFigureWidget.get_state,
-          tqdm.auto.tqdm, width())
+          warnings.showwarning, tqdm.auto.tqdm, width())
 from asrsched.figures import style
 assert "asrsched" in pio.templates  # registered by name, not made the default
 now = lambda: (pio.templates.default, go.Figure.show, go.Figure._repr_mimebundle_, BaseFigureWidget.get_state,
-               tqdm.auto.tqdm, width())
+               warnings.showwarning, tqdm.auto.tqdm, width())
 assert now() == before, now()
 assert style.setup("text") == "text"
 after = now()
 assert after[0] == style.HOUSE_TEMPLATE and all(a is not b for a, b in zip(after, before)), after
 assert after[-1] == (None, None) != before[-1], after[-1]  # tables whole: no cell cut to "...", no column elided
+out, err = io.StringIO(), io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    warnings.warn("the queue grew", UserWarning)  # any cell's warning: one stdout line, no stderr box
+assert out.getvalue() == "⚠ UserWarning: the queue grew\\n" and err.getvalue() == "", (out.getvalue(), err.getvalue())
 long = pd.DataFrame({"claim": ["SJF cuts the median E2EL by about 73 % on LibriSpeech at rho 0.95, " * 2]})
 assert long.claim[0].strip() in long.to_html()
 style.setup("text")  # again: nothing is wrapped twice
