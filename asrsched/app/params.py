@@ -12,9 +12,11 @@ browser tests run every notebook with it, and the README's quick-start table is
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,9 @@ __all__ = [
     "notebook_parameters",
     "params_for",
     "check_parameters",
+    "run_checks",
+    "named_as",
+    "CHECKS_TAG",
     "value_problem",
     "small_params",
     "small_params_path",
@@ -33,6 +38,10 @@ __all__ = [
 ]
 
 SMALL_PARAMS_FILE = "small_params.json"
+#: the tag of a notebook cell that only checks the parameters (cheap: no run, no server, no file written);
+#: the notebook runs it right after its parameters, and ``asrsched run``/``dashboard`` run it before
+#: starting anything (:func:`run_checks`)
+CHECKS_TAG = "checks"
 
 #: Notebook parameters renamed to the one vocabulary (CONTRIBUTING, *Vocabulary*): old name → new
 #: name, per notebook. Passing an old name is an error that names the new one.
@@ -108,8 +117,8 @@ def check_parameters(nb: str | os.PathLike, params: Mapping[str, Any]) -> dict[s
 
     A renamed parameter (:data:`RENAMED`) raises ``ValueError`` naming its new name; any other
     unknown name raises ``ValueError`` listing the allowed ones; a value of the wrong kind or a mistyped
-    literal raises ``ValueError`` naming the parameter (:func:`value_problem`). Nothing has run yet when it
-    raises.
+    literal raises ``ValueError`` naming the parameter (:func:`value_problem`); a value out of range raises the
+    notebook's own check (:func:`run_checks`). Nothing has run yet when it raises.
     """
     stem = Path(nb).stem
     known = notebook_parameters(nb)
@@ -122,7 +131,54 @@ def check_parameters(nb: str | os.PathLike, params: Mapping[str, Any]) -> dict[s
     bad = [msg for name, value in params.items() if (msg := value_problem(name, value, known[name]))]
     if bad:
         raise ValueError(f"{stem}: " + "; ".join(bad))
+    run_checks(nb, params)
     return known
+
+
+@contextlib.contextmanager
+def named_as(**names: str | tuple[str, ...]) -> Iterator[None]:
+    """Re-raise a ``ValueError`` from the library naming the notebook parameter: ``named_as(N_REQUESTS="n_requests")``
+    turns ``"n_requests must be >= 1, got 0"`` into ``"N_REQUESTS: n_requests must be >= 1, got 0"`` and
+    ``"p: the treatment probability must be in (0, 1)"`` into ``"P (p): the treatment probability ..."``.
+
+    The message is matched on the library's name (or one of a tuple of names) at its start; a message naming
+    none of them passes unchanged.
+    """
+    try:
+        yield
+    except ValueError as e:
+        msg = str(e)
+        for param, internal in names.items():
+            for name in (internal,) if isinstance(internal, str) else internal:
+                if msg.startswith(f"{name}: "):  # "p: must be in (0, 1)" -> "P (p): must be in (0, 1)"
+                    raise ValueError(f"{param} ({name}): {msg[len(name) + 2 :]}") from None
+                if re.match(rf"{re.escape(name)}\b", msg):
+                    raise ValueError(f"{param}: {msg}") from None
+        raise
+
+
+def run_checks(nb: str | os.PathLike, params: Mapping[str, Any]) -> None:
+    """Run the notebook's ``checks`` cells (:data:`CHECKS_TAG`) on its defaults overlaid with ``params``, here,
+    before anything starts: a value out of range raises the notebook's own ``ValueError`` (prefixed by the
+    notebook's name), as it would a few seconds into the run. A notebook without such a cell is not checked.
+    """
+    import nbformat
+
+    stem = Path(nb).stem
+    cells = nbformat.read(str(nb), as_version=4).cells
+    checks = [c.source for c in cells if c.cell_type == "code" and CHECKS_TAG in c.metadata.get("tags", [])]
+    if not checks:
+        return
+    ns: dict[str, Any] = {}
+    for c in cells:
+        if c.cell_type == "code" and "parameters" in c.metadata.get("tags", []):
+            exec(compile(c.source, f"<{stem} parameters>", "exec"), ns)  # noqa: S102 (the notebook's own literals)
+    ns.update(params)
+    try:
+        for src in checks:
+            exec(compile(src, f"<{stem} checks>", "exec"), ns)  # noqa: S102 (the notebook's own check cell)
+    except ValueError as e:
+        raise ValueError(f"{stem}: {e}") from None
 
 
 _KINDS = {bool: "True or False", int: "a number", float: "a number", str: "a string", list: "a list", dict: "a dict"}

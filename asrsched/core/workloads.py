@@ -36,6 +36,7 @@ import pandas as pd
 
 __all__ = [
     "DurationSource",
+    "check_rhos",
     "Empirical",
     "Uniform",
     "Mixture",
@@ -294,6 +295,15 @@ def check_rate(rate: float, name: str = "rate") -> float:
     if not math.isfinite(r) or r <= 0:
         raise ValueError(f"{name} must be a positive number of requests per second, got {rate!r}")
     return r
+
+
+def check_rhos(rhos: Sequence[float], name: str = "rhos") -> None:
+    """``ValueError`` unless ``rhos`` lists at least one load, each a finite number > 0 (a fraction of capacity)."""
+    if not len(rhos):
+        raise ValueError(f"{name} must list at least one load (fraction of capacity, > 0)")
+    for x in rhos:
+        if not (isinstance(x, (int, float, np.integer, np.floating)) and np.isfinite(x) and x > 0):
+            raise ValueError(f"{name} must be positive fractions of capacity (rho), got {x!r}")
 
 
 def poisson(rng: np.random.Generator, rate: float, n: int) -> np.ndarray:

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from asrsched.core.service import ServiceModel
+from asrsched.profiling.checks import check_profile
 from asrsched.profiling.fit import (
     KappaFit,
     fit_kappa,
@@ -360,37 +361,22 @@ def run_profile(
     ``service_model.fit["other_clock"]`` when the backend reports both. ``outlier_z``: the kappa fit's
     outlier threshold (:func:`fit_profile`).
     """
-    from asrsched.profiling.measure import BACKENDS, make_backend
-    from asrsched.whisper.backends import ENGLISH_ONLY
-    from asrsched.whisper.corpus import LANGUAGES, SilenceSpec, build_corpus
+    from asrsched.profiling.measure import make_backend
+    from asrsched.whisper.corpus import build_corpus
 
-    # ---- validate everything before any work
-    languages = [languages] if isinstance(languages, str) else list(languages)
-    if not languages:
-        raise ValueError(f"languages must name at least one of {', '.join(LANGUAGES)}")
-    bad = [lg for lg in languages if lg not in LANGUAGES]
-    if bad:
-        raise ValueError(f"languages {bad} have no packaged texts; allowed values: {', '.join(LANGUAGES)}")
-    if model in ENGLISH_ONLY and set(languages) - {"en"}:
-        raise ValueError(f"model {model!r} is English-only; for languages {languages} use model='base'")
-    if isinstance(backend, str) and backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)} (or a backend object); got {backend!r}")
-    if clock not in (*CLOCKS, "auto"):
-        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, auto; got {clock!r}")
-    if kappa_tokens not in TOKEN_COLUMNS:
-        raise ValueError(f"kappa_tokens must be one of {', '.join(TOKEN_COLUMNS)}; got {kappa_tokens!r}")
-    for nm, v, lo in (
-        ("n_per_language", n_per_language, 1),
-        ("n_silence_per_language", n_silence_per_language, 0),
-        ("repeats", repeats, 1),
-    ):
-        if int(v) != v or v < lo:
-            raise ValueError(f"{nm} must be an integer >= {lo}, got {v!r}")
-    check_rule(outlier_z, MIN_SPREAD)
-    sil = SilenceSpec(**({"lead_s": 2.0, "trail_s": 3.0, "inner_s": 2.0, "n_inner": 2} | dict(silence or {})))
-    for p in extra_files:
-        if not isinstance(p, (str, os.PathLike)):
-            raise ValueError(f"extra_files must be paths, got {p!r}")
+    languages, sil = check_profile(  # ---- everything validated before any work
+        model=model,
+        backend=backend,
+        languages=languages,
+        n_per_language=n_per_language,
+        n_silence_per_language=n_silence_per_language,
+        silence=silence,
+        clock=clock,
+        kappa_tokens=kappa_tokens,
+        repeats=repeats,
+        outlier_z=outlier_z,
+        extra_files=extra_files,
+    )
     params = dict(
         model=model,
         backend=backend if isinstance(backend, str) else getattr(backend, "name", "?"),

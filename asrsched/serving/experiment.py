@@ -58,7 +58,7 @@ import pandas as pd
 
 from asrsched.core.policies import validate_policies
 from asrsched.core.service import ServiceModel
-from asrsched.core.workloads import make_trace
+from asrsched.core.workloads import check_rhos, make_trace
 from asrsched.serving.calibration import calibrate, client_tokens, engine_step_model, probe
 from asrsched.serving.capacity import ServingCapacity, capacity_rps, measure_saturation
 from asrsched.serving.comparison import TABLE_METRICS, comparison_table, replay_model, simulate_run
@@ -69,6 +69,7 @@ from asrsched.serving.study_stats import MIN_N_VERDICT, RESULT_COLUMNS, cell_sta
 from asrsched.serving.vllm_steps import select_steps
 
 __all__ = [
+    "check_engine_experiment",
     "ServerProcess",
     "server_records",
     "probe",
@@ -167,18 +168,36 @@ class ServingExperiment:
         return "\n".join(lines)
 
 
-def _check_params(policies, rhos, rates, n_requests, n_probe, server_slots):
+def check_engine_experiment(
+    policies, rhos, rates, n_requests, n_probe, server_slots, *, engine="cpu-server", target_url=None, n_saturation=8
+) -> None:
+    """Every check of :func:`run_engine_experiment` (same arguments), before any server starts: ``ValueError``
+    naming the argument."""
     validate_policies(list(policies))
     if not policies:
         raise ValueError("policies must name at least one policy")
     if rates:
         if any(not (isinstance(r, (int, float)) and r > 0) for r in rates):
             raise ValueError(f"rates must be positive numbers (req/s), got {rates!r}")
-    elif not rhos or any(not (isinstance(x, (int, float)) and x > 0) for x in rhos):
-        raise ValueError(f"rhos must be positive fractions of capacity (e.g. [0.5, 0.9, 1.3]), got {rhos!r}")
+    else:
+        check_rhos(rhos)
     for nm, v, lo in (("n_requests", n_requests, 2), ("n_probe", n_probe, 4), ("server_slots", server_slots, 1)):
         if isinstance(v, bool) or int(v) != v or v < lo:
             raise ValueError(f"{nm} must be an integer >= {lo}, got {v!r}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    if engine == "vllm" and target_url:
+        raise ValueError(
+            "engine='vllm' starts its own vLLM servers; leave target_url empty (or use engine='cpu-server' "
+            "in upstream mode to front an existing endpoint)"
+        )
+    if (
+        isinstance(n_saturation, bool)
+        or int(n_saturation) != n_saturation
+        or (0 < n_saturation < 3)
+        or n_saturation < 0
+    ):
+        raise ValueError(f"n_saturation must be 0 (use the model's capacity) or an integer >= 3, got {n_saturation!r}")
 
 
 def run_engine_experiment(
@@ -236,21 +255,17 @@ def run_engine_experiment(
     recorded in ``params["load_tools_error"]``, the study goes on). See the module docstring.
     """
     rates = list(rates or [])
-    _check_params(policies, rhos, rates, n_requests, n_probe, server_slots)
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
-    if engine == "vllm" and target_url:
-        raise ValueError(
-            "engine='vllm' starts its own vLLM servers; leave target_url empty (or use engine='cpu-server' "
-            "in upstream mode to front an existing endpoint)"
-        )
-    if (
-        isinstance(n_saturation, bool)
-        or int(n_saturation) != n_saturation
-        or (0 < n_saturation < 3)
-        or n_saturation < 0
-    ):
-        raise ValueError(f"n_saturation must be 0 (use the model's capacity) or an integer >= 3, got {n_saturation!r}")
+    check_engine_experiment(
+        policies,
+        rhos,
+        rates,
+        n_requests,
+        n_probe,
+        server_slots,
+        engine=engine,
+        target_url=target_url,
+        n_saturation=n_saturation,
+    )
     policies = validate_policies(list(policies))
     prof_model = None
     if profile == "packaged":

@@ -45,13 +45,22 @@ import pandas as pd
 from asrsched.core.metrics import summarize
 from asrsched.core.policies import validate_policies
 from asrsched.core.service import ServiceModel, as_service_model, check_kappa
-from asrsched.core.workloads import check_rate, make_source, make_trace
+from asrsched.core.workloads import check_rate, check_rhos, make_source, make_trace
 from asrsched.sim.capacity import Capacity, measure_capacity, regime
 from asrsched.sim.engine import simulate
 from asrsched.sim.overload import OverloadWarning, check_queue_can_form
 from asrsched.sim.parallel import map_tasks
 
-__all__ = ["run_sweep", "run_point", "point_records", "SIM_VERSION", "check_sweep_params", "capacities", "WARMUP_FRAC"]
+__all__ = [
+    "run_sweep",
+    "run_point",
+    "point_records",
+    "SIM_VERSION",
+    "check_sweep",
+    "check_sweep_params",
+    "capacities",
+    "WARMUP_FRAC",
+]
 
 WARMUP_FRAC = 0.1  # share of each run's first requests left out of the latency metrics
 
@@ -77,6 +86,22 @@ def check_sweep_params(rates, policies, workloads, seeds, n_requests, max_num_se
     if kappa is not None:
         check_kappa(kappa)
     check_queue_can_form(n_requests, max_num_seqs)
+
+
+def check_sweep(
+    rates, rhos, policies, workloads, seeds, n_requests, max_num_seqs, kappa=None, warmup_frac=WARMUP_FRAC
+) -> None:
+    """Every check of :func:`run_sweep`, before any work: rates or loads (one of them), then
+    :func:`check_sweep_params` and the warm-up share."""
+    if (rates is None) == (rhos is None):
+        raise ValueError("give either rates (req/s) or rhos (loads, fractions of capacity), not both")
+    if rhos is not None:
+        check_rhos(rhos)
+    check_sweep_params(
+        rates if rates is not None else [1.0], policies, workloads, seeds, n_requests, max_num_seqs, kappa
+    )
+    if not 0.0 <= float(warmup_frac) < 1.0:
+        raise ValueError(f"warmup_frac must be in [0, 1), got {warmup_frac!r}")
 
 
 def run_point(
@@ -225,19 +250,7 @@ def run_sweep(
     ``policy_params`` maps a policy name to its parameters (e.g. ``{"adaptive": {"ratio_cap": 50}}``).
     ``cache_dir=None`` disables caching (of the points and of the capacities).
     """
-    if (rates is None) == (rhos is None):
-        raise ValueError("give either rates (req/s) or rhos (loads, fractions of capacity), not both")
-    if rhos is not None:
-        if not len(rhos):
-            raise ValueError("rhos must list at least one load (fraction of capacity, > 0)")
-        for x in rhos:
-            if not (isinstance(x, (int, float, np.integer, np.floating)) and np.isfinite(x) and x > 0):
-                raise ValueError(f"rhos must be positive fractions of capacity (rho), got {x!r}")
-    check_sweep_params(
-        rates if rates is not None else [1.0], policies, workloads, seeds, n_requests, max_num_seqs, kappa
-    )
-    if not 0.0 <= float(warmup_frac) < 1.0:
-        raise ValueError(f"warmup_frac must be in [0, 1), got {warmup_frac!r}")
+    check_sweep(rates, rhos, policies, workloads, seeds, n_requests, max_num_seqs, kappa, warmup_frac)
     sm = as_service_model(service)
     sdict = sm.to_dict()
     cache = Path(cache_dir) if cache_dir is not None else None
