@@ -95,7 +95,8 @@ def final_line(bar: tqdm_std.tqdm) -> str:
     total, n = d.get("total"), d.get("n", 0)
     ok = not total or n >= total
     elapsed = tqdm_std.tqdm.format_interval(d.get("elapsed", 0))
-    rate = d.get("rate") or (n / d["elapsed"] if d.get("elapsed") else None)
+    # the whole run's mean rate, not tqdm's smoothed recent one (72 items in 1 s read "0.83 it/s" after a slow last item)
+    rate = n / d["elapsed"] if d.get("elapsed") else d.get("rate")
     unit = d.get("unit") or "it"
     bits = [elapsed] + ([f"{rate:.3g} {unit}/s"] if rate and n else []) + ([d["postfix"]] if d.get("postfix") else [])
     count = f"{n:g}/{total:g}" if total else f"{n:g} {unit}"

@@ -5,6 +5,7 @@ file under notebooks/ and writes run.json under runs/.
 """
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -204,6 +205,17 @@ def test_text_bar_ends_as_one_line(capsys):
     bar.close()
     out, err = capsys.readouterr()
     assert out.count("\n") == 1 and out.startswith("✓ sweep: 4/4 [") and "pt/s" in out and err == ""
+    # the final line's rate is the run's mean (n / elapsed), not tqdm's smoothed rate of the last items
+    mean = TextBar(total=72, desc="sweep", unit="it", mininterval=0, miniters=1, smoothing=0.3)
+    mean.update(71)
+    mean.last_print_t = mean.start_t  # as if the last update came late
+    time.sleep(0.2)
+    mean.update(1)
+    line = final_line(mean)
+    elapsed = mean.format_dict["elapsed"]
+    shown = float(re.search(r", ([\d.]+) it/s\]", line).group(1))
+    assert abs(shown / (72 / elapsed) - 1) < 0.05, (line, elapsed)
+    mean.close()
     stopped = TextBar(total=5, desc="sweep")
     stopped.update(2)
     assert final_line(stopped).startswith("✗ stopped at sweep: 2/5")
