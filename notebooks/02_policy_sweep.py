@@ -55,6 +55,7 @@
 # | `RUN_LENGTHS`, `RUN_LENGTH_SEEDS` | `n_requests` values of the run-length figure (headline change vs run length), and its number of seeds |
 # | `CDF_RHO` | load at which latency CDFs and the P50/P90 trade-off are drawn; `CDF_RATE` (req/s) overrides it |
 # | `ADAPTIVE_CAPS` | `ratio_cap` values of the adaptive policy for the trade-off plot |
+# | `TRADEOFF_SEEDS` | seeds of the trade-off plot (at least 2: its changes vs FCFS carry 95 % ratio CIs) |
 # | `WORKERS`, `DASK_ADDRESS` | parallelism: joblib workers, or a Dask scheduler address (`"local"` for a local cluster) |
 # | `CACHE_DIR` | parquet cache of finished points (resumable; a relative path is under the project's `runs/`); `None` disables it |
 
@@ -77,15 +78,38 @@ RUN_LENGTH_SEEDS = 5
 CDF_RHO = 0.95
 CDF_RATE = None
 ADAPTIVE_CAPS = [5, 20, 50, 200]
+TRADEOFF_SEEDS = 8
 WORKERS = 2
 DASK_ADDRESS = None
 CACHE_DIR = "../runs/sweep-cache"
+
+# %% tags=["checks"]
+# The parameters checked before any work: `asrsched run` and `asrsched dashboard` run this cell before they
+# start anything, so a value out of range fails at once, naming the parameter.
+from asrsched.app.params import named_as
+from asrsched.sim.sweep import check_rhos, check_sweep
+from asrsched.sim.sweep_report import check_tradeoff
+
+with named_as(
+    RATES=("rate", "rates", "give either rates"),
+    RHOS="rhos",
+    POLICIES="unknown policy",
+    WORKLOADS="unknown workload",
+    SEEDS="seeds",
+    N_REQUESTS="n_requests",
+    MAX_NUM_SEQS="max_num_seqs",
+    KAPPA="kappa",
+):
+    check_sweep(RATES, None if RATES else RHOS, POLICIES, WORKLOADS, SEEDS, N_REQUESTS, MAX_NUM_SEQS, KAPPA)
+for _name in ("HEADLINE_RHO", "OVERLOAD_RHO", "CDF_RHO"):
+    check_rhos([globals()[_name]], _name)
+with named_as(ADAPTIVE_CAPS="ratio_caps", TRADEOFF_SEEDS="seeds"):
+    check_tradeoff(ADAPTIVE_CAPS, range(TRADEOFF_SEEDS))
 
 # %%
 import pandas as pd
 from IPython.display import display
 
-from asrsched.core.metrics import summarize
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.figures.outputs import runs_path
 from asrsched.figures.progress import warnings_as_lines
@@ -101,7 +125,14 @@ from asrsched.figures.sim import (
 )
 from asrsched.figures.style import export_figure, export_session, export_table, setup
 from asrsched.sim.sweep import capacities, point_records, run_sweep
-from asrsched.sim.sweep_report import change_ci, headline, refine_headline, run_length_effect, throughput_spread
+from asrsched.sim.sweep_report import (
+    change_ci,
+    headline,
+    refine_headline,
+    run_length_effect,
+    throughput_spread,
+    tradeoff_study,
+)
 
 setup()  # house template, figures laid out as exported, explorers that survive a saved page, progress bars
 NB = "02_policy_sweep"
@@ -146,7 +177,7 @@ hl = headline(df, rho=HEADLINE_RHO, overload_rho=OVERLOAD_RHO)
 display(hl.round({"ours_pct": 1, "ours_ci_low": 1, "ours_ci_high": 1, "rho": 2, "rate": 2}))
 
 # %%
-# CDFs and the P50/P90 trade-off: one run per policy at CDF_RHO (or CDF_RATE), per workload
+# CDFs: one run per policy at CDF_RHO (or CDF_RATE), per workload; the P50/P90 trade-off there over seeds
 at = {w: float(CDF_RATE) if CDF_RATE else float(caps[w].rate_at(CDF_RHO)) for w in WORKLOADS}
 tag = {w: f"rate{at[w]:g}" if CDF_RATE else f"rho{CDF_RHO:g}" for w in WORKLOADS}
 where = {
@@ -159,26 +190,35 @@ with warnings_as_lines():  # at CDF_RHO >= 1 the runs warn of overload: one line
         )
         for w in WORKLOADS
     }
-    variants = []
-    for w in WORKLOADS:
-        for p in ("fcfs", "sjf", "hrrn"):
-            variants.append({"workload": w, "policy": p, "label": p.upper(), **summarize(recs[w][p].records)})
-        for cap in ADAPTIVE_CAPS:
-            r = point_records(
+    # the P50/P90 trade-off at the same load, over TRADEOFF_SEEDS paired seeds (ratio CIs)
+    tradeoff = pd.concat(
+        [
+            tradeoff_study(
                 w,
-                at[w],
-                ["adaptive"],
-                n_requests=N_REQUESTS,
-                max_num_seqs=MAX_NUM_SEQS,
-                service=service,
-                kappa=KAPPA,
-                policy_params={"adaptive": {"ratio_cap": cap}},
-            )["adaptive"]
-            variants.append(
-                {"workload": w, "policy": "adaptive", "label": f"adaptive cap={cap}", **summarize(r.records)}
+                rho=caps[w].rho(at[w]),
+                ratio_caps=ADAPTIVE_CAPS,
+                seeds=range(TRADEOFF_SEEDS),
+                **sweep_kw,
             )
-tradeoff = pd.DataFrame(variants).assign(service_model=service.name)
-tradeoff[["workload", "label", "p50_e2el_ms", "p90_e2el_ms", "max_queue_delay_ms"]].round(0)
+            for w in WORKLOADS
+        ],
+        ignore_index=True,
+    ).assign(service_model=service.name)
+tradeoff[
+    [
+        "workload",
+        "label",
+        "p50_e2el_ms_change_pct",
+        "p50_e2el_ms_change_ci_low",
+        "p50_e2el_ms_change_ci_high",
+        "p90_e2el_ms_change_pct",
+        "p90_e2el_ms_change_ci_low",
+        "p90_e2el_ms_change_ci_high",
+        "n_seeds",
+        "rho",
+        "regime",
+    ]
+].round(1)
 
 # %%
 # the headline change against run length: stable (HEADLINE_RHO) vs overload (OVERLOAD_RHO), first workload
@@ -210,7 +250,10 @@ for w in WORKLOADS:
     figs[f"cdf_e2el_{w}_{tag[w]}"] = fig_cdf(
         {p: r.records for p, r in recs[w].items()}, subtitle=f"{where[w]}<br>{note}"
     )
-    figs[f"tradeoff_{w}_{tag[w]}"] = fig_tradeoff(tradeoff[tradeoff.workload == w], subtitle=f"{where[w]}<br>{note}")
+    t = tradeoff[tradeoff.workload == w]
+    figs[f"tradeoff_{w}_{tag[w]}"] = fig_tradeoff(
+        t, subtitle=f"{w}, ρ = {t.rho.iloc[0]:.2f} ({t.regime.iloc[0]}), {N_REQUESTS} requests per seed<br>{note}"
+    )
     figs[f"queue_depth_{w}_{tag[w]}"] = fig_occupancy(
         {p: r.timeline for p, r in recs[w].items()}, subtitle=f"{where[w]}<br>{note}"
     )
@@ -263,10 +306,13 @@ for w, g in sp.groupby("workload"):
 # %%
 from asrsched.figures.widgets import policy_explorer
 
+# starts at the CDF cell's run: its rate (CDF_RHO or CDF_RATE), workload, run length, kappa and service model
 policy_explorer(
-    rate=round(at[WORKLOADS[0]]),
+    rate=at[WORKLOADS[0]],
+    policy=next((p for p in POLICIES if p != "fcfs"), "sjf"),
+    kappa=KAPPA,
     workload=WORKLOADS[0],
-    n_requests=min(N_REQUESTS, 1500),
+    n_requests=N_REQUESTS,
     max_num_seqs=MAX_NUM_SEQS,
     service=service,
 )

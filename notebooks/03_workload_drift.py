@@ -50,11 +50,36 @@ MAX_NUM_SEQS = 32
 PROFILE = ""
 WINDOW_S = 20.0
 
+# %% tags=["checks"]
+# The drift schedules and run, checked before any work: `asrsched run` and `asrsched dashboard` run this cell
+# before they start anything, so a value out of range fails at once, naming the parameter.
+from asrsched.app.params import named_as
+from asrsched.core.workloads import Drift, make_source
+from asrsched.sim.sweep import check_sweep_params
+
+with named_as(
+    RATE="rate",
+    RAMP_S=("ramp_s", "drift ramp_s"),
+    PHASES=("phases", "phase", "unknown workload", "drift"),
+    N_REQUESTS="n_requests",
+    SEEDS="seeds",
+    POLICIES="unknown policy",
+    MAX_NUM_SEQS="max_num_seqs",
+    WINDOW_S="window_s",
+):
+    check_sweep_params([RATE], POLICIES, [], [SEED], N_REQUESTS, MAX_NUM_SEQS)
+    if not (isinstance(WINDOW_S, (int, float)) and WINDOW_S > 0):
+        raise ValueError(f"WINDOW_S must be a positive number of seconds, got {WINDOW_S!r}")
+    names = [f"{w} from {t:g} s" for t, w in PHASES]
+    schedules = {
+        "abrupt": Drift([(float(t), make_source(w)) for t, w in PHASES], ramp_s=0.0),
+        "gradual": Drift([(float(t), make_source(w)) for t, w in PHASES], ramp_s=RAMP_S),
+    }
+
 # %%
 import pandas as pd
 
 from asrsched.core.service import ServiceModel, default_service_model
-from asrsched.core.workloads import Drift, make_source
 from asrsched.figures.sim import fig_drift, service_note
 from asrsched.figures.style import export_figure, export_session, export_table, setup
 from asrsched.sim.drift import drift_records, phase_loads, phase_table
@@ -62,11 +87,6 @@ from asrsched.sim.drift import drift_records, phase_loads, phase_table
 setup()  # house template, figures laid out as exported, explorers that survive a saved page, progress bars
 NB = "03_workload_drift"
 service = ServiceModel.from_json(PROFILE) if PROFILE else default_service_model()
-names = [f"{w} from {t:g} s" for t, w in PHASES]
-schedules = {
-    "abrupt": Drift([(float(t), make_source(w)) for t, w in PHASES], ramp_s=0.0),
-    "gradual": Drift([(float(t), make_source(w)) for t, w in PHASES], ramp_s=RAMP_S),
-}
 loads = phase_loads(schedules["abrupt"], RATE, service=service, max_num_seqs=MAX_NUM_SEQS, phase_names=names)
 print(service_note(service.name))
 for _, r in loads.iterrows():
@@ -119,4 +139,14 @@ print("\nworst-phase P90 (s):\n", worst.round(1).to_string())
 # %%
 from asrsched.figures.widgets import drift_explorer
 
-drift_explorer(rate=RATE, ramp_s=RAMP_S, n_requests=min(N_REQUESTS, 2500), max_num_seqs=MAX_NUM_SEQS, service=service)
+drift_explorer(
+    rate=RATE,
+    ramp_s=RAMP_S,
+    phases=PHASES,
+    n_requests=N_REQUESTS,
+    seed=SEED,
+    policies=POLICIES,
+    max_num_seqs=MAX_NUM_SEQS,
+    service=service,
+    window_s=WINDOW_S,
+)

@@ -111,6 +111,34 @@ TIMEOUT_S = 300
 SEED = 0
 OUT_DIR = "../runs/serving-04"
 
+# %% tags=["checks"]
+# The parameters checked before any work: `asrsched run` and `asrsched dashboard` run this cell before they start
+# anything (no server, no client), so a value out of range fails at once, naming the parameter.
+from asrsched.app.params import named_as
+from asrsched.serving.experiment import check_engine_experiment
+
+with named_as(
+    POLICIES=("policies", "unknown policy"),
+    RHOS="rhos",
+    RATES="rates",
+    N_REQUESTS="n_requests",
+    N_PROBE="n_probe",
+    SERVER_SLOTS="server_slots",
+    ENGINE=("engine", "engine='vllm'"),
+    N_SATURATION="n_saturation",
+):
+    check_engine_experiment(
+        POLICIES,
+        RHOS,
+        RATES,
+        N_REQUESTS,
+        N_PROBE,
+        SERVER_SLOTS,
+        engine=ENGINE,
+        target_url=TARGET_URL or None,
+        n_saturation=N_SATURATION,
+    )
+
 # %%
 from IPython.display import display
 

@@ -94,6 +94,41 @@ DASK_ADDRESS = None
 WP_REQUESTS = 400_000
 FULL_RUN_DIR = "figures/05_ab_estimators/full"
 
+# %% tags=["checks"]
+# The study's configuration, checked before any work: `asrsched run` and `asrsched dashboard` run this cell before
+# they start anything, so a value out of range fails at once, naming the parameter.
+from asrsched.abtest.model import SystemConfig
+from asrsched.abtest.study import StudyConfig
+from asrsched.app.params import named_as
+
+with named_as(
+    N_SERVERS="n_servers",
+    LAM="lam",
+    D1="control",
+    D2="treatment",
+    P="p",
+    N_REQUESTS="n_requests",
+    L="L",
+    BLOCK_LEN="block_len",
+    BURN_IN="burn_in",
+    SCENARIOS="scenario",
+    REPS="reps",
+    TRUTH_REQUESTS_QUICK="truth_requests",
+):
+    base = SystemConfig(
+        n_servers=N_SERVERS, lam=LAM, control=D1, treatment=D2, p=P, n_requests=N_REQUESTS, warmup_requests=20_000
+    )
+    study = StudyConfig(
+        base=base,
+        scenarios=tuple(SCENARIOS),
+        reps=REPS if QUICK else REPS_FULL,
+        L=L or None,
+        block_len=BLOCK_LEN,
+        burn_in=BURN_IN,
+        truth_requests=TRUTH_REQUESTS_QUICK if QUICK else TRUTH_REQUESTS_FULL,
+        seed=SEED,
+    ).validate()
+
 # %%
 import time
 
@@ -101,9 +136,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from asrsched.abtest.full_run import COST_LABELS, load_full_run, run_wp_curve, wp_table
-from asrsched.abtest.model import SystemConfig
 from asrsched.abtest.study import SCENARIOS as SCENARIO_TEXT
-from asrsched.abtest.study import StudyConfig
 from asrsched.abtest.study_report import (
     ESTIMATOR_LABELS,
     ablation_table,
@@ -134,19 +167,6 @@ setup()  # house template, figures laid out as exported, explorers that survive 
 NB = "05_ab_estimators"
 pd.set_option("display.precision", 4)
 pd.set_option("display.width", 160)
-base = SystemConfig(
-    n_servers=N_SERVERS, lam=LAM, control=D1, treatment=D2, p=P, n_requests=N_REQUESTS, warmup_requests=20_000
-)
-study = StudyConfig(
-    base=base,
-    scenarios=tuple(SCENARIOS),
-    reps=REPS if QUICK else REPS_FULL,
-    L=L or None,
-    block_len=BLOCK_LEN,
-    burn_in=BURN_IN,
-    truth_requests=TRUTH_REQUESTS_QUICK if QUICK else TRUTH_REQUESTS_FULL,
-    seed=SEED,
-).validate()
 print(
     f"{len(SCENARIOS)} scenarios x {study.reps} replications, {N_REQUESTS:,} requests per experiment, "
     f"L = {study.L_default}"
@@ -301,7 +321,20 @@ if "homogeneous" in SCENARIOS:
 # against the truth (green line).
 
 # %%
-estimator_explorer(lam=LAM, d1=D1, d2=D2, p=P, n_servers=N_SERVERS, seed=SEED)
+estimator_explorer(
+    lam=LAM,
+    d1=D1,
+    d2=D2,
+    p=P,
+    L=L,
+    n_servers=N_SERVERS,
+    reps=min(REPS, 6),
+    n_requests=min(N_REQUESTS, 100_000),
+    scenario=SCENARIOS[0],
+    block_len=BLOCK_LEN,
+    burn_in=BURN_IN,
+    seed=SEED,
+)
 
 # %% [markdown]
 # ## Reading: the committed full study
@@ -309,7 +342,8 @@ estimator_explorer(lam=LAM, d1=D1, d2=D2, p=P, n_servers=N_SERVERS, seed=SEED)
 # The full study (100 replications per scenario and the scenario search) is too long for a default run. Its results
 # are committed under `FULL_RUN_DIR` with a `run.json` (commit, date, CPU model, load average, parameters and the
 # exact command that regenerates them: `python -m asrsched.abtest.full_run --full --out figures/05_ab_estimators/full`).
-# Everything below is read from those files; no number in this section is typed in.
+# Everything below is read from those files; no number in this section is typed in. Its figures are exported as
+# `full_study_overview`, `full_study_wp` and `full_study_search` (the gallery links them beside the files).
 
 # %%
 root = project_root()
@@ -334,8 +368,10 @@ else:
         )
     )
     display(Markdown((fr.folder / "claims.md").read_text()))
-    fig_overview(fr.summary, fr.claims).show()
-    fig_wp(fr.wp_curve, fr.wp, prm["base"]["p"]).show()
+    export_figure(fig := fig_overview(fr.summary, fr.claims), "full_study_overview", NB)
+    fig.show()
+    export_figure(fig := fig_wp(fr.wp_curve, fr.wp, prm["base"]["p"]), "full_study_wp", NB)
+    fig.show()
 
 # %% [markdown]
 # ### Where does mixed DQ gain most? (the scenario search)
@@ -363,4 +399,5 @@ if fr is not None:
         )
     )
     display(sr.head(10))
-    fig_search(sr).show()
+    export_figure(fig := fig_search(sr), "full_study_search", NB)
+    fig.show()

@@ -97,6 +97,57 @@ WORKERS = 2
 DASK_ADDRESS = None
 CACHE_DIR = None
 
+# %% tags=["checks"]
+# The study's configuration, checked before any work: `asrsched run` and `asrsched dashboard` run this cell before
+# they start anything, so a value out of range fails at once, naming the parameter.
+from asrsched.abtest.asr_fleet import LARGE_STUDY, ASRStudyConfig
+from asrsched.app.params import named_as
+
+with named_as(
+    WORKLOADS=("workload", "workloads", "unknown workload"),
+    N_REPLICAS="n_replicas",
+    RHO="rho",
+    N_REQUESTS="n_requests",
+    WARMUP_S="warmup_s",
+    P="p",
+    SCHEDULING=("scheduling_control", "scheduling_treatment", "control: unknown policy", "treatment: unknown policy"),
+    ROUTING=("routing_control", "routing_treatment", "router", "control", "treatment"),
+    ROUTING_POLICY="routing_policy",
+    SCHEDULING_ROUTER="scheduling_router",
+    BLOCK_S="block_s",
+    BURN_IN_S="burn_in_s",
+    SB_BURN_INS="sb_burn_ins",
+    L="L",
+    L_FACTORS="L_factors",
+    REPS="reps",
+    TRUTH_SEEDS="truth_seeds",
+):
+    cfg = ASRStudyConfig(
+        workloads=tuple(WORKLOADS),
+        n_replicas=N_REPLICAS,
+        rho=RHO,
+        n_requests=N_REQUESTS,
+        warmup_s=WARMUP_S,
+        p=P,
+        routing_control=ROUTING[0],
+        routing_treatment=ROUTING[1],
+        routing_policy=ROUTING_POLICY,
+        scheduling_control=SCHEDULING[0],
+        scheduling_treatment=SCHEDULING[1],
+        scheduling_router=SCHEDULING_ROUTER,
+        block_s=BLOCK_S,
+        burn_in_s=BURN_IN_S,
+        sb_burn_ins=tuple(SB_BURN_INS),
+        L=L,
+        L_factors=tuple(L_FACTORS),
+        reps=REPS,
+        truth_seeds=TRUTH_SEEDS,
+        seed=SEED,
+    )
+    if LARGE:
+        cfg = cfg.replace(**LARGE_STUDY)
+    cfg.validate()
+
 # %%
 import time
 
@@ -104,7 +155,6 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from asrsched.abtest import asr_fleet_report as report
-from asrsched.abtest.asr_fleet import LARGE_STUDY, ASRStudyConfig
 from asrsched.figures import ab_asr as figs
 from asrsched.figures.ab_widgets import ab_explorer
 from asrsched.figures.outputs import runs_path
@@ -113,32 +163,8 @@ from asrsched.sim.parallel import run_study
 
 setup()  # house template, figures laid out as exported, explorers that survive a saved page, progress bars
 NB = "06_ab_asr_policies"
-cfg = ASRStudyConfig(
-    workloads=tuple(WORKLOADS),
-    n_replicas=N_REPLICAS,
-    rho=RHO,
-    n_requests=N_REQUESTS,
-    warmup_s=WARMUP_S,
-    p=P,
-    routing_control=ROUTING[0],
-    routing_treatment=ROUTING[1],
-    routing_policy=ROUTING_POLICY,
-    scheduling_control=SCHEDULING[0],
-    scheduling_treatment=SCHEDULING[1],
-    scheduling_router=SCHEDULING_ROUTER,
-    block_s=BLOCK_S,
-    burn_in_s=BURN_IN_S,
-    sb_burn_ins=tuple(SB_BURN_INS),
-    L=L,
-    L_factors=tuple(L_FACTORS),
-    reps=REPS,
-    truth_seeds=TRUTH_SEEDS,
-    seed=SEED,
-)
 if LARGE:
-    cfg = cfg.replace(**LARGE_STUDY)
     print(f"LARGE study: {LARGE_STUDY}")
-cfg.validate()
 pd.DataFrame(
     {
         w: {

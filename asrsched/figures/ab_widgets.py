@@ -6,9 +6,11 @@
 
 As in :mod:`asrsched.figures.widgets` (the serving notebooks' panels): each panel calls the same
 function the batch path calls (:func:`asrsched.sim.parallel.run_study` of the study's configuration), so
-what a slider shows is what papermill computes; a panel computes its first view once when built and then
-only reacts to the user; every control has a ``description``; each panel ends with an "export this
-view" button (:func:`asrsched.figures.style.export_view_button`).
+what a slider shows is what papermill computes; a notebook passes in its parameters, so a panel's first
+view is the study the tables above it describe (at the panel's smaller size); a panel computes its first
+view once when built and then only reacts to the user; every control has a ``description``; each panel is
+a :class:`asrsched.figures.panel.Panel` (an "export this view" button, a static image of its first view
+in a saved or batch-executed notebook).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import math
 
 import ipywidgets as W
-import plotly.graph_objects as go
 
 from asrsched.abtest.asr_fleet import ASRStudyConfig
 from asrsched.abtest.asr_fleet_report import summary_table
@@ -26,7 +27,8 @@ from asrsched.abtest.study import summary_table as estimator_summary
 from asrsched.core.labels import estimator_label, router_label
 from asrsched.figures.ab_asr import fig_estimates
 from asrsched.figures.abtest import estimator_color, ordered_estimators
-from asrsched.figures.style import export_view_button, policy_color
+from asrsched.figures.panel import ExplorerFigure, Panel, slider_range
+from asrsched.figures.style import policy_color
 from asrsched.sim.parallel import run_study
 
 __all__ = ["estimator_explorer", "small_study", "ab_explorer"]
@@ -43,8 +45,11 @@ def small_study(
     n_requests: int = 100_000,
     scenario: str = "homogeneous",
     seed: int = 0,
+    block_len: float | None = None,
+    burn_in: float | None = None,
 ):
-    """A one-scenario study sized for interaction (seconds). ``L=0`` means the default 30*N*lam.
+    """A one-scenario study sized for interaction (seconds). ``L=0`` means the default 30*N*lam;
+    ``block_len`` and ``burn_in`` (the switchback design's) default to :class:`asrsched.abtest.study.StudyConfig`'s.
 
     Returns ``(StudyResult, summary DataFrame)``; raises ``ValueError`` on bad input.
     """
@@ -70,6 +75,7 @@ def small_study(
         truth_seeds=1,
         slope_h=None,
         seed=seed,
+        **{k: float(v) for k, v in (("block_len", block_len), ("burn_in", burn_in)) if v is not None},
     )
     res = run_study(sc, workers=1, progress=False)
     return res, estimator_summary(res)
@@ -85,26 +91,31 @@ def estimator_explorer(
     reps: int = 6,
     n_requests: int = 100_000,
     seed: int = 0,
-) -> W.VBox:
+    scenario: str = "homogeneous",
+    block_len: float | None = None,
+    burn_in: float | None = None,
+) -> Panel:
     """Sliders (λ, Power-of-d of each arm, p, L, N) over every estimator's replications vs the truth.
 
-    The title states the truth with its 95 % CI and the number of replications; it names the
+    A small :func:`small_study` of one ``scenario``; notebook 05 passes its parameters (``LAM``, ``D1``,
+    ``D2``, ``P``, ``L``, ``N_SERVERS``, its first scenario, ``BLOCK_LEN``, ``BURN_IN``, ``SEED``).
+    The title states the scenario, the truth with its 95 % CI and the number of replications; it names the
     lowest-MSE estimator only when :func:`asrsched.abtest.study.lowest_mse` finds a winner
     (otherwise it says which estimators are statistically tied). The table carries 95 % CIs.
     """
     from asrsched.abtest.study import lowest_mse, paired_estimates
 
     lam_w = W.FloatSlider(
-        value=lam, min=0.3, max=0.95, step=0.05, description="λ (per server)", continuous_update=False
+        **slider_range(0.3, 0.95, lam), step=0.05, description="λ (per server)", continuous_update=False
     )
-    d1_w = W.IntSlider(value=d1, min=1, max=10, description="control: Power-of-d, d", continuous_update=False)
-    d2_w = W.IntSlider(value=d2, min=1, max=10, description="treatment: Power-of-d, d", continuous_update=False)
-    p_w = W.FloatSlider(value=p, min=0.1, max=0.9, step=0.05, description="p (treated)", continuous_update=False)
-    L_w = W.IntSlider(value=L, min=0, max=4000, step=20, description="L (0 = 30·N·λ)", continuous_update=False)
-    n_w = W.IntSlider(value=n_servers, min=2, max=50, description="N (servers)", continuous_update=False)
+    d1_w = W.IntSlider(**slider_range(1, 10, d1), description="control: Power-of-d, d", continuous_update=False)
+    d2_w = W.IntSlider(**slider_range(1, 10, d2), description="treatment: Power-of-d, d", continuous_update=False)
+    p_w = W.FloatSlider(**slider_range(0.1, 0.9, p), step=0.05, description="p (treated)", continuous_update=False)
+    L_w = W.IntSlider(**slider_range(0, 4000, L or 0), step=20, description="L (0 = 30·N·λ)", continuous_update=False)
+    n_w = W.IntSlider(**slider_range(2, 50, n_servers), description="N (servers)", continuous_update=False)
     for w in (lam_w, d1_w, d2_w, p_w, L_w, n_w):
         w.style.description_width = "170px"
-    fig = go.FigureWidget()
+    fig = ExplorerFigure()
     fig.update_layout(
         height=500,
         xaxis_title="estimator",
@@ -117,7 +128,18 @@ def estimator_explorer(
     def update(*_):
         try:
             res, s = small_study(
-                lam_w.value, d1_w.value, d2_w.value, p_w.value, L_w.value, n_w.value, reps, n_requests, seed=seed
+                lam_w.value,
+                d1_w.value,
+                d2_w.value,
+                p_w.value,
+                L_w.value,
+                n_w.value,
+                reps,
+                n_requests,
+                scenario=scenario,
+                seed=seed,
+                block_len=block_len,
+                burn_in=burn_in,
             )
         except ValueError as err:
             table.value = f"<b style='color:#b00'>{err}</b>"
@@ -152,7 +174,7 @@ def estimator_explorer(
             ]
             fig.layout.title = (
                 f"Truth (GTE) {gte:.3g} ± {1.96 * gte_se:.2g}; lowest MSE: {won}<br>"
-                f"<sup>N = {n_w.value}, λ = {lam_w.value:g}, {router_label(int(d1_w.value), n_w.value)} → "
+                f"<sup>{scenario}: N = {n_w.value}, λ = {lam_w.value:g}, {router_label(int(d1_w.value), n_w.value)} → "
                 f"{router_label(int(d2_w.value), n_w.value)}, p = {p_w.value:g}; {R} replications per estimator"
                 "</sup>"
             )
@@ -165,8 +187,14 @@ def estimator_explorer(
     for w in (lam_w, d1_w, d2_w, p_w, L_w, n_w):
         w.observe(update, names="value")
     update()
-    controls = W.VBox([W.HBox([lam_w, n_w]), W.HBox([d1_w, d2_w]), W.HBox([p_w, L_w])])
-    return W.VBox([controls, fig, table, export_view_button(fig, "05_ab_estimators", name="estimator_explorer")])
+    rows = W.VBox([W.HBox([lam_w, n_w]), W.HBox([d1_w, d2_w]), W.HBox([p_w, L_w])])
+    return Panel(
+        [rows, fig, table],
+        fig=fig,
+        name="estimator_explorer",
+        notebook="05_ab_estimators",
+        controls=(lam_w, n_w, d1_w, d2_w, p_w, L_w),
+    )
 
 
 # ----------------------------------------------------------------------------- A/B study on the ASR fleet (notebook 06)
@@ -179,20 +207,28 @@ def ab_explorer(
     reps: int = 4,
     n_requests: int = 8000,
     workers: int = 1,
-):
+) -> Panel:
     """Sliders for fleet size, load, p and L over a small study of the routing and scheduling tests.
 
     Each change re-runs :func:`asrsched.sim.parallel.run_study` (the batch path) on one workload with ``reps``
-    replications and shows every estimate against the truth. The first view is computed once
-    when the panel is built; nothing waits for input (safe under papermill).
+    replications and shows every estimate against the truth. The sliders start at ``cfg``'s fleet size,
+    load, p and DQ horizon ``L`` (notebook 06's study), its truth uses up to ``cfg.truth_seeds`` traces. The
+    first view is computed once when the panel is built; nothing waits for input (safe under papermill).
     """
-    base = (cfg or ASRStudyConfig()).replace(
-        workloads=(workload,), reps=reps, truth_seeds=reps, n_requests=n_requests, L_factors=(1.0,)
+    cfg = cfg or ASRStudyConfig()
+    base = cfg.replace(
+        workloads=(workload,),
+        reps=reps,
+        truth_seeds=min(cfg.truth_seeds, reps),
+        n_requests=n_requests,
+        L_factors=(1.0,),
     )
-    n_w = W.IntSlider(value=base.n_replicas, min=2, max=12, step=1, description="replicas", continuous_update=False)
-    rho_w = W.FloatSlider(value=base.rho, min=0.5, max=0.98, step=0.01, description="load ρ", continuous_update=False)
-    p_w = W.FloatSlider(value=base.p, min=0.1, max=0.9, step=0.05, description="p", continuous_update=False)
-    L_w = W.IntSlider(value=0, min=0, max=5000, step=50, description="L (0 = 30 s)", continuous_update=False)
+    n_w = W.IntSlider(**slider_range(2, 12, base.n_replicas), description="replicas", continuous_update=False)
+    rho_w = W.FloatSlider(**slider_range(0.5, 0.98, base.rho), step=0.01, description="load ρ", continuous_update=False)
+    p_w = W.FloatSlider(**slider_range(0.1, 0.9, base.p), step=0.05, description="p", continuous_update=False)
+    L_w = W.IntSlider(
+        **slider_range(0, 5000, base.L or 0), step=50, description="L (0 = 30 s)", continuous_update=False
+    )
     f_w = W.Dropdown(options=["routing", "scheduling"], value="routing", description="test")
     m_w = W.Dropdown(
         options=[
@@ -204,7 +240,7 @@ def ab_explorer(
         value=("e2el", "mean"),
         description="metric",
     )
-    fig = go.FigureWidget()
+    fig = ExplorerFigure()
     fig.update_layout(height=460, yaxis_title="estimated effect (s)")
     table = W.HTML()
     msg = W.HTML()
@@ -270,13 +306,10 @@ def ab_explorer(
     for w in (f_w, m_w):
         w.observe(draw, names="value")
     compute()
-    return W.VBox(
-        [
-            W.HBox([n_w, rho_w, p_w]),
-            W.HBox([L_w, f_w, m_w]),
-            msg,
-            fig,
-            table,
-            export_view_button(fig, "06_ab_asr_policies", name="ab_explorer"),
-        ]
+    return Panel(
+        [W.HBox([n_w, rho_w, p_w]), W.HBox([L_w, f_w, m_w]), msg, fig, table],
+        fig=fig,
+        name="ab_explorer",
+        notebook="06_ab_asr_policies",
+        controls=(n_w, rho_w, p_w, L_w, f_w, m_w),
     )

@@ -544,53 +544,54 @@ def export_table(df, name: str, notebook: str, *, root: str | os.PathLike | None
 
 
 # --------------------------------------------------------------------------- explorer views
-def _slug(text: str, n: int = 40) -> str:
-    s = re.sub(r"<[^>]+>", " ", str(text or ""))
-    s = re.sub(r"[^A-Za-z0-9]+", "_", s).strip("_").lower()
-    return s[:n].rstrip("_") or "view"
+def _slug(value) -> str:
+    """A control value as a short file-name token that keeps its sign: ``-0.5`` -> ``m0p5``, ``True`` -> ``on``,
+    ``("e2el", "mean")`` -> ``e2el-mean``, ``"SJF (cap 5)"`` -> ``sjf_cap_5``."""
+    import numbers
+
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, numbers.Real):
+        return f"{value:g}".replace("-", "m").replace("+", "").replace(".", "p")
+    if isinstance(value, (tuple, list)):
+        return "-".join(map(_slug, value))
+    return re.sub(r"[^A-Za-z0-9]+", "_", str(value)).strip("_").lower()[:24] or "none"
 
 
-def export_view_button(
-    fig: go.Figure,
-    notebook: str,
-    *,
-    name: str = "view",
-    formats: tuple[str, ...] | None = None,
-    root: str | os.PathLike | None = None,
-):
+def export_view_button(fig: go.Figure, notebook: str, *, name: str = "view", state=None, formats=None, root=None):
     """An "export this view" control for an explorer: a button that writes the figure as it is now.
 
-    Returns an ``ipywidgets.HBox`` (button + a status line). A click writes
-    ``<name>_<title words>_<HHMMSS>.{html,png,svg}`` (house style and layout, as
-    :func:`export_figure`) into the run's folder (:func:`export_dir`) and says where. It also
-    carries the CSS that lets the explorer's tables wrap and scroll instead of clipping, and keeps
-    the live figure laid out as it redraws (:func:`asrsched.figures.layout.live_layout`).
+    Returns an ``ipywidgets.HBox`` (button + a status line). A click writes ``<stem>.{html,png,svg}`` (house
+    style and layout, as :func:`export_figure`) into the run's folder (:func:`export_dir`) and says where; the
+    stem is ``name`` and each value of ``state()`` (the explorer's ``{description: value}``) as a token that
+    keeps its sign (``-0.5`` -> ``m0p5``), or ``<name>_<HHMMSS>`` without ``state``. A sidecar ``<stem>.json``
+    holds the whole control state and the time. It also carries the CSS that lets the explorer's tables wrap and
+    scroll, and keeps the live figure laid out as it redraws (:func:`asrsched.figures.layout.live_layout`).
     """
+    import json
+
     import ipywidgets as W
 
     live_layout(fig)
-    button = W.Button(
-        description="export this view",
-        icon="download",
-        tooltip="write this figure as " + ", ".join(formats or default_formats()) + " into the run folder",
-    )
-    status = W.HTML(TABLE_CSS)
+    tip = "write this figure as " + ", ".join(formats or default_formats()) + " into the run folder"
+    button, status = W.Button(description="export this view", icon="download", tooltip=tip), W.HTML(TABLE_CSS)
 
     def on_click(_):
-        stamp = time.strftime("%H%M%S")
-        title = fig.layout.title.text if fig.layout.title is not None else ""
-        stem = f"{name}_{_slug(title)}_{stamp}"
+        controls = dict(state()) if state is not None else {}
+        stem = f"{name}_" + ("_".join(map(_slug, controls.values())) if controls else time.strftime("%H%M%S"))[:120]
         button.disabled = True
         status.value = TABLE_CSS + "<i>exporting…</i>"
         try:
             written = export_figure(fig, stem, notebook, root=root, formats=formats)
+            files, side = sorted(p.name for p in written.values()), export_dir(notebook, root) / f"{stem}.json"
+            record = dict(figure=name, notebook=notebook, controls=controls, time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            side.write_text(json.dumps({**record, "files": files}, indent=1, ensure_ascii=False, default=str) + "\n")
+            written["json"] = side
         except (RuntimeError, ValueError, OSError) as e:
             status.value = TABLE_CSS + f"<b style='color:#D55E00'>export failed: {e}</b>"
         else:
-            folder = next(iter(written.values())).parent
-            status.value = TABLE_CSS + (
-                f"wrote <code>{stem}</code> ({', '.join(written)}) to <code>{_shown_path(folder)}</code>"
-            )
+            where = _shown_path(side.parent)
+            status.value = TABLE_CSS + f"wrote <code>{stem}</code> ({', '.join(written)}) to <code>{where}</code>"
         finally:
             button.disabled = False
 

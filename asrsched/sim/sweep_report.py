@@ -36,6 +36,7 @@ __all__ = [
     "refine_headline",
     "run_length_effect",
     "tradeoff_study",
+    "check_tradeoff",
 ]
 
 
@@ -306,6 +307,15 @@ def run_length_effect(
     return pd.concat(parts, ignore_index=True)
 
 
+def check_tradeoff(ratio_caps: Sequence[float], seeds: Sequence[int]) -> None:
+    """``ValueError`` naming the argument unless every cap is a number > 0 and there are two seeds or more."""
+    bad = [c for c in ratio_caps if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0]
+    if bad:
+        raise ValueError(f"ratio_caps: each cap must be a number > 0, got {bad}")
+    if len(set(seeds)) < 2:
+        raise ValueError(f"seeds: a trade-off CI needs at least two seeds, got {list(seeds)}")
+
+
 def tradeoff_study(
     workload: str = "librispeech",
     *,
@@ -324,11 +334,7 @@ def tradeoff_study(
     naming them, before any run.
     """
     caps = list(ratio_caps)
-    bad = [c for c in caps if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0]
-    if bad:
-        raise ValueError(f"ratio_caps: each cap must be a number > 0, got {bad}")
-    if len(set(seeds)) < 2:
-        raise ValueError(f"seeds: a trade-off CI needs at least two seeds, got {list(seeds)}")
+    check_tradeoff(caps, seeds)
     sweep_kw = {
         k: v
         for k, v in sweep_kw.items()

@@ -741,3 +741,55 @@ def test_error_in_a_cell_is_seen_in_the_browser(lab, browser):
     finally:
         page.close()
         shutdown_kernels(lab, "zz_broken.ipynb")
+
+
+def test_batch_executed_notebook_shows_a_plot_where_the_explorer_was(lab, browser):
+    """``asrsched run 02 --small`` (papermill) writes an executed copy; opened later in JupyterLab (untrusted, as
+    any notebook from elsewhere), the explorer's output is a plot (its static image), not ``VBox(children=...``
+    as text and not a widget error; trusted, the panel comes back from the copy's saved widget state with its
+    figure drawn (not "Loading widget..." for good)."""
+    run_dir = lab["root"] / "executed"
+    env = {k: v for k, v in os.environ.items() if k not in ("ASRSCHED_FIGURES", "ASRSCHED_PROGRESS")}
+    cmd = [sys.executable, "-m", "asrsched.app.cli", "run", "02", "--small", "--run-dir", str(run_dir)]
+    done = subprocess.run(cmd, cwd=ROOT, env={**env, **STATIC_EXPORT_OFF}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    nb = json.loads((run_dir / "02_policy_sweep.ipynb").read_text())
+    (cell,) = [c for c in nb["cells"] if c["cell_type"] == "code" and "policy_explorer(" in "".join(c["source"])]
+    (out,) = [o for o in cell["outputs"] if o["output_type"] == "execute_result"]
+    assert {"image/png", "application/vnd.jupyter.widget-view+json", "text/plain"} <= set(out["data"]), out["data"]
+    states = nb["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"].values()
+    figures = [s["state"] for s in states if s["state"].get("_widget_data") is not None]
+    assert figures and all(len(f["_widget_data"]) == 2 for f in figures), "the saved FigureWidget state is empty"
+    page = new_page(browser)
+    try:
+        url = f"{lab['base']}/lab/workspaces/executed/tree/executed/02_policy_sweep.ipynb?reset&token={lab['token']}"
+        page.goto(url)
+        page.wait_for_selector(f"{PANEL} .jp-Cell", timeout=90_000)
+        area = (
+            page.locator(f"{PANEL} .jp-CodeCell")
+            .filter(has=page.locator(".jp-InputArea-editor", has_text="policy_explorer("))
+            .last.locator(".jp-Cell-outputArea")
+        )
+        plot = area.locator("img, .js-plotly-plot .main-svg").first
+        plot.wait_for(state="visible", timeout=60_000)
+        area.scroll_into_view_if_needed()
+        area.screenshot(path=str(ARTIFACTS / "lab-02_policy_sweep-executed-explorer.png"))
+        box = plot.bounding_box()
+        assert box and box["width"] > 300 and box["height"] > 150, f"the explorer's plot is drawn at {box}"
+        text = area.inner_text()
+        assert "VBox(children" not in text and "Error displaying widget" not in text, text[:300]
+        # trusted: the widget view, restored from metadata.widgets, with the explorer's two CDFs
+        page.locator(f"{PANEL} .jp-Notebook").first.click()
+        page.keyboard.press("Control+Shift+C")
+        page.keyboard.type("Trust Notebook")
+        page.keyboard.press("Enter")
+        page.locator(".jp-Dialog button", has_text=re.compile(r"^Trust$")).click()
+        traces = area.locator(".js-plotly-plot g.trace")
+        traces.first.wait_for(timeout=60_000)
+        area.scroll_into_view_if_needed()
+        area.screenshot(path=str(ARTIFACTS / "lab-02_policy_sweep-executed-explorer-trusted.png"))
+        assert traces.count() == 2 and area.locator(CONTROL_SEL).count() >= 4, area.inner_text()[:300]
+        assert not widget_errors(page) and "Loading widget" not in area.inner_text()
+    finally:
+        page.close()
+        shutdown_kernels(lab, "02_policy_sweep.ipynb")

@@ -268,9 +268,9 @@ def test_explorer_export_button_writes_the_current_view_into_the_run_folder(tmp_
     button.click()
     (run,) = (tmp_path / "runs" / "02_policy_sweep").iterdir()
     written = sorted(p.name for p in run.iterdir())
-    stems = {p.rsplit(".", 1)[0] for p in written if not p.endswith(".json")}
+    stems = {p.rsplit(".", 1)[0] for p in written if not p.endswith((".json", ".js"))}  # plotly.min.js: shared
     assert len(stems) == 1 and next(iter(stems)).startswith("policy_explorer_") and "run.json" in written
-    assert {p.rsplit(".", 1)[1] for p in written} == {"html", "svg", "json"}
+    assert {p.rsplit(".", 1)[1] for p in written} == {"html", "svg", "json", "js"} and "plotly.min.js" in written
     assert "wrote" in status.value and str(run.name) in status.value
     from asrsched.figures.reexport import figure_from_html
 

@@ -131,15 +131,17 @@ def test_pair_in_sync(ipynb):
 
 @pytest.mark.parametrize("ipynb", NOTEBOOK_FILES, ids=[p.stem for p in NOTEBOOK_FILES])
 def test_first_code_cell_after_the_parameters_calls_the_front_end_setup(ipynb):
-    """Importing the package changes nothing process-wide; each notebook asks for its front end explicitly."""
+    """Importing the package changes nothing process-wide; each notebook asks for its front end explicitly, in its
+    first code cell after the parameters and their checks (the checks cell, tag ``checks``, sets nothing up)."""
     code = [c for c in nbformat.read(ipynb, as_version=4).cells if c.cell_type == "code"]
-    assert "parameters" in code[0].metadata.get("tags", [])
+    assert "parameters" in code[0].metadata.get("tags", []) and "checks" in code[1].metadata.get("tags", [])
+    assert "setup(" not in code[1].source
     calls = [
         n
-        for n in ast.parse(code[1].source).body
+        for n in ast.parse(code[2].source).body
         if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and getattr(n.value.func, "id", "") == "setup"
     ]
-    assert len(calls) == 1 and "from asrsched.figures.style import" in code[1].source, code[1].source[:400]
+    assert len(calls) == 1 and "from asrsched.figures.style import" in code[2].source, code[2].source[:400]
 
 
 # The check itself: a copy of a pair under tmp_path, broken in one way at a time, must be reported.
