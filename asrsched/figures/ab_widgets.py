@@ -114,7 +114,9 @@ def estimator_explorer(
     L_w = W.IntSlider(**slider_range(0, 4000, L or 0), step=20, description="L (0 = 30·N·λ)", continuous_update=False)
     n_w = W.IntSlider(**slider_range(2, 50, n_servers), description="N (servers)", continuous_update=False)
     for w in (lam_w, d1_w, d2_w, p_w, L_w, n_w):
+        # two sliders a row in a ~970 px output: 170 px of label, a track of about 220 px, the readout
         w.style.description_width = "170px"
+        w.layout.width = "460px"
     fig = ExplorerFigure()
     fig.update_layout(
         height=500,

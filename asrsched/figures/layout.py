@@ -47,7 +47,7 @@ BASE_FONT, TITLE_FONT = 15, 18
 _DEFAULT_MARGIN = dict(l=70, r=30, t=70, b=60)
 
 # Widget tables (ipywidgets HTML) clip their text by default; these rules make wide tables scroll
-# and let headers wrap. Shown once per explorer (asrsched.figures.style.export_view_button).
+# and let headers wrap. Shown once per explorer (asrsched.figures.panel.export_view_button).
 TABLE_CSS = (
     "<style>.widget-html-content{white-space:normal;overflow:visible}"
     ".widget-html-content table{display:block;max-width:100%;overflow-x:auto;border-collapse:collapse}"

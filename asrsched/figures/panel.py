@@ -1,7 +1,7 @@
 """The container every explorer returns: a live panel that also survives a saved or batch-executed notebook.
 
 :class:`Panel` is an ``ipywidgets.VBox`` (the explorer's rows of controls, its plotly ``FigureWidget``
-and tables) ending with the "export this view" button (:func:`asrsched.figures.style.export_view_button`,
+and tables) ending with the "export this view" button (:func:`export_view_button`,
 fed by :func:`control_state`). When the panel is shown it adds two things a live view alone lacks:
 
 * its display carries, beside the widget view, an ``image/png`` of the figure as first computed
@@ -27,7 +27,9 @@ import base64
 import contextlib
 import copy
 import math
+import re
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,9 +38,18 @@ import ipywidgets as W
 import numpy as np
 import plotly.graph_objects as go
 
-from asrsched.figures.style import PRINT_HEIGHT, PRINT_WIDTH, export_figure, export_view_button
+from asrsched.figures.layout import TABLE_CSS, live_layout
+from asrsched.figures.style import PRINT_HEIGHT, PRINT_WIDTH, default_formats, export_dir, export_figure, shown_path
 
-__all__ = ["Panel", "ExplorerFigure", "control_state", "slider_range", "send_figure_state", "static_png"]
+__all__ = [
+    "Panel",
+    "ExplorerFigure",
+    "control_state",
+    "slider_range",
+    "send_figure_state",
+    "static_png",
+    "export_view_button",
+]
 
 #: the ``FigureWidget`` traits that carry the whole figure to the front end (and into a saved widget state)
 FIGURE_STATE = ("_widget_data", "_widget_layout")
@@ -109,6 +120,62 @@ def static_png(fig: go.Figure, width: int | None = None, height: int | None = No
     except Exception as e:  # a repr must not fail: no Chromium, no kaleido, an exporter error
         reason = str(e).strip().splitlines()[0].split("; ")[0][:160] if str(e).strip() else type(e).__name__
         return None, reason
+
+
+def _slug(value) -> str:
+    """A control value as a short file-name token that keeps its sign: ``-0.5`` -> ``m0p5``, ``True`` -> ``on``,
+    ``("e2el", "mean")`` -> ``e2el-mean``, ``"SJF (cap 5)"`` -> ``sjf_cap_5``."""
+    import numbers
+
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, numbers.Real):
+        return f"{value:g}".replace("-", "m").replace("+", "").replace(".", "p")
+    if isinstance(value, (tuple, list)):
+        return "-".join(map(_slug, value))
+    return re.sub(r"[^A-Za-z0-9]+", "_", str(value)).strip("_").lower()[:24] or "none"
+
+
+def export_view_button(fig: go.Figure, notebook: str, *, name: str = "view", state=None, formats=None, root=None):
+    """An "export this view" control for an explorer: a button that writes the figure as it is now.
+
+    Returns an ``ipywidgets.HBox`` (button + a status line). A click writes ``<stem>.{html,png,svg}`` (house
+    style and layout, as :func:`export_figure`) into the run's folder (:func:`export_dir`) and says where; the
+    stem is ``name`` and each value of ``state()`` (the explorer's ``{description: value}``) as a token that
+    keeps its sign (``-0.5`` -> ``m0p5``), or ``<name>_<HHMMSS>`` without ``state``. A sidecar ``<stem>.json``
+    holds the whole control state and the time. It also carries the CSS that lets the explorer's tables wrap and
+    scroll, and keeps the live figure laid out as it redraws (:func:`asrsched.figures.layout.live_layout`).
+    """
+    import json
+
+    import ipywidgets as W
+
+    live_layout(fig)
+    tip = "write this figure as " + ", ".join(formats or default_formats()) + " into the run folder"
+    button = W.Button(description="export this view", icon="download", tooltip=tip, layout=W.Layout(width="auto"))
+    status = W.HTML(TABLE_CSS)
+
+    def on_click(_):
+        controls = dict(state()) if state is not None else {}
+        stem = f"{name}_" + ("_".join(map(_slug, controls.values())) if controls else time.strftime("%H%M%S"))[:120]
+        button.disabled = True
+        status.value = TABLE_CSS + "<i>exporting…</i>"
+        try:
+            written = export_figure(fig, stem, notebook, root=root, formats=formats)
+            files, side = sorted(p.name for p in written.values()), export_dir(notebook, root) / f"{stem}.json"
+            record = dict(figure=name, notebook=notebook, controls=controls, time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            side.write_text(json.dumps({**record, "files": files}, indent=1, ensure_ascii=False, default=str) + "\n")
+            written["json"] = side
+        except (RuntimeError, ValueError, OSError) as e:
+            status.value = TABLE_CSS + f"<b style='color:#D55E00'>export failed: {e}</b>"
+        else:
+            where = shown_path(side.parent)
+            status.value = TABLE_CSS + f"wrote <code>{stem}</code> ({', '.join(written)}) to <code>{where}</code>"
+        finally:
+            button.disabled = False
+
+    button.on_click(on_click)
+    return W.HBox([button, status])
 
 
 class Panel(W.VBox):

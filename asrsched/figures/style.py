@@ -16,7 +16,7 @@
   kaleido server (one Chromium) serves them all, with one progress line for the batch.
 * Every exported copy goes through :func:`asrsched.figures.layout.apply_layout` (titles
   wrap, axis titles get room, subplots don't collide, log axes get 1-2-5 ticks).
-* :func:`export_view_button` is the "export this view" button of the explorers;
+* the explorers' "export this view" button is :func:`asrsched.figures.panel.export_view_button`;
   :mod:`asrsched.figures.reexport` turns an exported HTML back into a figure and writes it in other
   formats (``asrsched export``).
 
@@ -37,9 +37,7 @@ import contextlib
 import copy
 import logging
 import os
-import re
 import shutil
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,7 +45,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from asrsched.figures.layout import TABLE_CSS, apply_layout, fit_title, live_layout
+from asrsched.figures.layout import apply_layout, fit_title
 from asrsched.figures.outputs import gallery_root, interactive_run_dir, project_root
 from asrsched.figures.progress import install as install_progress
 from asrsched.figures.progress import progress_bar, show_warning_as_line
@@ -63,7 +61,7 @@ __all__ = [
     "export_figure",
     "export_table",
     "export_session",
-    "export_view_button",
+    "shown_path",
     "export_dir",
     "fit_title",
     "FORMATS",
@@ -348,7 +346,8 @@ def _stop_server() -> None:
         _SESSION["server"] = False
 
 
-def _shown_path(d: Path) -> str:
+def shown_path(d: Path) -> str:
+    """A folder as a progress or status line shows it: relative to the project when inside it."""
     root = project_root()
     try:
         return str(d.resolve().relative_to(root)) if root else str(d)
@@ -381,7 +380,7 @@ def export_session(desc: str = "exporting figures") -> Iterator[None]:
                 if _SESSION["dirs"]:
                     dirs = sorted(set(_SESSION["dirs"]))
                     bar.set_description(
-                        f"exported to {_shown_path(dirs[0])}" + (f" (+{len(dirs) - 1} more)" if len(dirs) > 1 else "")
+                        f"exported to {shown_path(dirs[0])}" + (f" (+{len(dirs) - 1} more)" if len(dirs) > 1 else "")
                     )
                 notes = list(dict.fromkeys(_SESSION["notes"]))
                 if notes:
@@ -506,7 +505,7 @@ def export_figure(
         _SESSION["dirs"].append(out)
         _SESSION["figures"] += 1
         if _SESSION["bar"] is not None:
-            _SESSION["bar"].set_description(f"exporting to {_shown_path(out)}", refresh=False)
+            _SESSION["bar"].set_description(f"exporting to {shown_path(out)}", refresh=False)
             _SESSION["bar"].update(1)
     return paths
 
@@ -541,59 +540,3 @@ def export_table(df, name: str, notebook: str, *, root: str | os.PathLike | None
     p = export_dir(notebook, root) / f"{name}.csv"
     df.to_csv(p, index=any(n is not None for n in getattr(df.index, "names", [None])))
     return p
-
-
-# --------------------------------------------------------------------------- explorer views
-def _slug(value) -> str:
-    """A control value as a short file-name token that keeps its sign: ``-0.5`` -> ``m0p5``, ``True`` -> ``on``,
-    ``("e2el", "mean")`` -> ``e2el-mean``, ``"SJF (cap 5)"`` -> ``sjf_cap_5``."""
-    import numbers
-
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, numbers.Real):
-        return f"{value:g}".replace("-", "m").replace("+", "").replace(".", "p")
-    if isinstance(value, (tuple, list)):
-        return "-".join(map(_slug, value))
-    return re.sub(r"[^A-Za-z0-9]+", "_", str(value)).strip("_").lower()[:24] or "none"
-
-
-def export_view_button(fig: go.Figure, notebook: str, *, name: str = "view", state=None, formats=None, root=None):
-    """An "export this view" control for an explorer: a button that writes the figure as it is now.
-
-    Returns an ``ipywidgets.HBox`` (button + a status line). A click writes ``<stem>.{html,png,svg}`` (house
-    style and layout, as :func:`export_figure`) into the run's folder (:func:`export_dir`) and says where; the
-    stem is ``name`` and each value of ``state()`` (the explorer's ``{description: value}``) as a token that
-    keeps its sign (``-0.5`` -> ``m0p5``), or ``<name>_<HHMMSS>`` without ``state``. A sidecar ``<stem>.json``
-    holds the whole control state and the time. It also carries the CSS that lets the explorer's tables wrap and
-    scroll, and keeps the live figure laid out as it redraws (:func:`asrsched.figures.layout.live_layout`).
-    """
-    import json
-
-    import ipywidgets as W
-
-    live_layout(fig)
-    tip = "write this figure as " + ", ".join(formats or default_formats()) + " into the run folder"
-    button, status = W.Button(description="export this view", icon="download", tooltip=tip), W.HTML(TABLE_CSS)
-
-    def on_click(_):
-        controls = dict(state()) if state is not None else {}
-        stem = f"{name}_" + ("_".join(map(_slug, controls.values())) if controls else time.strftime("%H%M%S"))[:120]
-        button.disabled = True
-        status.value = TABLE_CSS + "<i>exporting…</i>"
-        try:
-            written = export_figure(fig, stem, notebook, root=root, formats=formats)
-            files, side = sorted(p.name for p in written.values()), export_dir(notebook, root) / f"{stem}.json"
-            record = dict(figure=name, notebook=notebook, controls=controls, time=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-            side.write_text(json.dumps({**record, "files": files}, indent=1, ensure_ascii=False, default=str) + "\n")
-            written["json"] = side
-        except (RuntimeError, ValueError, OSError) as e:
-            status.value = TABLE_CSS + f"<b style='color:#D55E00'>export failed: {e}</b>"
-        else:
-            where = _shown_path(side.parent)
-            status.value = TABLE_CSS + f"wrote <code>{stem}</code> ({', '.join(written)}) to <code>{where}</code>"
-        finally:
-            button.disabled = False
-
-    button.on_click(on_click)
-    return W.HBox([button, status])

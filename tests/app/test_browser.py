@@ -332,6 +332,15 @@ def interact_and_check(page, area, stem: str, kind: str, busy) -> dict:
     area.scroll_into_view_if_needed()
     area.screenshot(path=str(ARTIFACTS / f"{kind}-{stem}-before.png"))
     assert before["n_traces"] > 0, f"{kind} {stem}: the figure is drawn empty before any interaction"
+    # every slider has a track a hand can use and a label that is not cut (05's were about 30 px long)
+    tracks = area.locator(".widget-slider .noUi-target").evaluate_all(
+        "els => els.map(e => Math.round(e.getBoundingClientRect().width))"
+    )
+    cut = area.locator(".widget-slider .widget-label, .widget-dropdown .widget-label").evaluate_all(
+        "els => els.filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)"
+    )
+    assert not tracks or min(tracks) >= 100, f"{kind} {stem}: slider tracks {tracks} px (at least 100 px wanted)"
+    assert not cut, f"{kind} {stem}: control labels cut short: {cut}"
     t0 = time.monotonic()
     action = move_control(page, area, stem)
     after, retried = before, False
@@ -355,6 +364,7 @@ def interact_and_check(page, area, stem: str, kind: str, busy) -> dict:
     assert after["n_traces"] > 0, f"{kind} {stem}: the figure is empty after {action}"
     return {
         "action": action,
+        "slider_tracks_px": tracks,
         "retried": retried,
         "title_before": before["title"],
         "title_after": after["title"],

@@ -81,8 +81,15 @@ def test_a_series_checks_every_notebooks_parameters_before_the_first_runs(tmp_pa
 
 @pytest.mark.slow  # runs a notebook in a Jupyter kernel
 def test_failed_notebook_is_reported_not_raised(tmp_path):
-    r = run_notebook("02", {"RATES": [-1]}, run_dir=tmp_path, figures_root=tmp_path / "f", progress=False)
-    assert r.status == "failed" and "rate must be a positive number" in r.error
+    """A notebook that fails while it runs is a failed row; a value its checks cell refuses fails before it runs."""
+    missing = tmp_path / "missing_profile.json"
+    r = run_notebook(
+        "02", {"PROFILE": str(missing)}, run_dir=tmp_path / "run", figures_root=tmp_path / "f", progress=False
+    )
+    assert r.status == "failed" and "missing_profile.json" in r.error
+    with pytest.raises(ValueError, match=r"02_policy_sweep: RATES: rate must be a positive number"):
+        run_notebook("02", {"RATES": [-1]}, run_dir=tmp_path / "bad", figures_root=tmp_path / "g", progress=False)
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "g").exists()
 
 
 def test_cli_simulate_and_bad_policy(capsys):
