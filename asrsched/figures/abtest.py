@@ -454,11 +454,11 @@ def fig_search(search: pd.DataFrame) -> go.Figure:
     fig.update_layout(
         title=wrap("Mixed DQ's sd gain over the better single DQ (min(sd wDQ, sd qDQ) / sd mixed DQ)", 80)
         + "<br><sup>"
-        + wrap(sub, 150)
+        + wrap(sub, 110)
         + "</sup>",
         height=620,
-        margin=dict(t=140, b=150),
-        legend=dict(orientation="h", y=-0.16, yanchor="top", x=0),
+        margin=dict(t=150, b=190),
+        legend=dict(orientation="h", y=-0.3, yanchor="top", x=0),
     )
     fig.update_xaxes(title_text="λ (per-server load)")
     fig.update_yaxes(title_text="sd gain (×)", col=1)

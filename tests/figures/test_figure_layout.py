@@ -206,6 +206,12 @@ def _abtest_figures() -> dict[str, go.Figure]:
     sbt = switchback_table(res)
     if len(sbt):
         out["ab_switchback"] = F.fig_switchback(sbt)
+    # the committed full study's figures, which notebook 05 exports (its search figure's subtitle ran off)
+    from asrsched.abtest.full_run import load_full_run
+
+    fr = load_full_run(Path(__file__).resolve().parents[2] / "figures" / "05_ab_estimators" / "full")
+    out["ab_full_search"] = F.fig_search(fr.search)
+    out["ab_full_wp"] = F.fig_wp(fr.wp_curve, fr.wp, fr.run["parameters"]["study"]["base"]["p"])
     return out
 
 
