@@ -272,7 +272,7 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
         rows=1, cols=2, subplot_titles=["mean (Little's law holds)", "P90 (no Little's law)"], shared_yaxes=True
     )
     n_cut = 0
-    reach = 0.0  # the farthest whisker end of an uncut bar in the first panel: the axis shows it whole
+    reach = 0.0  # the farthest whisker end of an uncut bar (both panels share the axis): the axis shows it whole
     for j, st in enumerate(AB_STATS, start=1):
         ts = t[t.stat == st]
         for name, g in ts.groupby("estimator", sort=False):
@@ -281,7 +281,7 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
             cut = rec.abs() > TAIL_CLIP
             n_cut += int(cut.sum())
             se = (g.sd / den / np.sqrt(_reps(summary))).where(~cut, 0.0)
-            if j == 1 and (~cut).any():
+            if (~cut).any():
                 reach = max(reach, float(np.nanmax((rec.abs() + se.fillna(0))[~cut])))
             fig.add_trace(
                 go.Bar(
@@ -290,7 +290,8 @@ def fig_tail(summary: pd.DataFrame) -> go.Figure:
                     text=[f"{v:+.0f}×" if c else "" for v, c in zip(rec, cut)],
                     textposition="inside",
                     insidetextanchor="end",
-                    textangle=0,
+                    textangle=-90,  # along the cut bar: legible at 11 px in a bar a dozen px wide
+                    textfont=dict(size=11),
                     customdata=rec,
                     hovertemplate=f"{estimator_label(name)}: %{{customdata:.2f}} x the true effect<extra>%{{x}}</extra>",
                     name=estimator_label(name),

@@ -139,6 +139,10 @@ def data_problems(data: Iterable[dict], layout: dict) -> list[str]:
             if values is None or not len(values):
                 continue
             ax = layout.get(_axis_key(tr.get(f"{letter}axis"), letter), {}) or {}
+            if ax.get(
+                "matches"
+            ):  # a shared axis (make_subplots(shared_yaxes=True)) takes the range of the one it matches
+                ax = {**(layout.get(_axis_key(ax["matches"], letter), {}) or {}), "title": ax.get("title")}
             ends = _error_ends(tr, letter, values)
             if is_change_axis(ax):
                 low = values if ends is None else np.fmin(values, ends[0])

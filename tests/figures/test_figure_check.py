@@ -88,3 +88,14 @@ def test_single_tick_axes():
     assert tick_problems({"y": ["−5", "0", "5"], "x": ["FCFS"]}) == []  # one category is not a scale
     assert tick_problems({"y2": ["1k", "1k"]}) != []
     assert tick_problems({"y": ["0.5", "1", "2"]}) == []
+
+
+def test_a_shared_axis_takes_the_range_of_the_axis_it_matches():
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True)
+    fig.add_bar(x=["a"], y=[1.0], row=1, col=1)
+    fig.add_bar(x=["a"], y=[2.5], error_y=dict(type="data", array=[2.0]), row=1, col=2)  # whisker to 4.5
+    fig.update_yaxes(range=[-3, 3], row=1, col=1)
+    probs = _problems(fig)
+    assert len(probs) == 1 and "outside the fixed y range [-3, 3]" in probs[0] and "4.5" in probs[0], probs
