@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from extras import need
 
 from asrsched.app.claims import (
     AB_CLAIMS_TABLE,
@@ -17,7 +18,6 @@ from asrsched.app.claims import (
     claims_rows,
     headline_verdict,
 )
-from asrsched.app.gallery import render_gallery, tracked_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,6 +105,9 @@ def test_the_committed_results_give_the_engine_and_ab_rows(tmp_path):
 
 
 def test_the_gallery_opens_with_the_claims_index_and_does_not_call_committed_results_stale():
+    need("plotly")  # the gallery reads figures back
+    from asrsched.app.gallery import render_gallery, tracked_files
+
     figs = ROOT / "figures"
     if not tracked_files(figs):
         pytest.skip("not a git checkout")

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from extras import need
+
+# the checks cells import what their notebooks use: the notebook, server and Whisper stacks
+need("nbformat", "papermill", "plotly", "httpx", "starlette", "soundfile")
+
 import nbformat
 import pytest
 
