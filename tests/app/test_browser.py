@@ -328,6 +328,12 @@ def interact_and_check(page, area, stem: str, kind: str, busy) -> dict:
     """Screenshot, move a control, wait for the figure to change, screenshot; returns a summary."""
     fig = area.locator(FIG_SEL).first
     fig.wait_for(state="visible", timeout=60_000)
+    # plotly draws the axes first and the traces when the widget's state has arrived: on a loaded machine (two
+    # test workers beside Chromium) that took over a second once, so wait for traces (30 s at most), then for calm
+    t_draw = time.monotonic()
+    while figure_signature(fig)["n_traces"] == 0 and time.monotonic() - t_draw < 30:
+        page.wait_for_timeout(250)
+    t_draw = time.monotonic() - t_draw
     before = wait_stable(page, lambda: figure_signature(fig), timeout_s=20)  # drawn and no longer changing
     area.scroll_into_view_if_needed()
     area.screenshot(path=str(ARTIFACTS / f"{kind}-{stem}-before.png"))
@@ -364,6 +370,7 @@ def interact_and_check(page, area, stem: str, kind: str, busy) -> dict:
     assert after["n_traces"] > 0, f"{kind} {stem}: the figure is empty after {action}"
     return {
         "action": action,
+        "traces_drawn_s": round(t_draw, 1),
         "slider_tracks_px": tracks,
         "retried": retried,
         "title_before": before["title"],

@@ -288,7 +288,12 @@ def test_timeout_is_an_explicit_504_and_frees_the_worker(clips):
                 await asyncio.sleep(0.05)
                 return await asyncio.gather(a, one("short"))
 
-        running, queued = asyncio.run(two())
+        results = [asyncio.run(two())]
+        # on a loaded machine (two test workers beside Chromium) the blocker can spend its 0.5 s before it starts
+        # running; that attempt says so ("waiting in the queue") and the scenario is tried once more
+        if "waiting in the queue" in results[0][0].text:
+            results.append(asyncio.run(two()))
+        running, queued = results[-1]
         # the blocker times out while running
         assert running.status_code == 504, running.text
         err = running.json()["error"]
@@ -306,7 +311,7 @@ def test_timeout_is_an_explicit_504_and_frees_the_worker(clips):
             assert x["queue_s"] > 0.2 and queued.json()["text"].strip(), x
         assert wait_until(lambda: gauge(h.url, "asrsched_in_flight") == 0, 30)
         m = metrics(h.url)
-        n504 = [running.status_code, queued.status_code].count(504)
+        n504 = sum([r.status_code, q.status_code].count(504) for r, q in results)
         assert m['asrsched_requests_total{policy="fcfs",outcome="timeout"}'] == n504
         assert m['asrsched_queue_depth{policy="fcfs"}'] == 0
 
