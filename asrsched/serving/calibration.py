@@ -61,7 +61,7 @@ def calibrate(
         duration="audio_s",
         n_boot=n_boot,
         seed=seed,
-        min_rows=min(4, len(d)),
+        min_rows=3,  # four requests suffice: one of them may be left out as a hallucinated clip (profiling.outliers)
     )
     A = d[["windows", "tokens"]].to_numpy(float)
     y = d["service"].to_numpy(float)

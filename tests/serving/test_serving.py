@@ -59,6 +59,10 @@ def test_calibrate_recovers_the_service_model_that_made_the_records():
     assert capacity_rps(sm, rec["duration"].to_numpy(), "en", slots=3).rate == pytest.approx(3 * cap)
     with pytest.raises(ValueError, match="at least 4"):
         calibrate(rec.head(3))
+    # four requests, one of them a hallucination loop (10x the tokens): kappa comes from the other three
+    four = rec.head(4).copy()
+    four.loc[four.index[0], "tokens"] *= 10
+    assert calibrate(four).kappa_for("en") == pytest.approx(4.0, rel=0.15)  # it raised "no language has enough"
     with pytest.raises(ValueError, match="tokens"):
         calibrate(rec.drop(columns="tokens"))
 
