@@ -116,6 +116,8 @@ def _headline_rows(root: Path) -> list[dict]:
 
 
 def _engine_rows(root: Path) -> list[dict]:
+    from asrsched.sim.sweep_report import PAPER_HEADLINES  # the study's numbers, written once (scipy: imported here)
+
     df = pd.read_csv(root / ENGINE_TABLE)
     rows = []
     for (eng, pol), g in df[df.policy.isin(["sjf", "hrrn"])].groupby(["engine", "policy"], sort=True):
@@ -123,10 +125,12 @@ def _engine_rows(root: Path) -> list[dict]:
         if stable.empty:
             continue
         r = stable.loc[stable.rho.idxmax()]
-        for m, paper in (("p50_e2el", -73.0 if pol == "sjf" else -28.0), ("p90_e2el", 97.0 if pol == "sjf" else 24.0)):
+        for m in ("p50_e2el", "p90_e2el"):
+            # the study's claim for this policy and metric (its first, on whichever workload it states it)
+            paper, text = next((c[3], c[4]) for c in PAPER_HEADLINES if c[0] == pol and c[2] == m + "_ms")
             lo, hi = r[f"d_{m}_pct_ci_low"], r[f"d_{m}_pct_ci_high"]
             claim = f"{pol.upper()} vs FCFS on a real engine: {metric_label(m + '_ms')}"
-            cap = " (capped)" if pol == "hrrn" and m == "p90_e2el" else ""
+            cap = " (capped)" if "capped" in text else ""
             rows.append(
                 {
                     "study": f"scheduling ({eng})",
