@@ -9,10 +9,12 @@ Two A/B tests per workload (:class:`ASRStudyConfig`):
 
 * **routing** -- control router vs treatment router (default ``random`` -> ``least_work``,
   the duration-aware router), every replica FCFS; designs ``bernoulli`` (request-level),
-  ``group`` (replica split) and ``switchback``;
+  ``group`` (replica split) and ``switchback``, and (not in the defaults) ``replica_block``;
 * **scheduling** -- control vs treatment per-replica scheduling policy (default FCFS ->
   HRRN) behind a fixed router; designs ``replica`` (cluster randomisation) and
-  ``switchback`` (request-level randomisation is ill-defined inside one shared queue).
+  ``switchback`` (request-level randomisation is ill-defined inside one shared queue), and
+  (not in the defaults) ``replica_block`` (replica x block: the replica split re-drawn every
+  block; definitions in :mod:`asrsched.abtest.fleet_experiment`).
 
 Workloads: ``librispeech`` (real test-clean durations), ``uniform`` (5-30 s) and
 ``drift`` (LibriSpeech -> uniform during the run), Poisson arrivals at ``rho`` x fleet
@@ -30,7 +32,12 @@ bernoulli      naive, qdq, wdq, mixed_dq       naive (difference of the arms' P9
                                                qdq (unchanged: see below)
 group/replica  group (difference of means)     group (difference of P90s)
 switchback     switchback (burn-in)            switchback (difference of P90s, burn-in)
+replica_block  switchback (burn-in)            switchback (difference of P90s, burn-in)
 =============  ==============================  =========================================
+
+The replica_block rows reuse the estimator name ``switchback``: the same function (the difference
+of the arms' means over the requests past their block's first ``burn_in`` seconds, batch means
+over groups of blocks), fed each request's own arm; the ``design`` column tells the two apart.
 
 P90 and Little's law. DQ needs a per-request cost whose *mean* is the metric. For the P90
 we use its influence function: ``c_j = q + (1{W_j > q} - 0.1) / f(q)`` with ``q`` the pooled
@@ -118,8 +125,8 @@ class ASRStudyConfig:
     (:func:`asrsched.sim.fleet.replica_capacity`); ``n_requests`` per run (experiments and
     truth alike); ``L`` the DQ horizon in requests (``None``: ``30 x`` the total arrival
     rate, i.e. 30 s of arrivals); ``L_factors`` the ablation around it; ``block_s`` and
-    ``burn_in_s`` the switchback blocks; ``reps`` experiments per design and
-    ``truth_seeds`` traces for the ground truth.
+    ``burn_in_s`` the blocks of the switchback and replica_block designs; ``reps`` experiments
+    per design and ``truth_seeds`` traces for the ground truth.
     """
 
     workloads: tuple = WORKLOADS
@@ -237,10 +244,11 @@ class ASRStudyConfig:
                     f"n_requests: {self.n_requests} requests leave {n_meas:.0f} after the warm-up on {w}, too few for "
                     f"a DQ horizon of {Lmax} requests (need >= 2 L); raise n_requests or lower L / L_factors"
                 )
-            if self.n_requests / total_rate < 4 * self.block_s and any(d == "switchback" for _, d in self.designs()):
+            blocked = any(d in ("switchback", "replica_block") for _, d in self.designs())
+            if self.n_requests / total_rate < 4 * self.block_s and blocked:
                 raise ValueError(
                     f"block_s: a run of {self.n_requests / total_rate:.0f} s on {w} holds fewer than 4 "
-                    f"switchback blocks of {self.block_s} s; lower block_s or raise n_requests"
+                    f"blocks of {self.block_s} s (switchback, replica_block); lower block_s or raise n_requests"
                 )
         return self
 
@@ -419,7 +427,7 @@ def estimate_run(res, cfg: ASRStudyConfig) -> tuple[list[dict], list[dict]]:
         elif design in ("group", "replica"):
             rows.append(_row(group(tr, nb), stat="mean", **base))
             rows.append(_row(quantile_estimate(tr, "group", n_batches=nb), stat="p90", **base))
-        elif design == "switchback":
+        elif design in ("switchback", "replica_block"):
             for b in sorted(set((*cfg.sb_burn_ins, cfg.burn_in_s))):
                 kw = dict(base, burn_in=float(b), headline=b == cfg.burn_in_s)
                 rows.append(_row(switchback(tr, b, nb), stat="mean", **kw))

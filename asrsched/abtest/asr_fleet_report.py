@@ -163,7 +163,9 @@ def best_table(summary: pd.DataFrame) -> pd.DataFrame:
 
     ``best`` is the lowest-MSE ``design/estimator``; ``resolved`` says whether its RMSE 95 % CI
     lies below every other estimator's (:func:`tied_with`); ``tied_with`` lists the others
-    when not, and ``winner`` is ``best`` when resolved, else ``"tie"``.
+    when not, and ``winner`` is ``best`` when resolved, else ``"tie"``. ``<estimator>_rmse`` columns
+    give each estimator's RMSE; the switchback estimator on the replica_block design is
+    ``replica_block_rmse``.
     """
     out = []
     for keys, g in summary.groupby(_KEYS, sort=False):
@@ -188,8 +190,10 @@ def best_table(summary: pd.DataFrame) -> pd.DataFrame:
             row.update(naive_recovered_pct=float(nv["recovered_pct"].iloc[0]), naive_rmse=float(nv["rmse"].iloc[0]))
         for name in ("mixed_dq", "wdq", "qdq", "group", "switchback"):
             sub = g[g.estimator == name]
-            if len(sub):
-                row[f"{name}_rmse"] = float(sub["rmse"].iloc[0])
+            for design, col in (("replica_block", "replica_block_rmse"), (None, f"{name}_rmse")):
+                here = sub[sub.design == design] if design else sub[sub.design != "replica_block"]
+                if len(here):
+                    row[col] = float(here["rmse"].iloc[0])
         out.append(row)
     return pd.DataFrame(out)
 
@@ -255,20 +259,22 @@ def tail_table(summary: pd.DataFrame, res: ASRStudyResult | None = None) -> pd.D
 
 
 def burn_in_table(res: ASRStudyResult) -> pd.DataFrame:
-    """Switchback estimators at every burn-in (both tests): bias, sd, RMSE, coverage."""
+    """Switchback estimators at every burn-in (both tests; switchback and replica_block designs): bias, sd, RMSE,
+    coverage."""
     e = res.estimates
     if "burn_in" not in e:
         return pd.DataFrame()
     e = e[e.estimator.eq("switchback") & e["burn_in"].notna()]
     tt = res.truth.set_index(_KEYS)["gte"]
     rows = []
-    for (w, f, m, s, b), g in e.groupby(["workload", "factor", "metric", "stat", "burn_in"], sort=False):
+    for (w, f, d, m, s, b), g in e.groupby(["workload", "factor", "design", "metric", "stat", "burn_in"], sort=False):
         v = g["estimate"].to_numpy(float)
         gte = float(tt.loc[(w, f, m, s)])
         rows.append(
             {
                 "workload": w,
                 "factor": f,
+                "design": d,
                 "metric": m,
                 "stat": s,
                 "burn_in_s": b,
@@ -281,7 +287,8 @@ def burn_in_table(res: ASRStudyResult) -> pd.DataFrame:
         )
     out = pd.DataFrame(rows)
     out["_w"] = out["workload"].map({w: i for i, w in enumerate(res.config.workloads)})
-    return out.sort_values(["_w", "factor", "metric", "stat", "burn_in_s"]).drop(columns="_w").reset_index(drop=True)
+    out = out.sort_values(["_w", "factor", "design", "metric", "stat", "burn_in_s"])
+    return out.drop(columns="_w").reset_index(drop=True)
 
 
 def ablation_table(res: ASRStudyResult) -> pd.DataFrame:
@@ -337,6 +344,11 @@ def _how(design: str, estimator: str, cfg: ASRStudyConfig) -> str:
         return (
             f"a switchback test (the whole fleet alternates every {cfg.block_s:g} s, first "
             f"{cfg.burn_in_s:g} s of each block dropped)"
+        )
+    if design == "replica_block":
+        return (
+            f"a replica × block test (every {cfg.block_s:g} s a fresh random {int(round(cfg.p * cfg.n_replicas))} "
+            f"of the {cfg.n_replicas} replicas take the treatment, first {cfg.burn_in_s:g} s of each block dropped)"
         )
     if design == "group":
         return "a replica-split test (each arm routes its requests over its own half of the fleet)"

@@ -23,6 +23,15 @@ runs the scheduling policy ``policy``):
                 treated (``alternate=True``: blocks alternate, the first block's arm is a
                 fair coin; ``False``: each block independently with probability ``p``); every
                 request arriving in a treated block is routed by the treatment router.
+``replica_block`` replica x block (space x time): blocks ``[b B, (b+1) B)`` as the
+                switchback's; in every block b a fresh uniformly random set of ``round(p N)``
+                replicas is the treatment group (drawn independently per block; each block has
+                both arms), the rest the control group. Request j is treated with probability
+                ``p`` (``z_j ~ Bernoulli(p)``) and routed by its arm's router only among its
+                arm's group *of the block it arrives in* (the group design re-drawn per block).
+                Each arm has one router for the whole run (its state and random stream carry
+                across blocks; only its candidate set changes), and a replica keeps the queue
+                it built in earlier blocks (carry-over, which the estimator's burn-in reduces).
 
 Scheduling tests (``factor="scheduling"``: ``control``/``treatment`` are scheduling
 policies, e.g. FCFS vs HRRN; every request is routed by ``router``). Request-level
@@ -42,6 +51,23 @@ between a "treated" and a "control" request is neither policy's decision. So:
                 in; it may be served partly under the next block's policy (carry-over,
                 which the estimator's burn-in reduces). After the last arrival the fleet
                 drains under the last block's policy.
+``replica_block`` replica x block (space x time): blocks ``[b B, (b+1) B)`` as the
+                switchback's; in every block b a fresh uniformly random set of ``round(p N)``
+                replicas (drawn independently per block; each block has both arms) runs the
+                treatment policy, the rest the control policy. Replicas start in block 0's
+                arms; at each boundary ``b B`` every replica catches up to ``b B`` and each
+                replica whose arm in block b differs from its arm in block b - 1 re-orders
+                its waiting queue under its new policy (as the switchback does for every
+                replica; requests already running continue). Requests are routed by
+                ``router`` over all replicas; a request's arm is the arm of (the replica
+                that served it, the block it arrived in). After the last arrival every
+                replica drains under its arm of the last block.
+
+The estimators see the design through :meth:`ExperimentResult.trajectory`: ``group`` and
+``replica`` as the group design (difference of the arms' means), ``switchback`` and
+``replica_block`` as the switchback design (per-request ``z`` and ``block``: the difference of
+the arms' means over the requests past their block's first ``burn_in`` seconds, batch means
+over groups of consecutive blocks; :func:`asrsched.abtest.estimators.switchback`).
 
 ``control`` / ``treatment`` (either factor): the whole fleet under one arm -- the separate
 full runs that define the ground truth. ``control`` is exactly
@@ -53,8 +79,8 @@ stream (:class:`numpy.random.SeedSequence` children), so a run is reproducible f
 
 Records: the fleet's per-request columns (the simulator's ``rid, arrival, duration,
 language, est_service, tokens, admit, first_token, finish``, derived ``queue_delay, ttft,
-e2el``, and ``replica``) plus ``z`` (1 = treatment arm) and ``block`` (switchback block
-index, -1 otherwise).
+e2el``, and ``replica``) plus ``z`` (1 = treatment arm) and ``block`` (the block index
+``floor(arrival / block_s)`` of the switchback and replica_block designs, -1 otherwise).
 
 >>> from asrsched.core.workloads import make_trace
 >>> tr = make_trace("uniform", rate=8.0, n=400, seed=1)
@@ -90,8 +116,8 @@ __all__ = [
 
 FACTORS = ("routing", "scheduling")
 FLEET_DESIGNS = {
-    "routing": ("bernoulli", "group", "switchback", "control", "treatment"),
-    "scheduling": ("replica", "switchback", "control", "treatment"),
+    "routing": ("bernoulli", "group", "switchback", "replica_block", "control", "treatment"),
+    "scheduling": ("replica", "switchback", "replica_block", "control", "treatment"),
 }
 
 
@@ -107,7 +133,7 @@ class ABTest:
     scheduling policies, ``router`` routes every request. ``design`` is one of
     :data:`FLEET_DESIGNS` ``[factor]``; ``p`` the treatment probability (per request, per
     replica split, or per switchback block when ``alternate=False``); ``block_s`` the
-    switchback block length (s).
+    block length (s) of the switchback and replica_block designs.
     """
 
     factor: str = "routing"
@@ -129,7 +155,7 @@ class ABTest:
             if self.factor == "scheduling" and self.design in ("bernoulli", "group"):
                 hint = (
                     " (request-level randomisation of a per-replica scheduling policy is ill-defined: one "
-                    "waiting queue orders both arms' requests; use 'replica' or 'switchback')"
+                    "waiting queue orders both arms' requests; use 'replica', 'switchback' or 'replica_block')"
                 )
             raise ValueError(
                 f"design: {self.design!r} not allowed for a {self.factor} test; allowed: "
@@ -140,7 +166,7 @@ class ABTest:
         if not (isinstance(self.p, (int, float)) and 0 < self.p < 1):
             raise ValueError(f"p: treatment probability must be in (0, 1), got {self.p!r}")
         if not (isinstance(self.block_s, (int, float)) and math.isfinite(self.block_s) and self.block_s > 0):
-            raise ValueError(f"block_s: switchback block length must be > 0 seconds, got {self.block_s!r}")
+            raise ValueError(f"block_s: the block length must be > 0 seconds, got {self.block_s!r}")
         if self.factor == "routing":
             validate_router(self.control, n_replicas, "control")
             validate_router(self.treatment, n_replicas, "treatment")
@@ -152,7 +178,7 @@ class ABTest:
                 except ValueError as e:
                     raise ValueError(f"{name}: {e}") from None
             validate_router(self.router, n_replicas, "router")
-        if self.design in ("group", "replica"):
+        if self.design in ("group", "replica", "replica_block"):
             m = int(round(self.p * n_replicas))
             if not 1 <= m <= n_replicas - 1:
                 raise ValueError(
@@ -188,14 +214,17 @@ class ExperimentResult(FleetResult):
     """Output of :func:`run_experiment`: a :class:`~asrsched.sim.fleet.FleetResult` and the design's realisation.
 
     ``replica_arm[i]`` is 1 if replica ``i`` belonged to the treatment (group/replica
-    designs, or its policy under ``treatment``); ``block_arms[b]`` the arm of switchback
-    block ``b``. ``total_rate`` is the nominal total arrival rate (req/s); requests arriving before
-    ``warmup_s`` are simulated but left out of :meth:`summary` and :meth:`trajectory`.
+    designs, or its policy under ``treatment``; replica_block: its arm in block 0);
+    ``block_arms[b]`` the arm of switchback block ``b``; ``block_replica_arms[b, i]`` (replica_block
+    only, ``blocks x N``) the arm of replica ``i`` in block ``b``. ``total_rate`` is the nominal
+    total arrival rate (req/s); requests arriving before ``warmup_s`` are simulated but left out
+    of :meth:`summary` and :meth:`trajectory`.
     """
 
     test: ABTest
     replica_arm: np.ndarray
     block_arms: np.ndarray | None
+    block_replica_arms: np.ndarray | None = None
 
     def by_arm(self) -> pd.DataFrame:
         """Requests, share and mean/P90 E2EL and TTFT per arm (measured requests)."""
@@ -214,9 +243,16 @@ class ExperimentResult(FleetResult):
         return out
 
     def by_replica(self) -> pd.DataFrame:
-        """Requests and mean E2EL per replica, with the replica's arm (measured requests)."""
+        """Requests and mean E2EL per replica, with the replica's arm (measured requests).
+
+        replica_block: a replica serves both arms, so ``treated_share`` (its measured requests' mean ``z``)
+        replaces ``arm``.
+        """
         out = super().by_replica()
-        out["arm"] = self.replica_arm[out.index.to_numpy()]
+        if self.block_replica_arms is None:
+            out["arm"] = self.replica_arm[out.index.to_numpy()]
+        else:
+            out["treated_share"] = self.measured.groupby("replica")["z"].mean()
         return out
 
     def trajectory(self, metric: str = "e2el") -> Trajectory:
@@ -226,15 +262,17 @@ class ExperimentResult(FleetResult):
         *whole fleet* not yet done with that metric (E2EL: not finished; TTFT: no first
         token yet), including warm-up requests still inside, so Little's law links the two
         exactly (``area`` over ``[warmup_s, last arrival]``). ``design`` is ``"group"`` for the
-        group and replica designs (difference of means is the group estimator).
+        group and replica designs (difference of means is the group estimator) and ``"switchback"``
+        for the switchback and replica_block designs (``block`` and ``block_len`` set; the switchback
+        estimator takes each request's own ``z``, so both arms may share a block).
         """
         if metric not in ("e2el", "ttft"):
             raise ValueError(f"metric: {metric!r} not in ('e2el', 'ttft')")
         r = self.records
         arr = r["arrival"].to_numpy(float)
         fin = r["finish" if metric == "e2el" else "first_token"].to_numpy(float)
-        design = {"replica": "group"}.get(self.test.design, self.test.design)
-        sb = self.test.design == "switchback"
+        design = {"replica": "group", "replica_block": "switchback"}.get(self.test.design, self.test.design)
+        sb = design == "switchback"
         kw: dict[str, Any] = dict(server=r["replica"].to_numpy(np.int64))
         if sb:
             kw.update(block=r["block"].to_numpy(np.int64))
@@ -301,14 +339,27 @@ def run_experiment(
     rng = np.random.default_rng(s_design)
     design = test.design
 
+    n = len(trace)
+    B = float(test.block_s)
+    blocks = np.floor_divide(np.asarray(trace.arrival, float), B).astype(np.int64)  # Python's a // B
+    nb = int(math.floor(float(trace.arrival[-1]) / B)) + 1
+
     # replica arms and policies
     replica_arm = np.zeros(N, np.int8)
+    block_replica_arms = None
     if design in ("group", "replica"):
         m = int(round(test.p * N))
         replica_arm[rng.permutation(N)[:m]] = 1
+    elif design == "replica_block":  # per block, the first round(pN) of a uniformly random order
+        m = int(round(test.p * N))
+        order = np.argsort(rng.random((nb, N)), axis=1, kind="stable")
+        block_replica_arms = np.zeros((nb, N), np.int8)
+        np.put_along_axis(block_replica_arms, order[:, :m], 1, axis=1)
+        replica_arm[:] = block_replica_arms[0]
     elif design == "treatment":
         replica_arm[:] = 1
     allr = list(range(N))
+    arm_router = None
     if test.factor == "scheduling":
         pols = [test.treatment if a else test.control for a in replica_arm]
         routers = [(test.router, s_rc)]  # one router routes both arms
@@ -316,20 +367,22 @@ def run_experiment(
     else:
         pols = [test.policy] * N
         routers = [(test.control, s_rc), (test.treatment, s_rt)]
-        cands = [
-            [i for i in allr if replica_arm[i] == 0] if design == "group" else allr,
-            [i for i in allr if replica_arm[i] == 1] if design == "group" else allr,
-        ]
+        if design == "replica_block":  # routing arm 2b + z: arm z's group of block b, routed by arm z's router
+            assert block_replica_arms is not None
+            cands = [[i for i in allr if block_replica_arms[b, i] == a] for b in range(nb) for a in (0, 1)]
+            arm_router = [0, 1] * nb
+        else:
+            cands = [
+                [i for i in allr if replica_arm[i] == 0] if design == "group" else allr,
+                [i for i in allr if replica_arm[i] == 1] if design == "group" else allr,
+            ]
 
-    n = len(trace)
     z = np.zeros(n, np.int8)
     block = np.full(n, -1, np.int64)
     block_arms = None
-    switches: list[tuple[int, float, str]] = []
-    B = float(test.block_s)
+    switches: list[tuple] = []
+    new_block = np.flatnonzero(np.diff(blocks, prepend=-1)).tolist()  # first arrival of each new block
     if design == "switchback":
-        blocks = np.floor_divide(np.asarray(trace.arrival, float), B).astype(np.int64)  # Python's a // B
-        nb = int(math.floor(float(trace.arrival[-1]) / B)) + 1
         if test.alternate:
             block_arms = ((np.arange(nb) + int(rng.integers(2))) % 2).astype(np.int8)
         else:
@@ -338,16 +391,35 @@ def run_experiment(
         z[:] = block_arms[block]
         if test.factor == "scheduling":  # every boundary crossed before an arrival, in order
             cur = -1
-            for j in np.flatnonzero(np.diff(blocks, prepend=-1)).tolist():  # first arrival of each new block
+            for j in new_block:
                 b = int(blocks[j])
                 for k in range(cur + 1, b + 1):
                     switches.append((j, k * B, test.treatment if block_arms[k] else test.control))
+                cur = max(cur, b)
+    elif design == "replica_block":
+        assert block_replica_arms is not None
+        block[:] = blocks
+        if test.factor == "routing":
+            z[:] = rng.random(n) < test.p
+        else:  # every boundary crossed before an arrival, in order: the replicas whose arm changes
+            cur = 0
+            for j in new_block:
+                b = int(blocks[j])
+                for k in range(cur + 1, b + 1):
+                    for r in np.flatnonzero(block_replica_arms[k] != block_replica_arms[k - 1]).tolist():
+                        pol = test.treatment if block_replica_arms[k, r] else test.control
+                        switches.append((j, k * B, pol, r))
                 cur = max(cur, b)
     elif design in ("bernoulli", "group"):
         z[:] = rng.random(n) < test.p
     elif design == "treatment":
         z[:] = 1
-    route_arm = z.astype(np.int64) if test.factor == "routing" else np.zeros(n, np.int64)
+    if test.factor == "scheduling":
+        route_arm = np.zeros(n, np.int64)
+    elif design == "replica_block":
+        route_arm = 2 * blocks + z
+    else:
+        route_arm = z.astype(np.int64)
 
     rec, events, used = run_fleet(
         trace,
@@ -355,6 +427,7 @@ def run_experiment(
         routers,
         route_arm=route_arm,
         cands=cands,
+        arm_router=arm_router,
         switches=switches,
         service=service,
         max_num_seqs=max_num_seqs,
@@ -365,6 +438,9 @@ def run_experiment(
     if design == "replica":
         z = replica_arm[rec["replica"].to_numpy(np.int64)].astype(np.int8)
         rec["z"] = z
+    elif design == "replica_block" and test.factor == "scheduling":
+        assert block_replica_arms is not None
+        rec["z"] = block_replica_arms[block[rid], rec["replica"].to_numpy(np.int64)]
     else:
         rec["z"] = z[rid]
     rec["block"] = block[rid]
@@ -390,4 +466,5 @@ def run_experiment(
         test=test,
         replica_arm=replica_arm,
         block_arms=block_arms,
+        block_replica_arms=block_replica_arms,
     )

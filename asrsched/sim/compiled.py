@@ -76,8 +76,9 @@ class CompiledRun:
 
     ``policies``: each replica's initial kernel code (:func:`policy_inputs`); ``steps[b]``: the
     decode step time at batch ``b`` (``steps[0] = 0``); ``routing``: :func:`router_inputs`, or
-    ``None`` for one replica; ``switches``: ``(request index, time, kernel code)``; ``work``:
-    whether a router reads the estimated work (the requests then need ``est_q``).
+    ``None`` for one replica; ``switches``: ``(request index, time, kernel code[, replica])``
+    (replica ``-1`` or left out: every replica); ``work``: whether a router reads the estimated
+    work (the requests then need ``est_q``).
     ``timeline_points`` (one replica only) keeps a thinned ``(time, running, waiting)`` sample of
     the decision points; ``write`` (streaming) receives the finished records in batches of about
     ``flush_every``.
@@ -92,7 +93,7 @@ class CompiledRun:
         overhead: float,
         params: dict,
         routing: K.Routing | None = None,
-        switches: Sequence[tuple[int, float, int]] = (),
+        switches: Sequence[tuple] = (),
         work: bool = False,
         timeline_points: int = 0,
         write: Callable[[dict], None] | None = None,
@@ -110,6 +111,7 @@ class CompiledRun:
             np.array([s[0] for s in switches], np.int64),
             np.array([s[1] for s in switches], float),
             np.array([s[2] for s in switches], np.int64),
+            np.array([s[3] if len(s) > 3 else -1 for s in switches], np.int64),
         )
         self._p = dict(
             max_num_seqs=M,

@@ -134,7 +134,7 @@ class Fleet:
 
     Drive it in arrival order: for each job of :meth:`jobs`, :meth:`dispatch` it (every
     replica catches up to its arrival, the router picks among ``cands``, the job is
-    submitted there); :meth:`switch_policy` changes every replica's policy at a time;
+    submitted there); :meth:`switch_policy` changes one replica's or every replica's policy at a time;
     :meth:`drain` finishes the run and returns the records. ``policy_params`` go to every
     replica's waiting queue.
     """
@@ -176,12 +176,20 @@ class Fleet:
         self.replica[job.rid] = i
         return i
 
-    def switch_policy(self, at: float, policy: str, policy_params: dict | None = None) -> None:
-        """Every replica processes its decisions before ``at``, then re-orders its waiting queue under ``policy``."""
-        for e in self.engines:
+    def switch_policy(self, at: float, policy: str, policy_params: dict | None = None, replica: int = -1) -> None:
+        """Every replica processes its decisions before ``at``; then replica ``replica`` (``-1``: every replica)
+        re-orders its waiting queue under ``policy``.
+
+        Every replica catches up, not only the one that switches, as before an arrival: the two engines then
+        stop every replica at the same times (a decode jump split at a boundary ends where the unsplit one
+        would, up to rounding; the compiled kernel splits it the same way).
+        """
+        engines = self.engines
+        for e in engines:
             if e.t < at:
                 e.run_until(at)
-            e.set_policy(policy, policy_params)
+        for i in range(len(engines)) if replica < 0 else (replica,):
+            engines[i].set_policy(policy, policy_params)
 
     def drain(self) -> pd.DataFrame:
         """Run every replica to completion; the records of all requests by ``rid``, with their ``replica``."""
@@ -206,7 +214,8 @@ def run_fleet(
     *,
     route_arm: np.ndarray | None = None,
     cands: Sequence[Sequence[int]] | None = None,
-    switches: Sequence[tuple[int, float, str]] = (),
+    arm_router: Sequence[int] | None = None,
+    switches: Sequence[tuple] = (),
     service: ServiceModel | None = None,
     max_num_seqs: int = 32,
     policy_params: dict | None = None,
@@ -215,13 +224,17 @@ def run_fleet(
 ) -> tuple[pd.DataFrame, int, str]:
     """One fleet run, on the Python :class:`Fleet` or the compiled kernel; ``(records, events, engine used)``.
 
-    ``policies``: each replica's initial policy. ``routers``: one ``(name, seed)`` per routing
-    arm (``seed``: anything :func:`numpy.random.default_rng` takes; one entry = one router for
-    every request); ``route_arm[j]`` (default 0) says which entry routes request ``j`` and
-    ``cands[arm]`` (default: every replica) among which replicas. ``switches``: ``(request
-    index, time, policy)`` triples in order; before dispatching that request every replica
-    catches up to ``time`` and re-orders its waiting queue under ``policy``
-    (:meth:`Fleet.switch_policy`). ``engine``: ``"auto"`` (compiled when
+    ``policies``: each replica's initial policy. ``routers``: one ``(name, seed)`` per router
+    (``seed``: anything :func:`numpy.random.default_rng` takes; each entry is one router object,
+    with its own random stream and state). Routing arms: ``route_arm[j]`` (default 0) is the
+    routing arm of request ``j``; arm ``a`` is routed by ``routers[arm_router[a]]`` (default:
+    one arm per router, ``arm_router[a] = a``) among the replicas ``cands[a]`` (default: every
+    replica). Several arms may share one router (a router whose candidate set changes over
+    time, e.g. per block of the replica x block design: its state and stream carry on).
+    ``switches``: ``(request index, time, policy)`` or ``(request index, time, policy,
+    replica)`` in order; before dispatching that request every replica catches up to ``time``
+    and replica ``replica`` (``-1`` or left out: every replica) re-orders its waiting queue
+    under ``policy`` (:meth:`Fleet.switch_policy`). ``engine``: ``"auto"`` (compiled when
     :func:`asrsched.sim.inputs.compiled_support`), ``"python"`` or ``"numba"`` (an error naming
     what the compiled engine cannot run).
     ``extra``: more per-request columns (name -> array in request order) for the records.
@@ -229,46 +242,63 @@ def run_fleet(
     n, N = len(trace), len(policies)
     if N < 1:
         raise ValueError("policies: need one policy per replica (at least one)")
+    of = list(range(len(routers))) if arm_router is None else [int(x) for x in arm_router]
+    if any(not 0 <= x < len(routers) for x in of):
+        raise ValueError(f"arm_router: need one entry in [0, {len(routers)}) per routing arm")
+    n_arms = len(of)
     arm = np.zeros(n, np.int64) if route_arm is None else np.asarray(route_arm, np.int64)
-    if arm.shape != (n,) or (n and (arm.min() < 0 or arm.max() >= len(routers))):
-        raise ValueError(f"route_arm: need one entry in [0, {len(routers)}) per request")
-    cands = [list(range(N))] * len(routers) if cands is None else [list(map(int, c)) for c in cands]
-    if len(cands) != len(routers) or any(not c or min(c) < 0 or max(c) >= N for c in cands):
-        raise ValueError(f"cands: need a non-empty list of replicas in [0, {N}) per router")
+    if arm.shape != (n,) or (n and (arm.min() < 0 or arm.max() >= n_arms)):
+        raise ValueError(f"route_arm: need one entry in [0, {n_arms}) per request")
+    cands = [list(range(N))] * n_arms if cands is None else [list(map(int, c)) for c in cands]
+    if len(cands) != n_arms or any(not c or min(c) < 0 or max(c) >= N for c in cands):
+        raise ValueError(f"cands: need a non-empty list of replicas in [0, {N}) per routing arm")
+    sw = [tuple(s) for s in switches]
+    for s in sw:
+        if len(s) not in (3, 4) or (len(s) == 4 and not -1 <= int(s[3]) < N):
+            raise ValueError(f"switches: need (request index, time, policy[, replica in [-1, {N})]), got {s!r}")
     service = service or default_service_model()
     names = [str(r[0]) for r in routers]
     for name in names:
         parse_router(name)  # an unknown router: the same error on either engine
-    ok = choose_engine(engine, list(policies) + [s[2] for s in switches], names, policy_params)
+    ok = choose_engine(engine, list(policies) + [s[2] for s in sw], names, policy_params)
     if ok:
         rec, events = _run_compiled(
-            trace, list(policies), routers, arm, cands, switches, service, max_num_seqs, policy_params, extra or {}
+            trace, list(policies), routers, arm, cands, of, sw, service, max_num_seqs, policy_params, extra or {}
         )
         return rec, events, "numba"
     fleet = Fleet(trace, list(policies), service, max_num_seqs=max_num_seqs, policy_params=policy_params)
     objs = [make_router(name, np.random.default_rng(seed)) for name, seed in routers]
-    sw = list(switches)
     k = 0
     for job in fleet.jobs():
         while k < len(sw) and sw[k][0] == job.rid:
-            fleet.switch_policy(float(sw[k][1]), sw[k][2], policy_params)
+            fleet.switch_policy(float(sw[k][1]), sw[k][2], policy_params, int(sw[k][3]) if len(sw[k]) > 3 else -1)
             k += 1
         a = int(arm[job.rid])
-        fleet.dispatch(job, objs[a], cands[a])
+        fleet.dispatch(job, objs[of[a]], cands[a])
     rec = fleet.drain()
     for k, v in (extra or {}).items():
         rec[k] = v
     return rec, fleet.events, "python"
 
 
-def _run_compiled(trace, policies, routers, arm, cands, switches, service, max_num_seqs, policy_params, extra):
-    n = len(trace)
-    specs = []
-    for i, (name, seed) in enumerate(routers):
+def _run_compiled(trace, policies, routers, arm, cands, of, switches, service, max_num_seqs, policy_params, extra):
+    # each router pre-draws the uniforms it can use: per request of each of its arms, at most uniform_uses
+    routed = np.bincount(arm, minlength=len(of))
+    uses = [0] * len(routers)
+    parsed = []
+    for name, _ in routers:
         key, kw = parse_router(name)
-        d = int(kw.get("d", 1))
-        k = n * uniform_uses(key, d, len(cands[i])) + 1
-        specs.append((key, d, np.random.default_rng(seed).random(k), i))
+        parsed.append((key, int(kw.get("d", 1))))
+    for a, i in enumerate(of):
+        key, d = parsed[i]
+        uses[i] += int(routed[a]) * uniform_uses(key, d, len(cands[a]))
+    draws = [np.random.default_rng(seed).random(uses[i] + 1) for i, (_, seed) in enumerate(routers)]
+    specs = []
+    first = set()
+    for i in of:  # a router's uniforms go with its first arm (router_inputs writes each arm's row)
+        key, d = parsed[i]
+        specs.append((key, d, draws[i] if i not in first else np.empty(0), i))
+        first.add(i)
     rec, run = run_in_memory(
         trace,
         service,

@@ -278,7 +278,7 @@ def run_in_memory(
     routers: Sequence[tuple] | None = None,
     route_arm=None,
     cands: Sequence[Sequence[int]] | None = None,
-    switches: Sequence[tuple[int, float, str]] = (),
+    switches: Sequence[tuple] = (),
     est_duration: np.ndarray | None = None,
     timeline_points: int = 0,
     extra: dict | None = None,
@@ -286,10 +286,10 @@ def run_in_memory(
     """One in-memory run of ``trace`` on ``len(policies)`` replicas; ``(records frame, the run)``.
 
     ``routers``: the kernel's router specs (:func:`router_inputs`; ``None`` for one replica),
-    ``route_arm`` and ``cands`` as there; ``switches``: ``(request index, time, policy name)``;
-    ``est_duration``: a duration to size requests by instead of the file duration (a VAD's
-    speech duration); ``timeline_points``: keep a thinned timeline (one replica); ``extra``: more
-    record columns. The records carry ``replica`` when there is more than one replica or a router.
+    ``route_arm`` and ``cands`` as there; ``switches``: ``(request index, time, policy name[, replica])``
+    (replica ``-1`` or left out: every replica); ``est_duration``: a duration to size requests by
+    instead of the file duration (a VAD's speech duration); ``timeline_points``: keep a thinned
+    timeline (one replica); ``extra``: more record columns. The records carry ``replica`` when there is more than one replica or a router.
     """
     M = int(max_num_seqs)
     if M < 1:
@@ -317,7 +317,7 @@ def run_in_memory(
         overhead=float(service.overhead_s),
         params=params,
         routing=None if routers is None else router_inputs(routers, route_arm, cands, n, N),
-        switches=[(int(a), float(t), c) for (a, t, _), c in zip(switches, codes[N:])],
+        switches=[(int(s[0]), float(s[1]), c, int(s[3]) if len(s) > 3 else -1) for s, c in zip(switches, codes[N:])],
         work=work,
         timeline_points=timeline_points,
     )

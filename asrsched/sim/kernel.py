@@ -13,8 +13,10 @@ the batch for its encoder pass, then a jump over the decode steps to the next co
 while a slot is free, to the first step boundary at or after the arrival), the request's
 router picks a replica from what it can see (:meth:`~asrsched.sim.engine.Engine.n_in_system`,
 :meth:`~asrsched.sim.engine.Engine.outstanding_work`), and the request joins that replica's
-waiting queue (:meth:`~asrsched.sim.engine.Engine.submit`). A switchback boundary re-orders
-every waiting queue (:meth:`~asrsched.sim.engine.Engine.set_policy`). Queues and policy
+waiting queue (:meth:`~asrsched.sim.engine.Engine.submit`). A policy switch (a switchback or
+replica x block boundary) first catches every replica up to its time, as an arrival does, then
+re-orders the waiting queue of its replica, or of every replica when its replica is ``-1``
+(:meth:`~asrsched.sim.engine.Engine.set_policy`). Queues and policy
 rules come from :mod:`asrsched.core.rulebook` (:func:`~asrsched.core.rulebook.queue_push`,
 :func:`~asrsched.core.rulebook.queue_pop`, :func:`~asrsched.core.rulebook.queue_set_policy`).
 
@@ -32,7 +34,8 @@ State, packed (every array is owned by the driver, so a call resumes where the l
   over the row (cheaper than a heap's chain of unpredictable branches);
 * :class:`Routing` -- each arm's router (code, ``d``, its pre-drawn uniforms: the numbers the
   Python router draws from its generator) and candidate replicas;
-* :class:`Switches`, :class:`Output` (per-request times, the finished-record buffer, the timeline);
+* :class:`Switches` (per switch: request index, time, policy code, and replica, ``-1`` for every one),
+  :class:`Output` (per-request times, the finished-record buffer, the timeline);
 * ``ctl`` -- the loop's position and counters (:data:`CTL`).
 
 :func:`run` returns :data:`DONE` (drained), :data:`MORE` (every arrival of a non-final chunk
@@ -83,7 +86,7 @@ Replicas = namedtuple(
 )
 Running = namedtuple("Running", "fin_step rid est_end pend")
 Routing = namedtuple("Routing", "arm inst_of_arm code d U uptr rrnext cands ncand samp tied vals")
-Switches = namedtuple("Switches", "req time code")
+Switches = namedtuple("Switches", "req time code replica")
 Output = namedtuple("Output", "admit first finish replica out_j tl_t tl_r tl_q tl_open")
 
 ROUTER_CODES = {"random": 0, "round_robin": 1, "jsq": 2, "least_work": 3, "pod": 4, "pod_work": 5}
@@ -148,7 +151,7 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
         modes,
         fin_step, rid, est_end, pend,  # Running
         route_arm, inst_of_arm, r_code, r_d, U, uptr, rrnext, cands, ncand, samp, tied, vals,  # Routing
-        sw_req, sw_time, sw_code,  # Switches
+        sw_req, sw_time, sw_code, sw_rep,  # Switches
         admit, first, finish, replica, out_j, tl_t, tl_r, tl_q, tl_open,  # Output
         ctl):  # fmt: skip
     """Run from ``ctl``'s position until DONE, MORE, FLUSH or FULL (see the module docstring).
@@ -328,14 +331,16 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
         r0 = 0
         if kind == 2:
             break
-        if kind == 1:
+        if kind == 1:  # every replica has caught up; the switch's replica (-1: every one) re-orders its queue
+            r_lo = sw_rep[s] if sw_rep[s] >= 0 else 0
+            r_hi = r_lo + 1 if sw_rep[s] >= 0 else N
             if sw_code[s] != FCFS:  # the re-pushed queues need room for every waiting request
-                for r in range(N):
+                for r in range(r_lo, r_hi):
                     if nwait[r] >= cap:
                         status = FULL
                 if status == FULL:
                     break
-            for r in range(N):
+            for r in range(r_lo, r_hi):
                 queue_set_policy(
                     r,
                     sw_code[s],

@@ -40,10 +40,14 @@ def test_identical_policies_centre_every_estimator_on_zero():
         scheduling_control="hrrn",
         scheduling_treatment="hrrn",
         scheduling_router="pod2",
+        routing_designs=("bernoulli", "group", "switchback", "replica_block"),
+        scheduling_designs=("replica", "switchback", "replica_block"),
     )
     res = run_study(cfg, workers=1, progress=False)
-    # routing: naive, qdq, wdq, mixed, group, switchback; scheduling: replica, switchback; x 2 metrics x 2 stats
-    _null_check(res, min_rows=8 * 4)
+    # routing: naive, qdq, wdq, mixed, group, switchback, replica_block/switchback; scheduling: replica,
+    # switchback, replica_block/switchback; x 2 metrics x 2 stats
+    _null_check(res, min_rows=10 * 4)
+    assert set(res.estimates[res.estimates.design == "replica_block"].factor) == {"routing", "scheduling"}
 
 
 def test_random_vs_random_router_shows_no_effect():

@@ -173,8 +173,10 @@ def test_cached_work_equals_reference_during_a_run(busy, monkeypatch):
         ("routing", "bernoulli"),
         ("routing", "group"),
         ("routing", "switchback"),
+        ("routing", "replica_block"),
         ("scheduling", "replica"),
         ("scheduling", "switchback"),
+        ("scheduling", "replica_block"),
     ],
 )
 def test_littles_law_on_cluster_trajectories(busy, factor, design):

@@ -1,8 +1,8 @@
 """The compiled engine (asrsched.sim.kernel) against the Python fleet: identical per-request records.
 
 Every router of the registry x every compiled policy, every A/B design (routing and scheduling, switchback
-policy swaps included), odd and large fleets, and the dispatch rule (compiled for built-ins, Python for
-anything user-registered).
+and per-replica replica x block policy swaps included), odd and large fleets, and the dispatch rule
+(compiled for built-ins, Python for anything user-registered).
 """
 
 import numpy as np
@@ -44,7 +44,7 @@ def test_every_router_and_policy_gives_identical_records(busy, router, policy):
 
 def _designs():
     out = []
-    for d in ("bernoulli", "group", "switchback", "control", "treatment"):
+    for d in ("bernoulli", "group", "switchback", "replica_block", "control", "treatment"):
         out.append(ABTest(factor="routing", control="random", treatment="least_work", design=d, block_s=15.0))
         out.append(
             ABTest(
@@ -58,7 +58,7 @@ def _designs():
                 policy="hrrn",
             )
         )
-    for d in ("replica", "switchback", "control", "treatment"):
+    for d in ("replica", "switchback", "replica_block", "control", "treatment"):
         for c, t, r in (
             ("fcfs", "hrrn", "random"),
             ("sjf", "adaptive", "jsq"),
@@ -80,6 +80,8 @@ def test_every_design_gives_identical_records(busy, test):
         assert np.array_equal(a.block_arms, b.block_arms)
         if test.factor == "scheduling":  # the swaps happened: both policies admitted requests
             assert set(a.records.z) == {0, 1}
+    if test.design == "replica_block":  # per-replica swaps (scheduling) or per-block groups (routing)
+        assert np.array_equal(a.block_replica_arms, b.block_replica_arms) and set(a.records.z) == {0, 1}
 
 
 def test_adaptive_policy_params_and_odd_and_large_fleets():
