@@ -71,6 +71,9 @@
 # | `REPS`, `TRUTH_SEEDS` | experiments per design (bias, sd and RMSE and their 95 % CIs are over these); traces of the ground truth |
 # | `LARGE` | `True` runs the larger study (`asrsched.abtest.asr_fleet.LARGE_STUDY`: more experiments, truth traces and requests per run; printed when used) |
 # | `SEED` | master seed (every run's seed derives from it) |
+# | `PLAN_FROM` | the planner's precision study: a folder written by `asrsched plan-ab --out` (default: the committed study of the ASR fleet defaults), or `None` to simulate this notebook's fleet at `PLAN_LENGTHS_S` |
+# | `PLAN_LENGTHS_S`, `PLAN_REPS` | experiment lengths (s of traffic, warm-up included) and experiments per design and length when `PLAN_FROM` is `None` |
+# | `PLAN_EFFECT`, `PLAN_POWER`, `PLAN_LEVEL`, `PLAN_MAX_BIAS` | the change in mean E2EL to detect (0.10 = 10 %), its power and level, and the largest relative bias a recommended estimator may have |
 # | `WORKERS`, `DASK_ADDRESS`, `CACHE_DIR` | parallelism (joblib workers or a Dask scheduler, `"local"` for a local cluster) and a resumable cache folder (`None`: no cache) |
 
 # %% tags=["parameters"]
@@ -93,6 +96,13 @@ REPS = 100
 TRUTH_SEEDS = 20
 LARGE = False
 SEED = 0
+PLAN_FROM = "figures/06_ab_asr_policies/plan"
+PLAN_LENGTHS_S = [225.0, 450.0, 900.0, 1800.0, 3600.0]
+PLAN_REPS = 100
+PLAN_EFFECT = 0.10
+PLAN_POWER = 0.8
+PLAN_LEVEL = 0.05
+PLAN_MAX_BIAS = 0.25
 WORKERS = 2
 DASK_ADDRESS = None
 CACHE_DIR = None
@@ -147,6 +157,31 @@ with named_as(
     if LARGE:
         cfg = cfg.replace(**LARGE_STUDY)
     cfg.validate()
+from asrsched.abtest.plan_report import check_target
+from asrsched.abtest.planner import PlanConfig
+
+with named_as(
+    PLAN_EFFECT="effect", PLAN_POWER="power", PLAN_LEVEL="level", PLAN_LENGTHS_S="lengths_s", PLAN_REPS="reps"
+):
+    check_target(PLAN_EFFECT, PLAN_POWER, PLAN_LEVEL)
+    plan_cfg = None
+    if PLAN_FROM is None:  # the planner simulates this notebook's fleet (first workload)
+        plan_cfg = PlanConfig(
+            workload=cfg.workloads[0],
+            n_replicas=cfg.n_replicas,
+            rho=cfg.rho,
+            routing_control=cfg.routing_control,
+            routing_treatment=cfg.routing_treatment,
+            scheduling_control=cfg.scheduling_control,
+            scheduling_treatment=cfg.scheduling_treatment,
+            scheduling_router=cfg.scheduling_router,
+            lengths_s=tuple(PLAN_LENGTHS_S),
+            reps=PLAN_REPS,
+            truth_seeds=max(3, min(cfg.truth_seeds, 20)),
+            block_s=cfg.block_s,
+            burn_in_s=cfg.burn_in_s,
+            seed=SEED,
+        ).validate()
 
 # %%
 import time
@@ -298,6 +333,64 @@ for name in (
 # %%
 print(f"Little's law, largest |lam*W/X - 1| over {len(res.little)} trajectories: {res.little.rel_gap.abs().max():.4f}")
 display(Markdown(report.recommendation(res, summary)))
+
+# %% [markdown]
+# ## Plan the test before running it: how long, with which design and estimator
+# The tables above judge estimators at one run length. An operator asks the converse: *how long must the test run to
+# see a given change?* The planner (`asrsched.abtest.planner`, also `asrsched plan-ab`) runs every design at several
+# experiment lengths and fits each estimator's **sd law** `sd ~ T^b` (−½ is the rate of independent data); its
+# **bias ratio** (mean estimate / true effect) and its **CI ratio** (the reported half-width in true sds: about 2
+# for an honest 95 % interval) turn that into a power curve, a required length and the minimum detectable effect
+# (MDE). A length counts only where the estimator's own CI keeps the false-positive rate within twice the level;
+# an estimator whose bias-ratio CI lies outside 1 ± `PLAN_MAX_BIAS` is not recommended at any length. The model's
+# predicted power for the pair's own effect stands beside the share of experiments that detected it at each
+# simulated length (`detected`), and a test runs fresh experiments at one planned length
+# (`tests/abtest/test_planner.py`).
+
+# %%
+from asrsched.abtest import plan_report
+from asrsched.app.plan_ab import format_plan, load_plan
+from asrsched.figures.ab_plan import fig_plan
+from asrsched.figures.outputs import project_root
+
+if PLAN_FROM is None:
+    plan_res = run_study(plan_cfg, workers=WORKERS, address=DASK_ADDRESS, cache_dir=runs_path(CACHE_DIR))
+    print(f"simulated {len(plan_res.estimates)} experiments in {plan_res.seconds:.0f} s")
+else:
+    root = project_root()
+    plan_res = load_plan((root / PLAN_FROM) if root is not None else PLAN_FROM)
+    print(f"committed precision study {PLAN_FROM} (run.json holds its command and provenance)")
+prec = plan_report.precision_table(plan_res)
+laws = plan_report.law_table(plan_res, prec)
+plan = plan_report.plan_table(plan_res, PLAN_EFFECT, PLAN_POWER, PLAN_LEVEL, PLAN_MAX_BIAS, laws=laws)
+pc = plan_res.config
+print(
+    f"{pc.n_replicas} replicas, rho {pc.rho:g}, {pc.workload}; {pc.reps} experiments per design at "
+    f"{', '.join(f'{x:g}' for x in pc.lengths_s)} s"
+)
+print(format_plan(plan, laws))
+display(Markdown(plan_report.plan_recommendation(plan, plan_res)))
+
+# %%
+prec = prec.assign(
+    predicted=[
+        float(plan_report.power_at(law, r.length_s, abs(law["gte"]) / law["control_mean"]))
+        for r in prec.itertuples()
+        for law in [
+            laws[(laws.design == r.design) & (laws.estimator == r.estimator) & (laws.factor == r.factor)].iloc[0]
+        ]
+    ]
+)
+display(
+    prec[["factor", "design", "estimator", "length_s", "sd_pct", "ci_ratio", "bias", "detected", "predicted"]].round(3)
+)
+fig = fig_plan(prec, laws, plan)
+with export_session():
+    export_figure(fig, "ab_plan", NB)
+export_table(plan, "ab_plan", NB)
+export_table(laws, "ab_plan_laws", NB)
+export_table(prec, "ab_plan_precision", NB)
+fig.show()
 
 # %% [markdown]
 # ## Explore

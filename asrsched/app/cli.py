@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {}
 COMMANDS["serve"] = "asrsched.serving.cli:main"
 COMMANDS["loadgen"] = "asrsched.serving.loadgen:main"
 COMMANDS["dashboard"] = "asrsched.app.dashboard:main"
+COMMANDS["plan-ab"] = "asrsched.app.plan_ab:main"
 
 
 def _cmd_list(args) -> int:
