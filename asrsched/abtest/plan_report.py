@@ -61,11 +61,14 @@ __all__ = [
     "check_target",
     "false_positive_rate",
     "mde_at",
+    "mixed_gain_table",
+    "design_label",
+    "model_check",
     "wilson_ci",
 ]
 
 _N_BOOT = 1000  # bootstrap draws behind the CIs of sd and of the law's exponent
-_KEYS = ["factor", "design", "estimator"]
+_KEYS = ["factor", "design", "block_s", "estimator"]
 #: a required length beyond this multiple of the longest simulated length is an extrapolation of the law
 EXTRAPOLATION = 2.0
 
@@ -92,6 +95,11 @@ def check_target(effect: float, power: float, level: float) -> None:
         raise ValueError(f"level: need a significance level in (0, 1), got {level!r}")
 
 
+def design_label(design: str, block_s: float = 0.0) -> str:
+    """``"switchback 60 s blocks"`` for a block design, else the design's name."""
+    return f"{design} {block_s:g} s blocks" if block_s else str(design)
+
+
 def _rng(*key) -> np.random.Generator:
     return np.random.default_rng(task_seed("plan_report", *key, digest_size=8))
 
@@ -113,13 +121,13 @@ def _truth(res: PlanResult, factor: str, length: float) -> pd.Series:
 def precision_table(res: PlanResult) -> pd.DataFrame:
     """Per design x estimator x experiment length: estimate, sd, half-width, bias and detected share (module docstring)."""
     rows = []
-    for (factor, design, est), length, h in _cells(res):
+    for (factor, design, block_s, est), length, h in _cells(res):
         v = h["estimate"].to_numpy(float)
         v = v[np.isfinite(v)]
         tr = _truth(res, factor, length)
         n = v.size
         sd = float(v.std(ddof=1)) if n > 1 else np.nan
-        boot = v[_rng(factor, design, est, length).integers(0, n, size=(_N_BOOT, n))].std(axis=1, ddof=1)
+        boot = v[_rng(factor, design, block_s, est, length).integers(0, n, size=(_N_BOOT, n))].std(axis=1, ddof=1)
         lo, hi = percentile_ci(boot)
         half = (h["ci_hi"] - h["estimate"]).to_numpy(float)
         side = np.sign(tr.gte) if tr.gte != 0 else 1.0
@@ -131,6 +139,7 @@ def precision_table(res: PlanResult) -> pd.DataFrame:
             dict(
                 factor=factor,
                 design=design,
+                block_s=float(block_s),
                 estimator=est,
                 length_s=length,
                 n_requests=res.config.n_requests(length),
@@ -172,12 +181,12 @@ def law_table(res: PlanResult, prec: pd.DataFrame | None = None) -> pd.DataFrame
     rows = []
     e = res.estimates
     for key, g in prec.groupby(_KEYS, sort=False):
-        factor, design, est = key
+        factor, design, block_s, est = key
         x = g["length_s"].to_numpy(float)
         a, b = _fit(x, g["sd"].to_numpy(float))
         # the exponent's CI: resample the experiments at every length
         rng = _rng("law", *key)
-        cell = e[(e.factor == factor) & (e.design == design) & (e.estimator == est)]
+        cell = e[(e.factor == factor) & (e.design == design) & (e.block_s == block_s) & (e.estimator == est)]
         samples = [cell[cell.length_s == L]["estimate"].dropna().to_numpy(float) for L in x]
         bs = []
         for _ in range(_N_BOOT // 2):
@@ -198,6 +207,7 @@ def law_table(res: PlanResult, prec: pd.DataFrame | None = None) -> pd.DataFrame
             dict(
                 factor=factor,
                 design=design,
+                block_s=float(block_s),
                 estimator=est,
                 sd_a=a,
                 sd_exponent=b,
@@ -322,7 +332,8 @@ def plan_table(
     ``effect``: relative change of the control's mean E2EL (0.10 = 10 %); ``max_bias``: the largest
     relative bias (``|r - 1|``) a recommended estimator may have; ``at_length_s``: where the MDE is
     read (default the longest simulated length). ``recommended`` marks, per factor, the usable
-    estimator (status ``ok``/``extrapolated``) with the shortest required length.
+    estimator (status ``ok``: not biased, and a required length within twice the longest simulated one) with
+    the shortest required length; an ``extrapolated`` length is shown but never recommended.
     """
     check_target(effect, power, level)
     if not (isinstance(max_bias, (int, float)) and max_bias >= 0):
@@ -340,6 +351,8 @@ def plan_table(
             dict(
                 factor=law["factor"],
                 design=law["design"],
+                block_s=law["block_s"],
+                setting=design_label(law["design"], law["block_s"]),
                 estimator=law["estimator"],
                 label=estimator_label(law["estimator"]),
                 required_s=T,
@@ -355,12 +368,25 @@ def plan_table(
             )
         )
     out = pd.DataFrame(rows)
-    usable = out.status.str.startswith("ok") | (out.status == "extrapolated")
+    usable = out.status.str.startswith("ok")  # unbiased enough and inside what was simulated
     out["recommended"] = False
     for _factor, g in out[usable].groupby("factor"):
         out.loc[g["required_s"].idxmin(), "recommended"] = bool(np.isfinite(g["required_s"].min()))
     out.attrs.update(effect=effect, power=power, level=level, max_bias=max_bias)
     return out
+
+
+def model_check(prec: pd.DataFrame, laws: pd.DataFrame) -> pd.DataFrame:
+    """:func:`precision_table` with ``predicted``: the power model's power for the simulated pair's own effect
+    at each simulated length, beside the share of experiments that detected it (``detected``)."""
+    key = _KEYS
+    by = {tuple(r[k] for k in key): r for r in laws.to_dict("records")}
+    pred = [
+        float(power_at(law, r["length_s"], abs(law["gte"]) / law["control_mean"]))
+        for r in prec.to_dict("records")
+        for law in [by[tuple(r[k] for k in key)]]
+    ]
+    return prec.assign(predicted=pred)
 
 
 def _fmt_len(s: float) -> str:
@@ -386,15 +412,63 @@ def plan_recommendation(plan: pd.DataFrame, res: PlanResult) -> str:
         )
         rec = g[g.recommended]
         if rec.empty:
-            why = "; ".join(f"{r.design} / {r.label}: {r.status}" for r in g.itertuples())
-            lines.append(f"- {head}, no design reaches it ({why}).")
+            why = "; ".join(f"{r.setting} / {r.label}: {r.status}" for r in g.itertuples())
+            ext = g[g.status == "extrapolated"].sort_values("required_s")
+            hint = (
+                f" The shortest extrapolated length is {_fmt_len(ext.required_s.iloc[0])} ({ext.setting.iloc[0]} / "
+                f"{ext.label.iloc[0]}); simulate longer experiments to confirm it."
+                if len(ext)
+                else ""
+            )
+            lines.append(
+                f"- {head}, no design reaches it within twice the longest simulated length "
+                f"({_fmt_len(2 * float(res.config.lengths_s[-1]))}) without a bias beyond "
+                f"{100 * a['max_bias']:.0f} % ({why}).{hint}"
+            )
             continue
         r = rec.iloc[0]
         others = g[~g.recommended].sort_values("required_s")
-        rest = ", ".join(f"{o.design} / {o.label} {_fmt_len(o.required_s)} ({o.status})" for o in others.itertuples())
+        rest = ", ".join(f"{o.setting} / {o.label} {_fmt_len(o.required_s)} ({o.status})" for o in others.itertuples())
         lines.append(
-            f"- {head}, run a **{r.design}** design with the **{r.label}** estimator for "
+            f"- {head}, run a **{r.setting}** design with the **{r.label}** estimator for "
             f"**{_fmt_len(r.required_s)}** of traffic ({r.required_requests:,.0f} requests; {r.status}). "
             f"Others: {rest}."
         )
     return "\n".join(lines)
+
+
+def mixed_gain_table(res: PlanResult) -> pd.DataFrame:
+    """Where mixed DQ pays on the fleet: per experiment length, ``sd(better DQ) / sd(mixed DQ)`` and
+    ``sd(worse DQ) / sd(mixed DQ)`` over the Bernoulli experiments, with paired 95 % bootstrap CIs
+    (the same experiments resampled for all three estimators). Empty without a Bernoulli design."""
+    e = res.estimates
+    e = e[(e.design == "bernoulli") & e.estimator.isin(["qdq", "wdq", "mixed_dq"])]
+    rows = []
+    for (factor, length), g in e.groupby(["factor", "length_s"], sort=True):
+        w = g.pivot_table(index="rep", columns="estimator", values="estimate").dropna()
+        if w.shape[0] < 3 or w.shape[1] < 3:
+            continue
+        x = w[["qdq", "wdq", "mixed_dq"]].to_numpy(float)
+        sd = x.std(axis=0, ddof=1)
+        idx = _rng("mixed", factor, length).integers(0, len(x), size=(_N_BOOT, len(x)))
+        bs = x[idx].std(axis=1, ddof=1)  # (draws, 3)
+        better, worse = np.minimum(bs[:, 0], bs[:, 1]) / bs[:, 2], np.maximum(bs[:, 0], bs[:, 1]) / bs[:, 2]
+        b_lo, b_hi = percentile_ci(better)
+        w_lo, w_hi = percentile_ci(worse)
+        rows.append(
+            dict(
+                factor=factor,
+                length_s=float(length),
+                reps=len(x),
+                sd_qdq=sd[0],
+                sd_wdq=sd[1],
+                sd_mixed_dq=sd[2],
+                gain_over_better=min(sd[0], sd[1]) / sd[2],
+                gain_over_better_ci_lo=b_lo,
+                gain_over_better_ci_hi=b_hi,
+                gain_over_worse=max(sd[0], sd[1]) / sd[2],
+                gain_over_worse_ci_lo=w_lo,
+                gain_over_worse_ci_hi=w_hi,
+            )
+        )
+    return pd.DataFrame(rows)

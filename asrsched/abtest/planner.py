@@ -16,7 +16,9 @@ estimator of each design (:func:`~asrsched.abtest.asr_fleet.estimate_run` rows w
 difference of means; switchback and replica x block (``replica_block``) -> the switchback
 estimator with the study's burn-in.
 
-Every length is its own ASR study configuration (``n_requests = round(length_s x total
+The block designs (switchback, replica x block) also run at each extra block setting
+(``extra_blocks``: block length and burn-in), on the same traces, so the plan can compare block
+lengths (carry-over bias against the number of blocks). Every length is its own ASR study configuration (``n_requests = round(length_s x total
 rate)``) with its own seed, so the lengths' experiments are independent; each length's
 experiments and truth runs are tasks of :func:`~asrsched.sim.parallel.run_study` (processes or
 Dask, a cache keyed by this module's code).
@@ -37,11 +39,13 @@ import pandas as pd
 from asrsched.abtest.asr_fleet import ASRStudyConfig, run_replications, run_truths
 from asrsched.sim.parallel import StudyPlan, task_seed
 
-__all__ = ["PlanConfig", "PlanResult", "PLAN_METRIC", "PLAN_STAT"]
+__all__ = ["PlanConfig", "PlanResult", "PLAN_METRIC", "PLAN_STAT", "BLOCK_DESIGNS"]
 
 #: the metric and statistic whose change the planner sizes an experiment for
 PLAN_METRIC = "e2el"
 PLAN_STAT = "mean"
+#: the designs whose arms change at block boundaries (their rows carry ``block_s``; others 0)
+BLOCK_DESIGNS = ("switchback", "replica_block")
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,8 @@ class PlanConfig:
     (``rho``: offered load as a fraction of the fleet's measured capacity); ``lengths_s``: the
     experiment lengths (s of traffic, warm-up included), at least three, increasing; ``reps``:
     experiments per design and length; ``truth_seeds``: full runs of each arm per length.
+    ``block_s``/``burn_in_s`` are the block designs' (switchback, replica x block) first block setting;
+    ``extra_blocks`` more ``(block_s, burn_in_s)`` settings, run on the same traces for those designs only.
     """
 
     workload: str = "librispeech"
@@ -64,12 +70,13 @@ class PlanConfig:
     scheduling_treatment: str = "hrrn"
     scheduling_router: str = "random"
     scheduling_designs: tuple = ("replica", "switchback", "replica_block")
-    lengths_s: tuple = (225.0, 450.0, 900.0, 1800.0, 3600.0)
+    lengths_s: tuple = (300.0, 600.0, 1200.0, 2400.0, 4800.0)
     reps: int = 100
     truth_seeds: int = 20
     p: float = 0.5
     block_s: float = 30.0
     burn_in_s: float = 5.0
+    extra_blocks: tuple = ((60.0, 15.0),)
     warmup_s: float = 30.0
     L: int | None = None
     n_batches: int = 20
@@ -81,8 +88,13 @@ class PlanConfig:
         """A copy with some fields changed."""
         return replace(self, **kw)
 
-    def fleet(self, length_s: float | None = None) -> ASRStudyConfig:
-        """The ASR study configuration of one experiment length (``None``: the longest)."""
+    def blocks(self) -> list[tuple[float, float]]:
+        """Every ``(block_s, burn_in_s)`` setting of the block designs, the first one first."""
+        return [(self.block_s, self.burn_in_s), *(tuple(b) for b in self.extra_blocks)]
+
+    def fleet(self, length_s: float | None = None, block: tuple | None = None) -> ASRStudyConfig:
+        """The ASR study configuration of one experiment length (``None``: the longest); with ``block``
+        (an entry of :meth:`blocks` after the first) only the block designs, at that block setting."""
         length_s = max(self.lengths_s) if length_s is None else length_s
         base = ASRStudyConfig(
             workloads=(self.workload,),
@@ -110,9 +122,17 @@ class PlanConfig:
             service=self.service,
         )
         idx = list(self.lengths_s).index(length_s) if length_s in self.lengths_s else -1
-        return base.replace(
+        base = base.replace(
             n_requests=max(1, int(round(float(length_s) * base.total_rate(self.workload)))),
             seed=task_seed(self.seed, "plan", idx, float(length_s)),
+        )
+        if block is None:
+            return base
+        return base.replace(
+            block_s=float(block[0]),
+            burn_in_s=float(block[1]),
+            routing_designs=tuple(d for d in self.routing_designs if d in BLOCK_DESIGNS),
+            scheduling_designs=tuple(d for d in self.scheduling_designs if d in BLOCK_DESIGNS),
         )
 
     def total_rate(self) -> float:
@@ -125,15 +145,23 @@ class PlanConfig:
 
     def validate(self) -> PlanConfig:
         """Check every parameter before any simulation (errors name the parameter as written here)."""
-        if not (isinstance(self.burn_in_s, (int, float)) and isinstance(self.block_s, (int, float))):
-            raise ValueError(f"block_s, burn_in_s: need numbers, got {self.block_s!r}, {self.burn_in_s!r}")
-        if self.block_s <= 0:
-            raise ValueError(f"block_s: switchback block length must be > 0 seconds, got {self.block_s!r}")
-        if not 0 <= self.burn_in_s < self.block_s:
-            raise ValueError(
-                f"block_s: a block of {self.block_s} s is not longer than the burn-in (burn_in_s = "
-                f"{self.burn_in_s} s); every request of a block would be dropped"
-            )
+        if not isinstance(self.extra_blocks, (tuple, list)) or any(
+            not isinstance(b, (tuple, list)) or len(b) != 2 for b in self.extra_blocks
+        ):
+            raise ValueError(f"extra_blocks: need (block_s, burn_in_s) pairs, got {self.extra_blocks!r}")
+        for i, (block, burn) in enumerate(self.blocks()):
+            name = "block_s" if i == 0 else "extra_blocks"
+            if not (isinstance(block, (int, float)) and isinstance(burn, (int, float))):
+                raise ValueError(f"{name}: need numbers of seconds, got block {block!r}, burn-in {burn!r}")
+            if not block > 0:
+                raise ValueError(f"{name}: switchback block length must be > 0 seconds, got {block!r}")
+            if not 0 <= burn < block:
+                raise ValueError(
+                    f"{name}: a block of {block} s is not longer than the burn-in ({burn} s); every request of a "
+                    "block would be dropped"
+                )
+        if len(set(self.blocks())) != len(self.blocks()):
+            raise ValueError(f"extra_blocks: a block setting is given twice: {self.blocks()!r}")
         Ls = self.lengths_s
         if (
             not isinstance(Ls, (tuple, list))
@@ -151,20 +179,28 @@ class PlanConfig:
         if not self.routing_designs and not self.scheduling_designs:
             raise ValueError("routing_designs, scheduling_designs: need at least one design to plan")
         for length in Ls:
-            try:
-                self.fleet(length).validate()
-            except ValueError as e:
-                raise ValueError(f"lengths_s: an experiment of {length:g} s: {e}") from None
+            for block in [None, *self.blocks()[1:]]:
+                cfg = self.fleet(length, block)
+                if not cfg.designs():
+                    continue
+                try:
+                    cfg.validate()
+                except ValueError as e:
+                    raise ValueError(f"lengths_s: an experiment of {length:g} s: {e}") from None
         return self
 
     def plan(self) -> StudyPlan:
-        """One task per (length, replication) and per (length, truth trace)."""
+        """One task per (length, replication) and per (length, truth trace); the extra block settings add
+        their block designs' replications (on the same traces; the truth does not depend on the block)."""
         tasks = []
         for length in self.lengths_s:
-            cfg = self.fleet(length)
-            plan = cfg.plan()
-            for t in plan.tasks:
-                tasks.append(dict(length_s=float(length), kind=t["kind"], task=t["task"]))
+            for block in [None, *self.blocks()[1:]]:
+                cfg = self.fleet(length, block)
+                if not cfg.designs():
+                    continue
+                for t in cfg.plan().tasks:
+                    if block is None or t["kind"] == "rep":
+                        tasks.append(dict(length_s=float(length), block_s=cfg.block_s, kind=t["kind"], task=t["task"]))
         return StudyPlan(_run_task, tasks, prefix="abplan", desc="A/B plan runs")
 
     def assemble(self, plan: StudyPlan, results: list, seconds: float) -> PlanResult:
@@ -175,7 +211,7 @@ class PlanConfig:
                 truth += [dict(row, length_s=t["length_s"]) for row in r]
             else:
                 est += [
-                    dict(row, length_s=t["length_s"])
+                    dict(row, length_s=t["length_s"], block_s=t["block_s"] if row["design"] in BLOCK_DESIGNS else 0.0)
                     for row in r["rows"]
                     if row["metric"] == PLAN_METRIC and row["stat"] == PLAN_STAT and row["headline"]
                 ]
@@ -193,10 +229,12 @@ class PlanConfig:
         for k in ("routing_designs", "scheduling_designs", "lengths_s"):
             if k in d:
                 d[k] = tuple(d[k])
+        if "extra_blocks" in d:
+            d["extra_blocks"] = tuple(tuple(b) for b in d["extra_blocks"])
         return cls(**d)
 
 
-def _run_task(length_s: float, kind: str, task: dict):
+def _run_task(length_s: float, block_s: float, kind: str, task: dict):
     return run_truths(**task) if kind == "truth" else run_replications(**task)
 
 
@@ -235,3 +273,8 @@ class PlanResult:
     estimates: pd.DataFrame
     truth: pd.DataFrame
     seconds: float
+
+    def __post_init__(self) -> None:
+        if len(self.estimates) and "block_s" not in self.estimates:  # one block setting: no column needed
+            blocks = np.where(self.estimates["design"].isin(BLOCK_DESIGNS), float(self.config.block_s), 0.0)
+            self.estimates = self.estimates.assign(block_s=blocks)

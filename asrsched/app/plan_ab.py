@@ -24,7 +24,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from asrsched.abtest.plan_report import check_target, law_table, plan_recommendation, plan_table, precision_table
+from asrsched.abtest.plan_report import (
+    check_target,
+    law_table,
+    mixed_gain_table,
+    plan_recommendation,
+    plan_table,
+    precision_table,
+)
 from asrsched.abtest.planner import PlanConfig, PlanResult
 
 __all__ = ["main", "save_plan", "load_plan", "format_plan"]
@@ -38,6 +45,7 @@ _FLAG = {  # PlanConfig field -> the flag a user wrote
     "truth_seeds": "--truth-seeds",
     "block_s": "--block-s",
     "burn_in_s": "--burn-in-s",
+    "extra_blocks": "--extra-blocks",
     "routing_designs": "--routing-designs",
     "scheduling_designs": "--scheduling-designs",
     "effect": "--effect",
@@ -89,6 +97,18 @@ def load_plan(folder) -> PlanResult:
     )
 
 
+def _blocks(items: list[str]) -> tuple:
+    """``["60:15"]`` -> ``((60.0, 15.0),)``; an error naming ``--extra-blocks`` otherwise."""
+    out = []
+    for it in items:
+        try:
+            b, u = (float(x) for x in str(it).split(":"))
+        except ValueError:
+            raise ValueError(f"--extra-blocks: need BLOCK:BURN_IN seconds such as 60:15, got {it!r}") from None
+        out.append((b, u))
+    return tuple(out)
+
+
 def _len(s: float) -> str:
     if s != s or s == float("inf"):
         return "never"
@@ -102,7 +122,7 @@ def format_plan(plan: pd.DataFrame, laws: pd.DataFrame) -> str:
         rows.append(
             {
                 "test": r.factor,
-                "design": r.design,
+                "design": r.setting,
                 "estimator": r.label,
                 "length": _len(r.required_s),
                 "requests": "-" if r.required_requests == float("inf") else f"{r.required_requests:,.0f}",
@@ -143,6 +163,13 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--truth-seeds", type=int, default=d.truth_seeds)
     ap.add_argument("--block-s", type=float, default=d.block_s, help="switchback block length (s)")
     ap.add_argument("--burn-in-s", type=float, default=d.burn_in_s, help="switchback burn-in (s)")
+    ap.add_argument(
+        "--extra-blocks",
+        nargs="*",
+        default=[f"{b:g}:{u:g}" for b, u in d.extra_blocks],
+        metavar="BLOCK:BURN_IN",
+        help="more block settings of the block designs, e.g. 60:15 120:30 (default: %(default)s)",
+    )
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--workers", type=int, default=None, help="parallel processes (default: all cores)")
     ap.add_argument("--cache", default="runs/plan-cache", help="task cache folder ('' for none)")
@@ -176,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                 truth_seeds=args.truth_seeds,
                 block_s=args.block_s,
                 burn_in_s=args.burn_in_s,
+                extra_blocks=_blocks(args.extra_blocks),
                 seed=args.seed,
             )
             cfg.validate()
@@ -198,12 +226,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(format_plan(plan, laws))
     print(plan_recommendation(plan, res))
+    gain = mixed_gain_table(res)
+    if len(gain):
+        print("mixed DQ's sd gain over the better / worse DQ (95 % CI), per experiment length:")
+        for g in gain.itertuples():
+            print(
+                f"  {g.factor} {g.length_s / 60:.0f} min: {g.gain_over_better:.2f} [{g.gain_over_better_ci_lo:.2f}, "
+                f"{g.gain_over_better_ci_hi:.2f}] / {g.gain_over_worse:.2f} [{g.gain_over_worse_ci_lo:.2f}, "
+                f"{g.gain_over_worse_ci_hi:.2f}]"
+            )
     if args.out:
         out = save_plan(res, args.out) if not args.from_dir else Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         prec.to_csv(out / "precision.csv", index=False)
         laws.to_csv(out / "laws.csv", index=False)
         plan.to_csv(out / "plan.csv", index=False)
+        gain.to_csv(out / "mixed_dq_gain.csv", index=False)
         print(f"wrote {out}", file=sys.stderr)
     return 0
 

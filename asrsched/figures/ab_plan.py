@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from asrsched.abtest.plan_report import false_positive_rate, power_at
+from asrsched.abtest.plan_report import design_label, false_positive_rate, power_at
 from asrsched.core.labels import estimator_label
 
 __all__ = ["fig_plan"]
@@ -24,7 +24,7 @@ _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#
 
 
 def _name(r) -> str:
-    return f"{r['factor']}: {r['design']} / {estimator_label(r['estimator'])}"
+    return f"{r['factor']}: {design_label(r['design'], r['block_s'])} / {estimator_label(r['estimator'])}"
 
 
 def fig_plan(prec: pd.DataFrame, laws: pd.DataFrame, plan: pd.DataFrame) -> go.Figure:
@@ -47,7 +47,12 @@ def fig_plan(prec: pd.DataFrame, laws: pd.DataFrame, plan: pd.DataFrame) -> go.F
     for i, (law, row) in enumerate(zip(laws.to_dict("records"), plan.to_dict("records"))):
         color = _PALETTE[i % len(_PALETTE)]
         name = _name(law)
-        g = prec[(prec.factor == law["factor"]) & (prec.design == law["design"]) & (prec.estimator == law["estimator"])]
+        g = prec[
+            (prec.factor == law["factor"])
+            & (prec.design == law["design"])
+            & (prec.block_s == law["block_s"])
+            & (prec.estimator == law["estimator"])
+        ]
         m = g.control_mean.to_numpy(float)
         y = 100 * g.sd.to_numpy(float) / m
         fig.add_trace(
@@ -122,7 +127,7 @@ def fig_plan(prec: pd.DataFrame, laws: pd.DataFrame, plan: pd.DataFrame) -> go.F
     rec = plan[plan.recommended]
     found = (
         "; ".join(
-            f"{r.factor}: {r.design} / {estimator_label(r.estimator)} in {r.required_s / 60:.0f} min"
+            f"{r.factor}: {r.setting} / {estimator_label(r.estimator)} in {r.required_s / 60:.0f} min"
             for r in rec.itertuples()
         )
         or "no design reaches it"

@@ -3,6 +3,7 @@ is known, the power model's internal consistency, and one planned experiment len
 simulation (the detected share at that length is the target power within its Wilson interval)."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,6 +23,8 @@ from asrsched.sim.parallel import run_study, run_tasks
         (dict(lengths_s=(300.0, 600.0)), "lengths_s: need at least 3"),
         (dict(lengths_s=(600.0, 300.0, 900.0)), "lengths_s: need at least 3 increasing"),
         (dict(reps=2), "reps: need an integer >= 3"),
+        (dict(extra_blocks=((20.0, 30.0),)), "extra_blocks: a block of 20.0 s is not longer than the burn-in"),
+        (dict(extra_blocks=((30.0, 5.0),)), "extra_blocks: a block setting is given twice"),
         (dict(n_replicas=1), "n_replicas"),  # a replica split cannot randomise one replica
         (dict(routing_designs=("replica",)), "design: 'replica' not allowed for a routing test"),
         (dict(lengths_s=(10.0, 20.0, 40.0)), "lengths_s: an experiment of 10 s"),
@@ -50,6 +53,8 @@ def test_cli_names_the_flag_and_exits_2(capsys):
     assert "--effect: need a relative change > 0" in capsys.readouterr().err
     assert plan_ab.main(["--block-s", "5", "--burn-in-s", "5"]) == 2
     assert "--block-s: a block of 5.0 s" in capsys.readouterr().err
+    assert plan_ab.main(["--extra-blocks", "60-15"]) == 2
+    assert "--extra-blocks: need BLOCK:BURN_IN seconds such as 60:15, got '60-15'" in capsys.readouterr().err
     assert plan_ab.main(["--from", "/nonexistent/plan"]) == 2
     assert "--from: /nonexistent/plan/estimates.csv.gz not found" in capsys.readouterr().err
 
@@ -66,7 +71,16 @@ def _synthetic(a=2.0, b=-0.5, r=0.6, gte=-0.4, control=2.5, reps=400, seed=0) ->
         v = rng.normal(r * gte, sd, reps)
         h = 2.09 * sd  # t_{19, 0.975} x se: an honest 95 % CI
         rows += [
-            dict(factor="routing", design="group", estimator="group", length_s=T, estimate=x, ci_lo=x - h, ci_hi=x + h)
+            dict(
+                factor="routing",
+                design="group",
+                block_s=0.0,
+                estimator="group",
+                length_s=T,
+                estimate=x,
+                ci_lo=x - h,
+                ci_hi=x + h,
+            )
             for x in v
         ]
         truth.append(
@@ -140,6 +154,7 @@ def test_planned_length_gives_the_planned_power_in_fresh_experiments():
         scheduling_designs=(),
         block_s=60.0,
         burn_in_s=15.0,
+        extra_blocks=(),
         lengths_s=(600.0, 1200.0, 2400.0, 4800.0),
         reps=60,
         truth_seeds=8,
@@ -172,3 +187,48 @@ def test_cli_reads_a_saved_study_and_writes_tables(tmp_path, capsys, fixed_rate)
     assert plan.recommended.tolist() == [True]
     back = plan_ab.load_plan(tmp_path / "study")
     assert len(back.estimates) == len(res.estimates) and back.config.lengths_s == res.config.lengths_s
+
+
+def test_mixed_gain_table_on_known_spreads(fixed_rate):
+    """qDQ and wDQ independent with sds 1 and 2, mixed DQ their minimum-variance blend (sd 2/sqrt(5)):
+    the gain over the better is sqrt(5)/2, over the worse sqrt(5), each inside its bootstrap CI."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for T in (200.0, 400.0, 800.0):
+        q, w = rng.normal(0, 1, 3000), rng.normal(0, 2, 3000)
+        m = 0.2 * w + 0.8 * q  # alpha = V_q / (V_q + V_w) = 1/5
+        for rep in range(3000):
+            for name, v in (("qdq", q[rep]), ("wdq", w[rep]), ("mixed_dq", m[rep])):
+                rows.append(dict(factor="routing", design="bernoulli", estimator=name, length_s=T, rep=rep, estimate=v))
+    cfg = PlanConfig(lengths_s=(200.0, 400.0, 800.0))
+    res = PlanResult(cfg, pd.DataFrame(rows), pd.DataFrame(), 0.0)
+    g = P.mixed_gain_table(res)
+    assert len(g) == 3
+    for r in g.itertuples():
+        assert r.gain_over_better_ci_lo <= math.sqrt(5) / 2 <= r.gain_over_better_ci_hi
+        assert r.gain_over_worse_ci_lo <= math.sqrt(5) <= r.gain_over_worse_ci_hi
+        assert r.gain_over_better_ci_hi - r.gain_over_better_ci_lo < 0.15
+
+
+def test_extra_block_settings_run_on_the_same_traces():
+    """Each block setting is its own row of the plan; the block designs replay the same traces (the first
+    setting's estimates equal a study run without the extra setting), non-block designs run once."""
+    kw = dict(n_replicas=2, rho=0.9, routing_designs=("group", "switchback"), scheduling_designs=())
+    kw.update(lengths_s=(300.0, 600.0, 1200.0), reps=3, truth_seeds=3)
+    res = run_study(PlanConfig(**kw, extra_blocks=((60.0, 15.0),)), workers=1, progress=False)
+    alone = run_study(PlanConfig(**kw, extra_blocks=()), workers=1, progress=False)
+    e = res.estimates
+    assert sorted(e[e.design == "switchback"].block_s.unique()) == [30.0, 60.0]
+    assert (e[e.design == "group"].block_s == 0).all() and len(e[e.design == "group"]) == 9
+    first = e[e.block_s != 60.0].sort_values(["design", "length_s", "rep"]).estimate.to_numpy()
+    assert np.array_equal(first, alone.estimates.sort_values(["design", "length_s", "rep"]).estimate.to_numpy())
+    plan = P.plan_table(res)
+    assert set(plan.setting) == {"group", "switchback 30 s blocks", "switchback 60 s blocks"}
+
+
+def test_the_defaults_validate_and_the_notebook_uses_them():
+    d = PlanConfig().validate()
+    assert d.n_replicas == 4 and d.rho == 0.95 and (d.routing_control, d.routing_treatment) == ("random", "least_work")
+    assert (d.scheduling_control, d.scheduling_treatment) == ("fcfs", "hrrn")
+    src = (Path(__file__).parents[2] / "notebooks" / "06_ab_asr_policies.py").read_text()
+    assert f"PLAN_LENGTHS_S = {list(d.lengths_s)}" in src and f"PLAN_REPS = {d.reps}" in src
