@@ -7,7 +7,9 @@ baseline of ``benchmarks/bench_abtest.py`` (the pre-optimisation path of the stu
   values and numpy masks, one horizon at a time (the package computes them from per-segment sums in
   one compiled pass, :func:`asrsched.abtest.estimators.dq_sweep`);
 * :func:`reference_dq_sweep`: ``dq_sweep``'s output from the readable estimators;
-* :func:`reference_simulate`: ``simulate_supermarket`` on the linked-list kernel with every per-job output.
+* :func:`reference_simulate`: ``simulate_supermarket`` on the linked-list kernel with every per-job output;
+* :func:`readable_time_q`: the Q values of a horizon counted in time by a loop over each decision's window
+  (O(n L)), and :func:`readable_arm_centred_alpha`: the per-job weight from numpy masks.
 """
 
 from __future__ import annotations
@@ -82,6 +84,37 @@ def reference_dq_sweep(tr: Trajectory, Ls, n_batches: int = 20, alpha_batches: i
     if tuple(costs) != ("w", "q"):
         raise ValueError(f"costs: the reference computes ('w', 'q') only, got {costs!r}")
     return {int(L): _readable_pair(tr, int(L), n_batches, alpha_batches) for L in Ls}
+
+
+def readable_time_q(tr: Trajectory, tau: float, cost: str = "w") -> np.ndarray:
+    """Q of every decision k with ``t_k + tau <= t_{n-1}``: over the jobs j with ``t_k <= t_j < t_k + tau``
+    (``L_k`` of them), the sum of their W (``cost="w"``) or of ``X(t_j-) / lam`` at jobs ``k+1 .. k+L_k``
+    (``cost="q"``), one window at a time."""
+    a = tr.arrival
+    lam = tr.total_rate_at if tr.total_rate_at is not None else np.full(a.size, tr.total_rate)
+    out = []
+    for k in range(a.size):
+        if a[k] + tau > a[-1]:
+            break
+        inside = np.flatnonzero((a >= a[k]) & (a < a[k] + tau))
+        Lk = inside.size
+        if cost == "w":
+            out.append(tr.response[inside].sum())
+        else:
+            out.append((tr.n_before[k + 1 : k + Lk + 1] / lam[k + 1 : k + Lk + 1]).sum())
+    return np.array(out)
+
+
+def readable_arm_centred_alpha(qw: np.ndarray, qq: np.ndarray, z: np.ndarray) -> float:
+    """``(V_q - C) / (V_w + V_q - 2 C)`` of ``qw``, ``qq`` centred on each arm's own mean (numpy masks, np.cov)."""
+    t = z == 1
+    cw, cq = qw.astype(float).copy(), qq.astype(float).copy()
+    cw[t] -= qw[t].mean()
+    cw[~t] -= qw[~t].mean()
+    cq[t] -= qq[t].mean()
+    cq[~t] -= qq[~t].mean()
+    c = np.cov(np.vstack([cw, cq]), bias=True) + np.outer([cw.mean(), cq.mean()], [cw.mean(), cq.mean()])
+    return float((c[1, 1] - c[0, 1]) / (c[0, 0] + c[1, 1] - 2 * c[0, 1]))
 
 
 def reference_simulate(cfg, seed: int = 0, **_ignored) -> Trajectory:
@@ -166,7 +199,8 @@ def linked_list_kernel(
     inv_rate_max = 1.0 / (total_rate * (1.0 + amp))
     rate_max = total_rate * (1.0 + amp)
     two_pi = 2.0 * np.pi
-    xm = (shape - 1.0) / shape if svc_kind == 2 else 1.0
+    xm = (shape - 1.0) / shape if svc_kind == 2 else 1.0  # Pareto scale; ``shape``: the law's one parameter
+    h2_p1 = 0.5 * (1.0 + np.sqrt((shape - 1.0) / (shape + 1.0))) if svc_kind == 4 else 0.5  # balanced-means H2
     t = 0.0
     cur_block = -1
     block_z = 0
@@ -307,8 +341,17 @@ def linked_list_kernel(
             x = _std_exp(st)
         elif svc_kind == 1:
             x = 1.0
-        else:
+        elif svc_kind == 2:
             x = xm * (1.0 - _next_double(st)) ** (-1.0 / shape)
+        elif svc_kind == 3:  # Erlang-k: k phases of mean 1 / k
+            x = 0.0
+            for _ in range(int(shape)):
+                x += _std_exp(st)
+            x /= shape
+        elif _next_double(st) < h2_p1:  # H2: phase of rate 2 p1 ...
+            x = _std_exp(st) / (2.0 * h2_p1)
+        else:  # ... or of rate 2 (1 - p1)
+            x = _std_exp(st) / (2.0 * (1.0 - h2_p1))
         start = t if lastdep[s] < t else lastdep[s]
         dj = start + x / rates[s]
         dep[j] = dj

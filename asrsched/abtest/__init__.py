@@ -1,9 +1,12 @@
 """The A/B-test study: designs, estimators, the supermarket study and the ASR-fleet study.
 
 * :mod:`.model` -- the numba supermarket model (Power-of-d routing, heterogeneous rates,
-  exp/const/Pareto service, cyclic arrivals, stale dispatcher) and the three designs.
+  cyclic arrivals, stale dispatcher) and the three designs; its service laws
+  (exp/const/Pareto/Erlang-k/hyperexponential) and closed forms are :mod:`.service_laws`.
 * :mod:`.estimators` -- naive, group, switchback, qDQ, wDQ, mixed DQ with batch-means
-  CIs, on a simulator-independent :class:`Trajectory` (documented there).
+  CIs, on a simulator-independent :class:`Trajectory` (documented there); the DQ family
+  (horizon in jobs or in time, batch or per-job alpha) is :mod:`.dq`.
+* :mod:`.mixed_map` -- where mixed DQ pays: its sd gain by service law, horizon unit, L and alpha.
 * :mod:`.study` -- scenarios, ground truth, replications fanned out with
   :func:`asrsched.sim.parallel.run_tasks`, bias/std/MSE tables (the study of Jia et al. 2026).
 * :mod:`.fleet_experiment` -- A/B experiments (routing or scheduling; Bernoulli, group,

@@ -30,7 +30,18 @@ __all__ = [
     "lowest_mse",
     "paired_estimates",
     "MSE_CANDIDATES",
+    "verdict",
+    "MIXED_MAP_DIR",
+    "MIXED_MAP_FILE",
+    "load_mixed_map",
+    "mixed_map_cells",
+    "mixed_map_statement",
+    "MIXED_MAP_COLUMNS",
 ]
+
+#: the committed mixed-DQ map (:mod:`asrsched.abtest.mixed_map`), relative to the checkout, and its table's file
+MIXED_MAP_DIR = "figures/05_ab_estimators/mixed_map"
+MIXED_MAP_FILE = "map.csv"
 
 
 def _headline(res: StudyResult) -> pd.DataFrame:
@@ -201,7 +212,7 @@ def lowest_mse(
     return [c for c in cand if share[c] >= 0.025], share
 
 
-def _verdict(lo: float, hi: float, a: float, b: float) -> str:
+def verdict(lo: float, hi: float, a: float, b: float) -> str:
     """``holds`` if the CI [lo, hi] lies inside [a, b], ``fails`` if outside, else ``inconclusive``."""
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return "inconclusive"
@@ -213,7 +224,11 @@ def _verdict(lo: float, hi: float, a: float, b: float) -> str:
 
 
 def claims_table(
-    summary: pd.DataFrame, res: StudyResult | None = None, n_boot: int = 1000, seed: int = 0
+    summary: pd.DataFrame,
+    res: StudyResult | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    mixed_map: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """The study's four claims, checked per scenario from the numbers, with 95 % CIs and verdicts.
 
@@ -229,7 +244,9 @@ def claims_table(
 
     With ``res`` the CIs come from a paired bootstrap over replications and each claim gets a
     verdict ``holds`` / ``fails`` / ``inconclusive`` (its CI straddles the claimed range);
-    without it the point values only.
+    without it the point values only. With ``mixed_map`` (:func:`load_mixed_map`) the column
+    ``mixed_2_5x_holds_under`` names the map's cells (law, horizon unit, alpha) where the 2-5x claim holds
+    at the default L (:func:`mixed_map_cells`).
     """
     rows = []
     for s, g in summary.groupby("scenario", sort=False, observed=True):
@@ -292,8 +309,8 @@ def claims_table(
                     "verdict_naive_low": "holds"
                     if biased_low and sh[1] < 1
                     else ("fails" if sh[0] >= 1 or sh[1] <= 0 else "inconclusive"),
-                    "verdict_dq_50_500x": _verdict(dq_n[0], dq_n[1], 50, 500),
-                    "verdict_mixed_2_5x": _verdict(mixr[0], mixr[1], 2, 5),
+                    "verdict_dq_50_500x": verdict(dq_n[0], dq_n[1], 50, 500),
+                    "verdict_mixed_2_5x": verdict(mixr[0], mixr[1], 2, 5),
                     "verdict_mixed_lowest_mse": (
                         "holds" if winners == ["mixed_dq"] else "fails" if "mixed_dq" not in winners else "inconclusive"
                     ),
@@ -301,6 +318,8 @@ def claims_table(
                 }
             )
             row["mixed_lowest_mse"] = winners == ["mixed_dq"]
+        if mixed_map is not None:
+            row["mixed_2_5x_holds_under"] = ", ".join(mixed_map_cells(mixed_map, "holds")) or "none"
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -311,13 +330,19 @@ def _where(claims: pd.DataFrame, col: str, value: str) -> str:
 
 
 def claims_markdown(
-    claims: pd.DataFrame, summary: pd.DataFrame, truth: pd.DataFrame | None = None, wp: pd.DataFrame | None = None
+    claims: pd.DataFrame,
+    summary: pd.DataFrame,
+    truth: pd.DataFrame | None = None,
+    wp: pd.DataFrame | None = None,
+    mixed_map: pd.DataFrame | None = None,
 ) -> str:
     """A plain-language reading of :func:`claims_table` (Markdown), every number computed from the tables.
 
     With the verdict columns (``claims_table(summary, res)``) each claim lists the scenarios where it
     holds, fails or is inconclusive (95 % CI straddles the claimed range) and the computed condition
-    that separates them; ``wp`` (:func:`wp_table`) adds the curvature reading of DQ's bias.
+    that separates them; ``wp`` (:func:`wp_table`) adds the curvature reading of DQ's bias and
+    ``mixed_map`` (:func:`load_mixed_map`) the conditions under which the mixed-DQ claim holds
+    (:func:`mixed_map_statement`).
     """
     n = len(claims)
     lines = []
@@ -394,6 +419,8 @@ def claims_markdown(
             f"  With α from the replications' covariance (an oracle, not deployable) the reduction is "
             f"{claims.oracle_sd_reduction.min():.2f}–{claims.oracle_sd_reduction.max():.2f}×."
         )
+    if mixed_map is not None:
+        lines.append("  " + mixed_map_statement(mixed_map))
     winners = claims.lowest_mse.value_counts()
     if ci:
         lines.append(
@@ -452,3 +479,120 @@ def claims_markdown(
         + "."
     )
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- the committed mixed-DQ map
+
+#: the columns :func:`load_mixed_map` needs (written by :func:`asrsched.abtest.mixed_map.map_table`)
+MIXED_MAP_COLUMNS = (
+    "law",
+    "scv",
+    "unit",
+    "L_factor",
+    "alpha",
+    "gain_better",
+    "gain_better_ci_lo",
+    "gain_better_ci_hi",
+    "gain_worse",
+    "gain_worse_ci_lo",
+    "gain_worse_ci_hi",
+    "verdict",
+    "verdict_worse",
+    "vs_batch_ci_lo",
+    "vs_batch_ci_hi",
+    "reps",
+)
+
+
+def load_mixed_map(folder=MIXED_MAP_DIR) -> pd.DataFrame:
+    """The mixed-DQ map's table, ``map.csv`` in ``folder`` (:data:`MIXED_MAP_DIR`, relative to the checkout).
+
+    Raises ``FileNotFoundError`` naming the file when it is missing and ``ValueError`` naming it when a
+    column is missing (written by ``python -m asrsched.abtest.mixed_map --out <folder>``).
+    """
+    from pathlib import Path
+
+    path = Path(folder) / MIXED_MAP_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: no mixed-DQ map here; write one with `python -m asrsched.abtest.mixed_map --out {folder}`"
+        )
+    t = pd.read_csv(path)
+    missing = [c for c in MIXED_MAP_COLUMNS if c not in t]
+    if missing:
+        raise ValueError(f"{path}: not a mixed-DQ map table (missing columns {', '.join(missing)})")
+    return t
+
+
+def mixed_map_cells(table: pd.DataFrame, which: str, L_factor: float = 1.0, col: str = "verdict") -> list[str]:
+    """The cells ``law·unit·alpha`` of the map at ``L_factor`` whose ``col`` is ``which`` (in-experiment alphas)."""
+    t = table[(np.isclose(table.L_factor, L_factor)) & (table.alpha != "oracle") & (table[col] == which)]
+    return [f"{r.law}·{r.unit}·α {r.alpha}" for r in t.itertuples()]
+
+
+def mixed_map_statement(table: pd.DataFrame, L_factor: float = 1.0) -> str:
+    """Where the claim "mixed DQ has 2–5× lower sd than DQ" holds in the map (Markdown, computed from ``table``).
+
+    At ``L_factor`` x the default L, per verdict the cells (service law, horizon unit, in-experiment alpha)
+    with the gain over the better DQ and its CI; then the same over the worse DQ, the verdicts at the other
+    horizons, the oracle alpha's range and which in-experiment alpha gives the lower sd at each L.
+    """
+    if not len(table):
+        return "The mixed-DQ map is empty."
+    at = table[np.isclose(table.L_factor, L_factor)]
+    own = at[at.alpha != "oracle"]
+    reps = (
+        f"{int(table.reps.min())}–{int(table.reps.max())}" if table.reps.nunique() > 1 else str(int(table.reps.min()))
+    )
+
+    def cells(t: pd.DataFrame, v: str, g: str = "gain_better") -> str:
+        sel = t[t["verdict" if g == "gain_better" else "verdict_worse"] == v]
+        if not len(sel):
+            return "none"
+        return "; ".join(
+            f"{r.law} (SCV {r.scv:g}) · {r.unit} · α {r.alpha} {getattr(r, g):.2f}× "
+            f"[{getattr(r, g + '_ci_lo'):.2f}, {getattr(r, g + '_ci_hi'):.2f}]"
+            for r in sel.itertuples()
+        )
+
+    failing = own[own.verdict == "fails"]
+    fails = ", ".join(
+        f"{law} ({len(g)} of {len(own[own.law == law])})" for law, g in failing.groupby("law", sort=False)
+    )
+    out = [
+        f"**Where the 2–5× claim holds (mixed-DQ map, {reps} replications per service law, L = {L_factor:g} × "
+        f"30·N·λ jobs or τ = L/(N·λ) time units):** holds under {cells(own, 'holds')}; inconclusive under "
+        f"{cells(own, 'inconclusive')}; fails in the other cells (per law, failing of all): {fails or 'none'}.",
+        f"Over the *worse* DQ it holds under {cells(own, 'holds', 'gain_worse')}.",
+    ]
+    other = []
+    for f, g in table[table.alpha != "oracle"].groupby("L_factor"):
+        if np.isclose(f, L_factor):
+            continue
+        h = g[g.verdict == "holds"]
+        names = ", ".join(f"{r.law}·{r.unit}·α {r.alpha}" for r in h.itertuples())
+        other.append(f"L = {f:g} × default: holds in {len(h)} of {len(g)} cells" + (f" ({names})" if names else ""))
+    if other:
+        out.append("At the other horizons: " + "; ".join(other) + ".")
+    orc = at[at.alpha == "oracle"]
+    if len(orc):
+        out.append(
+            f"With the oracle α the gain over the better DQ is {orc.gain_better.min():.2f}–"
+            f"{orc.gain_better.max():.2f}× across the laws and units (reference, not deployable)."
+        )
+    job = table[table.alpha == "job"]
+    if len(job):
+        parts = []
+        for f, g in job.groupby("L_factor"):
+            better, worse = int((g.vs_batch_ci_lo > 1).sum()), int((g.vs_batch_ci_hi < 1).sum())
+            parts.append(
+                f"L = {f:g} ×: per-job α lower sd in {better}, batch α lower in {worse}, tied in "
+                f"{len(g) - better - worse} of {len(g)}"
+            )
+        sd = {a: table[table.alpha == a].alpha_sd for a in ("batch", "job")}
+        out.append(
+            "Which in-experiment α wins (95 % CI of the sd ratio): " + "; ".join(parts) + f". The weight's sd over "
+            f"replications: batch {sd['batch'].min():.2f}–{sd['batch'].max():.2f}, per-job "
+            f"{sd['job'].min():.2f}–{sd['job'].max():.2f}."
+        )
+    return " ".join(out)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from abtest_oracle import readable_dq, readable_mixed_dq
 
+from asrsched.abtest import dq as D
 from asrsched.abtest import estimators as E
 from asrsched.abtest.estimators import Trajectory, default_L, estimate_all, q_values
 from asrsched.abtest.model import SystemConfig, simulate_supermarket
@@ -246,14 +247,14 @@ def test_compiled_sums_are_bit_identical_to_the_plain_numpy_ones():
     nb = rng.integers(0, 40, n).astype(np.int32)
     total_rate_at = rng.uniform(10.0, 20.0, n)
     z = (rng.random(n) < 0.5).astype(np.int8)
-    assert np.array_equal(E._cumsum0(w, np.ones(1)), np.concatenate(([0.0], np.cumsum(w))))
-    assert np.array_equal(E._cumsum0(nb, np.array([16.0])), np.concatenate(([0.0], np.cumsum(nb / 16.0))))
-    assert np.array_equal(E._cumsum0(nb, total_rate_at), np.concatenate(([0.0], np.cumsum(nb / total_rate_at))))
-    Cw, Cq = E._cumsum0(w, np.ones(1)), E._cumsum0(nb, total_rate_at)
+    assert np.array_equal(D._cumsum0(w, np.ones(1)), np.concatenate(([0.0], np.cumsum(w))))
+    assert np.array_equal(D._cumsum0(nb, np.array([16.0])), np.concatenate(([0.0], np.cumsum(nb / 16.0))))
+    assert np.array_equal(D._cumsum0(nb, total_rate_at), np.concatenate(([0.0], np.cumsum(nb / total_rate_at))))
+    Cw, Cq = D._cumsum0(w, np.ones(1)), D._cumsum0(nb, total_rate_at)
     seg = np.array([0, 37, 5000, 12_345, n - 300], np.int64)
-    s, s1, n1 = E._sweep_sums2(Cw, 0, Cq, 1, np.array([250]), z, seg, seg[None, :], np.array([seg.size - 1]))
+    s, s1, n1 = D._sweep_sums2(Cw, 0, Cq, 1, np.array([250]), z, seg, seg[None, :], np.array([seg.size - 1]))
     for row, (C, o) in enumerate(((Cw, 0), (Cq, 1))):
-        a, a1, c1 = E._segment_sums(C, o, 250, z, seg)
+        a, a1, c1 = D._segment_sums(C, o, 250, z, seg)
         assert np.array_equal(s[0, row], a) and np.array_equal(s1[0, row], a1) and np.array_equal(n1[0], c1)
     ms, ms1, mn1 = E._masked_sums(w, z, seg)
     for i in range(seg.size - 1):

@@ -295,3 +295,19 @@ def test_fast_replication_equals_the_reference_path(scenario):
     assert np.allclose(a.estimate, b.estimate, rtol=1e-9, atol=1e-12)
     assert np.allclose(a.ci_lo, b.ci_lo, rtol=1e-9, atol=1e-12, equal_nan=True)
     assert np.allclose(a.alpha.astype(float), b.alpha.astype(float), rtol=1e-9, equal_nan=True)
+
+
+def test_the_mixed_dq_claim_reads_its_conditions_from_the_committed_map(tiny_result):
+    from asrsched.abtest.study_report import MIXED_MAP_DIR, load_mixed_map, mixed_map_cells
+
+    mm = load_mixed_map(ROOT / MIXED_MAP_DIR)
+    summ = S.summary_table(tiny_result)
+    claims = S.claims_table(summ, tiny_result, mixed_map=mm)
+    holds = mixed_map_cells(mm, "holds")
+    # the map's cells where "2-5x lower sd" holds at the default L, named on every scenario's row
+    assert set(claims.mixed_2_5x_holds_under) == {", ".join(holds) or "none"}
+    md = S.claims_markdown(claims, summ, mixed_map=mm)
+    line = next(x for x in md.splitlines() if "Where the 2–5× claim holds" in x)
+    for r in mm[(mm.L_factor == 1.0) & (mm.alpha != "oracle") & (mm.verdict == "holds")].itertuples():
+        assert f"{r.law} (SCV {r.scv:g}) · {r.unit} · α {r.alpha} {r.gain_better:.2f}×" in line
+    assert "Where the 2–5× claim holds" not in S.claims_markdown(claims, summ)  # only with the map
