@@ -387,14 +387,16 @@ mixed_gain = plan_report.mixed_gain_table(plan_res)
 display(mixed_gain.round(3))
 
 # %%
-fig = fig_plan(prec, laws, plan)
+plan_figs = {f"ab_plan_{f}": fig_plan(prec, laws, plan, f) for f in plan.factor.unique()}
 with export_session():
-    export_figure(fig, "ab_plan", NB)
+    for name, fig in plan_figs.items():
+        export_figure(fig, name, NB)
 export_table(plan, "ab_plan", NB)
 export_table(laws, "ab_plan_laws", NB)
 export_table(prec, "ab_plan_precision", NB)
 export_table(mixed_gain, "ab_plan_mixed_dq_gain", NB)
-fig.show()
+for fig in plan_figs.values():
+    fig.show()
 
 # %% [markdown]
 # ## Explore

@@ -188,6 +188,13 @@ def check_06_ab_asr_policies(fig: Path, runs: Path, tmp: Path, outputs: str) -> 
         for ext in ("html", "png", "svg"):
             assert (fig / f"{f}.{ext}").stat().st_size > 1000
     assert "For an operator" in outputs
+    # the plan section: the committed precision study re-planned, its figure and tables
+    plan = pd.read_csv(fig / "ab_plan.csv")
+    assert set(plan.factor) == {"routing", "scheduling"} and {"required_s", "mde_pct", "status"} <= set(plan.columns)
+    assert plan.recommended.sum() <= 2 and (fig / "ab_plan_routing.png").stat().st_size > 10_000
+    prec = pd.read_csv(fig / "ab_plan_precision.csv")
+    assert prec.predicted.between(0, 1).all() and prec.detected.between(0, 1).all()
+    assert "to detect a 10 % change in mean E2EL" in outputs
 
 
 Check = Callable[[Path, Path, Path, str], None]

@@ -226,7 +226,10 @@ def law_table(res: PlanResult, prec: pd.DataFrame | None = None) -> pd.DataFrame
                 shortest_s=float(x.min()),
             )
         )
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    order = {d: i for i, d in enumerate((*res.config.routing_designs, *res.config.scheduling_designs))}
+    out = out.assign(_o=out.design.map(order)).sort_values(["factor", "_o", "block_s"], kind="stable")
+    return out.drop(columns="_o").reset_index(drop=True)
 
 
 def _sd(law, T) -> np.ndarray:

@@ -52,6 +52,7 @@ _FLAG = {  # PlanConfig field -> the flag a user wrote
     "power": "--power",
     "level": "--level",
     "max_bias": "--max-bias",
+    "at_length_s": "--mde-at",
 }
 
 
@@ -150,6 +151,13 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--power", type=float, default=0.8, help="target power (default 0.8)")
     ap.add_argument("--level", type=float, default=0.05, help="significance level (default 0.05)")
     ap.add_argument("--max-bias", type=float, default=0.25, help="largest relative bias to recommend (default 0.25)")
+    ap.add_argument(
+        "--mde-at",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="experiment length of the MDE column (default: the longest)",
+    )
     ap.add_argument("--workload", default=d.workload)
     ap.add_argument("--n-replicas", type=int, default=d.n_replicas)
     ap.add_argument("--rho", type=float, default=d.rho, help="offered load, fraction of fleet capacity")
@@ -180,6 +188,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``asrsched plan-ab`` (exit 2 on bad input, naming the flag)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     try:
         check_target(args.effect, args.power, args.level)
@@ -214,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"simulated {len(res.estimates):,} experiments in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         prec = precision_table(res)
         laws = law_table(res, prec)
-        plan = plan_table(res, args.effect, args.power, args.level, args.max_bias, laws=laws)
+        plan = plan_table(res, args.effect, args.power, args.level, args.max_bias, args.mde_at, laws=laws)
     except (ValueError, FileNotFoundError) as e:
         print(f"asrsched plan-ab: error: {_as_flag(e)}", file=sys.stderr)
         return 2
@@ -236,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{g.gain_over_worse_ci_hi:.2f}]"
             )
     if args.out:
-        out = save_plan(res, args.out) if not args.from_dir else Path(args.out)
+        cmd = " ".join(shlex.quote(a) for a in ["asrsched", "plan-ab", *argv])
+        out = save_plan(res, args.out, command=cmd) if not args.from_dir else Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         prec.to_csv(out / "precision.csv", index=False)
         laws.to_csv(out / "laws.csv", index=False)

@@ -24,20 +24,25 @@ _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#
 
 
 def _name(r) -> str:
-    return f"{r['factor']}: {design_label(r['design'], r['block_s'])} / {estimator_label(r['estimator'])}"
+    return f"{design_label(r['design'], r['block_s'])} / {estimator_label(r['estimator'])}"
 
 
-def fig_plan(prec: pd.DataFrame, laws: pd.DataFrame, plan: pd.DataFrame) -> go.Figure:
-    """sd law and power curves per design and estimator (``plan.attrs`` carries effect, power and level)."""
+def fig_plan(prec: pd.DataFrame, laws: pd.DataFrame, plan: pd.DataFrame, factor: str = "routing") -> go.Figure:
+    """sd law and power curves per design and estimator of one test (``factor``: ``"routing"`` or
+    ``"scheduling"``; ``plan.attrs`` carries effect, power and level)."""
+    if factor not in set(plan.factor):
+        raise ValueError(f"factor: {factor!r} not in the plan ({sorted(set(plan.factor))})")
     a = plan.attrs
+    keep = plan.factor.to_numpy() == factor
+    laws, plan, prec = laws[keep], plan[keep], prec[prec.factor == factor]
     effect, power, level = a.get("effect", 0.1), a.get("power", 0.8), a.get("level", 0.05)
     fig = make_subplots(
         rows=1,
         cols=2,
         horizontal_spacing=0.12,
         subplot_titles=(
-            "sd of the estimate (% of control mean E2EL)",
-            f"power for a {100 * effect:.0f} % change (level {level:g}; valid tests only)",
+            "sd of estimate (% of control E2EL)",
+            f"power, {100 * effect:.0f} % change, level {level:g}",
         ),
     )
     lo_x = float(prec.length_s.min()) / 60
@@ -127,13 +132,15 @@ def fig_plan(prec: pd.DataFrame, laws: pd.DataFrame, plan: pd.DataFrame) -> go.F
     rec = plan[plan.recommended]
     found = (
         "; ".join(
-            f"{r.factor}: {r.setting} / {estimator_label(r.estimator)} in {r.required_s / 60:.0f} min"
-            for r in rec.itertuples()
+            f"{r.setting} / {estimator_label(r.estimator)} in {r.required_s / 60:.0f} min" for r in rec.itertuples()
         )
-        or "no design reaches it"
+        or "no design reaches it without a bias beyond the limit"
     )
     fig.update_layout(
-        title=dict(text=f"Shortest valid experiment for a {100 * effect:.0f} % change at power {power:g}: {found}"),
+        title=dict(
+            text=f"{factor.capitalize()} test, {100 * effect:.0f} % change at power {power:g}: shortest valid "
+            f"unbiased experiment {found}"
+        ),
         legend=dict(orientation="h", y=-0.25),
         height=620,
     )

@@ -212,6 +212,13 @@ def _abtest_figures() -> dict[str, go.Figure]:
     fr = load_full_run(Path(__file__).resolve().parents[2] / "figures" / "05_ab_estimators" / "full")
     out["ab_full_search"] = F.fig_search(fr.search)
     out["ab_full_wp"] = F.fig_wp(fr.wp_curve, fr.wp, fr.run["parameters"]["study"]["base"]["p"])
+    # the committed mixed-DQ map, which notebook 05 draws
+    from asrsched.abtest.study_report import load_mixed_map
+    from asrsched.figures.mixed_map import fig_mixed_map
+
+    out["ab_mixed_map"] = fig_mixed_map(
+        load_mixed_map(Path(__file__).resolve().parents[2] / "figures" / "05_ab_estimators" / "mixed_map")
+    )
     return out
 
 
@@ -236,6 +243,17 @@ def _fleet_figures() -> dict[str, go.Figure]:
     }
     if getattr(res, "ablation", None) is not None and len(res.ablation):
         out["fleet_ablation"] = F.fig_ablation(res.ablation)
+    # the committed plan study, which notebook 06 re-plans and draws
+    from asrsched.abtest import plan_report as P
+    from asrsched.app.plan_ab import load_plan
+    from asrsched.figures.ab_plan import fig_plan
+
+    pr = load_plan(Path(__file__).resolve().parents[2] / "figures" / "06_ab_asr_policies" / "plan")
+    prec = P.precision_table(pr)
+    laws = P.law_table(pr, prec)
+    plan = P.plan_table(pr, laws=laws)
+    out["fleet_plan_routing"] = fig_plan(prec, laws, plan, "routing")
+    out["fleet_plan_scheduling"] = fig_plan(prec, laws, plan, "scheduling")
     return out
 
 
