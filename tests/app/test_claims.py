@@ -14,6 +14,7 @@ from asrsched.app.claims import (
     AB_CLAIMS_TABLE,
     ENGINE_TABLE,
     HEADLINE_TABLE,
+    MIXED_MAP_TABLE,
     claims_index_markdown,
     claims_rows,
     headline_verdict,
@@ -65,7 +66,7 @@ def _headline(root: Path, ours: float, lo: float, hi: float) -> None:
 
 def test_rows_come_from_the_tables_present_and_link_only_files_that_exist(tmp_path):
     rows, missing = claims_rows(tmp_path)
-    assert rows == [] and missing == [HEADLINE_TABLE, ENGINE_TABLE, AB_CLAIMS_TABLE]
+    assert rows == [] and missing == [HEADLINE_TABLE, ENGINE_TABLE, AB_CLAIMS_TABLE, MIXED_MAP_TABLE]
     _headline(tmp_path, -18.1, -20.7, -15.4)
     (row,), missing = claims_rows(tmp_path)
     assert row["here"] == "−18.1 % [−20.7 %, −15.4 %]" and row["verdict"] == "smaller here"
@@ -82,7 +83,7 @@ def test_rows_come_from_the_tables_present_and_link_only_files_that_exist(tmp_pa
 
 
 def test_the_committed_results_give_the_engine_and_ab_rows(tmp_path):
-    for rel in (ENGINE_TABLE, AB_CLAIMS_TABLE, AB_CLAIMS_TABLE.replace("claims.csv", "run.json")):
+    for rel in (ENGINE_TABLE, AB_CLAIMS_TABLE, AB_CLAIMS_TABLE.replace("claims.csv", "run.json"), MIXED_MAP_TABLE):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / "figures" / rel, tmp_path / rel)
     rows, missing = claims_rows(tmp_path)
@@ -102,6 +103,15 @@ def test_the_committed_results_give_the_engine_and_ab_rows(tmp_path):
     n_fail = int((claims.verdict_mixed_2_5x == "fails").sum())
     assert f"fails in {n_fail}" in mixed["verdict"] and f"of {len(claims)} scenarios" in mixed["verdict"]
     assert f"{claims.mixed_sd_reduction.min():.2f}–{claims.mixed_sd_reduction.max():.2f}×" in mixed["here"]
+    # the map's row: its verdicts counted over the in-experiment cells at the default L, with where it holds
+    m = pd.read_csv(ROOT / "figures" / MIXED_MAP_TABLE)
+    t = m[(m.L_factor == 1.0) & (m.alpha != "oracle")]
+    (row,) = [r for r in rows if r["study"] == "A/B estimators (mixed-DQ map)"]
+    assert f"of {len(t)} cells" in row["verdict"]
+    assert f"holds in {int((t.verdict == 'holds').sum())}" in row["verdict"] or not (t.verdict == "holds").any()
+    for r in t[t.verdict == "holds"].itertuples():
+        assert f"{r.law} / horizon in {r.unit}" in row["verdict"]
+    assert row["links"] == f"[table]({MIXED_MAP_TABLE})"  # run.json not copied: no dead link
 
 
 def test_the_gallery_opens_with_the_claims_index_and_does_not_call_committed_results_stale():
