@@ -28,14 +28,18 @@
 #   treated with probability p and routed by its arm's router over the whole fleet (both arms share the replicas);
 #   **group** — a random half of the replicas serves the treated requests, the other half the control requests;
 #   **switchback** — the whole fleet alternates between the routers in blocks of `BLOCK_S` seconds, the first
-#   `BURN_IN_S` seconds of each block are dropped.
+#   `BURN_IN_S` seconds of each block are dropped; **replica_block** (replica × block, as marketplace switchbacks
+#   randomise space × time) — the group design with a fresh random half of the replicas in every block, analysed
+#   like the switchback (each arm's requests in a block, less the burn-in).
 # * *Scheduling* (FCFS → HRRN on every replica, fixed router). Request-level randomisation is **ill-defined** here:
 #   a replica orders *one* waiting queue, and whether a "treated" request goes before a "control" one is neither
 #   policy's decision. The two designs that remain: **replica** — a random subset of `round(p·N)` replicas runs
 #   HRRN (a request's arm is its replica's arm); **switchback** — the whole fleet switches policy every block (the
-#   waiting queues are re-ordered at the boundary).
+#   waiting queues are re-ordered at the boundary); **replica_block** — a fresh random half of the replicas runs
+#   HRRN in every block (a replica whose arm changes re-orders its queue; a request's arm is its replica's in the
+#   block it arrived in).
 #
-# The trade-off between the last two: replica-level randomisation never mixes policies in one queue and has no
+# The trade-off between replica and switchback (replica_block sits between them): replica-level randomisation never mixes policies in one queue and has no
 # carry-over in time, but it has only N units (few replicas → few independent draws, and a load-aware router lets
 # the arms interfere by sending more requests to the replicas that drain faster); switchback runs the whole fleet
 # under one policy at a time (no interference between arms at one instant) but requests that arrive near a block's

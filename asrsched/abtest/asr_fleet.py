@@ -138,11 +138,11 @@ class ASRStudyConfig:
     routing_control: str = "random"
     routing_treatment: str = "least_work"
     routing_policy: str = "fcfs"
-    routing_designs: tuple = ("bernoulli", "group", "switchback")
+    routing_designs: tuple = ("bernoulli", "group", "switchback", "replica_block")
     scheduling_control: str = "fcfs"
     scheduling_treatment: str = "hrrn"
     scheduling_router: str = "random"
-    scheduling_designs: tuple = ("replica", "switchback")
+    scheduling_designs: tuple = ("replica", "switchback", "replica_block")
     block_s: float = 30.0
     burn_in_s: float = 5.0
     sb_burn_ins: tuple = (0.0, 5.0, 10.0, 15.0)

@@ -19,6 +19,19 @@ from asrsched.figures.style import policy_color
 __all__ = ["fig_truth", "fig_estimates", "fig_rmse", "fig_tail", "fig_ablation", "TAIL_CLIP"]
 
 
+#: designs drawn apart from their estimator's house colour (the replica x block design uses the switchback estimator)
+_DESIGN_COLORS = {"replica_block": "#CC79A7"}
+
+
+def _color(design: str, estimator: str) -> str:
+    return _DESIGN_COLORS.get(design, policy_color(estimator))
+
+
+def _label(design: str, estimator: str) -> str:
+    """What a (design, estimator) pair is called on an axis and in a title."""
+    return {"replica": "replica design", "replica_block": "replica × block"}.get(design, estimator_label(estimator))
+
+
 def _wl_subplots(workloads, **kw):
     return make_subplots(rows=1, cols=len(workloads), subplot_titles=list(workloads), **kw)
 
@@ -108,25 +121,25 @@ def fig_estimates(
         cats: dict[int, list] = {1: [], 2: []}
         for (d, name), g in ew.groupby(["design", "estimator"], sort=False):
             row = 2 if rows == 2 and name in _DQ else 1
-            lab = "replica" if d == "replica" else estimator_label(name)
+            lab = "replica" if d == "replica" else _label(d, name)
             cats[row].append(lab)
             fig.add_trace(
                 go.Box(
                     x=[lab] * len(g),
                     y=g.estimate,
                     name=f"{estimator_label(name)} ({d})",
-                    legendgroup=name,
-                    showlegend=name not in shown,
+                    legendgroup=f"{name}{d}",
+                    showlegend=(name, d) not in shown,
                     boxpoints="all",
                     jitter=0.4,
                     pointpos=0,
-                    marker=dict(color=policy_color(name), size=5),
-                    line=dict(color=policy_color(name)),
+                    marker=dict(color=_color(d, name), size=5),
+                    line=dict(color=_color(d, name)),
                 ),
                 row=row,
                 col=j,
             )
-            shown.add(name)
+            shown.add((name, d))
         for row in range(1, rows + 1):
             if len(tr) and cats[row]:
                 fig.add_trace(
@@ -186,12 +199,13 @@ def _winner_phrase(ss: pd.DataFrame, factor: str) -> str:
         if tied_with(g):
             ties += 1
         else:
-            wins.append(g.loc[g["mse"].idxmin(), "estimator"])
+            best = g.loc[g["mse"].idxmin()]
+            wins.append(_label(best["design"], best["estimator"]))
     n = ss.workload.nunique()
     if not wins:
         return f"no estimator clearly best (overlapping RMSE CIs on all {n} workloads)"
     top = pd.Series(wins).value_counts()
-    name = "replica design" if top.index[0] == "group" and factor == "scheduling" else estimator_label(top.index[0])
+    name = top.index[0]
     out = f"{name} has the lowest MSE, clear of the others' CIs, on {top.iloc[0]} of {n} workloads"
     return out + (f" (a statistical tie on {ties})" if ties else "")
 
@@ -225,7 +239,7 @@ def fig_rmse(summary: pd.DataFrame, factor: str = "routing") -> go.Figure:
                     name=f"{estimator_label(name)} ({d})",
                     legendgroup=f"{name}{d}",
                     showlegend=j == 1,
-                    marker_color=policy_color(name),
+                    marker_color=_color(d, name),
                     error_y=err,
                     marker_pattern_shape="/" if d in ("group", "replica") else "",
                 ),
@@ -238,11 +252,12 @@ def fig_rmse(summary: pd.DataFrame, factor: str = "routing") -> go.Figure:
     for _, g in s.groupby(["workload", "cell"], sort=False):
         n += 1
         if "rmse_ci_hi" in g and not tied_with(g):
-            wins.append(g.loc[g["mse"].idxmin(), "estimator"])
+            best = g.loc[g["mse"].idxmin()]
+            wins.append(_label(best["design"], best["estimator"]))
     if wins:
         top = pd.Series(wins).value_counts()
         title = (
-            f"{factor.capitalize()} A/B: {estimator_label(top.index[0])} has the lowest error, clear of "
+            f"{factor.capitalize()} A/B: {top.index[0]} has the lowest error, clear of "
             f"the others' CIs, in {top.iloc[0]} of {n} workload × metric cells ({n - len(wins)} ties)"
         )
     else:
