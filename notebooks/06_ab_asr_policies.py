@@ -78,6 +78,7 @@
 # | `PLAN_FROM` | the planner's precision study: a folder written by `asrsched plan-ab --out` (default: the committed study of the ASR fleet defaults), or `None` to simulate this notebook's fleet at `PLAN_LENGTHS_S` |
 # | `PLAN_LENGTHS_S`, `PLAN_REPS` | experiment lengths (s of traffic, warm-up included) and experiments per design and length when `PLAN_FROM` is `None` |
 # | `PLAN_EFFECT`, `PLAN_POWER`, `PLAN_LEVEL`, `PLAN_MAX_BIAS` | the change in mean E2EL to detect (0.10 = 10 %), its power and level, and the largest relative bias a recommended estimator may have |
+# | `MIXED_MAP_DIR` | the committed mixed-DQ map of this fleet (`python -m asrsched.abtest.asr_mixed_map`; its command and provenance in `run.json`) |
 # | `WORKERS`, `DASK_ADDRESS`, `CACHE_DIR` | parallelism (joblib workers or a Dask scheduler, `"local"` for a local cluster) and a resumable cache folder (`None`: no cache) |
 
 # %% tags=["parameters"]
@@ -107,6 +108,7 @@ PLAN_EFFECT = 0.10
 PLAN_POWER = 0.8
 PLAN_LEVEL = 0.05
 PLAN_MAX_BIAS = 0.25
+MIXED_MAP_DIR = "figures/06_ab_asr_policies/mixed_map"
 WORKERS = 2
 DASK_ADDRESS = None
 CACHE_DIR = None
@@ -354,8 +356,11 @@ display(Markdown(report.recommendation(res, summary)))
 
 # %%
 from asrsched.abtest import plan_report
+from asrsched.abtest.asr_mixed_map import asr_map_statement
+from asrsched.abtest.study_report import load_mixed_map
 from asrsched.app.plan_ab import format_plan, load_plan
 from asrsched.figures.ab_plan import fig_plan
+from asrsched.figures.mixed_map import fig_mixed_map
 from asrsched.figures.outputs import project_root
 
 if PLAN_FROM is None:
@@ -382,16 +387,49 @@ cols = ["factor", "design", "block_s", "estimator", "length_s", "sd_pct", "ci_ra
 display(prec[cols].round(3))
 
 # %% [markdown]
-# **Does mixed DQ pay on this fleet?** Its sd against the better and the worse of qDQ and wDQ over the same
-# Bernoulli experiments, per experiment length (paired bootstrap CIs). ASR service times are nearly deterministic
-# once the duration is known, the condition under which notebook 05's map finds mixed DQ's gain largest.
+# **Does mixed DQ pay on this fleet?** ASR service times are nearly deterministic once the duration is known, the
+# condition under which notebook 05's mixed-DQ map finds mixed DQ's gain largest. First its sd against the better
+# and the worse of qDQ and wDQ over the planner's Bernoulli experiments, per experiment length (paired bootstrap
+# CIs); then the committed map of this fleet (`asrsched.abtest.asr_mixed_map`: per workload, the horizon counted in
+# requests or in seconds, at 0.3, 1 and 3 × L, mixed DQ's weight from batch means, from the per-request Q values
+# centred per arm, or from the replications' covariance as a reference). The scheduling test has no Bernoulli
+# design, so DQ does not apply to it.
 
 # %%
 mixed_gain = plan_report.mixed_gain_table(plan_res)
 display(mixed_gain.round(3))
+try:
+    asr_map = load_mixed_map((root / MIXED_MAP_DIR) if root is not None else MIXED_MAP_DIR)
+except FileNotFoundError as err:
+    asr_map = None
+    print(err)
+if asr_map is not None:
+    display(Markdown(asr_map_statement(asr_map)))
+    display(
+        asr_map[asr_map.L_factor == 1.0][
+            [
+                "law",
+                "unit",
+                "alpha",
+                "gain_better",
+                "gain_better_ci_lo",
+                "gain_better_ci_hi",
+                "gain_worse",
+                "verdict",
+                "reps",
+            ]
+        ].round(3)
+    )
 
 # %%
 plan_figs = {f"ab_plan_{f}": fig_plan(prec, laws, plan, f) for f in plan.factor.unique()}
+if asr_map is not None:
+    n = int(asr_map.reps.min())
+    plan_figs["mixed_dq_map"] = fig_mixed_map(
+        asr_map,
+        subtitle=f"ASR fleet, Bernoulli routing test, mean E2EL; L = 30 s of arrivals or τ = 30 s; {n} experiments per "
+        "workload; bars: 95 % bootstrap CIs; band: 2–5×",
+    )
 with export_session():
     for name, fig in plan_figs.items():
         export_figure(fig, name, NB)

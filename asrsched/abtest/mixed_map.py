@@ -42,7 +42,17 @@ from asrsched.abtest.study_report import MIXED_MAP_FILE, verdict
 from asrsched.core.stats import percentile_ci
 from asrsched.sim.parallel import StudyPlan, json_default, keep_freed_memory, run_study, task_seed
 
-__all__ = ["LAWS", "UNITS", "MixedMapConfig", "MixedMapResult", "run_map_rep", "map_table", "write_map", "main"]
+__all__ = [
+    "LAWS",
+    "UNITS",
+    "MixedMapConfig",
+    "MixedMapResult",
+    "run_map_rep",
+    "dq_cells",
+    "map_table",
+    "write_map",
+    "main",
+]
 
 #: service law name -> the system fields it sets (every law has mean 1), in the order of their SCV
 LAWS = {
@@ -160,6 +170,28 @@ class MixedMapResult:
     cpu_seconds: float
 
 
+def dq_cells(
+    traj, Ls, total_rate: float, units=UNITS, alphas=ALPHAS, n_batches: int = 20, alpha_batches: int = 100, **key
+) -> list[dict]:
+    """wDQ, qDQ and mixed DQ (each weight of ``alphas``) of one trajectory at every horizon unit and ``L`` of ``Ls``
+    (jobs; the time horizon is ``tau = L / total_rate``): one row per (unit, L), each carrying ``key`` -- the rows
+    :func:`map_table` reads. Shared by this map and the ASR fleet's (:mod:`asrsched.abtest.asr_mixed_map`)."""
+    Ls = list(Ls)
+    rows = [dict(key, unit=u, L=L, tau=L / total_rate) for u in units for L in Ls]
+    for a in alphas:
+        fams = []
+        if "jobs" in units:
+            sw = dq_sweep(traj, Ls, n_batches, alpha_batches, alpha=a)
+            fams += [sw[L] for L in Ls]
+        if "time" in units:
+            kw = dict(n_batches=n_batches, alpha_batches=alpha_batches, alpha=a)
+            fams += [dq_family(traj, tau=L / total_rate, **kw) for L in Ls]
+        for row, fam in zip(rows, fams):
+            row.update(wdq=fam["wdq"].value, qdq=fam["qdq"].value)
+            row[f"mixed_{a}"], row[f"alpha_{a}"] = fam["mixed_dq"].value, fam["mixed_dq"].alpha
+    return rows
+
+
 def run_map_rep(law: str, rep: int, study: dict) -> list[dict]:
     """One replication of one law: wDQ, qDQ and mixed DQ (each alpha) at every unit and L, from one trajectory."""
     keep_freed_memory()
@@ -167,24 +199,11 @@ def run_map_rep(law: str, rep: int, study: dict) -> list[dict]:
     c0 = time.process_time()
     cfg = mm.system(law)
     tr = simulate_supermarket(cfg, task_seed(mm.seed, "mixed_map", law, rep), details=False, area_at=False)
-    rows = []
-    for unit in mm.units:
-        for f, L in zip(mm.L_factors, mm.Ls):
-            tau = L / cfg.total_rate
-            rows.append(dict(law=law, rep=rep, unit=unit, L_factor=float(f), L=L, tau=tau))
-    for a in mm.alphas:
-        fams = []
-        if "jobs" in mm.units:
-            sw = dq_sweep(tr, mm.Ls, mm.n_batches, mm.alpha_batches, alpha=a)
-            fams += [sw[L] for L in mm.Ls]
-        if "time" in mm.units:
-            kw = dict(n_batches=mm.n_batches, alpha_batches=mm.alpha_batches, alpha=a)
-            fams += [dq_family(tr, tau=L / cfg.total_rate, **kw) for L in mm.Ls]
-        for row, fam in zip(rows, fams):
-            row.update(wdq=fam["wdq"].value, qdq=fam["qdq"].value)
-            row[f"mixed_{a}"], row[f"alpha_{a}"] = fam["mixed_dq"].value, fam["mixed_dq"].alpha
+    rows = dq_cells(tr, mm.Ls, cfg.total_rate, mm.units, mm.alphas, mm.n_batches, mm.alpha_batches, law=law, rep=rep)
+    factor = dict(zip(mm.Ls, mm.L_factors))
     cpu = time.process_time() - c0
     for row in rows:
+        row["L_factor"] = float(factor[row["L"]])
         row["cpu_seconds"] = cpu
     return rows
 
@@ -203,7 +222,7 @@ def _oracle_sd(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def map_table(raw: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Per (law, unit, L factor, alpha): the sds, ``gain_better``/``gain_worse`` with 95 % bootstrap CIs and the
+    """Per (law, unit, L factor, alpha) (``law`` may name any group of replications, e.g. a workload): the sds, ``gain_better``/``gain_worse`` with 95 % bootstrap CIs and the
     verdict of "2-5x lower sd" (over the better DQ, as the study checks it; ``verdict_worse`` over the worse);
     ``vs_batch`` = sd(mixed, batch alpha) / sd(this mix) with its CI (above 1: this weight beats the batch weight).
 
@@ -239,7 +258,7 @@ def map_table(raw: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFr
             out.append(
                 {
                     "law": law,
-                    "scv": service_scv(**{k: v for k, v in LAWS[law].items()}),
+                    "scv": service_scv(**LAWS[law]) if law in LAWS else np.nan,
                     "unit": unit,
                     "L_factor": float(f),
                     "L": int(g.L.iloc[0]),
@@ -273,10 +292,17 @@ def map_table(raw: pd.DataFrame, n_boot: int = 2000, seed: int = 0) -> pd.DataFr
 
 
 def write_map(
-    out, mm: MixedMapConfig, *, workers: int | None = None, progress: bool = True, command: str | None = None
+    out,
+    mm,
+    *,
+    workers: int | None = None,
+    progress: bool = True,
+    command: str | None = None,
+    name: str = "mixed_map",
 ) -> Path:
-    """Run the map and write ``map.csv`` (:func:`map_table`), ``raw.csv.gz`` (every replication) and ``run.json``
-    (:func:`~asrsched.abtest.full_run.full_run_provenance`, with the timings) into ``out``."""
+    """Run a map study ``mm`` (:class:`MixedMapConfig`, or any study whose result has ``raw``, ``seconds`` and
+    ``cpu_seconds``) and write ``map.csv`` (:func:`map_table`), ``raw.csv.gz`` (every replication) and ``run.json``
+    (:func:`~asrsched.abtest.full_run.full_run_provenance`, its parameters under ``name``, with the timings)."""
     import os
 
     mm.validate()
@@ -287,7 +313,7 @@ def write_map(
     table = map_table(res.raw)
     table.to_csv(out / MIXED_MAP_FILE, index=False)
     res.raw.to_csv(out / "raw.csv.gz", index=False)
-    run = full_run_provenance(command, {"mixed_map": mm.to_dict(), "workers": workers}, load0)
+    run = full_run_provenance(command, {name: mm.to_dict(), "workers": workers}, load0)
     run["timings"] = {"seconds": res.seconds, "cpu_seconds": res.cpu_seconds}
     (out / "run.json").write_text(json.dumps(run, indent=2, default=json_default) + "\n")
     return out

@@ -515,7 +515,8 @@ def load_mixed_map(folder=MIXED_MAP_DIR) -> pd.DataFrame:
     path = Path(folder) / MIXED_MAP_FILE
     if not path.is_file():
         raise FileNotFoundError(
-            f"{path}: no mixed-DQ map here; write one with `python -m asrsched.abtest.mixed_map --out {folder}`"
+            f"{path}: no mixed-DQ map here; write one with `python -m asrsched.abtest.mixed_map --out {folder}` "
+            "(the ASR fleet's: asrsched.abtest.asr_mixed_map)"
         )
     t = pd.read_csv(path)
     missing = [c for c in MIXED_MAP_COLUMNS if c not in t]

@@ -23,16 +23,17 @@ _ALPHA_COLORS = {"batch": OKABE_ITO[1], "job": OKABE_ITO[2], "oracle": estimator
 _ALPHA_SYMBOLS = {"batch": "circle", "job": "diamond", "oracle": "x-thin-open"}
 
 
-def fig_mixed_map(table: pd.DataFrame, L_factor: float = 1.0) -> go.Figure:
+def fig_mixed_map(table: pd.DataFrame, L_factor: float = 1.0, subtitle: str | None = None) -> go.Figure:
     """Gain over the better DQ (top row) and over the worse DQ (bottom row) against the service law (x, by SCV),
     one column per horizon unit, one series per alpha, at ``L_factor`` x the default L; log y axis with
-    the 2–5× band and a line at 1 (no gain)."""
+    the 2–5× band and a line at 1 (no gain). A table whose ``law`` column names workloads (the ASR fleet's map,
+    :mod:`asrsched.abtest.asr_mixed_map`, no SCV) puts them on x as they come and takes its ``subtitle``."""
     t = table[np.isclose(table.L_factor, L_factor)]
     if t.empty:
         raise ValueError(f"L_factor: the map has no cells at {L_factor!r} (it has {sorted(table.L_factor.unique())})")
     laws = list(dict.fromkeys(t.sort_values("scv", kind="stable").law))
     scv = t.groupby("law").scv.first()
-    xlab = {law: f"{law}<br>SCV {scv[law]:.2g}" for law in laws}
+    xlab = {law: f"{law}<br>SCV {scv[law]:.2g}" if np.isfinite(scv[law]) else str(law) for law in laws}
     units = list(dict.fromkeys(t.unit))
     fig = make_subplots(
         rows=2,
@@ -77,7 +78,7 @@ def fig_mixed_map(table: pd.DataFrame, L_factor: float = 1.0) -> go.Figure:
     n_hold = int((own.verdict == "holds").sum())
     reps = f"{int(t.reps.min())}–{int(t.reps.max())}" if t.reps.nunique() > 1 else str(int(t.reps.min()))
     title = f"Mixed DQ's sd gain over DQ: the 2–5× claim holds in {n_hold} of {len(own)} in-experiment cells"
-    sub = (
+    sub = subtitle or (
         f"L = {L_factor:g} × 30·N·λ jobs or τ = L/(N·λ); n = {reps} replications per law; x: law (SCV); "
         "bars: 95 % bootstrap CIs; band: 2–5×"
     )
