@@ -164,7 +164,7 @@ from asrsched.figures.abtest import (
     fig_wp,
 )
 from asrsched.figures.mixed_map import fig_mixed_map
-from asrsched.figures.outputs import project_root
+from asrsched.figures.outputs import committed_path
 from asrsched.figures.style import export_figure, export_session, export_table, setup
 from asrsched.sim.parallel import run_study
 
@@ -208,12 +208,8 @@ print(
 
 # %%
 summary = summary_table(res)
-root = project_root()
-try:  # the committed mixed-DQ map: the conditions under which the 2–5× claim holds (section at the end)
-    mixed_map = load_mixed_map(root / MIXED_MAP_DIR) if root is not None else None
-except FileNotFoundError as err:
-    mixed_map = None
-    print(err)
+map_dir = committed_path(MIXED_MAP_DIR)  # the committed mixed-DQ map: where the 2–5× claim holds (last section)
+mixed_map = load_mixed_map(map_dir) if map_dir is not None else None
 claims = claims_table(summary, res, mixed_map=mixed_map)
 cols = [
     "scenario",
@@ -359,8 +355,7 @@ estimator_explorer(
 # `full_study_overview`, `full_study_wp` and `full_study_search` (the gallery links them beside the files).
 
 # %%
-root = project_root()
-full_dir = (root / FULL_RUN_DIR) if root is not None else None
+full_dir = committed_path(FULL_RUN_DIR)
 try:
     fr = load_full_run(full_dir) if full_dir is not None else None
 except FileNotFoundError as err:
@@ -433,7 +428,7 @@ if fr is not None:
 if mixed_map is None:
     display(Markdown(f"No committed mixed-DQ map found at `{MIXED_MAP_DIR}`; see the command above."))
 else:
-    map_run = json.loads((root / MIXED_MAP_DIR / "run.json").read_text())
+    map_run = json.loads((map_dir / "run.json").read_text())
     display(Markdown(f"Shown: `{MIXED_MAP_DIR}/`, {describe(map_run)}."))
     display(Markdown(mixed_map_statement(mixed_map)))
     export_figure(fig := fig_mixed_map(mixed_map), "mixed_map", NB)

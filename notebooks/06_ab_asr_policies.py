@@ -170,25 +170,25 @@ with named_as(
     PLAN_EFFECT="effect", PLAN_POWER="power", PLAN_LEVEL="level", PLAN_LENGTHS_S="lengths_s", PLAN_REPS="reps"
 ):
     check_target(PLAN_EFFECT, PLAN_POWER, PLAN_LEVEL)
-    plan_cfg = None
-    if PLAN_FROM is None:  # the planner simulates this notebook's fleet (first workload)
-        plan_cfg = PlanConfig(
-            workload=cfg.workloads[0],
-            n_replicas=cfg.n_replicas,
-            rho=cfg.rho,
-            routing_control=cfg.routing_control,
-            routing_treatment=cfg.routing_treatment,
-            scheduling_control=cfg.scheduling_control,
-            scheduling_treatment=cfg.scheduling_treatment,
-            scheduling_router=cfg.scheduling_router,
-            lengths_s=tuple(PLAN_LENGTHS_S),
-            reps=PLAN_REPS,
-            truth_seeds=max(3, min(cfg.truth_seeds, 20)),
-            block_s=cfg.block_s,
-            burn_in_s=cfg.burn_in_s,
-            extra_blocks=((2 * cfg.block_s, 3 * cfg.burn_in_s),),
-            seed=SEED,
-        ).validate()
+    # the planner on this notebook's fleet (first workload): simulated when PLAN_FROM is None
+    plan_cfg = PlanConfig(
+        workload=cfg.workloads[0],
+        n_replicas=cfg.n_replicas,
+        rho=cfg.rho,
+        routing_control=cfg.routing_control,
+        routing_treatment=cfg.routing_treatment,
+        scheduling_control=cfg.scheduling_control,
+        scheduling_treatment=cfg.scheduling_treatment,
+        scheduling_router=cfg.scheduling_router,
+        lengths_s=tuple(PLAN_LENGTHS_S),
+        reps=PLAN_REPS,
+        truth_seeds=max(3, min(cfg.truth_seeds, 20)),
+        block_s=cfg.block_s,
+        burn_in_s=cfg.burn_in_s,
+        extra_blocks=((2 * cfg.block_s, 3 * cfg.burn_in_s),),
+        L=cfg.L,
+        seed=SEED,
+    ).validate()
 
 # %%
 import time
@@ -361,15 +361,18 @@ from asrsched.abtest.study_report import load_mixed_map
 from asrsched.app.plan_ab import format_plan, load_plan
 from asrsched.figures.ab_plan import fig_plan
 from asrsched.figures.mixed_map import fig_mixed_map
-from asrsched.figures.outputs import project_root
+from asrsched.figures.outputs import committed_path
 
-if PLAN_FROM is None:
+plan_dir = committed_path(PLAN_FROM) if PLAN_FROM is not None else None
+if plan_dir is not None:
+    plan_res = load_plan(plan_dir)
+    print(f"committed precision study {PLAN_FROM} (run.json holds its command and provenance)")
+else:
+    if PLAN_FROM is not None:  # an installed package ships no committed results: a small study of this fleet
+        plan_cfg = plan_cfg.replace(reps=min(PLAN_REPS, 10), lengths_s=tuple(PLAN_LENGTHS_S[:3]))
+        print(f"{PLAN_FROM}: not found; simulating a small precision study instead (rough numbers)")
     plan_res = run_study(plan_cfg, workers=WORKERS, address=DASK_ADDRESS, cache_dir=runs_path(CACHE_DIR))
     print(f"simulated {len(plan_res.estimates)} experiments in {plan_res.seconds:.0f} s")
-else:
-    root = project_root()
-    plan_res = load_plan((root / PLAN_FROM) if root is not None else PLAN_FROM)
-    print(f"committed precision study {PLAN_FROM} (run.json holds its command and provenance)")
 prec = plan_report.precision_table(plan_res)
 laws = plan_report.law_table(plan_res, prec)
 plan = plan_report.plan_table(plan_res, PLAN_EFFECT, PLAN_POWER, PLAN_LEVEL, PLAN_MAX_BIAS, laws=laws)
@@ -398,11 +401,10 @@ display(prec[cols].round(3))
 # %%
 mixed_gain = plan_report.mixed_gain_table(plan_res)
 display(mixed_gain.round(3))
-try:
-    asr_map = load_mixed_map((root / MIXED_MAP_DIR) if root is not None else MIXED_MAP_DIR)
-except FileNotFoundError as err:
-    asr_map = None
-    print(err)
+map_dir = committed_path(MIXED_MAP_DIR)
+asr_map = load_mixed_map(map_dir) if map_dir is not None else None
+if asr_map is None:
+    print(f"{MIXED_MAP_DIR}: no committed mixed-DQ map here (python -m asrsched.abtest.asr_mixed_map writes one)")
 if asr_map is not None:
     display(Markdown(asr_map_statement(asr_map)))
     display(

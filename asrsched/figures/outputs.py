@@ -42,6 +42,7 @@ __all__ = [
     "FIGURES_ENV",
     "RUN_RECORD",
     "project_root",
+    "committed_path",
     "runs_root",
     "runs_path",
     "run_parameters",
@@ -72,6 +73,21 @@ def project_root(start: _PathLike | None = None) -> Path | None:
     for d in (here, *here.parents):
         if _is_checkout(d):
             return d
+    return None
+
+
+def committed_path(rel: _PathLike) -> Path | None:
+    """A committed result (``rel``, relative to the checkout, e.g. ``figures/06_ab_asr_policies/plan``): under
+    :func:`project_root` if it is there, else under the checkout this package runs from (a notebook whose
+    ``$ASRSCHED_ROOT`` is a scratch folder still finds it), else ``None`` (an installed package ships none)."""
+    rel = Path(rel)
+    if rel.is_absolute():
+        return rel if rel.exists() else None
+    root = project_root()
+    package_checkout = Path(__file__).resolve().parents[2]
+    for base in (root, package_checkout if _is_checkout(package_checkout) else None):
+        if base is not None and (base / rel).exists():
+            return base / rel
     return None
 
 

@@ -303,3 +303,17 @@ def test_a_cells_warnings_are_one_line_each_with_their_count(capsys):
     assert capsys.readouterr().out == "⚠ UserWarning: before the error\n"
     show_warning_as_line(OverloadWarning("queue grows"), OverloadWarning, "f.py", 3)
     assert capsys.readouterr().out == "⚠ OverloadWarning: queue grows\n"
+
+
+def test_committed_path_finds_results_under_a_scratch_root(tmp_path, monkeypatch):
+    """A notebook whose $ASRSCHED_ROOT is a scratch folder (the browser tests) still finds the committed results
+    of the checkout it runs from; a copy under the root wins; a missing result is None, not an error."""
+    from asrsched.figures.outputs import committed_path
+
+    monkeypatch.setenv("ASRSCHED_ROOT", str(tmp_path))
+    checkout = Path(__file__).resolve().parents[2]
+    rel = "figures/06_ab_asr_policies/plan"
+    assert committed_path(rel) == checkout / rel and (checkout / rel / "run.json").is_file()
+    (tmp_path / rel).mkdir(parents=True)
+    assert committed_path(rel) == tmp_path / rel
+    assert committed_path("figures/no_such_result") is None
