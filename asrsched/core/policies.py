@@ -461,6 +461,25 @@ def register_policy(name: str) -> Callable[[Callable[..., WaitingQueue]], Callab
     return deco
 
 
+#: parameterised policy families, registered on first use of a name ``<prefix><parameter>``:
+#: prefix -> "module:function" taking the parameter as written (e.g. ``gamma_boost_0.5``)
+POLICY_FAMILIES: dict[str, str] = {"gamma_boost_": "asrsched.core.gamma_boost:register_from_name"}
+
+
+def _resolve(name: str) -> None:
+    """Register ``name`` if it belongs to a policy family (:data:`POLICY_FAMILIES`) and is not registered yet."""
+    lname = str(name).lower()
+    if lname in POLICIES:
+        return
+    for prefix, target in POLICY_FAMILIES.items():
+        if lname.startswith(prefix):
+            import importlib
+
+            mod, fn = target.split(":")
+            getattr(importlib.import_module(mod), fn)(lname)
+            return
+
+
 def policy_names() -> list[str]:
     """Registered policy names, sorted."""
     return sorted(POLICIES)
@@ -473,6 +492,7 @@ def make_queue(policy: str | WaitingQueue, **params: Any) -> WaitingQueue:
     """
     if isinstance(policy, WaitingQueue):
         return policy
+    _resolve(str(policy))
     factory = POLICIES.get(str(policy).lower())
     if factory is None:
         raise ValueError(f"unknown policy {policy!r}; allowed values: {', '.join(policy_names())}")
@@ -486,6 +506,7 @@ def validate_policies(policies: list[str]) -> list[str]:
     """Lower-cased policy names, or ``ValueError`` naming the first unknown one."""
     out = []
     for p in policies:
+        _resolve(str(p))
         if str(p).lower() not in POLICIES:
             raise ValueError(f"unknown policy {p!r}; allowed values: {', '.join(policy_names())}")
         out.append(str(p).lower())
