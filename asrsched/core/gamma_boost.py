@@ -71,7 +71,8 @@ def decay_rate(total_rate: float, sizes) -> float:
     smax = float(s.max())
 
     def f(g: float) -> float:  # λ (M(γ) - 1) - γ, scaled by exp(-γ smax) against overflow
-        return float(total_rate) * (np.mean(np.exp(g * (s - smax))) - math.exp(-g * smax)) - g * math.exp(-g * smax)
+        mgf = float(np.mean(np.exp(g * (s - smax))))
+        return float(total_rate) * (mgf - math.exp(-g * smax)) - g * math.exp(-g * smax)
 
     hi = 1.0 / smax
     while f(hi) <= 0:  # f < 0 just above 0 (slope ρ - 1), convex, > 0 eventually
