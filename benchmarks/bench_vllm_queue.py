@@ -15,7 +15,7 @@ admission per scheduling step, so HRRN re-ranks at every decision). ``add_reques
 is timed separately.
 
 Queues: :class:`asrsched.vllm_plugin.scheduler.PolicyRequestQueue` with fcfs / sjf / hrrn /
-adaptive, against **vLLM's FCFSRequestQueue** (a deque; the baseline of the ratios)
+adaptive / γ-Boost (γ = 0.5) / Nudge-M (M = 4, threshold 1 s), against **vLLM's FCFSRequestQueue** (a deque; the baseline of the ratios)
 and **vLLM's PriorityRequestQueue** (a binary heap of requests; here with
 ``priority`` = the SJF estimate in ms, i.e. static SJF done vLLM's way), all in the
 same run on the same request objects — real ``vllm.v1.request.Request`` objects
@@ -47,7 +47,8 @@ sys.path.insert(0, str(HERE))
 from provenance import provenance  # noqa: E402
 
 DEPTHS = (10, 100, 1_000, 10_000)
-OURS = ("fcfs", "sjf", "hrrn", "adaptive")
+#: our policies; γ-Boost and Nudge-M are static keys (registered by name on first use)
+OURS = ("fcfs", "sjf", "hrrn", "adaptive", "gamma_boost_0.5", "nudge_m4_1")
 
 
 def make_requests(n: int, rng: np.random.Generator, t0: float, real: bool, est: SizeEstimator):
@@ -176,6 +177,8 @@ TARGETS_US = {
     ("sjf", 1_000): 10.0,
     ("hrrn", 1_000): 10.0,
     ("adaptive", 1_000): 10.0,
+    ("gamma_boost_0.5", 1_000): 10.0,
+    ("nudge_m4_1", 1_000): 10.0,
     ("hrrn", 10_000): 20.0,
 }
 
@@ -217,10 +220,10 @@ def main(argv=None) -> int:
         f"\nper admission (peek + pop), median over {chunks} chunks of {per_chunk}; baseline {baseline} at the same depth;"
         f" {'real vLLM Request objects' if real else 'stand-in requests (vLLM not installed)'}\n"
     )
-    print(f"{'queue':<15}{'depth':>7}{'decision µs':>13}{'add µs':>9}{'ratio':>9}")
+    print(f"{'queue':<17}{'depth':>7}{'decision µs':>13}{'add µs':>9}{'ratio':>9}")
     for r in rows:
         print(
-            f"{r['queue']:<15}{r['depth']:>7}{r['decision_us']:>13.2f}{r['add_us']:>9.2f}"
+            f"{r['queue']:<17}{r['depth']:>7}{r['decision_us']:>13.2f}{r['add_us']:>9.2f}"
             f"{r['ratio_vs_' + baseline]:>9.1f}"
         )
     out = args.out or HERE / "results" / ("bench_vllm_queue_quick.json" if args.quick else "bench_vllm_queue.json")

@@ -38,6 +38,7 @@ COMMANDS["serve"] = "asrsched.serving.cli:main"
 COMMANDS["loadgen"] = "asrsched.serving.loadgen:main"
 COMMANDS["dashboard"] = "asrsched.app.dashboard:main"
 COMMANDS["plan-ab"] = "asrsched.app.plan_ab:main"
+COMMANDS["frontier"] = "asrsched.app.frontier_cmd:main"
 
 
 def _cmd_list(args) -> int:

@@ -110,11 +110,18 @@ class KeyQueue(WaitingQueue):
     peek and pop are O(log n). Dynamic keys (``key(job, now)``, ``dynamic=True``)
     are evaluated over the whole queue at each decision (O(n)). A job removed and
     pushed again ranks as a new push (its old heap entry is dead, not revived).
+
+    ``count_clock=True`` ranks a static key on the push count: a job's heap key is ``key(job) + p``
+    with ``p`` the number of pushes into this queue before it (0, 1, 2, ...), so a key is an offset
+    in places of the arrival order (Nudge-M's order, :mod:`asrsched.core.nudge`).
     """
 
-    def __init__(self, key: Callable[..., Any], *, dynamic: bool = False, name: str = "key"):
+    def __init__(self, key: Callable[..., Any], *, dynamic: bool = False, name: str = "key", count_clock: bool = False):
+        if dynamic and count_clock:
+            raise ValueError("count_clock: a dynamic key cannot run on the push count")
         self.key = key
         self.dynamic = dynamic
+        self.count_clock = bool(count_clock)
         self.name = name
         self._heap: list[tuple[Any, int, Job]] = []
         self._live: dict[int, Job] = {}  # id(job) -> job
@@ -129,7 +136,8 @@ class KeyQueue(WaitingQueue):
         if self.dynamic:
             self._heap.append((None, seq, job))
         else:
-            heapq.heappush(self._heap, (self.key(job), seq, job))
+            k = self.key(job)
+            heapq.heappush(self._heap, (k + seq if self.count_clock else k, seq, job))
         self._peeked = None
 
     def _alive(self, entry: tuple[Any, int, Job]) -> bool:
@@ -463,7 +471,10 @@ def register_policy(name: str) -> Callable[[Callable[..., WaitingQueue]], Callab
 
 #: parameterised policy families, registered on first use of a name ``<prefix><parameter>``:
 #: prefix -> "module:function" taking the parameter as written (e.g. ``gamma_boost_0.5``)
-POLICY_FAMILIES: dict[str, str] = {"gamma_boost_": "asrsched.core.gamma_boost:register_from_name"}
+POLICY_FAMILIES: dict[str, str] = {
+    "gamma_boost_": "asrsched.core.gamma_boost:register_from_name",
+    "nudge_": "asrsched.core.nudge:register_from_name",
+}
 
 
 def _resolve(name: str) -> None:

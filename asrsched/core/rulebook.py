@@ -50,6 +50,7 @@ __all__ = [
     "HRRN",
     "ADAPTIVE",
     "KEY",
+    "KEY_COUNT",
     "POLICY_CODES",
     "MODE_FCFS",
     "MODE_SJF",
@@ -72,8 +73,9 @@ __all__ = [
     "queue_set_policy",
 ]
 
-FCFS, SJF, LJF, HRRN, ADAPTIVE, KEY = 0, 1, 2, 3, 4, 5
-#: the built-in policies the compiled engine runs (a static-key policy gets ``KEY``)
+FCFS, SJF, LJF, HRRN, ADAPTIVE, KEY, KEY_COUNT = 0, 1, 2, 3, 4, 5, 6
+#: the built-in policies the compiled engine runs (a static-key policy gets ``KEY``, one on the push count
+#: ``KEY_COUNT``: see :func:`static_keys`)
 POLICY_CODES = {"fcfs": FCFS, "sjf": SJF, "ljf": LJF, "hrrn": HRRN, "adaptive": ADAPTIVE}
 #: the adaptive policy's modes, in the order of its ``mode_counts``
 MODE_FCFS, MODE_SJF, MODE_HRRN = 0, 1, 2
@@ -250,16 +252,20 @@ def insertion_sort(a, lo, hi):
 
 
 @njit(cache=True, inline="always")
-def static_keys(code, arrival, est, key):
+def static_keys(code, arrival, est, key, pushed):
     """The heap key ``(k1, k2)`` of a job under a static policy (ties then go to the earlier submission).
 
-    SJF ``(S, arrival)``, LJF ``(-S, arrival)``, a static key policy ``(key, 0)``, and SJF's
-    key for the adaptive policy's SJF side: the orders of :class:`asrsched.core.policies.KeyQueue`.
+    SJF ``(S, arrival)``, LJF ``(-S, arrival)``, a static key policy ``(key, 0)``, a static key on the
+    push count ``(pushed + key, 0)`` (``pushed``: the jobs pushed into this queue before this one, as
+    :class:`asrsched.core.policies.KeyQueue` with ``count_clock``; Nudge-M's order), and SJF's key for
+    the adaptive policy's SJF side: the orders of :class:`asrsched.core.policies.KeyQueue`.
     """
     if code == LJF:
         return -est, arrival
     if code == KEY:
         return key, 0.0
+    if code == KEY_COUNT:
+        return pushed + key, 0.0
     return est, arrival
 
 
@@ -310,12 +316,19 @@ def queue_push(
     tail,
     heap_n,
     slot_n,
+    pushes,
 ):
-    """Request ``j`` joins replica ``r``'s waiting queue (offset ``b``) under policy ``code``."""
+    """Request ``j`` joins replica ``r``'s waiting queue (offset ``b``) under policy ``code``.
+
+    ``pushes[r]`` counts the pushes into the replica's queue since its policy was set (the clock of
+    ``KEY_COUNT``).
+    """
+    pushed = pushes[r]
+    pushes[r] = pushed + 1
     if code == FCFS:
         fifo_push(nxt, head, tail, r, j)
     elif code != HRRN:  # a heap: sjf, ljf, a static key, and the SJF side of adaptive
-        x1, x2 = static_keys(code, arrival[j], est[j], key[j] if code == KEY else 0.0)
+        x1, x2 = static_keys(code, arrival[j], est[j], key[j] if code == KEY or code == KEY_COUNT else 0.0, pushed)
         heap_n[r] = heap_push(k1, k2, kid, b, heap_n[r], x1, x2, j)
     if code == HRRN or code == ADAPTIVE:
         slot_n[r] = slot_put(sid, sarr, sinv, spos, b, slot_n[r], j, arrival[j], 1.0 / max(est[j], min_service))
@@ -404,6 +417,7 @@ def queue_set_policy(
     head,
     tail,
     policy,
+    pushes,
 ):
     """:meth:`asrsched.sim.engine.Engine.set_policy` compiled: the waiting requests re-pushed, in submission order, into a fresh ``new`` queue."""
     old = policy[r]
@@ -429,6 +443,7 @@ def queue_set_policy(
     head[r] = -1
     tail[r] = -1
     policy[r] = new
+    pushes[r] = 0
     for j in w:
         queue_push(
             new,
@@ -452,4 +467,5 @@ def queue_set_policy(
             tail,
             heap_n,
             slot_n,
+            pushes,
         )

@@ -16,13 +16,16 @@ from numba import njit
 
 from asrsched.core.policies import POLICIES, KeyQueue, register_policy
 
-__all__ = ["register_static_policy", "static_key"]
+__all__ = ["register_static_policy", "static_key", "static_clock", "CLOCKS"]
 
-_STATIC_KEYS: dict[str, tuple[Callable, Any]] = {}  # name -> (factory, numba key) of register_static_policy
+_STATIC_KEYS: dict[str, tuple[Callable, Any, str]] = {}  # name -> (factory, numba key, clock) of register_static_policy
+#: what a static key is added to: nothing (``"arrival"``: the key is the order, as its name says, and may
+#: use the arrival time) or the job's place in the push order (``"count"``: the key is an offset in places)
+CLOCKS = ("arrival", "count")
 _BUILTIN = frozenset(("fcfs", "sjf", "ljf", "hrrn", "adaptive", "random"))
 
 
-def register_static_policy(name: str, key: Callable | None = None):
+def register_static_policy(name: str, key: Callable | None = None, *, clock: str = "arrival"):
     """Register a static policy given by ``key(estimate, arrival, duration, language) -> float``.
 
     The job with the smallest key is served first; ties go to the earlier submission
@@ -40,10 +43,18 @@ def register_static_policy(name: str, key: Callable | None = None):
         def key(estimate, arrival, duration, language):
             return arrival if language == "en" else arrival + 60.0
 
+    ``clock="count"``: the job's heap key is ``key(...) + p``, with ``p`` the number of jobs pushed
+    into the queue before it since the queue was made (:class:`KeyQueue`'s ``count_clock``; the
+    compiled engine counts per replica, from the last policy switch). A key is then an offset in
+    places of the arrival order: Nudge-M (:mod:`asrsched.core.nudge`) lets a short job pass a long
+    one pushed at most ``M`` places before it.
+
     Returns the compiled key.
     """
     if key is None:
-        return lambda f: register_static_policy(name, f)
+        return lambda f: register_static_policy(name, f, clock=clock)
+    if clock not in CLOCKS:
+        raise ValueError(f"clock: must be one of {CLOCKS}, got {clock!r}")
     if not callable(key):
         raise TypeError(f"key must be a function (estimate, arrival, duration, language) -> float, got {key!r}")
     lname = str(name).lower()
@@ -55,10 +66,11 @@ def register_static_policy(name: str, key: Callable | None = None):
         return KeyQueue(
             lambda j: float(jkey(float(j.est_service), float(j.arrival), float(j.duration), str(j.language))),
             name=lname,
+            count_clock=clock == "count",
         )
 
     register_policy(lname)(factory)
-    _STATIC_KEYS[lname] = (factory, jkey)
+    _STATIC_KEYS[lname] = (factory, jkey, clock)
     return jkey
 
 
@@ -69,3 +81,10 @@ def static_key(name: str) -> Any:
     if entry is None or POLICIES.get(str(name).lower()) is not entry[0]:
         return None
     return entry[1]
+
+
+def static_clock(name: str) -> str | None:
+    """The clock (:data:`CLOCKS`) of ``name`` if it is a static policy of :func:`register_static_policy`, else ``None``."""
+    if static_key(name) is None:
+        return None
+    return _STATIC_KEYS[str(name).lower()][2]

@@ -34,6 +34,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from asrsched.core.estimate_error import EstimateError
+from asrsched.core.estimate_error import estimate_error as as_estimate_error
+
 __all__ = [
     "DurationSource",
     "check_rhos",
@@ -419,10 +422,23 @@ class Trace:
 
 
 def true_tokens(
-    rng: np.random.Generator, duration: np.ndarray, kappa: float | np.ndarray, noise_cv: float = 0.15
+    rng: np.random.Generator,
+    duration: np.ndarray,
+    kappa: float | np.ndarray,
+    noise_cv: float = 0.15,
+    estimate_error: EstimateError | None = None,
+    language=None,
 ) -> np.ndarray:
-    """Tokens the engine generates: ``kappa * duration`` times lognormal noise (cv ``noise_cv``), >= 1."""
+    """Tokens the engine generates: ``kappa * duration`` times the estimate's error factor, >= 1.
+
+    The factor is lognormal with cv ``noise_cv`` unless ``estimate_error``
+    (:class:`~asrsched.core.estimate_error.EstimateError`; its empirical body is per ``language``) is given.
+    """
     mu = np.asarray(kappa, float) * np.asarray(duration, float)
+    if estimate_error is not None:
+        return np.maximum(
+            1, np.rint(mu * estimate_error.sample(rng, len(mu), "en" if language is None else language))
+        ).astype(np.int64)
     if noise_cv > 0:
         s = math.sqrt(math.log1p(noise_cv**2))
         mu = mu * rng.lognormal(-0.5 * s * s, s, size=len(mu))
@@ -440,12 +456,16 @@ def make_trace(
     arrival_kw: dict | None = None,
     kappa: float | dict[str, float] = 3.3,
     noise_cv: float = 0.15,
+    estimate_error=None,
 ) -> Trace:
     """A seeded request trace: ``n`` requests (or as many as arrive in ``horizon_s``).
 
     ``kappa`` (tokens/s, a number or per language) makes the true token counts;
-    ``noise_cv`` is the relative spread of the true tokens around ``kappa * d``.
+    ``noise_cv`` is the relative spread of the true tokens around ``kappa * d`` (lognormal), unless
+    ``estimate_error`` names another law (:func:`asrsched.core.estimate_error.estimate_error`: a preset
+    name such as ``"real"``, a spec dict or an :class:`~asrsched.core.estimate_error.EstimateError`).
     """
+    err = None if estimate_error is None else as_estimate_error(estimate_error)
     rate = check_rate(rate)
     if n is None and horizon_s is None:
         raise ValueError("make_trace needs n (requests) or horizon_s (seconds)")
@@ -481,7 +501,7 @@ def make_trace(
         if not (float(kappa) > 0):
             raise ValueError(f"kappa must be a positive number of tokens per second, got {kappa!r}")
         k = float(kappa)
-    tok = true_tokens(rng, dur, k, noise_cv)
+    tok = true_tokens(rng, dur, k, noise_cv, err, lang)
     extra = rows.drop(columns=["duration", "language"])
     meta = dict(
         workload=getattr(src, "name", str(workload)),
@@ -491,6 +511,8 @@ def make_trace(
         kappa=kappa,
         noise_cv=noise_cv,
     )
+    if err is not None:
+        meta["estimate_error"] = err.spec()
     return Trace(times, dur, lang, tok, extra=extra, meta=meta)
 
 

@@ -80,6 +80,8 @@ POLICY_COLORS = {
     "adaptive": "#009E73",
     "ljf": "#CC79A7",
     "random": "#999999",
+    "gamma_boost": "#8C564B",  # the families of asrsched.core.gamma_boost and asrsched.core.nudge
+    "nudge": "#9467BD",
 }
 ESTIMATOR_COLORS = {
     "naive": "#000000",

@@ -36,6 +36,7 @@ from typing import Any, cast
 import numpy as np
 from scipy import stats
 
+from asrsched.core.estimate_error import estimate_error as as_estimate_error
 from asrsched.core.service import ServiceModel, default_service_model
 from asrsched.core.workloads import Drift, DurationSource, Trace, make_source, make_trace
 from asrsched.sim.cache import cache_key, code_key
@@ -132,6 +133,7 @@ def measure_capacity(
     max_num_seqs: int = 32,
     kappa: float | None = None,
     noise_cv: float = 0.15,
+    estimate_error=None,
     n_requests: int = CAPACITY_N,
     seeds: Sequence[int] = CAPACITY_SEEDS,
     cache_dir: str | os.PathLike | None = "runs/capacity-cache",
@@ -139,7 +141,8 @@ def measure_capacity(
     """Saturation throughput (req/s) of one engine for ``workload`` (see module docstring).
 
     ``kappa`` overrides the service model's kappa for every language (as in a sweep);
-    ``noise_cv`` is the trace's token noise. Cached in memory and, unless ``cache_dir`` is
+    ``noise_cv`` is the trace's token noise, unless ``estimate_error`` gives another law
+    (:func:`asrsched.core.estimate_error.estimate_error`). Cached in memory and, unless ``cache_dir`` is
     ``None``, as ``cache_dir/<key>.json``.
     """
     from asrsched.sim.engine import simulate
@@ -162,6 +165,7 @@ def measure_capacity(
             "noise_cv": float(noise_cv),
             "n_requests": int(n_requests),
             "seeds": [int(s) for s in seeds],
+            **({} if estimate_error is None else {"estimate_error": as_estimate_error(estimate_error).spec()}),
         },
         code=capacity_code_hash(),
     )
@@ -178,7 +182,13 @@ def measure_capacity(
     for s in seeds:
         # every request arrives within the first millisecond: the queue is never empty
         tr = make_trace(
-            workload, rate=1e6 * max(M, 1), n=int(n_requests), seed=int(s), kappa=dict(sm.kappa), noise_cv=noise_cv
+            workload,
+            rate=1e6 * max(M, 1),
+            n=int(n_requests),
+            seed=int(s),
+            kappa=dict(sm.kappa),
+            noise_cv=noise_cv,
+            estimate_error=estimate_error,
         )
         res = simulate(tr, "fcfs", sm, max_num_seqs=M, warn_overload=False, timeline_points=10)
         rates.append(_served_rate(res.records["finish"].to_numpy(), M))

@@ -145,6 +145,7 @@ class CompiledRun:
             z(),
             np.array(policies, np.int64),
             np.zeros(3 * N, np.int64),
+            z(),
         )
         self.rs = K.Running(
             np.full((N, W), K.NOSTEP, np.int64),

@@ -28,7 +28,7 @@ from numba.typed import List as NumbaList
 from asrsched.core import rulebook as rb
 from asrsched.core.policies import POLICIES, AdaptiveQueue, HRRNQueue, KeyQueue, make_queue
 from asrsched.core.service import WORK_TOKEN_GRID, ServiceModel, language_codes, work_tokens
-from asrsched.core.static_policies import static_key
+from asrsched.core.static_policies import static_clock, static_key
 from asrsched.core.workloads import Trace
 from asrsched.sim import kernel as K
 from asrsched.sim.compiled import CompiledRun, router_inputs
@@ -139,7 +139,7 @@ def policy_inputs(policies: Sequence[str], policy_params: dict | None = None) ->
     for name in policies:
         key = str(name).lower()
         if static_key(key) is not None:
-            codes.append(rb.KEY)
+            codes.append(rb.KEY_COUNT if static_clock(key) == "count" else rb.KEY)
             continue
         q = make_queue(key, **params)
         if isinstance(q, AdaptiveQueue):
@@ -308,7 +308,8 @@ def run_in_memory(
     # the estimates in whole grid units (exact: they lie on the grid and the grid is a power of two)
     est_q = (inp.est_tok * WORK_TOKEN_GRID).astype(np.int64) if work else np.empty(0, np.int64)
     arrival = np.ascontiguousarray(trace.arrival, np.float64)
-    key = static_policy_keys(names, est, arrival, trace.duration, *inp.codes) if rb.KEY in codes else np.empty(0)
+    has_key = rb.KEY in codes or rb.KEY_COUNT in codes
+    key = static_policy_keys(names, est, arrival, trace.duration, *inp.codes) if has_key else np.empty(0)
     req = K.Requests(arrival, est, inp.enc, np.ascontiguousarray(trace.tokens, np.int64), est_q, key)
     run = CompiledRun(
         codes[:N],

@@ -28,7 +28,8 @@ State, packed (every array is owned by the driver, so a call resumes where the l
   (``est_q``, integer multiples), a static policy's key;
 * :class:`Queues` -- every replica's waiting queue in flat arrays (replica ``r`` at offset
   ``r * cap``): heap, slot store, FIFO links;
-* :class:`Replicas` -- per-replica scalars (clock, decode step, counts, policy, mode counts);
+* :class:`Replicas` -- per-replica scalars (clock, decode step, counts, policy, mode counts, pushes into
+  the waiting queue since its policy was set);
 * :class:`Running` -- the running sets: rows of ``W`` slots (``max_num_seqs`` rounded up to
   whole SIMD widths; free slots hold sentinels), unordered; a completion is one vector pass
   over the row (cheaper than a heap's chain of unpredictable branches);
@@ -82,7 +83,7 @@ Params = namedtuple(
 Requests = namedtuple("Requests", "arrival est enc tokens est_q key")
 Queues = namedtuple("Queues", "k1 k2 kid sid sarr sinv spos alive nxt")
 Replicas = namedtuple(
-    "Replicas", "t step nrun next_fin npend nwait heap_n slot_n head tail est_wait just_fin events policy modes"
+    "Replicas", "t step nrun next_fin npend nwait heap_n slot_n head tail est_wait just_fin events policy modes pushes"
 )
 Running = namedtuple("Running", "fin_step rid est_end pend")
 Routing = namedtuple("Routing", "arm inst_of_arm code d U uptr rrnext cands ncand samp tied vals")
@@ -148,7 +149,7 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
         arrival, est, enc, tokens, est_q, key,  # Requests
         k1, k2, kid, sid, sarr, sinv, spos, alive, nxt,  # Queues
         T, G, nrun, next_fin, npend, nwait, heap_n, slot_n, head, tail, est_wait, just_fin, events, policy,  # Replicas
-        modes,
+        modes, pushes,
         fin_step, rid, est_end, pend,  # Running
         route_arm, inst_of_arm, r_code, r_d, U, uptr, rrnext, cands, ncand, samp, tied, vals,  # Routing
         sw_req, sw_time, sw_code, sw_rep,  # Switches
@@ -364,6 +365,7 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
                     head,
                     tail,
                     policy,
+                    pushes,
                 )
             s += 1
             continue
@@ -469,6 +471,7 @@ def run(M, steps, overhead, low_depth, ratio_cap, min_service, grid, final, flus
             tail,
             heap_n,
             slot_n,
+            pushes,
         )
         nwait[dst] += 1
         if work:
