@@ -109,7 +109,12 @@ def _headline_rows(root: Path) -> list[dict]:
                 "claim": r.claim,
                 "paper": _pct(r.paper_pct),
                 "here": f"{_pct(r.ours_pct)} [{_pct(r.ours_ci_low)}, {_pct(r.ours_ci_high)}]",
-                "setting": f"ρ {r.rho:g}, **{r.regime}**, {int(r.n_seeds)} seeds × {int(r.n_requests)} requests",
+                "setting": f"ρ {r.rho:g}, **{r.regime}**, {int(r.n_seeds)} seeds × {int(r.n_requests)} requests"
+                + (
+                    f"; up to {_pct(r.extreme_pct)} over the swept grid (ρ {r.extreme_rho:g}, {r.extreme_regime})"
+                    if "extreme_pct" in df and np.isfinite(r.extreme_pct)
+                    else ""
+                ),
                 "verdict": headline_verdict(r.paper_pct, r.ours_ci_low, r.ours_ci_high, r.claim),
                 "links": " · ".join(x for x in links if x),
             }

@@ -60,7 +60,7 @@ def service_models(names) -> dict:
 
             out[n] = (packaged_profile("base").to_dict(), 4)
         else:
-            raise ValueError(f"--services: unknown service model {n!r}; choose from {', '.join(SERVICES)}")
+            raise ValueError(f"services: unknown service model {n!r}; choose from {', '.join(SERVICES)}")
     return out
 
 
@@ -142,6 +142,7 @@ def _as_flag(e: Exception) -> str:
 
 def main(argv=None) -> int:
     """``asrsched frontier [flags]`` (see the module docstring); the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     a = _parser().parse_args(argv)
     if a.from_:
         try:
@@ -171,7 +172,7 @@ def main(argv=None) -> int:
     runs = run_frontier(cfg, workers=a.workers, progress=not a.quiet)
     secs = time.perf_counter() - t0
     if a.out:
-        save_frontier(runs, cfg, a.out, secs)
+        save_frontier(runs, cfg, a.out, secs, command=" ".join(shlex.quote(x) for x in ["asrsched", "frontier", *argv]))
     print(format_recommendations(recommendations(frontier_table(runs))))
     print(f"\n{len(runs)} runs in {secs:.0f} s" + (f"; written to {a.out}" if a.out else ""))
     return 0

@@ -73,6 +73,7 @@ def main(argv=None) -> int:
     data = fit_bodies(a.model)
     data["provenance"] = {
         **provenance(
+            "python -m asrsched.profiling.error_fit" + (f" --model {a.model}" if a.model != "base" else ""),
             params={"model": a.model},
             paths=("asrsched/profiling", "asrsched/data"),
             exclude=("asrsched/data/estimate_error.json",),

@@ -107,6 +107,7 @@ def test_the_command_writes_and_rereads_a_study(tmp_path, capsys):
     first = capsys.readouterr().out
     runs, run = load_frontier(tmp_path)
     assert len(runs) == 2 * 6 and run["config"]["seeds"] == 2 and "commit" in run["provenance"]
+    assert run["provenance"]["command"].startswith("asrsched frontier --workloads uniform --rhos 0.9")
     assert main(["--from", str(tmp_path)]) == 0
     again = capsys.readouterr().out
     assert again.strip() == first.split("\n\n")[0].strip()

@@ -173,6 +173,13 @@ def test_headline_does_not_take_the_extreme_over_rates(small_sweep):
     assert row.rho == 0.5 and row.ours_pct == pytest.approx(sjf.loc[0.5, "p50_e2el_ms_change_pct"])
     assert row.ours_pct > sjf.p50_e2el_ms_change_pct.min() + 20  # the extreme (overload) is far away
     assert set(hl.regime) == {"stable"}
+    # ... and stands beside it, with its load: the least change for a claimed decrease, the most for an increase
+    lo = sjf.p50_e2el_ms_change_pct.idxmin()
+    assert row.extreme_pct == pytest.approx(sjf.loc[lo, "p50_e2el_ms_change_pct"]) and row.extreme_rho == lo
+    assert row.extreme_regime == ("overload" if lo >= 1 else "stable")
+    up = hl[hl.claim == "SJF, LibriSpeech, extreme load: P90 E2EL up by up to 97 %"].iloc[0]
+    assert up.extreme_pct == pytest.approx(sjf.p90_e2el_ms_change_pct.max())
+    assert {"HRRN, LibriSpeech (abstract): P50 E2EL down by up to 28 %"} <= set(hl.claim)
 
 
 def test_change_ci_is_the_paired_ratio_interval_over_seeds(small_sweep):
