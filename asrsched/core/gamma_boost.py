@@ -20,6 +20,11 @@ light-tailed M/G/1, ``P(T > t) ~ C exp(-γ* t)``: the positive root of the Cram�
 :func:`register_gamma_boost` puts the policy for one ``γ`` in the registry through
 :func:`asrsched.core.static_policies.register_static_policy`, so the Python engines, the compiled
 engine (decision for decision the same), the HTTP server and the vLLM plug-in all run the one key.
+
+**Partial information** (Yu & Scully 2024): when the scheduler knows only a label of each job (here the
+estimate, whose error the package models, :mod:`asrsched.core.estimate_error`), the boost of a label is
+``(1/γ) log(M / (M - 1))`` with ``M = E[exp(γ S) | label]`` (:func:`partial_boost`); with exact sizes it is
+the boost above. ``gamma_boost_<γ>_<error>`` names that policy for a named error model.
 """
 
 from __future__ import annotations
@@ -30,10 +35,19 @@ import numpy as np
 from numba import njit
 from scipy.optimize import brentq
 
+from asrsched.core.estimate_error import PRESETS, estimate_error
 from asrsched.core.policies import POLICIES
 from asrsched.core.static_policies import register_static_policy, static_key
 
-__all__ = ["boost", "decay_rate", "register_gamma_boost", "gamma_boost_name", "register_from_name"]
+__all__ = [
+    "boost",
+    "partial_boost",
+    "decay_rate",
+    "register_gamma_boost",
+    "gamma_boost_name",
+    "register_from_name",
+    "PARTIAL_DRAWS",
+]
 
 
 def _check_gamma(gamma) -> float:
@@ -83,39 +97,86 @@ def decay_rate(total_rate: float, sizes) -> float:
     return float(brentq(f, lo, hi, xtol=1e-14, rtol=1e-12))
 
 
-def gamma_boost_name(gamma: float) -> str:
-    """The registry name of γ-Boost at ``gamma``: ``"gamma_boost_<γ>"`` (``%g``)."""
-    return f"gamma_boost_{_check_gamma(gamma):g}"
+#: draws of the estimate's error factor behind a partial-information boost (fixed seed: the boost is a
+#: function of the policy's name alone, so every engine and process computes the same one)
+PARTIAL_DRAWS = 4000
+_GRID = np.logspace(-4, 4, 1601)  # estimates (s) on which a partial-information boost is tabulated
 
 
-def register_gamma_boost(gamma: float, name: str | None = None) -> str:
-    """Register γ-Boost at ``gamma`` (1/s) as a static policy (idempotent); its registry name.
+def partial_boost(s, gamma: float, error) -> np.ndarray:
+    """The boost of γ-Boost with partial information (Yu & Scully 2024): the estimate ``s`` is a label, the
+    true size ``S = s m`` with ``m`` drawn from the estimate's error (:func:`asrsched.core.estimate_error.estimate_error`:
+    a preset such as ``"real"``), and ``b_γ(s) = (1/γ) log(M / (M - 1))``, ``M = E[exp(γ S) | s]``.
 
-    The key is ``arrival - b_γ(estimate)`` with ``estimate`` the request's estimated service time.
+    With a perfect estimate (``m = 1``) it is :func:`boost`. ``M`` is the mean over :data:`PARTIAL_DRAWS`
+    draws of ``m`` (seed 0), in log space against overflow. ``S = s m`` scales the whole estimate, encoder
+    and overhead included: the error model describes the tokens, the largest and most uncertain part.
     """
     g = _check_gamma(gamma)
-    lname = (name or gamma_boost_name(g)).lower()
-    if static_key(lname) is not None and getattr(static_key(lname), "_gamma", None) == g:
+    s = np.atleast_1d(np.asarray(s, float))
+    if np.any(~(s > 0)):
+        raise ValueError("s: sizes must be > 0 seconds")
+    m = estimate_error(error).sample(np.random.default_rng(0), PARTIAL_DRAWS, "en")
+    x = g * s[:, None] * m[None, :]
+    top = x.max(axis=1)
+    log_mgf = top + np.log(np.mean(np.exp(x - top[:, None]), axis=1))
+    return -np.log1p(-np.exp(-log_mgf)) / g
+
+
+def gamma_boost_name(gamma: float, error: str | None = None) -> str:
+    """The registry name of γ-Boost at ``gamma``: ``"gamma_boost_<γ>"`` (``%g``), or with partial information
+    under a named estimate error ``"gamma_boost_<γ>_<error>"`` (e.g. ``gamma_boost_0.2_real``)."""
+    base = f"gamma_boost_{_check_gamma(gamma):g}"
+    if error is None:
+        return base
+    if str(error).lower() not in PRESETS or str(error).lower() == "perfect":
+        raise ValueError(f"error: a partial-information boost needs a named error of {PRESETS[1:]}, got {error!r}")
+    return f"{base}_{str(error).lower()}"
+
+
+def register_gamma_boost(gamma: float, name: str | None = None, error: str | None = None) -> str:
+    """Register γ-Boost at ``gamma`` (1/s) as a static policy (idempotent); its registry name.
+
+    The key is ``arrival - b_γ(estimate)`` with ``estimate`` the request's estimated service time; with
+    ``error`` (a preset name of :mod:`asrsched.core.estimate_error`) the boost is :func:`partial_boost`,
+    tabulated on a log grid of estimates (1e-4 to 1e4 s) and interpolated in log s.
+    """
+    g = _check_gamma(gamma)
+    lname = (name or gamma_boost_name(g, error)).lower()
+    tag = (g, None if error is None else str(error).lower())
+    if static_key(lname) is not None and getattr(static_key(lname), "_gamma", None) == tag:
         return lname
     if lname in POLICIES:
         raise ValueError(f"name: {lname!r} is already a policy in the registry")
+    if error is None:
 
-    @njit
-    def key(estimate, arrival, duration, language):
-        s = estimate if estimate > 1e-12 else 1e-12
-        return arrival + math.log(-math.expm1(-g * s)) / g
+        @njit
+        def key(estimate, arrival, duration, language):
+            s = estimate if estimate > 1e-12 else 1e-12
+            return arrival + math.log(-math.expm1(-g * s)) / g
+
+    else:
+        log_grid = np.log(_GRID)
+        table = partial_boost(_GRID, g, tag[1])
+
+        @njit
+        def key(estimate, arrival, duration, language):
+            s = min(max(estimate, 1e-4), 1e4)
+            return arrival - np.interp(math.log(s), log_grid, table)
 
     register_static_policy(lname, key)
-    key._gamma = g
+    key._gamma = tag
     return lname
 
 
 def register_from_name(name: str) -> str:
-    """Register ``"gamma_boost_<γ>"`` from its name (the registry does this on first use, so a server started
-    with ``--policy gamma_boost_0.5`` or a vLLM plug-in configured with it finds the policy)."""
+    """Register ``"gamma_boost_<γ>"`` or ``"gamma_boost_<γ>_<error>"`` from its name (the registry does this on
+    first use, so a server started with ``--policy gamma_boost_0.5`` or a vLLM plug-in configured with it finds
+    the policy)."""
     text = str(name).lower().removeprefix("gamma_boost_")
+    num, _, err = text.partition("_")
     try:
-        g = float(text)
+        g = float(num)
     except ValueError:
         raise ValueError(f"gamma: {name!r} does not end in a number (write e.g. gamma_boost_0.5)") from None
-    return register_gamma_boost(g, name=str(name).lower())
+    return register_gamma_boost(g, name=str(name).lower(), error=err or None)

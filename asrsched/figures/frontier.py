@@ -23,10 +23,9 @@ __all__ = ["fig_frontier", "frontier_explorer", "cell_title", "draw_frontier"]
 
 def _family(policy: str) -> str:
     p = str(policy)
-    for fam in ("gamma_boost", "nudge"):
-        if p.startswith(fam + "_"):
-            return fam
-    return p
+    if p.startswith("gamma_boost_"):
+        return "gamma_boost_partial" if "_" in p.removeprefix("gamma_boost_") else "gamma_boost"
+    return "nudge" if p.startswith("nudge_") else p
 
 
 def cell_title(cell: dict, n_seeds: int, n_requests: int) -> str:

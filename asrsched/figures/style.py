@@ -82,6 +82,7 @@ POLICY_COLORS = {
     "random": "#999999",
     "gamma_boost": "#8C564B",  # the families of asrsched.core.gamma_boost and asrsched.core.nudge
     "nudge": "#9467BD",
+    "gamma_boost_partial": "#E377C2",
 }
 ESTIMATOR_COLORS = {
     "naive": "#000000",

@@ -11,7 +11,7 @@ warm-up. ρ >= 1 is an overload **transient**: its latencies grow with ``n_reque
 states.
 
 The policies: FCFS, SJF, HRRN, the adaptive switch, γ-Boost (Yu & Scully 2024) at ``gamma_scales`` x
-``1 / E[estimate]`` and Nudge / Nudge-M (Grosof et al. 2021; Charlet & Van Houdt 2024) with the
+``1 / E[estimate]`` (and its partial-information version under the cell's estimate error) and Nudge / Nudge-M (Grosof et al. 2021; Charlet & Van Houdt 2024) with the
 short/long threshold at ``nudge_quantiles`` of the workload's estimates and ``nudge_ms`` places.
 :mod:`asrsched.sim.frontier_report` turns the runs into the table (changes against FCFS with 95 %
 CIs), the Pareto set and the recommendation per cell.
@@ -52,8 +52,8 @@ class FrontierConfig:
     workloads: tuple[str, ...] = ("librispeech", "uniform", "commonvoice_id", "mix", "drift")
     rhos: tuple[float, ...] = (0.7, 0.9, 0.95, 1.2)
     errors: tuple[str, ...] = ("perfect", "real", "degraded")
-    seeds: int = 8
-    n_requests: int = 3000
+    seeds: int = 16
+    n_requests: int = 4000
     warmup_frac: float = 0.1
     gamma_scales: tuple[float, ...] = (0.03, 0.1, 0.3, 1.0)
     nudge_quantiles: tuple[float, ...] = (0.3, 0.5)
@@ -98,13 +98,18 @@ def _sig(x: float) -> float:
     return float(f"{x:.3g}")
 
 
-def frontier_policies(cfg: FrontierConfig, service: ServiceModel, workload: str) -> list[str]:
-    """Every policy name of one (service, workload): the base policies, γ-Boost and Nudge-M at the
-    config's parameters, taken from a reference trace of the workload (seed 0, 4,000 requests)."""
+def frontier_policies(cfg: FrontierConfig, service: ServiceModel, workload: str, error: str | None = None) -> list[str]:
+    """Every policy name of one (service, workload, error): the base policies, γ-Boost and Nudge-M at the
+    config's parameters, taken from a reference trace of the workload (seed 0, 4,000 requests), and, for an
+    imperfect ``error``, γ-Boost with partial information under that error
+    (:func:`asrsched.core.gamma_boost.partial_boost`) at the same γ."""
     tr = make_trace(workload, rate=1.0, n=4000, seed=0, kappa=dict(service.kappa))
     est = service.est_service(tr.duration, tr.language)
     names = list(BASE_POLICIES)
-    names += [gamma_boost_name(_sig(g / float(np.mean(est)))) for g in cfg.gamma_scales]
+    gammas = [_sig(g / float(np.mean(est))) for g in cfg.gamma_scales]
+    names += [gamma_boost_name(g) for g in gammas]
+    if error is not None and str(error).lower() != "perfect":
+        names += [gamma_boost_name(g, str(error).lower()) for g in gammas]
     for q in cfg.nudge_quantiles:
         thr = _sig(nudge_threshold(est, q))
         names += [nudge_name(thr, int(m)) for m in cfg.nudge_ms]
@@ -172,8 +177,8 @@ def run_frontier(
     for sname, (sdict, mns) in cfg.services.items():
         sm = as_service_model(sdict)
         for w in cfg.workloads:
-            pols = frontier_policies(cfg, sm, w)
             for err in cfg.errors:
+                pols = frontier_policies(cfg, sm, w, err)
                 cap = measure_capacity(w, sm, max_num_seqs=int(mns), estimate_error=err, cache_dir=cache_dir)
                 for rho in cfg.rhos:
                     for s in range(int(cfg.seeds)):

@@ -108,3 +108,27 @@ def test_a_name_registers_the_policy_on_first_use():
         make_queue("gamma_boost_fast")
     with pytest.raises(ValueError, match="gamma: .* must be a finite number > 0"):
         make_queue("gamma_boost_-1")
+
+
+def test_partial_information_boost():
+    """Yu & Scully's boost for a label: b(l) = (1/γ) log(M / (M - 1)), M = E[exp(γ S) | l]. With no error it is
+    the full-information boost; a loop tail (rare, many times the tokens) takes the boost of long estimates
+    towards 0; the named policy runs identically in both engines."""
+    from asrsched.core.estimate_error import EstimateError
+    from asrsched.core.gamma_boost import partial_boost
+
+    s = np.array([0.2, 1.0, 3.0, 10.0])
+    assert np.allclose(partial_boost(s, 0.3, EstimateError(cv=0.0)), boost(s, 0.3))
+    real, degraded = partial_boost(s, 0.3, "real"), partial_boost(s, 0.3, "degraded")
+    assert np.all(np.diff(real) < 0) and np.all(degraded < real) and degraded[-1] < 0.01 * real[-1]
+    name = register_gamma_boost(0.3, error="real")
+    assert name == gamma_boost_name(0.3, "real") == "gamma_boost_0.3_real"
+    tr = make_trace("uniform", rate=9.0, n=1200, seed=2, estimate_error="real")
+    a = simulate(tr, name, SVC, max_num_seqs=8, engine="python", warn_overload=False)
+    b = simulate(tr, name, SVC, max_num_seqs=8, warn_overload=False)
+    assert b.params["engine"] == "numba" and a.records.equals(b.records)
+    POLICIES.pop(name, None)
+    with pytest.raises(ValueError, match="error: a partial-information boost needs a named error"):
+        gamma_boost_name(0.3, "perfect")
+    with pytest.raises(ValueError, match="estimate_error: unknown preset 'wild'"):
+        make_queue("gamma_boost_0.3_wild")

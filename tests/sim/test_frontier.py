@@ -32,10 +32,13 @@ def runs():
 def test_every_policy_runs_every_cell_on_shared_traces(runs):
     from asrsched.core.service import as_service_model
 
-    pols = frontier_policies(CFG, as_service_model(CFG.services["small"][0]), "uniform")
+    sm = as_service_model(CFG.services["small"][0])
+    pols = frontier_policies(CFG, sm, "uniform", "perfect")
     assert pols[:4] == list(BASE_POLICIES) and len(pols) == 4 + 2 + 2
     assert any(p.startswith("gamma_boost_") for p in pols) and "nudge_m4_" in " ".join(pols)
-    assert len(runs) == 2 * 2 * 3 * len(pols)
+    real = frontier_policies(CFG, sm, "uniform", "real")
+    assert set(pols) < set(real) and [p for p in real if p.endswith("_real")] == [p + "_real" for p in pols[4:6]]
+    assert len(runs) == 2 * 3 * (len(pols) + len(real))
     assert set(runs.regime) == {"stable", "overload"} and (runs.measured_requests == 540).all()
     # one trace per (cell, seed): the served work is the same whatever the order
     g = runs.groupby([*CELL, "seed"]).rate.nunique()
@@ -106,7 +109,7 @@ def test_the_command_writes_and_rereads_a_study(tmp_path, capsys):
     assert main([*argv, "--workers", "1", "--out", str(tmp_path)]) == 0
     first = capsys.readouterr().out
     runs, run = load_frontier(tmp_path)
-    assert len(runs) == 2 * 6 and run["config"]["seeds"] == 2 and "commit" in run["provenance"]
+    assert len(runs) == 2 * 7 and run["config"]["seeds"] == 2 and "commit" in run["provenance"]
     assert run["provenance"]["command"].startswith("asrsched frontier --workloads uniform --rhos 0.9")
     assert main(["--from", str(tmp_path)]) == 0
     again = capsys.readouterr().out
