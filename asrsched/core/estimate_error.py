@@ -2,7 +2,7 @@
 
 A request of ``d`` seconds is sized by ``kappa * d`` tokens (:class:`asrsched.core.service.ServiceModel`);
 the engine then decodes ``kappa * d * m`` tokens. :class:`EstimateError` is the law of ``m``, the factor a
-simulated trace draws per request (:func:`asrsched.core.workloads.true_tokens`). Its parts:
+simulated trace draws per request (:func:`asrsched.core.workloads.make_trace`). Its parts:
 
 * a **body**: either lognormal with a coefficient of variation ``cv`` (the package's first model, symmetric
   in log), or **empirical**: the quantiles of ``log(tokens / (kappa_text * d))`` over real utterances, per

@@ -45,7 +45,7 @@ __all__ = [
     "decay_rate",
     "register_gamma_boost",
     "gamma_boost_name",
-    "register_from_name",
+    "gamma_boost_from_name",
     "PARTIAL_DRAWS",
 ]
 
@@ -169,7 +169,7 @@ def register_gamma_boost(gamma: float, name: str | None = None, error: str | Non
     return lname
 
 
-def register_from_name(name: str) -> str:
+def gamma_boost_from_name(name: str) -> str:
     """Register ``"gamma_boost_<γ>"`` or ``"gamma_boost_<γ>_<error>"`` from its name (the registry does this on
     first use, so a server started with ``--policy gamma_boost_0.5`` or a vLLM plug-in configured with it finds
     the policy)."""

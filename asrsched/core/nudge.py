@@ -34,7 +34,7 @@ from numba import njit
 from asrsched.core.policies import POLICIES
 from asrsched.core.static_policies import register_static_policy, static_clock, static_key
 
-__all__ = ["register_nudge", "nudge_name", "nudge_threshold", "register_from_name"]
+__all__ = ["register_nudge", "nudge_name", "nudge_threshold", "nudge_from_name"]
 
 _NAME = re.compile(r"^nudge_(?:m(?P<m>[^_]+)_)?(?P<thr>.+)$")
 
@@ -87,7 +87,7 @@ def nudge_threshold(estimates, quantile: float = 0.5) -> float:
     return float(np.quantile(e, quantile))
 
 
-def register_from_name(name: str) -> str:
+def nudge_from_name(name: str) -> str:
     """Register ``"nudge_<threshold>"`` or ``"nudge_m<M>_<threshold>"`` from its name (the registry does this
     on first use, so a server started with ``--policy nudge_m4_0.8`` finds it)."""
     lname = str(name).lower()

@@ -472,8 +472,8 @@ def register_policy(name: str) -> Callable[[Callable[..., WaitingQueue]], Callab
 #: parameterised policy families, registered on first use of a name ``<prefix><parameter>``:
 #: prefix -> "module:function" taking the parameter as written (e.g. ``gamma_boost_0.5``)
 POLICY_FAMILIES: dict[str, str] = {
-    "gamma_boost_": "asrsched.core.gamma_boost:register_from_name",
-    "nudge_": "asrsched.core.nudge:register_from_name",
+    "gamma_boost_": "asrsched.core.gamma_boost:gamma_boost_from_name",
+    "nudge_": "asrsched.core.nudge:nudge_from_name",
 }
 
 

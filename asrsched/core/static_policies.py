@@ -16,12 +16,12 @@ from numba import njit
 
 from asrsched.core.policies import POLICIES, KeyQueue, register_policy
 
-__all__ = ["register_static_policy", "static_key", "static_clock", "CLOCKS"]
+__all__ = ["register_static_policy", "static_key", "static_clock", "KEY_CLOCKS"]
 
 _STATIC_KEYS: dict[str, tuple[Callable, Any, str]] = {}  # name -> (factory, numba key, clock) of register_static_policy
 #: what a static key is added to: nothing (``"arrival"``: the key is the order, as its name says, and may
 #: use the arrival time) or the job's place in the push order (``"count"``: the key is an offset in places)
-CLOCKS = ("arrival", "count")
+KEY_CLOCKS = ("arrival", "count")
 _BUILTIN = frozenset(("fcfs", "sjf", "ljf", "hrrn", "adaptive", "random"))
 
 
@@ -53,8 +53,8 @@ def register_static_policy(name: str, key: Callable | None = None, *, clock: str
     """
     if key is None:
         return lambda f: register_static_policy(name, f, clock=clock)
-    if clock not in CLOCKS:
-        raise ValueError(f"clock: must be one of {CLOCKS}, got {clock!r}")
+    if clock not in KEY_CLOCKS:
+        raise ValueError(f"clock: must be one of {KEY_CLOCKS}, got {clock!r}")
     if not callable(key):
         raise TypeError(f"key must be a function (estimate, arrival, duration, language) -> float, got {key!r}")
     lname = str(name).lower()
@@ -84,7 +84,7 @@ def static_key(name: str) -> Any:
 
 
 def static_clock(name: str) -> str | None:
-    """The clock (:data:`CLOCKS`) of ``name`` if it is a static policy of :func:`register_static_policy`, else ``None``."""
+    """The clock (:data:`KEY_CLOCKS`) of ``name`` if it is a static policy of :func:`register_static_policy`, else ``None``."""
     if static_key(name) is None:
         return None
     return _STATIC_KEYS[str(name).lower()][2]

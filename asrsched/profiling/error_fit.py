@@ -28,14 +28,14 @@ __all__ = ["PROBS", "log_ratios", "fit_bodies", "main"]
 #: the probability grid of the stored quantiles: 0, 0.0025, ..., 1 (401 points; min and max included)
 PROBS = np.linspace(0.0, 1.0, 401)
 #: the text form per language: LibriSpeech is upper case without punctuation, Common Voice is as Whisper writes
-STYLE = {"en": "sentence_case", "id": "as_is"}
+TEXT_STYLE = {"en": "sentence_case", "id": "as_is"}
 OUT = Path(__file__).resolve().parents[1] / "data" / "estimate_error.json"
 
 
 def log_ratios(language: str, model: str = "base") -> np.ndarray:
     """``log(tokens / (kappa_text * seconds))`` per utterance of the packaged corpus of ``language``."""
     df = load_transcripts(language)
-    tok = count_tokens([whisper_text(t, STYLE.get(language, "as_is")) for t in df["text"]], model)
+    tok = count_tokens([whisper_text(t, TEXT_STYLE.get(language, "as_is")) for t in df["text"]], model)
     sec = df["duration_s"].to_numpy(float)
     keep = tok > 0
     kappa = tok[keep].sum() / sec[keep].sum()
@@ -51,7 +51,7 @@ def fit_bodies(model: str = "base") -> dict:
         r = log_ratios(lang, model)
         out["languages"][lang] = {
             "corpus": CORPORA[lang][0],
-            "style": STYLE.get(lang, "as_is"),
+            "style": TEXT_STYLE.get(lang, "as_is"),
             "n": int(r.size),
             "sd": float(r.std(ddof=1)),
             "skewness": float(skew(r)),

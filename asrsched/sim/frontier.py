@@ -47,7 +47,7 @@ BASE_POLICIES = ("fcfs", "sjf", "hrrn", "adaptive")
 
 @dataclass(frozen=True)
 class FrontierConfig:
-    """What :func:`run_frontier` sweeps (defaults: the full setting of issue 24)."""
+    """What :func:`run_frontier` sweeps (defaults: the full setting, committed in ``figures/02_policy_sweep/frontier``)."""
 
     workloads: tuple[str, ...] = ("librispeech", "uniform", "commonvoice_id", "mix", "drift")
     rhos: tuple[float, ...] = (0.7, 0.9, 0.95, 1.2)
