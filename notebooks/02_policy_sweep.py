@@ -34,7 +34,8 @@
 #
 # **References** (the full list with titles: the README's References): Makwana et al. 2026 (arXiv:2603.11273, the
 # scheduling study); Brinch Hansen 1971 (HRRN); Kwon et al. 2023 (vLLM, arXiv:2309.06180); Panayotov et al. 2015
-# (LibriSpeech).
+# (LibriSpeech); for the frontier: Yu & Scully 2024 (γ-Boost), Grosof et al. 2021 (Nudge, arXiv:2106.01492),
+# Charlet & Van Houdt 2024 (Nudge-M, arXiv:2403.06588), Ardila et al. 2020 (Common Voice, arXiv:1912.06670).
 
 # %% [markdown]
 # **Parameters** (override with papermill or `asrsched run 02 -p NAME VALUE`):
