@@ -52,6 +52,9 @@ __all__ = [
     "register_policy",
     "make_queue",
     "policy_names",
+    "allowed_policies_text",
+    "validate_policies",
+    "POLICY_FAMILIES",
 ]
 
 
@@ -494,6 +497,15 @@ def _resolve(name: str) -> None:
 def policy_names() -> list[str]:
     """Registered policy names, sorted."""
     return sorted(POLICIES)
+
+
+def allowed_policies_text() -> str:
+    """What a policy name may be, for error messages: the registered names and the families' patterns."""
+    return (
+        ", ".join(policy_names())
+        + ", or a member of a family: "
+        + ", ".join(f"{p}<parameters>" for p in POLICY_FAMILIES)
+    )
 
 
 def make_queue(policy: str | WaitingQueue, **params: Any) -> WaitingQueue:

@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from asrsched.core.policies import policy_names
+from asrsched.core.policies import allowed_policies_text
 from asrsched.serving.app import bind_socket, create_app
 from asrsched.serving.config import ServerConfig
 from asrsched.serving.policy_server import PolicyServer
@@ -27,7 +27,7 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     """The ``asrsched serve`` argument parser."""
     ap = argparse.ArgumentParser(prog="asrsched serve", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--policy", default="fcfs", help=f"one of {', '.join(policy_names())}")
+    ap.add_argument("--policy", default="fcfs", help=f"one of {allowed_policies_text()}")
     ap.add_argument("--policy-params", default="{}", help="JSON object of policy parameters")
     ap.add_argument("--model", default="tiny.en", help="tiny.en or base (local mode); the served name upstream")
     ap.add_argument("--served-model-name", action="append", default=[], help="another accepted model name")

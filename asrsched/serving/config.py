@@ -13,7 +13,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from asrsched.core.policies import make_queue, policy_names
+from asrsched.core.policies import allowed_policies_text, make_queue, validate_policies
 from asrsched.serving.loadgen import transcription_url
 
 __all__ = ["ServerConfig"]
@@ -57,9 +57,12 @@ class ServerConfig:
         from asrsched.whisper.backends import COMPUTE_TYPES
         from asrsched.whisper.weights import MODELS
 
-        if str(self.policy).lower() not in policy_names():
-            raise ValueError(f"policy must be one of {', '.join(policy_names())}; got {self.policy!r}")
-        self.policy = str(self.policy).lower()
+        try:  # a family's name (gamma_boost_0.5, nudge_m4_1) registers itself here
+            (self.policy,) = validate_policies([self.policy])
+        except ValueError as e:
+            if not str(e).startswith("unknown policy"):
+                raise ValueError(f"policy: {e}") from None
+            raise ValueError(f"policy must be one of {allowed_policies_text()}; got {self.policy!r}") from None
         make_queue(self.policy, **self.policy_params)  # bad policy_params fail here
         if self.upstream is None and self.model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)} (or use --upstream); got {self.model!r}")

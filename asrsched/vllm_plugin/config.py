@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from asrsched.core.policies import make_queue, policy_names
+from asrsched.core.policies import allowed_policies_text, make_queue, validate_policies
 from asrsched.core.service import ServiceModel, check_kappa, default_service_model
 from asrsched.vllm_plugin.size_estimate import check_default_language
 
@@ -75,10 +75,15 @@ class PluginConfig:
     policy_switch: bool = False
 
     def __post_init__(self) -> None:
-        names = policy_names()
-        if str(self.policy).lower() not in names:
-            raise ValueError(f"asrsched policy {self.policy!r} is unknown; allowed values: {', '.join(names)}")
-        object.__setattr__(self, "policy", str(self.policy).lower())
+        try:  # a family's name (gamma_boost_0.5, nudge_m4_1) registers itself here
+            (name,) = validate_policies([self.policy])
+        except ValueError as e:
+            if not str(e).startswith("unknown policy"):
+                raise ValueError(f"asrsched policy {self.policy!r}: {e}") from None
+            raise ValueError(
+                f"asrsched policy {self.policy!r} is unknown; allowed values: {allowed_policies_text()}"
+            ) from None
+        object.__setattr__(self, "policy", name)
         if not isinstance(self.policy_params, Mapping):
             raise ValueError(f"asrsched policy_params must be a JSON object, got {self.policy_params!r}")
         u = float(self.unknown_duration_s)

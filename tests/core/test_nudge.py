@@ -144,3 +144,30 @@ def test_nudge_is_no_worse_than_fcfs_at_every_percentile_on_one_slot(nudge):
     half = 1.96 * blocks.std(axis=0, ddof=1) / np.sqrt(len(blocks))
     assert np.all(diff <= half), dict(zip(qs, zip(diff, half)))
     assert diff[qs == 50][0] < 0  # and it helps where it should
+
+
+def test_the_servers_take_a_family_name_in_a_fresh_process():
+    """The CPU server's and the vLLM plug-in's configs register a family's name when they check it (a server
+    started with --policy nudge_m4_1.35 or gamma_boost_0.07_real), and name a bad parameter."""
+    import subprocess
+    import sys
+
+    from extras import need
+
+    need("httpx")
+    code = (
+        "from asrsched.serving.config import ServerConfig\n"
+        "from asrsched.vllm_plugin.config import PluginConfig\n"
+        "c = ServerConfig(policy='NUDGE_M4_1.35', warmup=False); c.validate(); assert c.policy == 'nudge_m4_1.35'\n"
+        "assert PluginConfig(policy='gamma_boost_0.07_real').policy == 'gamma_boost_0.07_real'\n"
+        "for bad, msg in (('nudge_m0_1', \"M must be an integer >= 1\"), ('fifo', 'or a member of a family: gamma_boost_')):\n"
+        "    try:\n"
+        "        PluginConfig(policy=bad)\n"
+        "    except ValueError as e:\n"
+        "        assert msg in str(e), e\n"
+        "    else:\n"
+        "        raise AssertionError(bad)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
