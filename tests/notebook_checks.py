@@ -104,6 +104,15 @@ def check_02_policy_sweep(fig: Path, runs: Path, tmp: Path, outputs: str) -> Non
         for ext in ("html", "png", "svg"):
             assert (fig / f"{f}.{ext}").stat().st_size > 1000
     assert "paper" in outputs and "at rho 0.95" in outputs
+    # every headline row beside the extreme over the swept grid, with its load
+    assert hl.extreme_rho.isin([0.5, 0.95, 1.3]).all() and "over the swept grid" in outputs
+    assert {"HRRN, LibriSpeech (abstract): P50 E2EL down by up to 28 %"} <= set(hl.claim)
+    # the latency frontier: the committed study's table and recommendation per cell, its figures
+    ft = pd.read_csv(fig / "frontier_table.csv")
+    rec = pd.read_csv(fig / "frontier_recommendations.csv")
+    assert {"gamma_boost", "nudge"} <= {p.split("_m")[0].rsplit("_", 1)[0] for p in ft.policy}
+    assert len(rec) == 2 * ft.groupby(["service", "workload", "rho", "error"]).ngroups and (rec.n_qualified >= 1).all()
+    assert (fig / "frontier_cpu_librispeech_rho0.9_real.png").stat().st_size > 1000
 
 
 def check_04_real_serving(fig: Path, runs: Path, tmp: Path, outputs: str) -> None:

@@ -15,7 +15,10 @@ simulated trace draws per request (:func:`asrsched.core.workloads.make_trace`). 
   et al.), ``over`` those below it; 1 and 1 is the body as measured, 0 and 0 a perfect estimate;
 * a **loop tail**: with probability ``loop_prob`` the decoder runs into a repetition loop and emits a factor
   drawn log-uniformly from ``loop_factor`` (low, high) more tokens (hallucination loops: profiling's outlier
-  rule, :mod:`asrsched.profiling.outliers`, flags such clips);
+  rule, :mod:`asrsched.profiling.outliers`, flags such clips). The packaged profiling runs flagged none in
+  their clips (``estimate_error.json``'s ``loop_tail``: the clips, the loops and the 95 % interval of the
+  loop probability), so the probability is bounded by data but not measured, and the factor range is set,
+  not fitted;
 * **silence**: with probability ``silence_prob`` a request is padded with silence making up ``silence_share``
   of its audio; the duration then over-states the speech by ``1 / (1 - share)``. A VAD that sizes by speech
   duration removes this part (``vad=True``).
@@ -23,7 +26,8 @@ simulated trace draws per request (:func:`asrsched.core.workloads.make_trace`). 
 The body is re-centred so that ``E[m] = 1`` (kappa is a ratio of sums, so the mean work is unchanged and
 a load stays the same fraction of capacity); the tails and silence then move the mean as they do in real
 traffic. Presets (:func:`estimate_error`): ``"perfect"``, ``"lognormal"`` (cv 0.15, the default of every
-trace), ``"real"`` and ``"degraded"`` (the real body with both sides doubled and 2 % loops of 3-10x).
+trace), ``"real"`` and ``"degraded"`` (the real body with both sides doubled and 2 % loops of 3-10x, a
+probability inside the profiling runs' interval).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ Common Voice test for Indonesian) every utterance's Whisper text tokens (:func:`
 in the form Whisper emits, :func:`~asrsched.profiling.text_kappa.whisper_text`) are set against its real
 duration: ``r = log(tokens / (kappa_text * seconds))`` with ``kappa_text`` the corpus' ratio of sums. The
 quantiles of ``r`` on a fixed probability grid are the body; the summary (n, sd, skewness, share below
--0.3 and above +0.3) goes beside them.
+-0.3 and above +0.3) goes beside them. The loop tail: how many of the packaged profiles' clips the outlier rule
+left out as loops, with the 95 % interval of the loop probability (:func:`loop_tail_from_profiles`).
 
     python -m asrsched.profiling.error_fit          # rewrites asrsched/data/estimate_error.json
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from asrsched.profiling.text_kappa import CORPORA, count_tokens, load_transcripts, whisper_text
 
-__all__ = ["PROBS", "log_ratios", "fit_bodies", "main"]
+__all__ = ["PROBS", "log_ratios", "fit_bodies", "loop_tail_from_profiles", "main"]
 
 #: the probability grid of the stored quantiles: 0, 0.0025, ..., 1 (401 points; min and max included)
 PROBS = np.linspace(0.0, 1.0, 401)
@@ -62,6 +63,24 @@ def fit_bodies(model: str = "base") -> dict:
     return out
 
 
+def loop_tail_from_profiles() -> dict:
+    """What the packaged profiling runs say about decoder loops: clips profiled, clips the outlier rule left out
+    of the fit (:mod:`asrsched.profiling.outliers`: more tokens than the duration explains), and the
+    Clopper-Pearson 95 % interval of the loop probability."""
+    from scipy.stats import beta
+
+    from asrsched.profiling.run import PACKAGED_PROFILES, packaged_profile
+
+    n = k = 0
+    for model in PACKAGED_PROFILES:
+        fit = dict(packaged_profile(model).fit or {})
+        n += int(fit.get("n_rows", 0))
+        k += int(fit.get("n_dropped", 0))
+    lo = float(beta.ppf(0.025, k, n - k + 1)) if k > 0 else 0.0
+    hi = float(beta.ppf(0.975, k + 1, n - k)) if k < n else 1.0
+    return {"profiles": sorted(PACKAGED_PROFILES), "clips": n, "loops": k, "loop_prob_ci95": [lo, hi]}
+
+
 def main(argv=None) -> int:
     """``python -m asrsched.profiling.error_fit [--model M] [--out FILE]``; the exit status."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -71,6 +90,7 @@ def main(argv=None) -> int:
     from asrsched.core.provenance import provenance
 
     data = fit_bodies(a.model)
+    data["loop_tail"] = loop_tail_from_profiles()
     data["provenance"] = {
         **provenance(
             "python -m asrsched.profiling.error_fit" + (f" --model {a.model}" if a.model != "base" else ""),

@@ -91,3 +91,9 @@ def test_the_committed_body_is_the_fit_of_the_real_transcripts():
     en = stored["languages"]["en"]
     assert en["n"] == 2620 and 0.2 < en["sd"] < 0.26 and en["skewness"] < -0.4  # skewed: pauses over-state the size
     assert math.isfinite(stored["languages"]["id"]["sd"])
+    from asrsched.profiling.error_fit import loop_tail_from_profiles
+
+    tail = loop_tail_from_profiles()
+    assert stored["loop_tail"] == tail and tail["clips"] >= 78
+    lo, hi = tail["loop_prob_ci95"]
+    assert lo <= tail["loops"] / tail["clips"] <= hi and lo <= estimate_error("degraded").loop_prob <= hi
