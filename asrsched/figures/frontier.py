@@ -15,17 +15,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from asrsched.figures.panel import ExplorerFigure, Panel
-from asrsched.figures.style import policy_color
+from asrsched.figures.style import policy_color, policy_family
 from asrsched.sim.frontier_report import CELL, recommendations
 
 __all__ = ["fig_frontier", "frontier_explorer", "cell_title", "draw_frontier"]
-
-
-def _family(policy: str) -> str:
-    p = str(policy)
-    if p.startswith("gamma_boost_"):
-        return "gamma_boost_partial" if "_" in p.removeprefix("gamma_boost_") else "gamma_boost"
-    return "nudge" if p.startswith("nudge_") else p
 
 
 def cell_title(cell: dict, n_seeds: int, n_requests: int) -> str:
@@ -49,8 +42,8 @@ def draw_frontier(fig: go.Figure, table: pd.DataFrame, cell: dict) -> None:
     xl, xh = g["p50_e2el_ms_change_ci_low"].to_numpy(float), g["p50_e2el_ms_change_ci_high"].to_numpy(float)
     yl, yh = g["p90_e2el_ms_change_ci_low"].to_numpy(float), g["p90_e2el_ms_change_ci_high"].to_numpy(float)
     fig.data = []
-    for fam in dict.fromkeys(_family(p) for p in g.policy):
-        m = np.array([_family(p) == fam for p in g.policy])
+    for fam in dict.fromkeys(policy_family(p) for p in g.policy):
+        m = np.array([policy_family(p) == fam for p in g.policy])
         fig.add_scatter(
             x=x[m],
             y=y[m],

@@ -54,6 +54,7 @@ __all__ = [
     "POLICY_COLORS",
     "ESTIMATOR_COLORS",
     "policy_color",
+    "policy_family",
     "TEMPLATE",
     "HOUSE_TEMPLATE",
     "setup",
@@ -80,9 +81,10 @@ POLICY_COLORS = {
     "adaptive": "#009E73",
     "ljf": "#CC79A7",
     "random": "#999999",
-    "gamma_boost": "#8C564B",  # the families of asrsched.core.gamma_boost and asrsched.core.nudge
-    "nudge": "#9467BD",
-    "gamma_boost_partial": "#E377C2",
+    # the families of asrsched.core.gamma_boost and asrsched.core.nudge (a member takes its family's colour)
+    "gamma_boost": "#E69F00",
+    "gamma_boost_partial": "#F0E442",
+    "nudge": "#56B4E9",
 }
 ESTIMATOR_COLORS = {
     "naive": "#000000",
@@ -95,9 +97,20 @@ ESTIMATOR_COLORS = {
 }
 
 
+def policy_family(name: str) -> str:
+    """A policy family member's family (``gamma_boost_0.5`` -> ``gamma_boost``, ``gamma_boost_0.5_real`` ->
+    ``gamma_boost_partial``, ``nudge_m4_1`` -> ``nudge``); any other name, lower-cased, as it is."""
+    key = str(name).lower()
+    if key in POLICY_COLORS:
+        return key
+    if key.startswith("gamma_boost_"):
+        return "gamma_boost_partial" if "_" in key.removeprefix("gamma_boost_") else "gamma_boost"
+    return "nudge" if key.startswith("nudge_") else key
+
+
 def policy_color(name: str) -> str:
     """The house colour of a policy (or estimator); a stable fallback for others."""
-    key = str(name).lower()
+    key = policy_family(name)
     if key in POLICY_COLORS:
         return POLICY_COLORS[key]
     if key in ESTIMATOR_COLORS:

@@ -125,9 +125,12 @@ def test_a_figure_shown_inline_is_laid_out_and_never_wider_than_its_export(house
 
 def test_every_policy_and_estimator_has_one_fixed_distinct_colour():
     from asrsched.abtest.estimators import ESTIMATORS
-    from asrsched.core.policies import policy_names
+    from asrsched.core.policies import POLICY_FAMILIES, policy_names
 
-    assert set(policy_names()) <= set(POLICY_COLORS), set(policy_names()) - set(POLICY_COLORS)
+    members = {p for p in policy_names() if p.startswith(tuple(POLICY_FAMILIES))}  # registered by name on use
+    assert set(policy_names()) - members <= set(POLICY_COLORS), set(policy_names()) - members - set(POLICY_COLORS)
+    assert policy_color("gamma_boost_0.5") == POLICY_COLORS["gamma_boost"] != policy_color("gamma_boost_0.5_real")
+    assert policy_color("nudge_m4_1") == policy_color("nudge_0.8") == POLICY_COLORS["nudge"]
     assert set(ESTIMATORS) <= set(ESTIMATOR_COLORS), set(ESTIMATORS) - set(ESTIMATOR_COLORS)
     for table in (POLICY_COLORS, ESTIMATOR_COLORS):
         assert len(set(table.values())) == len(table), f"two entries share a colour: {table}"
