@@ -42,6 +42,7 @@ from asrsched.core.workloads import Drift, DurationSource, Trace, make_source, m
 from asrsched.sim.cache import cache_key, code_key
 
 __all__ = [
+    "trace_capacity",
     "Capacity",
     "measure_capacity",
     "capacity_code_hash",
@@ -126,6 +127,20 @@ def _served_rate(finish: np.ndarray, M: int) -> float:
     return (hi - lo) / (f[hi] - f[lo])
 
 
+def trace_capacity(trace: Trace, service: ServiceModel, *, max_num_seqs: int = 32, burst: bool = False) -> float:
+    """Saturation throughput (req/s) of one engine on ``trace``'s requests, FCFS: the served rate while the batch
+    is full (:func:`measure_capacity` runs this per seed on a trace whose requests all arrive within a
+    millisecond). ``burst=True`` first moves the arrivals of any trace so (its durations, languages and tokens
+    kept, ``n / (1e6 x max_num_seqs)`` s apart)."""
+    from asrsched.sim.engine import simulate
+
+    M = int(max_num_seqs)
+    if burst:
+        trace = Trace(np.arange(len(trace)) / (1e6 * max(M, 1)), trace.duration, trace.language, trace.tokens)
+    res = simulate(trace, "fcfs", service, max_num_seqs=M, warn_overload=False, timeline_points=10)
+    return _served_rate(res.records["finish"].to_numpy(), M)
+
+
 def measure_capacity(
     workload: str,
     service: ServiceModel | None = None,
@@ -145,7 +160,6 @@ def measure_capacity(
     (:func:`asrsched.core.estimate_error.estimate_error`). Cached in memory and, unless ``cache_dir`` is
     ``None``, as ``cache_dir/<key>.json``.
     """
-    from asrsched.sim.engine import simulate
 
     sm = service or default_service_model()
     if kappa is not None:
@@ -190,8 +204,7 @@ def measure_capacity(
             noise_cv=noise_cv,
             estimate_error=estimate_error,
         )
-        res = simulate(tr, "fcfs", sm, max_num_seqs=M, warn_overload=False, timeline_points=10)
-        rates.append(_served_rate(res.records["finish"].to_numpy(), M))
+        rates.append(trace_capacity(tr, sm, max_num_seqs=M))
         analytic.append(sm.saturation_rate(tr.duration, tr.language, max_num_seqs=M, tokens=tr.tokens))
     r = np.asarray(rates)
     mean = float(r.mean())

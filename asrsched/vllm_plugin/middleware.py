@@ -27,6 +27,10 @@ For ``POST /v1/audio/transcriptions`` and ``/v1/audio/translations`` with a mult
 5. passes the request on with one ``vllm_xargs`` JSON field in place of the bracketed ones
    (vLLM parses it into ``sampling_params.extra_args``), the other parts byte for byte.
 
+With a request log (``request_log=`` or ``ASRSCHED_REQUEST_LOG``, :mod:`asrsched.vllm_plugin.request_log`)
+every audio request also leaves one JSON line (arrival, durations, language, priority, chunks, status, E2EL;
+no audio), written off the request path.
+
 Each answer carries ``x-asrsched-audio-duration-s`` (what was injected; absent when nothing
 was) and ``x-asrsched-middleware-us`` (this middleware's own time for the request).
 :data:`STATS` keeps the count, total and largest cost. A body that is not multipart, has no
@@ -37,6 +41,7 @@ so vLLM answers it as it would without the middleware. Nothing here imports vLLM
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import threading
@@ -44,12 +49,16 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from asrsched.vllm_plugin.request_log import RequestLog
+from asrsched.vllm_plugin.request_log import from_env as request_log_from_env
+
 __all__ = ["DurationMiddleware", "STATS", "AUDIO_PATHS", "rewrite_multipart", "parse_multipart", "MiddlewareStats"]
 
 AUDIO_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
 VAD_ENV = "ASRSCHED_MIDDLEWARE_VAD"
 MAX_MB_ENV = "ASRSCHED_MIDDLEWARE_MAX_MB"
 XARG_VAD = "asrsched_vad"
+WINDOW_S = 30.0  # Whisper's window: the request log's n_chunks
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -145,12 +154,15 @@ def _value(raw: str) -> Any:
     return v if isinstance(v, (int, float, str)) and not isinstance(v, bool) else raw
 
 
-def rewrite_multipart(body: bytes, content_type: str, *, vad: str | None = None) -> tuple[bytes, dict] | None:
+def rewrite_multipart(
+    body: bytes, content_type: str, *, vad: str | None = None, fields: dict | None = None
+) -> tuple[bytes, dict] | None:
     """The body with one merged ``vllm_xargs`` JSON part holding the audio duration; ``(new_body, xargs)``.
 
     ``None`` when there is nothing to do or it cannot be done safely (not multipart, no
     ``file`` part, audio header unreadable, ``vllm_xargs`` not a JSON object): the caller
-    passes the original body on unchanged.
+    passes the original body on unchanged. ``fields``, when given, receives the form's ``language``
+    and ``priority`` (the request log's).
     """
     from asrsched.whisper.audio import AudioError, audio_info
 
@@ -183,6 +195,8 @@ def rewrite_multipart(body: bytes, content_type: str, *, vad: str | None = None)
                 xargs[name[len("vllm_xargs[") : -1]] = val
         else:
             keep.append(p)
+            if fields is not None and name in ("language", "priority"):
+                fields[name] = _value(body[p["start"] : p["end"]].decode("utf-8", "replace"))
     f = files[0]
     view = memoryview(body)
     audio = view[f["start"] : f["end"]]  # no copy: the header parse reads 64 KiB of it
@@ -227,8 +241,12 @@ class DurationMiddleware:
         vad: str | None = None,
         max_mb: float | None = None,
         paths: tuple[str, ...] = AUDIO_PATHS,
+        request_log: RequestLog | str | os.PathLike | None = None,
     ):
         self.app = app
+        if request_log is None:
+            request_log = request_log_from_env()
+        self.request_log = RequestLog(request_log) if isinstance(request_log, (str, os.PathLike)) else request_log
         self.vad = vad if vad is not None else (os.environ.get(VAD_ENV) or None)
         self.max_bytes = int(float(max_mb if max_mb is not None else os.environ.get(MAX_MB_ENV, 64)) * 2**20)
         self.paths = tuple(paths)
@@ -246,6 +264,7 @@ class DurationMiddleware:
         ):
             await self.app(scope, receive, send)
             return
+        arrival = time.time()  # the request log's arrival: before the body is read
         headers = scope.get("headers") or []
         ctype = next((v.decode("latin-1") for k, v in headers if k.lower() == b"content-type"), "")
         if _boundary(ctype) is None:
@@ -265,9 +284,10 @@ class DurationMiddleware:
         body = b"".join(chunks)
         t0 = time.perf_counter()
         out = None
+        fields: dict[str, Any] = {}
         if not disconnected and not more:
             try:
-                out = rewrite_multipart(body, ctype, vad=self.vad)
+                out = rewrite_multipart(body, ctype, vad=self.vad, fields=fields)
             except Exception:  # never fail a request on the way in: vLLM answers it as it would have
                 out = None
         dt = time.perf_counter() - t0
@@ -293,10 +313,29 @@ class DurationMiddleware:
         if out is not None:
             extra.append((b"x-asrsched-audio-duration-s", f"{out[1]['audio_duration_s']}".encode()))
 
+        log = self.request_log
+        entry: dict[str, Any] = {}
+        if log is not None:
+            xa = out[1] if out is not None else {}
+            dur = xa.get("audio_duration_s")
+            entry = {
+                "arrival_unix_s": arrival,
+                "audio_duration_s": dur,
+                "speech_duration_s": xa.get("speech_duration_s"),
+                "language": fields.get("language"),
+                "priority": xa.get("priority", fields.get("priority")),
+                "n_chunks": max(1, math.ceil(float(dur) / WINDOW_S)) if isinstance(dur, (int, float)) else None,
+                "path": str(scope.get("path", "")),
+            }
+
         async def send_with_headers(message: Message) -> None:
             if message.get("type") == "http.response.start":
                 message = dict(message)
                 message["headers"] = list(message.get("headers") or []) + extra
+                entry["status"] = message.get("status")
             await send(message)
+            if log is not None and message.get("type") == "http.response.body" and not message.get("more_body"):
+                entry["e2el_s"] = round(time.time() - arrival, 6)
+                log.write(entry)
 
         await self.app(scope, replay, send_with_headers)
