@@ -202,8 +202,8 @@ def sim_error_summary(
     by: Sequence[str] = ("engine",),
 ) -> pd.DataFrame:
     """The simulator's error against the real runs over the cells of :func:`results_table`: per group
-    of ``by`` (and ``all``) and metric, the median of ``|sim - real| / real`` in %, its P25/P75 and
-    max, and the number of cells; per regime too (``stable`` rows, then ``overload``)."""
+    of ``by`` (and ``all``) and metric, the median of ``|sim - real| / real`` in % (the median absolute
+    percentage error), the mean (MAPE), its P25/P75 and max, and the number of cells; per regime too (``stable`` rows, then ``overload``)."""
     rows = []
     groups = [("all", results)] + [
         (k if isinstance(k, str) else "/".join(map(str, k)), g)
@@ -222,6 +222,7 @@ def sim_error_summary(
                         "metric": m,
                         "cells": int(len(e)),
                         "median_abs_err_pct": float(np.median(e)) if len(e) else np.nan,
+                        "mean_abs_err_pct": float(np.mean(e)) if len(e) else np.nan,
                         "p25_abs_err_pct": float(np.percentile(e, 25)) if len(e) else np.nan,
                         "p75_abs_err_pct": float(np.percentile(e, 75)) if len(e) else np.nan,
                         "max_abs_err_pct": float(e.max()) if len(e) else np.nan,
