@@ -65,7 +65,8 @@ class Job:
     ``est_service`` is the estimated service time S in seconds (from
     :class:`asrsched.core.service.ServiceModel`), the only size a policy may use.
     ``duration`` is the audio duration in seconds; ``payload`` carries anything
-    the caller needs back (a vLLM request, an HTTP handler's future, ...).
+    the caller needs back (a vLLM request, an HTTP handler's future, ...); ``priority`` is the request's
+    class (lower first, as vLLM's; only the class policies of :mod:`asrsched.core.priority` read it).
     """
 
     rid: int
@@ -74,6 +75,7 @@ class Job:
     duration: float = 0.0
     language: str = "en"
     payload: Any = field(default=None, repr=False)
+    priority: int = 0
 
 
 class WaitingQueue:
@@ -477,6 +479,7 @@ def register_policy(name: str) -> Callable[[Callable[..., WaitingQueue]], Callab
 POLICY_FAMILIES: dict[str, str] = {
     "gamma_boost_": "asrsched.core.gamma_boost:gamma_boost_from_name",
     "nudge_": "asrsched.core.nudge:nudge_from_name",
+    "class_": "asrsched.core.priority:class_policy_from_name",
 }
 
 

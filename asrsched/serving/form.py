@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from asrsched.core.priority import check_priority
 from asrsched.serving.config import ServerConfig
 from asrsched.serving.loadgen import RESPONSE_FORMATS
 from asrsched.whisper.audio import AudioError, audio_info
@@ -182,6 +183,15 @@ async def parse_form(form, task: str, config: ServerConfig, engine: Any):
         return error_response(
             400, f"{info.channels} audio channels; at most 8 are mixed to mono", param="file", code="channels"
         )
+    raw_prio = form.get("priority")
+    if raw_prio in (None, "") and xargs:
+        raw_prio = json.loads(str(xargs)).get("priority")
+    if raw_prio in (None, ""):
+        raw_prio = bracketed.get("priority")
+    try:
+        priority = check_priority(raw_prio if raw_prio != "" else None)
+    except ValueError as e:
+        return error_response(400, f"priority {str(e).removeprefix('priority: ')}", param="priority")
     lang = language or (config.default_language if (engine is None or not engine.multilingual) else None)
     del bracketed  # accepted like vLLM's JSON field; this server sizes requests from the audio itself
     return (
@@ -189,6 +199,7 @@ async def parse_form(form, task: str, config: ServerConfig, engine: Any):
         float(info.duration_s),
         dict(
             language=lang,
+            priority=priority,
             model=model,
             response_format=fmt,
             stream=bool(stream),

@@ -217,6 +217,7 @@ class PolicyServer:
         language: str,
         sched_s: float,
         windows: list[tuple[int, int]] | None = None,
+        priority: int = 0,
         **kw,
     ) -> TranscriptionRequest:
         """A request sized from its duration and, for long audio, the engine's real number of windows."""
@@ -230,7 +231,14 @@ class PolicyServer:
             )
         )
         self._rid += 1
-        job = Job(rid=self._rid, arrival=self.now(), est_service=est, duration=float(duration), language=language or "")
+        job = Job(
+            rid=self._rid,
+            arrival=self.now(),
+            est_service=est,
+            duration=float(duration),
+            language=language or "",
+            priority=int(priority),
+        )
         req = TranscriptionRequest(self._rid, job, data, language=language, windows=windows, **kw)
         job.payload = req
         req.sched_s = sched_s + (time.perf_counter() - t)

@@ -96,8 +96,8 @@ class SimJob(Job):
 
     __slots__ = ("tokens", "enc_s", "admit", "first")
 
-    def __init__(self, rid, arrival, est_service, duration, language, tokens, enc_s):
-        super().__init__(rid, arrival, est_service, duration, language)
+    def __init__(self, rid, arrival, est_service, duration, language, tokens, enc_s, priority=0):
+        super().__init__(rid, arrival, est_service, duration, language, priority=priority)
         self.tokens = tokens
         self.enc_s = enc_s
         self.admit = math.nan
@@ -336,7 +336,8 @@ def chunk_jobs(
     """The :class:`SimJob` of each request of ``trace``, in arrival order, for :meth:`Engine.submit`.
 
     ``rid`` is ``rid_base + i``; ``est_service`` comes from ``est_duration`` when given (e.g. a
-    VAD's speech duration), else from the file duration; the encoder time from the file duration.
+    VAD's speech duration), else from the file duration; the encoder time from the file duration; the
+    priority class from the trace's ``extra["priority"]`` column when it has one (else 0).
     """
     d_est = trace.duration if est_duration is None else np.asarray(est_duration, float)
     est = np.broadcast_to(service.est_service(d_est, trace.language), (len(trace),)).tolist()
@@ -344,8 +345,10 @@ def chunk_jobs(
     dur = trace.duration.tolist()
     lang = [str(x) for x in trace.language]
     tok = np.asarray(trace.tokens, np.int64).tolist()
+    ex = trace.extra
+    prio = ex["priority"].astype(np.int64).tolist() if "priority" in ex else [0] * len(trace)
     for i, a in enumerate(trace.arrival.tolist()):
-        yield SimJob(rid_base + i, a, est[i], dur[i], lang[i], tok[i], enc[i])
+        yield SimJob(rid_base + i, a, est[i], dur[i], lang[i], tok[i], enc[i], prio[i])
 
 
 def simulate(

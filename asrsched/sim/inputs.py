@@ -26,7 +26,7 @@ from numba import njit
 from numba.typed import List as NumbaList
 
 from asrsched.core import rulebook as rb
-from asrsched.core.policies import POLICIES, AdaptiveQueue, HRRNQueue, KeyQueue, make_queue
+from asrsched.core.policies import POLICIES, AdaptiveQueue, HRRNQueue, KeyQueue, make_queue, validate_policies
 from asrsched.core.service import WORK_TOKEN_GRID, ServiceModel, language_codes, work_tokens
 from asrsched.core.static_policies import static_clock, static_key
 from asrsched.core.workloads import Trace
@@ -65,6 +65,8 @@ def _policy_reason(name: Any, params: dict) -> str | None:
     if not isinstance(name, str):
         return f"policy {name!r} is a queue object, not a registered name"
     key = name.lower()
+    if key not in POLICIES:
+        validate_policies([key])  # a family's name registers itself here (or the unknown name is named)
     if static_key(key) is not None:
         if params:  # a bad input on either engine, not something the compiled engine lacks
             raise ValueError(f"static policy {key!r} takes no parameters, got {sorted(params)}")

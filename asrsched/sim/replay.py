@@ -4,7 +4,7 @@ Input (:func:`read_requests`): the middleware's request log (JSON lines,
 :mod:`asrsched.vllm_plugin.request_log`) or any CSV with an arrival time and an audio duration per request,
 optionally a language and a priority. Column names: ``arrival_unix_s`` or ``arrival_s`` (seconds; only
 differences matter), ``audio_duration_s`` or ``duration_s``, ``language``, ``priority``, and the log's other
-fields. Everything is checked before any simulation, and an error names the rows: unsorted or repeated arrival
+fields. A request log's lines (written as requests end) are put in arrival order; a CSV must come sorted. Everything is checked before any simulation, and an error names the rows: unsorted or repeated arrival
 times, a missing or negative duration, an unknown column, a language the service model has no kappa for, a
 load the model cannot serve.
 
@@ -64,6 +64,8 @@ def read_requests(path) -> pd.DataFrame:
     if p.suffix == ".json" or ".jsonl" in p.name:  # a log, or one of its rotated files (requests.jsonl.1)
         df = pd.read_json(p, lines=True)
         offset = 1  # JSON lines: no header
+        if "arrival_unix_s" in df:  # the middleware writes a line when a request ends: put them in arrival order
+            df = df.sort_values("arrival_unix_s", kind="stable").reset_index(drop=True)
     else:
         df = pd.read_csv(p)
         offset = 2

@@ -100,6 +100,7 @@ class PolicyRequestQueue:
                 duration=float(info["duration_s"] or 0.0),
                 language=info["language"],
                 payload=request,
+                priority=int(getattr(request, "priority", 0) or 0),  # vLLM's request priority: the class policies'
             )
             try:
                 request.asrsched_job = job

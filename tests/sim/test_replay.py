@@ -56,6 +56,10 @@ def test_the_request_log_replays_as_it_is_written(tmp_path):
     assert log.flush()
     req = read_requests(tmp_path / "requests.jsonl")
     assert len(req) == 300 and set(req.language) == {"id"} and req.priority.isna().all()
+    # the middleware writes a line when its request ends: a log out of arrival order reads the same
+    lines = (tmp_path / "requests.jsonl").read_text().splitlines()
+    (tmp_path / "shuffled.jsonl").write_text("\n".join(np.random.default_rng(1).permutation(lines)) + "\n")
+    assert read_requests(tmp_path / "shuffled.jsonl").equals(req)
     tab, info = replay(req, SVC, ["fcfs", "hrrn"], max_num_seqs=8, n_boot=200)
     assert len(tab) == 2 and info["n_requests"] == 300
 

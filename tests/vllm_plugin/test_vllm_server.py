@@ -80,6 +80,7 @@ def server(tmp_path_factory):
     )
     env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     env["ASRSCHED_ADMISSION_LOG"] = str(adm)
+    env["ASRSCHED_REQUEST_LOG"] = str(tmp / "requests.jsonl")
     out = open(tmp / "server.log", "wb")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -103,7 +104,7 @@ def server(tmp_path_factory):
                 )
             time.sleep(0.5)
         print(f"\nvLLM server healthy after {time.time() - t0:.1f} s")
-        yield {"url": url, "admissions": adm, "log": tmp / "server.log"}
+        yield {"url": url, "admissions": adm, "log": tmp / "server.log", "requests": tmp / "requests.jsonl"}
     finally:
         proc.terminate()
         try:
@@ -264,6 +265,19 @@ def test_openai_client_without_xargs_gets_sjf_order_through_the_middleware(serve
     assert all(a["source"] == "duration" for a in recs)  # sized from the injected duration, not "unknown"
     assert all("audio_duration_s" in (a["extra_args"] or {}) for a in recs)
     assert order == ["blocker", "s", "m", "l"]
+
+
+def test_the_middleware_logs_every_audio_request_in_vllm(server):
+    """The request log of the requests above (``ASRSCHED_REQUEST_LOG``, written inside vLLM's server process):
+    one line each, with the duration the middleware read, the status and the end-to-end latency; it replays."""
+    from asrsched.sim.replay import read_requests
+
+    lines = [json.loads(x) for x in server["requests"].read_text().splitlines()]
+    assert len(lines) >= 6, lines
+    assert all(x["status"] == 200 and x["audio_duration_s"] > 0 and 0 < x["e2el_s"] < 300 for x in lines)
+    assert {x["language"] for x in lines} == {"en"} and all(x["n_chunks"] >= 1 for x in lines)
+    req = read_requests(server["requests"])
+    assert len(req) == len(lines) and (req.arrival_s.diff().dropna() > 0).all()
 
 
 def test_the_plugin_announces_its_policy_in_the_server_log(server):
