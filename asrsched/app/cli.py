@@ -40,6 +40,7 @@ COMMANDS["dashboard"] = "asrsched.app.dashboard:main"
 COMMANDS["plan-ab"] = "asrsched.app.plan_ab:main"
 COMMANDS["frontier"] = "asrsched.app.frontier_cmd:main"
 COMMANDS["replay"] = "asrsched.app.replay_cmd:main"
+COMMANDS["classes"] = "asrsched.app.class_cmd:main"
 
 
 def _cmd_list(args) -> int:

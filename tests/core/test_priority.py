@@ -149,3 +149,23 @@ def test_the_vllm_plugin_queue_honours_the_request_priority():
     while q:
         got.append(q.pop_request().request_id)
     assert got == ["r2", "r1", "r3", "r0"]
+
+
+def test_the_class_study_reports_the_trade_and_the_bound():
+    """The interactive/batch study on four slots: strict classes cut the interactive P90 and stretch the batch
+    class's worst wait; with each bound the worst batch wait stays within the bound plus one service time; the
+    batch class's throughput is the same (the engine serves the same work)."""
+    from asrsched.sim.class_study import ClassStudyConfig, class_runs, class_table
+
+    cfg = ClassStudyConfig(rhos=(0.9,), seeds=6, n_requests=1000, aging_s=(10.0, 60.0), service=SVC.to_dict())
+    runs = class_runs(cfg, workers=1, progress=False)
+    assert len(runs) == 6 * 4 and set(runs.policy) == set(cfg.policies())
+    tab = class_table(runs).set_index("policy")
+    assert tab.loc["class_sjf", "interactive_p90_e2el_ms_change_ci_high"] < 0
+    assert tab.loc["class_sjf", "batch_max_wait_ms_change_pct"] > 0
+    for a in (10.0, 60.0):
+        row = tab.loc[f"class_sjf_age{a:g}"]
+        assert row.worst_past_bound_s <= row.max_service_s
+    assert abs(tab.batch_throughput_rps_change_pct).max() < 2.0
+    with pytest.raises(ValueError, match="interactive_share: must lie in"):
+        ClassStudyConfig(interactive_share=0.0)
