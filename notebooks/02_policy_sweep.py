@@ -63,6 +63,7 @@
 # | `FRONTIER_WORKLOADS`, `FRONTIER_RHOS`, `FRONTIER_ERRORS`, `FRONTIER_SERVICES` | the frontier simulated when `FRONTIER_FROM` is `None`: workloads, loads, estimate errors (`perfect`, `lognormal`, `real`, `degraded`) and service models (`a100`, `cpu`) |
 # | `FRONTIER_SEEDS`, `FRONTIER_N_REQUESTS` | seeds per cell (at least 2) and requests per run of that frontier |
 # | `FRONTIER_REAL_DIR` | the committed real-engine comparison of the frontier's policies (`None` skips it) |
+# | `CLASSES_DIR` | the committed interactive/batch priority-class study (`None` skips it) |
 
 # %% tags=["parameters"]
 RHOS = [0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 1.1, 1.3, 1.6]
@@ -95,6 +96,7 @@ FRONTIER_SERVICES = ["cpu"]
 FRONTIER_SEEDS = 3
 FRONTIER_N_REQUESTS = 1500
 FRONTIER_REAL_DIR = "figures/02_policy_sweep/frontier_real"
+CLASSES_DIR = "figures/02_policy_sweep/classes"
 
 # %% tags=["checks"]
 # The parameters checked before any work: `asrsched run` and `asrsched dashboard` run this cell before they
@@ -414,6 +416,35 @@ else:
         "sim_p50_e2el_err_pct",
     ]
     display(real[cols].round(2))
+
+# %% [markdown]
+# ### Interactive and batch classes
+#
+# The committed class study (`CLASSES_DIR`, written by `asrsched classes`; command and provenance in `run.json`):
+# 30 % interactive requests (priority 0) and 70 % batch (priority 1) on the measured CPU profile, under FCFS, strict
+# classes (`class_sjf`: the class first, SJF inside it) and classes with an aging bound (`class_sjf_age<s>`). Per load:
+# the interactive class's P90 E2EL, the batch class's throughput and worst wait against FCFS (paired over seeds, 95 %
+# CI), and how far past the bound the worst batch wait went beside the longest service time.
+
+# %%
+classes_dir = committed_path(CLASSES_DIR) if CLASSES_DIR else None
+if classes_dir is None:
+    print(f"{CLASSES_DIR}: not found (an installed package ships no committed results)")
+else:
+    ctab = pd.read_csv(classes_dir / "table.csv")
+    ccols = [
+        "rho",
+        "policy",
+        "interactive_p90_e2el_ms_change_pct",
+        "interactive_p90_e2el_ms_change_ci_low",
+        "interactive_p90_e2el_ms_change_ci_high",
+        "batch_throughput_rps_change_pct",
+        "batch_max_wait_ms_change_pct",
+        "worst_past_bound_s",
+        "max_service_s",
+        "n_seeds",
+    ]
+    display(ctab[ccols].round(2))
 
 # %% [markdown]
 # ## What the numbers say
