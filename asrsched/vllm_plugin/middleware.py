@@ -20,7 +20,9 @@ For ``POST /v1/audio/transcriptions`` and ``/v1/audio/translations`` with a mult
 3. merges the request's metadata: the ``vllm_xargs`` JSON string if any, then the bracketed
    fields ``vllm_xargs[key]`` (and ``vllm_xargs[key][]`` lists) the ``openai`` client makes of
    a dict — numbers arrive as text and are turned back into numbers;
-4. adds ``audio_duration_s`` (unless the client sent one) and, when asked, the speech duration
+4. moves a form field ``priority`` into it (vLLM's transcription API has none; the plug-in's class policies
+   read it there, :func:`asrsched.vllm_plugin.request_queue.request_priority`), adds ``audio_duration_s``
+   (unless the client sent one) and, when asked, the speech duration
    after voice-activity detection as ``speech_duration_s`` (``ASRSCHED_MIDDLEWARE_VAD=energy``
    or ``silero`` for every request, or ``vllm_xargs`` key ``asrsched_vad`` per request; this one
    decodes the samples and costs more);
@@ -177,6 +179,7 @@ def rewrite_multipart(
         return None
     xargs: dict[str, Any] = {}
     keep = []
+    form_priority = None
     for p in parts:
         name = p["name"]
         if name == "vllm_xargs":
@@ -187,6 +190,10 @@ def rewrite_multipart(
             if not isinstance(obj, dict):
                 return None
             xargs.update(obj)
+        elif name == "priority":  # vLLM's transcription API has no priority field: it travels in vllm_xargs
+            form_priority = _value(body[p["start"] : p["end"]].decode("utf-8", "replace"))
+            if fields is not None:
+                fields["priority"] = form_priority
         elif name.startswith("vllm_xargs[") and name.endswith("]"):
             val = _value(body[p["start"] : p["end"]].decode("utf-8", "replace"))
             if name.endswith("][]"):  # a list value: vllm_xargs[key][]
@@ -195,7 +202,7 @@ def rewrite_multipart(
                 xargs[name[len("vllm_xargs[") : -1]] = val
         else:
             keep.append(p)
-            if fields is not None and name in ("language", "priority"):
+            if fields is not None and name == "language":
                 fields[name] = _value(body[p["start"] : p["end"]].decode("utf-8", "replace"))
     f = files[0]
     view = memoryview(body)
@@ -205,6 +212,8 @@ def rewrite_multipart(
     except AudioError:
         return None  # vLLM answers a bad upload with its own error
     xargs.setdefault("audio_duration_s", round(float(info.duration_s), 4))
+    if form_priority is not None:
+        xargs.setdefault("priority", form_priority)
     method = str(xargs.pop(XARG_VAD, "") or vad or "").strip().lower()
     if method and method != "none" and "speech_duration_s" not in xargs:
         from asrsched.whisper.audio import load_audio

@@ -16,12 +16,32 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from asrsched.core.policies import Job, WaitingQueue, make_queue, policy_names
+from asrsched.core.priority import check_priority
 from asrsched.vllm_plugin.config import DEFAULT_POLICY
 from asrsched.vllm_plugin.size_estimate import SizeEstimator
 
 __all__ = ["PolicyRequestQueue", "is_preempted"]
 
 log = logging.getLogger("asrsched.vllm_plugin.scheduler")
+
+
+def request_priority(request: Any) -> int:
+    """A vLLM request's class for the class policies (:mod:`asrsched.core.priority`): its ``priority`` (the chat
+    and completion APIs set it), else ``vllm_xargs``'s ``priority`` (the transcription API has no such field; the
+    middleware moves a form field there). A value that is not a whole number is logged and taken as 0: the
+    request is never dropped."""
+    p = getattr(request, "priority", 0) or 0
+    if p:
+        return int(p)
+    sp = getattr(request, "sampling_params", None)
+    xa = getattr(sp, "extra_args", None) or {}
+    if "priority" not in xa:
+        return 0
+    try:
+        return check_priority(xa["priority"])
+    except ValueError as e:
+        log.warning("asrsched: request %s: %s; served as priority 0", getattr(request, "request_id", "?"), e)
+        return 0
 
 
 def is_preempted(request: Any) -> bool:
@@ -100,7 +120,7 @@ class PolicyRequestQueue:
                 duration=float(info["duration_s"] or 0.0),
                 language=info["language"],
                 payload=request,
-                priority=int(getattr(request, "priority", 0) or 0),  # vLLM's request priority: the class policies'
+                priority=request_priority(request),
             )
             try:
                 request.asrsched_job = job

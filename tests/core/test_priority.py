@@ -169,3 +169,39 @@ def test_the_class_study_reports_the_trade_and_the_bound():
     assert abs(tab.batch_throughput_rps_change_pct).max() < 2.0
     with pytest.raises(ValueError, match="interactive_share: must lie in"):
         ClassStudyConfig(interactive_share=0.0)
+
+
+def test_a_transcription_requests_priority_travels_in_vllm_xargs(caplog):
+    """vLLM's transcription API has no priority field: the middleware moves the form's ``priority`` into
+    ``vllm_xargs``, where the plug-in reads it; a value that is not a whole number is logged and served as 0."""
+    import io
+    import json
+    from types import SimpleNamespace
+
+    from extras import need
+
+    need("soundfile")
+    import soundfile as sf
+
+    from asrsched.vllm_plugin.middleware import rewrite_multipart
+    from asrsched.vllm_plugin.request_queue import request_priority
+
+    b = io.BytesIO()
+    sf.write(b, np.zeros(16000, np.float32), 16000, format="WAV")
+    bnd = "XyZ"
+    body = (
+        f'--{bnd}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'.encode()
+        + b.getvalue()
+        + f'\r\n--{bnd}\r\nContent-Disposition: form-data; name="priority"\r\n\r\n2\r\n--{bnd}--\r\n'.encode()
+    )
+    new, xargs = rewrite_multipart(body, f"multipart/form-data; boundary={bnd}")
+    assert xargs["priority"] == 2 and b'name="priority"' not in new and b'"priority": 2' in new
+
+    def req(xa, prio=0):
+        return SimpleNamespace(request_id="r", priority=prio, sampling_params=SimpleNamespace(extra_args=xa))
+
+    assert request_priority(req({"priority": 2})) == 2 and request_priority(req({}, prio=3)) == 3
+    with caplog.at_level("WARNING", logger="asrsched.vllm_plugin.scheduler"):
+        assert request_priority(req({"priority": "urgent"})) == 0
+    assert "priority: must be a whole number" in caplog.text and "served as priority 0" in caplog.text
+    assert json.loads(json.dumps(xargs))["audio_duration_s"] == 1.0

@@ -75,7 +75,7 @@ def server(tmp_path_factory):
         port=port,
         served_model_name=MODEL,
         max_num_seqs=1,
-        policy="sjf",
+        policy="class_sjf",  # SJF inside priority classes: SJF when every request has the default priority
         middleware="asrsched.vllm_plugin.middleware.DurationMiddleware",
     )
     env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
@@ -120,8 +120,10 @@ def admissions(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def post(url, audio, *, stream, tag, duration=None, timeout=300):
+def post(url, audio, *, stream, tag, duration=None, timeout=300, priority=None):
     xa = {"tag": tag}
+    if priority is not None:
+        xa["priority"] = priority
     if duration is not None:
         xa["audio_duration_s"] = duration
     data = {
@@ -217,6 +219,45 @@ def test_sjf_admission_order_through_the_server(server):
         assert all(a["est_service_s"] <= b["est_service_s"] for b in waiting), (a, waiting)
     # the blocker held the slot long enough for all three to queue, so the order is fully SJF
     assert order == ["blocker", "s", "m", "l"]
+
+
+def test_priority_classes_change_the_admission_order_through_the_server(server):
+    """A long request holds the only slot; three more queue: a short one of the batch class (priority 1) and two
+    interactive ones (priority 0). The plug-in's ``class_sjf`` admits the interactive class first, shortest first,
+    then the batch request, although SJF alone would admit the short batch request first."""
+    words = LONG.split()
+    blocker, _ = synthesize_to_duration(LONG, "en", 26.0)
+    clips = {}
+    for name, n, target in [("l", 24, 9.0), ("m", 12, 4.5), ("s", 5, 2.0)]:
+        clips[name], _ = synthesize_to_duration(" ".join(words[:n]), "en", target)
+    prio = {"blocker": 0, "l": 0, "m": 0, "s": 1}
+    results: dict[str, int] = {}
+
+    def send(tag, audio):
+        u, data, files = post(
+            server["url"], audio, stream=False, tag=tag, duration=len(audio) / 16000, priority=prio[tag]
+        )
+        results[tag] = httpx.post(u, data=data, files=files, timeout=600).status_code
+
+    n0 = len(admissions(server["admissions"]))
+    th = [threading.Thread(target=send, args=("blocker", blocker))]
+    th[0].start()
+    t0 = time.time()
+    while not any((a.get("extra_args") or {}).get("tag") == "blocker" for a in admissions(server["admissions"])[n0:]):
+        assert time.time() - t0 < 120, "the blocker was never admitted"
+        time.sleep(0.02)
+    for name in ("s", "l", "m"):
+        t = threading.Thread(target=send, args=(name, clips[name]))
+        t.start()
+        th.append(t)
+        time.sleep(0.05)
+    for t in th:
+        t.join(600)
+    assert results == {"blocker": 200, "l": 200, "m": 200, "s": 200}
+    recs = [a for a in admissions(server["admissions"])[n0:] if (a.get("extra_args") or {}).get("tag")]
+    order = [a["extra_args"]["tag"] for a in recs]
+    assert [a["extra_args"]["priority"] for a in recs] == [prio[t] for t in order]
+    assert order == ["blocker", "m", "l", "s"], order
 
 
 def test_openai_client_without_xargs_gets_sjf_order_through_the_middleware(server):
