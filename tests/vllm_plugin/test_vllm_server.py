@@ -177,7 +177,7 @@ def test_streamed_transcription_carries_the_duration_to_the_scheduler(server):
     rec = [a for a in admissions(server["admissions"]) if (a.get("extra_args") or {}).get("tag") == "stream"]
     assert len(rec) == 1
     assert rec[0]["duration_s"] == pytest.approx(dur) and rec[0]["source"] == "duration"
-    assert rec[0]["policy"] == "sjf" and rec[0]["language"] == "en"
+    assert rec[0]["policy"] == "class_sjf" and rec[0]["language"] == "en"
     print(f"\nstreamed {len(events) - 1} events; first after {first:.2f} s, done after {total:.2f} s: {text!r}")
 
 
@@ -323,7 +323,7 @@ def test_the_middleware_logs_every_audio_request_in_vllm(server):
 
 def test_the_plugin_announces_its_policy_in_the_server_log(server):
     log = server["log"].read_text(errors="replace")
-    assert "asrsched: waiting queue ordered by sjf" in log, log[-2000:]
+    assert "asrsched: waiting queue ordered by class_sjf" in log, log[-2000:]
 
 
 def test_an_engine_that_cannot_start_is_reported_with_the_flag_to_change(tmp_path):
