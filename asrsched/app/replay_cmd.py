@@ -4,7 +4,7 @@ Reads a request log written by the vLLM middleware (JSON lines, :mod:`asrsched.v
 CSV of arrival times and audio durations (optional language and priority), checks it (an error names the rows
 and the problem, before any simulation), and prints each policy's predicted P50/P90/P99 E2EL and P50 TTFT with
 95 % block-bootstrap CIs, the capacity the service model has for these requests and the load ρ they imply
-(:func:`asrsched.sim.replay.replay`). ``--out DIR`` writes ``replay.csv`` and ``replay.json`` (the setting and
+(:func:`asrsched.sim.replay.replay_policies`). ``--out DIR`` writes ``replay.csv`` and ``replay.json`` (the setting and
 provenance). Exit status 2 on bad input.
 
     asrsched replay requests.jsonl --service cpu --policies fcfs sjf hrrn nudge_m4_1.35
@@ -19,7 +19,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from asrsched.sim.replay import REPLAY_METRICS, read_requests, replay
+from asrsched.sim.replay import REPLAY_METRICS, read_requests, replay_policies
 
 __all__ = ["main", "format_replay"]
 
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     try:
         sm, mns = _service(a.service)
         req = read_requests(a.log)
-        tab, info = replay(
+        tab, info = replay_policies(
             req,
             sm,
             a.policies,
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         tab.to_csv(out / "replay.csv", index=False)
-        cmd = " ".join(shlex.quote(x) for x in ["asrsched", "replay", *argv])
+        cmd = " ".join(shlex.quote(x) for x in ["asrsched", "replay_policies", *argv])
         (out / "replay.json").write_text(
             json.dumps({**info, "provenance": provenance(cmd, vars(a))}, indent=1, default=str)
         )

@@ -1,7 +1,7 @@
 """Priority classes: the class first, a duration policy inside each class, and an optional aging bound.
 
 vLLM requests carry a ``priority`` (lower is served first; orchestrators such as NVIDIA Dynamo set it), and
-so do the jobs here (:attr:`asrsched.core.policies.Job.priority`). :class:`ClassQueue` keeps one waiting
+so do the jobs here (``Job.priority``, :class:`asrsched.core.policies.Job`). :class:`ClassQueue` keeps one waiting
 queue of an inner policy (FCFS, SJF, HRRN, γ-Boost, ...) per priority value and admits from the best
 non-empty class, by the inner policy. With ``aging_s`` a request of a lower class that has waited at least
 ``aging_s`` seconds is admitted first (the longest-waiting such request), so no request of a lower class

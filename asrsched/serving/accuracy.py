@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from asrsched.core.provenance import ROOT
 from asrsched.serving.study_stats import sim_error_summary
 
 __all__ = ["SOURCES", "load_results", "accuracy_table", "accuracy_markdown", "main", "BEGIN", "END", "TARGET_PCT"]
 
-ROOT = Path(__file__).resolve().parents[2]
 #: the committed real-engine results, relative to the checkout
 SOURCES = (
     "figures/04_real_serving/real_engine_results.csv",

@@ -8,7 +8,7 @@ fields. A request log's lines (written as requests end) are put in arrival order
 times, a missing or negative duration, an unknown column, a language the service model has no kappa for, a
 load the model cannot serve.
 
-:func:`replay` then runs every policy on that one trace (common random numbers) in the calibrated simulator:
+:func:`replay_policies` then runs every policy on that one trace (common random numbers) in the calibrated simulator:
 the service model (a profile, or one fitted from the same deployment's vLLM step log,
 :mod:`asrsched.serving.vllm_steps`) gives the service times, the estimate error
 (:mod:`asrsched.core.estimate_error`, default ``"real"``) draws the tokens each request decodes. Per policy:
@@ -34,12 +34,19 @@ from asrsched.core.workloads import Trace, true_tokens
 from asrsched.sim.capacity import trace_capacity
 from asrsched.sim.engine import simulate
 
-__all__ = ["read_requests", "requests_trace", "replay", "REPLAY_METRICS", "ARRIVAL_COLUMNS", "DURATION_COLUMNS"]
+__all__ = [
+    "read_requests",
+    "requests_trace",
+    "replay_policies",
+    "REPLAY_METRICS",
+    "LOG_ARRIVAL_COLUMNS",
+    "LOG_DURATION_COLUMNS",
+]
 
-ARRIVAL_COLUMNS = ("arrival_unix_s", "arrival_s")
-DURATION_COLUMNS = ("audio_duration_s", "duration_s")
+LOG_ARRIVAL_COLUMNS = ("arrival_unix_s", "arrival_s")
+LOG_DURATION_COLUMNS = ("audio_duration_s", "duration_s")
 _OPTIONAL = {"language", "priority", "speech_duration_s", "n_chunks", "status", "e2el_s", "path"}
-#: what :func:`replay` reports per policy, in ms (``vllm bench serve`` names)
+#: what :func:`replay_policies` reports per policy, in ms (``vllm bench serve`` names)
 REPLAY_METRICS = {
     "p50_e2el_ms": ("e2el", 50),
     "p90_e2el_ms": ("e2el", 90),
@@ -71,18 +78,18 @@ def read_requests(path) -> pd.DataFrame:
         offset = 2
     if df.empty:
         raise ValueError(f"LOG: {p} holds no requests")
-    arr = [c for c in ARRIVAL_COLUMNS if c in df]
-    dur = [c for c in DURATION_COLUMNS if c in df]
-    unknown = sorted(set(df.columns) - set(ARRIVAL_COLUMNS) - set(DURATION_COLUMNS) - _OPTIONAL)
+    arr = [c for c in LOG_ARRIVAL_COLUMNS if c in df]
+    dur = [c for c in LOG_DURATION_COLUMNS if c in df]
+    unknown = sorted(set(df.columns) - set(LOG_ARRIVAL_COLUMNS) - set(LOG_DURATION_COLUMNS) - _OPTIONAL)
     if unknown:
         raise ValueError(
-            f"LOG: unknown column(s) {unknown}; a request needs {' or '.join(ARRIVAL_COLUMNS)} and "
-            f"{' or '.join(DURATION_COLUMNS)}, optionally {sorted(_OPTIONAL)}"
+            f"LOG: unknown column(s) {unknown}; a request needs {' or '.join(LOG_ARRIVAL_COLUMNS)} and "
+            f"{' or '.join(LOG_DURATION_COLUMNS)}, optionally {sorted(_OPTIONAL)}"
         )
     if len(arr) != 1 or len(dur) != 1:
         raise ValueError(
-            f"LOG: need exactly one arrival column ({' or '.join(ARRIVAL_COLUMNS)}) and one duration column "
-            f"({' or '.join(DURATION_COLUMNS)}); got {list(df.columns)}"
+            f"LOG: need exactly one arrival column ({' or '.join(LOG_ARRIVAL_COLUMNS)}) and one duration column "
+            f"({' or '.join(LOG_DURATION_COLUMNS)}); got {list(df.columns)}"
         )
     a = pd.to_numeric(df[arr[0]], errors="coerce").to_numpy(float)
     d = pd.to_numeric(df[dur[0]], errors="coerce").to_numpy(float)
@@ -123,7 +130,7 @@ def requests_trace(req: pd.DataFrame, service: ServiceModel, *, estimate_error="
     tok = true_tokens(
         np.random.default_rng(seed), dur, kappa, estimate_error=as_estimate_error(estimate_error), language=lang
     )
-    return Trace(req["arrival_s"].to_numpy(float), dur, lang, tok, meta={"source": "replay", "seed": seed})
+    return Trace(req["arrival_s"].to_numpy(float), dur, lang, tok, meta={"source": "replay_policies", "seed": seed})
 
 
 def _block_ci(arrival, values, q: float, block_s: float, n_boot: int, rng) -> tuple[float, float]:
@@ -142,7 +149,7 @@ def _block_ci(arrival, values, q: float, block_s: float, n_boot: int, rng) -> tu
     return percentile_ci(draws)
 
 
-def replay(
+def replay_policies(
     req: pd.DataFrame,
     service: ServiceModel,
     policies=("fcfs", "sjf", "hrrn"),

@@ -60,7 +60,7 @@ AUDIO_PATHS = ("/v1/audio/transcriptions", "/v1/audio/translations")
 VAD_ENV = "ASRSCHED_MIDDLEWARE_VAD"
 MAX_MB_ENV = "ASRSCHED_MIDDLEWARE_MAX_MB"
 XARG_VAD = "asrsched_vad"
-WINDOW_S = 30.0  # Whisper's window: the request log's n_chunks
+_WINDOW_S = 30.0  # Whisper's window: the request log's n_chunks
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -333,7 +333,7 @@ class DurationMiddleware:
                 "speech_duration_s": xa.get("speech_duration_s"),
                 "language": fields.get("language"),
                 "priority": xa.get("priority", fields.get("priority")),
-                "n_chunks": max(1, math.ceil(float(dur) / WINDOW_S)) if isinstance(dur, (int, float)) else None,
+                "n_chunks": max(1, math.ceil(float(dur) / _WINDOW_S)) if isinstance(dur, (int, float)) else None,
                 "path": str(scope.get("path", "")),
             }
 

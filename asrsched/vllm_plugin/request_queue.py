@@ -20,7 +20,7 @@ from asrsched.core.priority import check_priority
 from asrsched.vllm_plugin.config import DEFAULT_POLICY
 from asrsched.vllm_plugin.size_estimate import SizeEstimator
 
-__all__ = ["PolicyRequestQueue", "is_preempted"]
+__all__ = ["PolicyRequestQueue", "is_preempted", "request_priority"]
 
 log = logging.getLogger("asrsched.vllm_plugin.scheduler")
 

@@ -12,7 +12,7 @@ import pytest
 from asrsched.core.service import ServiceModel
 from asrsched.core.workloads import make_trace
 from asrsched.sim.engine import simulate
-from asrsched.sim.replay import read_requests, replay, requests_trace
+from asrsched.sim.replay import read_requests, replay_policies, requests_trace
 
 SVC = ServiceModel(encode_s_per_window=0.3, decode_s_per_token=0.02, overhead_s=0.05, kappa={"en": 3.3, "id": 4.0})
 
@@ -30,7 +30,7 @@ def test_replay_runs_every_policy_on_the_logged_traffic(csv):
     path, df = csv
     req = read_requests(path)
     assert req.arrival_s.iloc[0] == 0 and np.allclose(np.diff(req.arrival_s), np.diff(df.arrival_s))
-    tab, info = replay(req, SVC, ["fcfs", "sjf", "nudge_m4_1"], max_num_seqs=4, n_boot=300)
+    tab, info = replay_policies(req, SVC, ["fcfs", "sjf", "nudge_m4_1"], max_num_seqs=4, n_boot=300)
     assert list(tab.policy) == ["fcfs", "sjf", "nudge_m4_1"] and 0 < info["rho"] < 1
     assert info["rate_rps"] == pytest.approx(799 / (df.arrival_s.iloc[-1] - df.arrival_s.iloc[0]))
     # the FCFS row is the simulator's run of that trace, and each value lies inside its CI
@@ -60,7 +60,7 @@ def test_the_request_log_replays_as_it_is_written(tmp_path):
     lines = (tmp_path / "requests.jsonl").read_text().splitlines()
     (tmp_path / "shuffled.jsonl").write_text("\n".join(np.random.default_rng(1).permutation(lines)) + "\n")
     assert read_requests(tmp_path / "shuffled.jsonl").equals(req)
-    tab, info = replay(req, SVC, ["fcfs", "hrrn"], max_num_seqs=8, n_boot=200)
+    tab, info = replay_policies(req, SVC, ["fcfs", "hrrn"], max_num_seqs=8, n_boot=200)
     assert len(tab) == 2 and info["n_requests"] == 300
 
 
@@ -93,9 +93,11 @@ def test_bad_input_is_named_before_any_work(csv, tmp_path):
         with pytest.raises(ValueError, match=match):
             read_requests(_write(tmp_path, bad))
     with pytest.raises(ValueError, match=r"language\(s\) \['fr'\] in row\(s\) 9 have no kappa"):
-        replay(read_requests(_write(tmp_path, df.assign(language=df.language.where(df.index != 7, "fr")))), SVC)
+        replay_policies(
+            read_requests(_write(tmp_path, df.assign(language=df.language.where(df.index != 7, "fr")))), SVC
+        )
     with pytest.raises(ValueError, match=r"the log's rate .* is \d\.\d\d of the capacity .* cannot serve this traffic"):
-        replay(read_requests(_write(tmp_path, df.assign(arrival_s=df.arrival_s / 4))), SVC, max_num_seqs=4)
+        replay_policies(read_requests(_write(tmp_path, df.assign(arrival_s=df.arrival_s / 4))), SVC, max_num_seqs=4)
     with pytest.raises(FileNotFoundError, match="LOG: .* not found"):
         read_requests(tmp_path / "missing.csv")
 
