@@ -217,21 +217,26 @@ def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_
     tokens = client_tokens(probe, "base").sum() + client_tokens(sat_rec, "base").sum()
     assert abs(steps["n_seqs"].sum() - tokens) <= 2 * (len(probe) + len(sat_rec)), (steps["n_seqs"].sum(), tokens)
     assert steps["n_seqs"].max() == 2
-    # the step model fitted to that log (the study's vllm_step_model.json): batch-2 steps cost more, and the
-    # median regression follows the measured steps: its decode step at batch 1 and 2 lies within that batch
-    # size's P5-P95 (how spread the steps are depends on what else the machine runs: a CI run beside a
-    # browser test measured a median error of 79 %, a quiet one 2 %; one CI run put the batch-2 step 0.2 %
-    # above a tight P90, since one line through two batch sizes need not pass through both medians; the
-    # fit's robustness is tests/serving/test_vllm_steps.py's), and the error it records is that of its steps
+    # the step model fitted to that log (the study's vllm_step_model.json). The batch-1 steps (the probe) and the
+    # batch-2 steps (the saturation run) are logged at different times: on a CI machine whose other worker loads
+    # the CPU in one phase and not the other, the batch-1 steps came out slower than the batch-2 steps (P5-P95
+    # 0.013-0.042 s against 0.013-0.016 s), and the exact median regression, whose batch slope cannot be negative,
+    # is then one flat line through both. So: batch-2 steps cost no less, each fitted step lies inside the band the
+    # decode steps of both sizes span, the line is the exact median regression (as many steps above it as below),
+    # and the error it records is that of its steps (the fit's robustness: tests/serving/test_vllm_steps.py)
     assert m.step_s(2) >= m.step_s(1)
     table = step_time_table(steps)
+    dec = steps[steps.n_encoder == 0]
+    bands = {b: dec[dec.n_seqs == b].step_s.quantile([0.05, 0.95]).to_numpy() for b in (1, 2)}
+    lo, hi = min(v[0] for v in bands.values()), max(v[1] for v in bands.values())
     for b in (1, 2):
-        row = table[(table.encoder == 0) & (table.n_seqs == b)].iloc[0]
-        decode = steps[(steps.n_encoder == 0) & (steps.n_seqs == b)].step_s
-        lo, hi = decode.quantile([0.05, 0.95])
-        assert lo <= m.step_s(b) <= hi, (b, m.step_s(b), lo, hi, row.to_dict())
+        assert lo <= m.step_s(b) <= hi, (b, m.step_s(b), bands, table.to_dict("records"))
     f = m.fit
     pred = f["base_s"] + f["per_seq_s"] * steps["n_seqs"] + f["encoder_s"] * steps["n_encoder"]
+    res = (steps.step_s - pred).to_numpy()
+    if f["base_s"] > 0:  # an interior intercept of a median regression: as many steps above the line as below it
+        above, below, on = (res > 1e-9).sum(), (res < -1e-9).sum(), (np.abs(res) <= 1e-9).sum()
+        assert abs(above - below) <= on, (above, below, on)
     assert f["median_abs_rel_err"] == pytest.approx(float(np.median(np.abs(pred - steps.step_s) / steps.step_s)))
     # vllm bench serve sent the clips our load generator sent, in the same order, and timed each
     clips = [json.loads(x)["audio"] for x in (d / "bench_serve" / "bench_serve_clips.jsonl").read_text().splitlines()]
