@@ -162,7 +162,10 @@ def test_streamed_transcription_carries_the_duration_to_the_scheduler(server):
             pieces.append(ev["choices"][0]["delta"].get("content") or "")
     total = time.perf_counter() - t0
     text = "".join(pieces).strip()
-    assert events[-1] == "[DONE]" and len(events) >= 5  # streamed piece by piece
+    # an SSE stream of transcription chunks that ends in [DONE]. How many chunks depends on how often vLLM's API
+    # server gets the CPU: on a quiet machine one per few tokens, under a CI worker's load all the text came in one
+    # chunk (2 events), so the count is not the property; the first chunk coming before the end is
+    assert events[-1] == "[DONE]" and len(events) >= 2 and len(pieces) == len(events) - 1
     assert first < total
     norm = jiwer.Compose(
         [
