@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from asrsched.app.params import as_flag
 from asrsched.core.policies import validate_policies
 from asrsched.sim.class_study import ClassStudyConfig, class_runs, class_table
 
@@ -65,11 +66,7 @@ def main(argv=None) -> int:
         )
         validate_policies(cfg.policies())
     except ValueError as e:
-        msg = str(e)
-        for name, flag in _FLAG.items():
-            if msg.startswith(name):
-                msg = flag + msg[len(name) :]
-        print(f"asrsched classes: {msg}", file=sys.stderr)
+        print(f"asrsched classes: {as_flag(str(e), _FLAG)}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     runs = class_runs(cfg, workers=a.workers, progress=False)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from asrsched.app.params import as_flag
 from asrsched.sim.frontier import FrontierConfig, run_frontier
 from asrsched.sim.frontier_report import frontier_table, recommendations
 
@@ -132,12 +133,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _as_flag(e: Exception) -> str:
     """The error with the parameter named as the user wrote it (``--rhos``, not ``rhos``)."""
-    msg = str(e)
-    for name, flag in _FLAG.items():
-        for sep in (":", " "):
-            if msg.startswith(name + sep):
-                return flag + msg[len(name) :]
-    return msg
+    return as_flag(str(e), _FLAG)
 
 
 def main(argv=None) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "as_flag",
     "parse_value",
     "load_params",
     "notebook_parameters",
@@ -133,6 +134,16 @@ def check_parameters(nb: str | os.PathLike, params: Mapping[str, Any]) -> dict[s
         raise ValueError(f"{stem}: " + "; ".join(bad))
     run_checks(nb, params)
     return known
+
+
+def as_flag(message: str, flags: Mapping[str, str]) -> str:
+    """A library error with its parameter named as a command-line user wrote it: ``as_flag("rhos must be > 0",
+    {"rhos": "--rhos"})`` is ``"--rhos must be > 0"``; the name must open the message, followed by ``:``, ``,``
+    or a space. A message naming none of ``flags`` comes back unchanged (the CLI twin of :func:`named_as`)."""
+    for name, flag in flags.items():
+        if any(message.startswith(name + sep) for sep in (":", ",", " ")):
+            return flag + message[len(name) :]
+    return message
 
 
 @contextlib.contextmanager

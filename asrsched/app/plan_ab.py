@@ -33,6 +33,7 @@ from asrsched.abtest.plan_report import (
     precision_table,
 )
 from asrsched.abtest.planner import PlanConfig, PlanResult
+from asrsched.app.params import as_flag
 
 __all__ = ["main", "save_plan", "load_plan", "format_plan"]
 
@@ -58,11 +59,7 @@ _FLAG = {  # PlanConfig field -> the flag a user wrote
 
 def _as_flag(e: Exception) -> str:
     """The error with the parameter named as the user wrote it (``--rho``, not ``rho``)."""
-    msg = str(e)
-    for field, flag in _FLAG.items():
-        if msg.startswith(field + ":") or msg.startswith(field + ","):
-            return flag + msg[len(field) :]
-    return msg
+    return as_flag(str(e), _FLAG)
 
 
 def save_plan(res: PlanResult, out, command: str | None = None) -> Path:

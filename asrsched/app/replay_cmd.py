@@ -19,6 +19,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from asrsched.app.params import as_flag
 from asrsched.sim.replay import REPLAY_METRICS, read_requests, replay_policies
 
 __all__ = ["main", "format_replay"]
@@ -83,10 +84,7 @@ def main(argv=None) -> int:
             seed=a.seed,
         )
     except (ValueError, FileNotFoundError) as e:
-        msg = str(e)
-        for name, flag in flags.items():
-            if msg.startswith(name + ":"):
-                msg = flag + msg[len(name) :]
+        msg = as_flag(str(e), flags)
         if msg.startswith("unknown policy"):
             msg = "--policies: " + msg
         print(f"asrsched replay: {msg}", file=sys.stderr)

@@ -43,7 +43,7 @@ class ClassStudyConfig:
     seeds: int = 8
     n_requests: int = 3000
     max_num_seqs: int = 4
-    service: dict | None = None  # None: the packaged CPU profile is chosen by the caller; here the default model
+    service: dict | None = None  # a ServiceModel's to_dict() form; None: the default (A100) model
 
     def __post_init__(self) -> None:
         if self.workload not in workload_names():

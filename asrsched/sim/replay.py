@@ -137,7 +137,7 @@ def _block_ci(arrival, values, q: float, block_s: float, n_boot: int, rng) -> tu
     """The 95 % percentile interval of the ``q``-th percentile of ``values`` over resamples of whole
     ``block_s`` windows of arrival time (the requests in arrival order)."""
     blocks = np.floor((arrival - arrival[0]) / block_s).astype(np.int64)
-    ids, starts = np.unique(blocks, return_index=True)
+    _, starts = np.unique(blocks, return_index=True)
     groups = np.split(values, starts[1:])
     k = len(groups)
     if k < 2:
