@@ -184,8 +184,10 @@ def test_streamed_transcription_carries_the_duration_to_the_scheduler(server):
     print(f"\nstreamed {len(events) - 1} events; first after {first:.2f} s, done after {total:.2f} s: {text!r}")
 
 
-def test_sjf_admission_order_through_the_server(server):
-    """A long request holds the only slot; three more arrive longest first; SJF admits them shortest first."""
+def queue_behind_blocker(server, names, priority=None):
+    """A 26 s request holds the only slot; then ``names`` (of the clips l 9 s, m 4.5 s, s 2 s) are sent in that
+    order, 50 ms apart, while it runs (``priority``: a priority per tag, blocker included). The HTTP statuses and
+    the admissions of these requests, in admission order."""
     words = LONG.split()
     blocker, _ = synthesize_to_duration(LONG, "en", 26.0)
     clips = {}
@@ -194,9 +196,9 @@ def test_sjf_admission_order_through_the_server(server):
     results: dict[str, int] = {}
 
     def send(tag, audio):
-        u, data, files = post(server["url"], audio, stream=False, tag=tag, duration=len(audio) / 16000)
-        r = httpx.post(u, data=data, files=files, timeout=600)
-        results[tag] = r.status_code
+        p = None if priority is None else priority[tag]
+        u, data, files = post(server["url"], audio, stream=False, tag=tag, duration=len(audio) / 16000, priority=p)
+        results[tag] = httpx.post(u, data=data, files=files, timeout=600).status_code
 
     n0 = len(admissions(server["admissions"]))
     th = [threading.Thread(target=send, args=("blocker", blocker))]
@@ -205,15 +207,20 @@ def test_sjf_admission_order_through_the_server(server):
     while not any((a.get("extra_args") or {}).get("tag") == "blocker" for a in admissions(server["admissions"])[n0:]):
         assert time.time() - t0 < 120, "the blocker was never admitted"
         time.sleep(0.02)
-    for name in ("l", "m", "s"):  # longest first: FCFS would admit l, m, s
+    for name in names:
         t = threading.Thread(target=send, args=(name, clips[name]))
         t.start()
         th.append(t)
         time.sleep(0.05)
     for t in th:
         t.join(600)
+    return results, [a for a in admissions(server["admissions"])[n0:] if (a.get("extra_args") or {}).get("tag")]
+
+
+def test_sjf_admission_order_through_the_server(server):
+    """A long request holds the only slot; three more arrive longest first; SJF admits them shortest first."""
+    results, recs = queue_behind_blocker(server, ("l", "m", "s"))  # longest first: FCFS would admit l, m, s
     assert results == {"blocker": 200, "l": 200, "m": 200, "s": 200}
-    recs = [a for a in admissions(server["admissions"])[n0:] if (a.get("extra_args") or {}).get("tag")]
     order = [a["extra_args"]["tag"] for a in recs]
     print("\nserver admission order:", order, "waits:", [round(a["wait_s"], 2) for a in recs])
     # every decision was SJF among the requests waiting at that instant
@@ -228,36 +235,9 @@ def test_priority_classes_change_the_admission_order_through_the_server(server):
     """A long request holds the only slot; three more queue: a short one of the batch class (priority 1) and two
     interactive ones (priority 0). The plug-in's ``class_sjf`` admits the interactive class first, shortest first,
     then the batch request, although SJF alone would admit the short batch request first."""
-    words = LONG.split()
-    blocker, _ = synthesize_to_duration(LONG, "en", 26.0)
-    clips = {}
-    for name, n, target in [("l", 24, 9.0), ("m", 12, 4.5), ("s", 5, 2.0)]:
-        clips[name], _ = synthesize_to_duration(" ".join(words[:n]), "en", target)
     prio = {"blocker": 0, "l": 0, "m": 0, "s": 1}
-    results: dict[str, int] = {}
-
-    def send(tag, audio):
-        u, data, files = post(
-            server["url"], audio, stream=False, tag=tag, duration=len(audio) / 16000, priority=prio[tag]
-        )
-        results[tag] = httpx.post(u, data=data, files=files, timeout=600).status_code
-
-    n0 = len(admissions(server["admissions"]))
-    th = [threading.Thread(target=send, args=("blocker", blocker))]
-    th[0].start()
-    t0 = time.time()
-    while not any((a.get("extra_args") or {}).get("tag") == "blocker" for a in admissions(server["admissions"])[n0:]):
-        assert time.time() - t0 < 120, "the blocker was never admitted"
-        time.sleep(0.02)
-    for name in ("s", "l", "m"):
-        t = threading.Thread(target=send, args=(name, clips[name]))
-        t.start()
-        th.append(t)
-        time.sleep(0.05)
-    for t in th:
-        t.join(600)
+    results, recs = queue_behind_blocker(server, ("s", "l", "m"), priority=prio)
     assert results == {"blocker": 200, "l": 200, "m": 200, "s": 200}
-    recs = [a for a in admissions(server["admissions"])[n0:] if (a.get("extra_args") or {}).get("tag")]
     order = [a["extra_args"]["tag"] for a in recs]
     assert [a["extra_args"]["priority"] for a in recs] == [prio[t] for t in order]
     assert order == ["blocker", "m", "l", "s"], order
