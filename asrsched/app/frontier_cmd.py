@@ -8,7 +8,8 @@ provenance, seconds). Every parameter is checked before any simulation; the exit
 with the flag named.
 
 Service models: ``a100`` (the study's Whisper-large-v3 on an A100, 32 sequences; an engineering estimate,
-:func:`asrsched.core.service.default_service_model`) and ``cpu`` (the packaged measured profile of
+:func:`asrsched.core.service.default_service_model`), ``h200`` (Whisper-large-v3 on an H200 fitted to published
+measurements, :func:`asrsched.profiling.published.published_service_model`, 32 sequences) and ``cpu`` (the packaged measured profile of
 Whisper base on 2 CPU threads, :func:`asrsched.profiling.run.packaged_profile`, 4 sequences as vLLM-CPU
 runs it).
 
@@ -34,7 +35,7 @@ from asrsched.sim.frontier_report import frontier_table, recommendations
 __all__ = ["main", "service_models", "save_frontier", "load_frontier", "format_recommendations", "SERVICES"]
 
 #: the service models a frontier can run on
-SERVICES = ("a100", "cpu")
+SERVICES = ("a100", "h200", "cpu")
 _FLAG = {
     "workloads": "--workloads",
     "rhos": "--rhos",
@@ -56,6 +57,10 @@ def service_models(names) -> dict:
     for n in names:
         if n == "a100":
             out[n] = (None, 32)
+        elif n == "h200":
+            from asrsched.profiling.published import published_service_model
+
+            out[n] = (published_service_model().to_dict(), 32)
         elif n == "cpu":
             from asrsched.profiling.run import packaged_profile
 
