@@ -41,6 +41,7 @@ COMMANDS["plan-ab"] = "asrsched.app.plan_ab:main"
 COMMANDS["frontier"] = "asrsched.app.frontier_cmd:main"
 COMMANDS["replay"] = "asrsched.app.replay_cmd:main"
 COMMANDS["classes"] = "asrsched.app.class_cmd:main"
+COMMANDS["uploads"] = "asrsched.app.upload_cmd:main"
 
 
 def _cmd_list(args) -> int:

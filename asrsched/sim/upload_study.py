@@ -63,7 +63,7 @@ class UploadStudyConfig:
             raise ValueError(f"upload_share: must lie in (0, 1), got {self.upload_share!r}")
         if not (30 < self.upload_lo_s <= self.upload_hi_s and math.isfinite(self.upload_hi_s)):
             raise ValueError(
-                f"upload_lo_s, upload_hi_s: need 30 < lo <= hi (an upload is longer than one window), "
+                f"upload_lo_s: need 30 s < upload_lo_s <= upload_hi_s (an upload is longer than one window), "
                 f"got {self.upload_lo_s!r}, {self.upload_hi_s!r}"
             )
         for s in self.sizings:
@@ -72,7 +72,10 @@ class UploadStudyConfig:
             raise ValueError("seeds: need at least 2 (and n_requests at least 200)")
         if "fcfs" not in self.policies:
             raise ValueError("policies: FCFS is the baseline and must be one of them")
-        validate_policies([p for p in self.policies if p != "nudge_m4"])
+        try:
+            validate_policies([p for p in self.policies if p != "nudge_m4"])
+        except ValueError as e:
+            raise ValueError(f"policies: {e}") from None
 
     def variants(self, nudge: str) -> list[tuple[str, str, str]]:
         """``(policy, mode, sizing)`` of every run of a seed; ``nudge_m4`` stands for ``nudge``."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from asrsched.core.policies import allowed_policies_text, make_queue, validate_policies
 from asrsched.core.service import ServiceModel, check_kappa, default_service_model
+from asrsched.core.uploads import DEFAULT_SIZING, check_sizing
 from asrsched.vllm_plugin.size_estimate import check_default_language
 
 __all__ = ["PluginConfig", "CONFIG_KEYS", "ENV_VARS", "DEFAULT_POLICY"]
@@ -33,6 +34,7 @@ ENV_VARS = {
     "admission_log": "ASRSCHED_ADMISSION_LOG",
     "step_log": "ASRSCHED_STEP_LOG",
     "policy_switch": "ASRSCHED_POLICY_SWITCH",
+    "upload_sizing": "ASRSCHED_UPLOAD_SIZING",
 }
 CONFIG_KEYS = tuple(ENV_VARS)
 DEFAULT_POLICY = "sjf"
@@ -73,6 +75,7 @@ class PluginConfig:
     admission_log: str | None = None
     step_log: str | None = None
     policy_switch: bool = False
+    upload_sizing: str = DEFAULT_SIZING
 
     def __post_init__(self) -> None:
         try:  # a family's name (gamma_boost_0.5, nudge_m4_1) registers itself here
@@ -91,6 +94,7 @@ class PluginConfig:
             raise ValueError(f"asrsched unknown_duration_s must be a positive number of seconds, got {u!r}")
         object.__setattr__(self, "unknown_duration_s", u)
         object.__setattr__(self, "policy_switch", _flag(self.policy_switch, "policy_switch"))
+        object.__setattr__(self, "upload_sizing", check_sizing(self.upload_sizing, "asrsched upload_sizing"))
         check_default_language(self.service_model, self.default_language)
         make_queue(self.policy, **dict(self.policy_params))  # bad parameters fail now, naming themselves
 
@@ -149,4 +153,6 @@ class PluginConfig:
                 kw[key] = str(raw[key])
         if "policy_switch" in raw:
             kw["policy_switch"] = _flag(raw["policy_switch"], "policy_switch")
+        if "upload_sizing" in raw:
+            kw["upload_sizing"] = str(raw["upload_sizing"])
         return cls(**kw)

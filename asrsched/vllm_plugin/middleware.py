@@ -22,7 +22,8 @@ For ``POST /v1/audio/transcriptions`` and ``/v1/audio/translations`` with a mult
    a dict — numbers arrive as text and are turned back into numbers;
 4. moves a form field ``priority`` into it (vLLM's transcription API has none; the plug-in's class policies
    read it there, :func:`asrsched.vllm_plugin.request_queue.request_priority`), adds ``audio_duration_s``
-   (unless the client sent one) and, when asked, the speech duration
+   (unless the client sent one), for audio longer than one window an ``upload_id`` and the
+   ``upload_duration_s`` (the plug-in's ``upload_sizing`` reads them) and, when asked, the speech duration
    after voice-activity detection as ``speech_duration_s`` (``ASRSCHED_MIDDLEWARE_VAD=energy``
    or ``silero`` for every request, or ``vllm_xargs`` key ``asrsched_vad`` per request; this one
    decodes the samples and costs more);
@@ -48,6 +49,7 @@ import os
 import re
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -212,6 +214,9 @@ def rewrite_multipart(
     except AudioError:
         return None  # vLLM answers a bad upload with its own error
     xargs.setdefault("audio_duration_s", round(float(info.duration_s), 4))
+    if float(info.duration_s) > _WINDOW_S:  # a long upload: vLLM cuts it into chunks that the plug-in may size together
+        xargs.setdefault("upload_duration_s", xargs["audio_duration_s"])
+        xargs.setdefault("upload_id", uuid.uuid4().hex)
     if form_priority is not None:
         xargs.setdefault("priority", form_priority)
     method = str(xargs.pop(XARG_VAD, "") or vad or "").strip().lower()

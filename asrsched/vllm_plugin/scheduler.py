@@ -27,13 +27,19 @@ in process:
 ``speech_duration_s``  optional, speech length after VAD (used instead when given);
 ``language``           optional, picks kappa (else the default language);
 ``est_service_s``      optional, an estimate computed by the client (used as is);
-``policy``             optional, read only with ``policy_switch`` on (see below).
+``policy``             optional, read only with ``policy_switch`` on (see below);
+``upload_id``, ``upload_duration_s``, ``chunk_index``  optional, a long upload's id and total duration and a
+                       chunk's place in it (the middleware adds the first two; vLLM's engine request id of
+                       a chunk, ``<id>-<index>-<random>``, gives the index).
 
 The estimate is ``ServiceModel.est_service(d, language, max_tokens=max_tokens)`` (the
 package's one size estimate: ``windows x encode + min(kappa x d, max_tokens) x step(1) +
 overhead``) with ``d = min(duration, window_s)``: vLLM cuts audio longer than one 30 s window
 into chunks, each an engine request with the same ``extra_args``, so every engine
-request holds at most one window of audio. The language is the requested one when the
+request holds at most one window of audio. With ``upload_sizing`` ``upload`` or ``remaining`` a chunk
+is sized by its whole upload or by the upload from the chunk on instead
+(:func:`asrsched.core.uploads.sized_duration`, the simulator's rule); an upload id seen before with
+another duration, or a chunk index outside the upload, is logged and the chunk sized by its window. The language is the requested one when the
 service model has a kappa for it, else ``default_language``
 (:class:`~asrsched.vllm_plugin.size_estimate.SizeEstimator`).
 
@@ -82,6 +88,11 @@ step_log            ``ASRSCHED_STEP_LOG``               path of a JSON-lines log
 policy_switch       ``ASRSCHED_POLICY_SWITCH``          true: a request whose ``extra_args`` name a
                                                         ``policy`` switches the waiting queue to it
                                                         before it is queued (false)
+upload_sizing       ``ASRSCHED_UPLOAD_SIZING``          the size of a chunk of a long upload: ``chunk``
+                                                        (its own window), ``upload`` (the whole
+                                                        upload) or ``remaining`` (from the chunk to the
+                                                        upload's end); :mod:`asrsched.core.uploads`
+                                                        (``chunk``)
 ==================  ==================================  ===============================================
 
 Switching policy at run time (``policy_switch``)
@@ -214,7 +225,10 @@ def _build_classes() -> dict[str, type]:
                 self.asrsched_config = PluginConfig.from_sources(sub)
                 c = self.asrsched_config
                 self._asrsched_estimator = SizeEstimator(
-                    c.service_model, default_language=c.default_language, unknown_duration_s=c.unknown_duration_s
+                    c.service_model,
+                    default_language=c.default_language,
+                    unknown_duration_s=c.unknown_duration_s,
+                    upload_sizing=c.upload_sizing,
                 )
                 self.waiting = PolicyRequestQueue(
                     c.policy, estimator=self._asrsched_estimator, policy_params=c.policy_params
@@ -308,6 +322,7 @@ def _build_classes() -> dict[str, type]:
                         "duration_s": info.get("duration_s"),
                         "language": job.language,
                         "source": info.get("source"),
+                        **{k: info[k] for k in ("sizing", "upload_s", "chunk_index") if k in info},
                         "depth": depth,
                         "preemptions": getattr(req, "num_preemptions", 0),
                         "extra_args": getattr(getattr(req, "sampling_params", None), "extra_args", None),

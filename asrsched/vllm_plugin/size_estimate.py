@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from asrsched.core.service import ServiceModel, default_service_model
+from asrsched.core.uploads import DEFAULT_SIZING, UploadRegistry, check_sizing, n_chunks, sized_duration
 
 __all__ = [
     "SizeEstimator",
@@ -24,6 +25,10 @@ __all__ = [
     "XARG_LANGUAGE",
     "XARG_EST",
     "XARG_POLICY",
+    "XARG_UPLOAD_ID",
+    "XARG_UPLOAD_DURATION",
+    "XARG_CHUNK_INDEX",
+    "chunk_index_from_id",
 ]
 
 log = logging.getLogger("asrsched.vllm_plugin.scheduler")
@@ -35,6 +40,17 @@ XARG_LANGUAGE = "language"
 XARG_EST = "est_service_s"
 #: the policy a request asks the waiting queue to run (read only when the plug-in's ``policy_switch`` is on)
 XARG_POLICY = "policy"
+#: a long upload: its id, its total duration (s) and, from a client that cuts it itself, a chunk's place in it
+XARG_UPLOAD_ID = "upload_id"
+XARG_UPLOAD_DURATION = "upload_duration_s"
+XARG_CHUNK_INDEX = "chunk_index"
+
+
+def chunk_index_from_id(request_id: Any) -> int | None:
+    """The chunk index vLLM writes into the engine request id of a chunk of a long upload
+    (``<request id>-<index>-<8 random characters>``), else ``None``."""
+    parts = str(request_id).rsplit("-", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
 
 
 def check_default_language(model: ServiceModel, language: str) -> str:
@@ -94,11 +110,18 @@ class SizeEstimator:
     """
 
     def __init__(
-        self, model: ServiceModel | None = None, *, default_language: str = "en", unknown_duration_s: float = 30.0
+        self,
+        model: ServiceModel | None = None,
+        *,
+        default_language: str = "en",
+        unknown_duration_s: float = 30.0,
+        upload_sizing: str = DEFAULT_SIZING,
     ):
         self.model = model or default_service_model()
         self.default_language = check_default_language(self.model, default_language)
         self.unknown_duration_s = float(unknown_duration_s)
+        self.upload_sizing = check_sizing(upload_sizing, "asrsched upload_sizing")
+        self.uploads = UploadRegistry()
         self._warned: set[str] = set()
 
     def language(self, requested: Any) -> str:
@@ -111,8 +134,10 @@ class SizeEstimator:
             self._warned.add(what)
             log.warning("asrsched: %s (further cases not logged)", msg)
 
-    def estimate_from(self, extra_args: Mapping[str, Any] | None, max_tokens: int | None) -> tuple[float, dict]:
-        """Estimate from a request's ``extra_args`` and ``max_tokens`` (engine-free, for tests)."""
+    def estimate_from(
+        self, extra_args: Mapping[str, Any] | None, max_tokens: int | None, request_id: Any = None
+    ) -> tuple[float, dict]:
+        """Estimate from a request's ``extra_args``, ``max_tokens`` and engine request id (engine-free, for tests)."""
         xa = extra_args or {}
         lang = self.language(xa.get(XARG_LANGUAGE))
         window = self.model.window_s
@@ -141,12 +166,53 @@ class SizeEstimator:
                 source = "unknown" if source != "invalid" else source
                 d = self.unknown_duration_s
         # every engine request holds at most one window of audio (vLLM cuts long audio into chunks)
-        est = float(self.model.est_service(min(d, window), lang, max_tokens=max_tokens))
-        return est, {"source": source, "duration_s": d, "language": lang}
+        d_sized, upload = self._sized(xa, d, source, request_id)
+        if upload and d_sized > window and max_tokens is not None:  # the decode limit is per chunk
+            max_tokens = max_tokens * n_chunks(d_sized, window)
+        est = float(self.model.est_service(d_sized, lang, max_tokens=max_tokens))
+        info = {"source": source, "duration_s": d, "language": lang}
+        if upload:
+            info.update(upload)
+        return est, info
+
+    def _sized(self, xa: Mapping[str, Any], d: float, source: str, request_id: Any) -> tuple[float, dict]:
+        """The duration the estimate reads (:func:`asrsched.core.uploads.sized_duration`) and, for a chunk of a
+        long upload, what was used (``sizing``, ``upload_s``, ``chunk_index``). A bad upload id, duration or
+        index is logged and the chunk sized by its own window: the request is never refused."""
+        window = self.model.window_s
+        total = _positive(xa.get(XARG_UPLOAD_DURATION)) if XARG_UPLOAD_DURATION in xa else None
+        if total is None and source in ("duration", "speech") and d > window:
+            total = d  # vLLM's chunks all carry the whole upload's duration
+        if total is None or total <= window:
+            return min(d, window), {}
+        sizing = self.upload_sizing
+        idx: Any = xa.get(XARG_CHUNK_INDEX)
+        from_id = idx is None
+        if from_id:
+            idx = chunk_index_from_id(request_id)
+        try:
+            if XARG_UPLOAD_ID in xa:
+                total = self.uploads.check(xa[XARG_UPLOAD_ID], total)
+            k = n_chunks(total, window)
+            if from_id and idx is not None and idx == k:
+                idx = k - 1  # vLLM's energy split cuts chunks up to a second short: one more chunk, sized as the last
+            if idx is None:
+                if sizing == "chunk":  # vLLM's way: every chunk one window
+                    return min(d, window), {"sizing": sizing, "upload_s": total, "chunk_index": None}
+                if sizing == "remaining":
+                    raise ValueError("no chunk index in the request id or extra_args")
+                idx = 0
+            out = float(sized_duration(total, idx, sizing, window))
+        except ValueError as e:
+            self._warn(
+                "bad_upload", f"request {request_id}: {e}; the chunk is sized by its own window (upload_sizing=chunk)"
+            )
+            return min(d, window), {"sizing": "chunk", "upload_s": total, "chunk_index": idx, "fallback": str(e)}
+        return out, {"sizing": sizing, "upload_s": total, "chunk_index": int(idx)}
 
     def estimate(self, request: Any) -> tuple[float, dict]:
         """Estimate for a vLLM ``Request`` (reads ``sampling_params.extra_args`` and ``max_tokens``)."""
         sp = getattr(request, "sampling_params", None)
         xa = getattr(sp, "extra_args", None) if sp is not None else None
         mt = getattr(sp, "max_tokens", None) if sp is not None else None
-        return self.estimate_from(xa, mt)
+        return self.estimate_from(xa, mt, getattr(request, "request_id", None))

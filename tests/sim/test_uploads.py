@@ -133,7 +133,21 @@ def test_upload_study_small():
     # SJF with chunks sized by their upload serves short requests no later than SJF on chunk-sized chunks
     sjf = t.set_index("policy")
     assert sjf.loc["sjf/chunks/upload", "short_p90_e2el_ms"] <= 1.05 * sjf.loc["sjf/chunks/chunk", "short_p90_e2el_ms"]
-    with pytest.raises(ValueError, match="upload_lo_s, upload_hi_s: need 30 < lo <= hi"):
+    with pytest.raises(ValueError, match="upload_lo_s: need 30 s < upload_lo_s <= upload_hi_s"):
         UploadStudyConfig(upload_lo_s=20)
     with pytest.raises(ValueError, match="sizings: unknown sizing 'all'"):
         UploadStudyConfig(sizings=("all",))
+    with pytest.raises(ValueError, match="policies: unknown policy"):
+        UploadStudyConfig(policies=("fcfs", "sjff"))
+
+
+def test_uploads_command_names_the_flag(capsys):
+    from asrsched.app.upload_cmd import main
+
+    assert main(["--upload-s", "10", "600"]) == 2
+    assert "asrsched uploads: --upload-s: need 30 s < upload_lo_s" in capsys.readouterr().err
+    assert main(["--policies", "fcfs", "sjff"]) == 2
+    assert "--policies: unknown policy" in capsys.readouterr().err
+    assert main(["--rhos", "0.8", "--seeds", "2", "--n-requests", "300", "--policies", "fcfs", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "fcfs/chunks/chunk" in out and "fcfs/sequence/upload" in out

@@ -81,6 +81,9 @@ def server(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     env["ASRSCHED_ADMISSION_LOG"] = str(adm)
     env["ASRSCHED_REQUEST_LOG"] = str(tmp / "requests.jsonl")
+    env["ASRSCHED_UPLOAD_SIZING"] = (
+        "upload"  # a long upload's chunks sized by the upload (clips of one window: no change)
+    )
     out = open(tmp / "server.log", "wb")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -289,6 +292,33 @@ def test_openai_client_without_xargs_gets_sjf_order_through_the_middleware(serve
     assert all(a["source"] == "duration" for a in recs)  # sized from the injected duration, not "unknown"
     assert all("audio_duration_s" in (a["extra_args"] or {}) for a in recs)
     assert order == ["blocker", "s", "m", "l"]
+
+
+def test_a_ten_minute_upload_is_admitted_with_its_uploads_size(server):
+    """A 10-minute upload sent as one file, no metadata: the middleware reads its duration and marks it as an upload,
+    vLLM cuts it into chunks (engine requests ``<id>-<index>-<random>``), and with ``upload_sizing=upload`` every
+    chunk is admitted with the size estimate of the whole upload, not of one window."""
+    import numpy as np
+
+    from asrsched.core.service import default_service_model
+
+    speech, _ = synthesize_to_duration(LONG, "en", 26.0)
+    audio = np.tile(speech, 24)[: 600 * 16000]
+    n0 = len(admissions(server["admissions"]))
+    u, data, files = post(server["url"], audio, stream=False, tag="upload")
+    r = httpx.post(u, data=data, files=files, timeout=900)
+    assert r.status_code == 200, r.text[:500]
+    assert float(r.headers["x-asrsched-audio-duration-s"]) == pytest.approx(600.0)
+    assert len(r.json()["text"]) > 2000
+    recs = [a for a in admissions(server["admissions"])[n0:] if (a.get("extra_args") or {}).get("tag") == "upload"]
+    print("\nupload chunks admitted:", len(recs), "est_service_s:", {round(a["est_service_s"], 3) for a in recs})
+    assert len(recs) >= 20
+    whole = default_service_model().est_service(600.0, "en")
+    assert all(a["sizing"] == "upload" and a["upload_s"] == pytest.approx(600.0) for a in recs), recs[:2]
+    assert all(a["est_service_s"] == pytest.approx(whole, rel=1e-9) for a in recs)
+    assert {a["chunk_index"] for a in recs} == set(range(20))
+    one_window = default_service_model().est_service(30.0, "en")
+    assert whole > 15 * one_window
 
 
 def test_the_middleware_logs_every_audio_request_in_vllm(server):
