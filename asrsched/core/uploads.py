@@ -38,8 +38,11 @@ __all__ = [
 ]
 
 SIZINGS = ("chunk", "upload", "remaining")
-#: the plug-in's and the simulator's default sizing (chosen by the long-upload study, CONTRIBUTING)
-DEFAULT_SIZING = "chunk"
+#: the plug-in's and the simulator's default sizing, chosen by the committed long-upload study
+#: (``figures/02_policy_sweep/uploads``, ``asrsched uploads``): under SJF it leaves short requests' P50/P90 where
+#: chunk sizing has them and cuts the uploads' median E2EL (their chunks run together instead of one by one among
+#: the short requests); under HRRN it serves short requests sooner at some cost to uploads; FCFS ignores it
+DEFAULT_SIZING = "upload"
 
 _EPS = 1e-9  # a duration within a nanosecond of a window boundary fills whole windows
 

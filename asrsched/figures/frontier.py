@@ -4,7 +4,8 @@
 (P50 E2EL change, P90 E2EL change) against FCFS in percent, with 95 % CI bars on both axes, the Pareto set
 joined by a line and the two recommendations (P90 and P99 rules) ringed. Axes span every point and every
 CI bar, so nothing is clipped. :func:`frontier_explorer`: dropdowns for service, workload, load and
-estimate error over a frontier table; the figure and the recommendation move with them.
+estimate error over a frontier table; the figure and the recommendation move with them. :func:`fig_uploads`: the
+long-upload study (:mod:`asrsched.sim.upload_study`), short requests' P90 against uploads' P50 per policy and sizing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from asrsched.figures.panel import ExplorerFigure, Panel
 from asrsched.figures.style import policy_color, policy_family
 from asrsched.sim.frontier_report import CELL, recommendations
 
-__all__ = ["fig_frontier", "frontier_explorer", "cell_title", "draw_frontier"]
+__all__ = ["fig_frontier", "frontier_explorer", "cell_title", "draw_frontier", "fig_uploads"]
 
 
 def cell_title(cell: dict, n_seeds: int, n_requests: int) -> str:
@@ -138,3 +139,40 @@ def frontier_explorer(table: pd.DataFrame, notebook: str = "02_policy_sweep") ->
     return Panel(
         [W.HBox(list(controls)), fig, out], fig=fig, name="frontier_explorer", notebook=notebook, controls=controls
     )
+
+
+_SIZING_SYMBOL = {"chunk": "circle", "upload": "square", "remaining": "diamond"}
+
+
+def fig_uploads(table: pd.DataFrame) -> go.Figure:
+    """The long-upload study's table (:func:`asrsched.sim.upload_study.upload_table`): one panel per load, each
+    policy/mode/sizing a point of (short requests' P90 E2EL, uploads' P50 E2EL) in seconds, means over seeds; the
+    colour is the policy, the symbol the sizing (``sequence``, the CPU server's one job, is a cross). Axes span
+    every point."""
+    from plotly.subplots import make_subplots
+
+    rhos = sorted(table.rho.unique())
+    fig = make_subplots(rows=1, cols=len(rhos), subplot_titles=[f"ρ = {r:.2f}" for r in rhos], shared_yaxes=True)
+    shown: set[str] = set()
+    for j, rho in enumerate(rhos, start=1):
+        g = table[table.rho == rho]
+        for _, r in g.iterrows():
+            sym = "x" if r["mode"] == "sequence" else _SIZING_SYMBOL.get(r["sizing"], "circle")
+            label = f"{r['base_policy']} · {'one job' if r['mode'] == 'sequence' else r['sizing']}"
+            fig.add_scatter(
+                x=[r["short_p90_e2el_ms"] / 1e3],
+                y=[r["upload_p50_e2el_ms"] / 1e3],
+                mode="markers",
+                name=label,
+                legendgroup=label,
+                showlegend=label not in shown,
+                marker=dict(size=11, symbol=sym, color=policy_color(policy_family(r["base_policy"]))),
+                hovertemplate=f"{r['policy']}<br>short P90 %{{x:.2f}} s<br>upload P50 %{{y:.1f}} s<extra></extra>",
+                row=1,
+                col=j,
+            )
+            shown.add(label)
+        fig.update_xaxes(title_text="short requests' P90 E2EL (s)", row=1, col=j, rangemode="tozero")
+    fig.update_yaxes(title_text="uploads' P50 E2EL (s)", row=1, col=1, rangemode="tozero")
+    fig.update_layout(title="Short requests beside 1–10-minute uploads: policy and chunk sizing (means over seeds)")
+    return fig

@@ -35,10 +35,14 @@ import json
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from asrsched.core.service import ServiceModel, default_service_model
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "PUBLISHED_PATH",
@@ -50,6 +54,7 @@ __all__ = [
     "published_service_model",
     "saturation_rtfx",
     "LITTLE_CHECK",
+    "model_comparison",
 ]
 
 _DATA = Path(__file__).resolve().parents[1] / "data"
@@ -194,6 +199,40 @@ def fit_published() -> ServiceModel:
         ),
         fit={**fit, "sources": sources, "fitted_by": "python -m asrsched.profiling.published --write"},
     )
+
+
+def model_comparison(models: dict[str, ServiceModel], *, max_num_seqs: int = 32) -> pd.DataFrame:
+    """Where service models disagree, one row per model: encoder per window, decode step at batch 1 and at
+    ``max_num_seqs``, overhead, the closed-loop mean latency of the H200 benchmark's requests (17 tokens, one
+    window) at concurrency 1 and 32 beside the published H200 values (c / throughput), and the saturation RTFx on
+    LibriSpeech test-clean at 64 sequences beside TensorRT-LLM's published A100 RTFx (offline, batch 64)."""
+    import pandas as pd
+
+    h200 = {
+        r["concurrency"]: r["concurrency"] / r["metrics"]["throughput_req_s"]
+        for r in published_rows("sglo-cookbook-h200-sync")
+    }
+    trt = published_rows("oasr-pr42")[0]["metrics"]["rtfx"]
+    rows = []
+    for name, m in models.items():
+        lat = closed_loop_latency(m, [1, 32], 17.0)
+        rows.append(
+            {
+                "model": name,
+                "service": m.name,
+                "encode_ms_per_window": 1e3 * m.encode_s_per_window,
+                "step_ms_batch1": 1e3 * float(m.step_s(1)),
+                f"step_ms_batch{max_num_seqs}": 1e3 * float(m.step_s(max_num_seqs)),
+                "overhead_ms": 1e3 * m.overhead_s,
+                "closed_loop_c1_ms": 1e3 * lat[0],
+                "closed_loop_c32_ms": 1e3 * lat[1],
+                "published_h200_c1_ms": 1e3 * h200[1],
+                "published_h200_c32_ms": 1e3 * h200[32],
+                "librispeech_rtfx_64_seqs": saturation_rtfx(m, 64),
+                "published_a100_trtllm_rtfx": trt,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 @lru_cache(maxsize=1)

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from asrsched.core.service import ServiceModel
-from asrsched.core.uploads import check_sizing, sized_duration
+from asrsched.core.uploads import DEFAULT_SIZING, check_sizing, sized_duration
 from asrsched.core.workloads import Trace
 from asrsched.sim.engine import simulate
 from asrsched.sim.records import SimResult
@@ -60,7 +60,9 @@ def _check_mode(mode: str) -> str:
     return m
 
 
-def split_uploads(trace: Trace, *, mode: str = "chunks", sizing: str = "chunk", window_s: float = 30.0) -> ChunkedTrace:
+def split_uploads(
+    trace: Trace, *, mode: str = "chunks", sizing: str = DEFAULT_SIZING, window_s: float = 30.0
+) -> ChunkedTrace:
     """The engine requests of ``trace`` under ``mode`` and ``sizing`` (module docstring).
 
     The chunks of an upload share its arrival, language and ``priority`` (when the trace has that column); the
@@ -140,7 +142,7 @@ def simulate_uploads(
     service: ServiceModel,
     *,
     mode: str = "chunks",
-    sizing: str = "chunk",
+    sizing: str = DEFAULT_SIZING,
     **kw,
 ) -> tuple[SimResult, pd.DataFrame]:
     """Simulate a trace of uploads under ``policy``: the engine's result (per engine request) and

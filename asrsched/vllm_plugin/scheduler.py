@@ -36,8 +36,9 @@ The estimate is ``ServiceModel.est_service(d, language, max_tokens=max_tokens)``
 package's one size estimate: ``windows x encode + min(kappa x d, max_tokens) x step(1) +
 overhead``) with ``d = min(duration, window_s)``: vLLM cuts audio longer than one 30 s window
 into chunks, each an engine request with the same ``extra_args``, so every engine
-request holds at most one window of audio. With ``upload_sizing`` ``upload`` or ``remaining`` a chunk
-is sized by its whole upload or by the upload from the chunk on instead
+request holds at most one window of audio. A chunk of a long upload is sized by ``upload_sizing``: by its
+whole upload (``upload``, the default), by the upload from the chunk on (``remaining``) or by its own window
+(``chunk``, as vLLM sees it)
 (:func:`asrsched.core.uploads.sized_duration`, the simulator's rule); an upload id seen before with
 another duration, or a chunk index outside the upload, is logged and the chunk sized by its window. The language is the requested one when the
 service model has a kappa for it, else ``default_language``
@@ -92,7 +93,7 @@ upload_sizing       ``ASRSCHED_UPLOAD_SIZING``          the size of a chunk of a
                                                         (its own window), ``upload`` (the whole
                                                         upload) or ``remaining`` (from the chunk to the
                                                         upload's end); :mod:`asrsched.core.uploads`
-                                                        (``chunk``)
+                                                        (``upload``, chosen by the long-upload study)
 ==================  ==================================  ===============================================
 
 Switching policy at run time (``policy_switch``)

@@ -64,8 +64,8 @@ def test_bad_upload_input_is_logged_and_the_chunk_sized_by_its_window(caplog):
 
 
 def test_config_key_and_environment():
-    assert PluginConfig.from_sources(None, env={}).upload_sizing == "chunk"
-    assert PluginConfig.from_sources(None, env={"ASRSCHED_UPLOAD_SIZING": "upload"}).upload_sizing == "upload"
+    assert PluginConfig.from_sources(None, env={}).upload_sizing == "upload"
+    assert PluginConfig.from_sources(None, env={"ASRSCHED_UPLOAD_SIZING": "chunk"}).upload_sizing == "chunk"
     assert PluginConfig.from_sources({"upload_sizing": "Remaining"}, env={}).upload_sizing == "remaining"
     with pytest.raises(
         ValueError, match="asrsched upload_sizing: unknown sizing 'whole'; allowed values: chunk, upload"

@@ -148,9 +148,11 @@ def test_estimate_rules():
     assert info["source"] == "speech" and e_sp == pytest.approx(sm.service_time(4.0, "en"))
     e_cl, info = est.estimate_from({"audio_duration_s": 10.0, "est_service_s": 0.123}, 448)
     assert info["source"] == "client" and e_cl == 0.123
-    # a chunk of long audio holds at most one 30 s window
-    e_long, _ = est.estimate_from({"audio_duration_s": 95.0}, 448)
-    assert e_long == pytest.approx(sm.service_time(30.0, "en"))
+    # a chunk of long audio: sized by the whole upload (the default upload_sizing), or by one 30 s window
+    e_long, info = est.estimate_from({"audio_duration_s": 95.0}, 448)
+    assert e_long == pytest.approx(sm.service_time(95.0, "en")) and info["sizing"] == "upload"
+    by_chunk = SizeEstimator(sm, upload_sizing="chunk").estimate_from({"audio_duration_s": 95.0}, 448)[0]
+    assert by_chunk == pytest.approx(sm.service_time(30.0, "en"))
     # max_tokens caps the token estimate
     e_cap, _ = est.estimate_from({"audio_duration_s": 10.0}, 5)
     assert e_cap == pytest.approx(sm.service_time(10.0, "en", tokens=5))

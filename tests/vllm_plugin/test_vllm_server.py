@@ -328,7 +328,8 @@ def test_the_middleware_logs_every_audio_request_in_vllm(server):
 
     lines = [json.loads(x) for x in server["requests"].read_text().splitlines()]
     assert len(lines) >= 6, lines
-    assert all(x["status"] == 200 and x["audio_duration_s"] > 0 and 0 < x["e2el_s"] < 300 for x in lines)
+    assert all(x["status"] == 200 and x["audio_duration_s"] > 0 and 0 < x["e2el_s"] < 900 for x in lines)
+    assert max(x["n_chunks"] for x in lines) == 20  # the 10-minute upload
     assert {x["language"] for x in lines} == {"en"} and all(x["n_chunks"] >= 1 for x in lines)
     req = read_requests(server["requests"])
     assert len(req) == len(lines) and (req.arrival_s.diff().dropna() > 0).all()
