@@ -113,6 +113,12 @@ def check_02_policy_sweep(fig: Path, runs: Path, tmp: Path, outputs: str) -> Non
     assert {"gamma_boost", "nudge"} <= {p.split("_m")[0].rsplit("_", 1)[0] for p in ft.policy}
     assert len(rec) == 2 * ft.groupby(["service", "workload", "rho", "error"]).ngroups and (rec.n_qualified >= 1).all()
     assert (fig / "frontier_cpu_librispeech_rho0.9_real.png").stat().st_size > 1000
+    # the headline under both GPU models: every claim under each, and the models compared to the published numbers
+    hm = pd.read_csv(fig / "headline_by_gpu_model.csv")
+    assert set(hm.gpu_model) == {"a100", "h200"} and hm.groupby("gpu_model").claim.nunique().nunique() == 1
+    assert "fitted to published" in outputs and "published_h200_c32_ms" in outputs
+    # the committed long-upload study and its figure
+    assert (fig / "uploads.png").stat().st_size > 1000 and "sjf/chunks/upload" in outputs
 
 
 def check_04_real_serving(fig: Path, runs: Path, tmp: Path, outputs: str) -> None:
