@@ -83,6 +83,7 @@ __all__ = [
     "ENGINES",
     "PROBE_RECORDS_CSV",
     "SATURATION_RECORDS_CSV",
+    "REQUEST_LOG_JSONL",
     "RESULT_COLUMNS",
     "VllmServerProcess",
     "measure_saturation",
@@ -98,6 +99,8 @@ __all__ = [
 ENGINES = ("cpu-server", "vllm")
 #: the client records of the calibration probe and of the saturation run, in each engine's folder
 PROBE_RECORDS_CSV, SATURATION_RECORDS_CSV = "probe_records.csv", "saturation_records.csv"
+#: vLLM's request log (the middleware's, :mod:`asrsched.vllm_plugin.request_log`): every phase's requests in order
+REQUEST_LOG_JSONL = "requests-vllm.jsonl"
 
 
 # ----------------------------------------------------------------------------- experiment
@@ -293,6 +296,7 @@ def run_engine_experiment(
                 log=log,
                 step_log=steps_all,
                 policy_switch=True,
+                request_log=out / REQUEST_LOG_JSONL,
             )
     else:
         skw = dict(model=model, slots=server_slots, upstream=target_url or None, max_concurrency=upstream_concurrency)

@@ -76,7 +76,7 @@ class ServerProcess:
     def launch(self) -> ServerProcess:
         """Start the process without waiting (start several, then :meth:`wait_ready` each)."""
         self._log = open(self.log_path, "w")
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **getattr(self, "env_extra", {}))
         self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         self._t_launch = time.monotonic()
         return self
@@ -132,6 +132,8 @@ class VllmServerProcess(ServerProcess):
     ``RuntimeError`` with the end of its log. ``step_log``: the plug-in logs every engine step there;
     ``policy_switch``: a request naming a ``policy`` in its ``vllm_xargs`` switches the waiting queue to it
     (:func:`asrsched.serving.loadgen.run_load` ``policy=``), so one engine serves several policies' runs.
+    ``request_log``: the server runs the middleware (:mod:`asrsched.vllm_plugin.middleware`), which writes the
+    request log (:mod:`asrsched.vllm_plugin.request_log`) there.
     """
 
     def __init__(
@@ -145,6 +147,7 @@ class VllmServerProcess(ServerProcess):
         log: str | os.PathLike | None = None,
         step_log: str | os.PathLike | None = None,
         policy_switch: bool = False,
+        request_log: str | os.PathLike | None = None,
     ):
         from asrsched.vllm_plugin.vllm_backend import resolve_model_dir, server_command
 
@@ -162,6 +165,9 @@ class VllmServerProcess(ServerProcess):
             add = {k: dict(v) for k, v in dict(ea.get("additional_config") or {}).items()}
             add.setdefault("asrsched", {}).update(plugin)
             ea["additional_config"] = add
+        if request_log:
+            ea.setdefault("middleware", "asrsched.vllm_plugin.middleware.DurationMiddleware")
+            self.env_extra = {"ASRSCHED_REQUEST_LOG": str(request_log)}
         self.cmd = server_command(
             resolve_model_dir(model),
             port=self.port,

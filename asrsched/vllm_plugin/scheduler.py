@@ -28,9 +28,10 @@ in process:
 ``language``           optional, picks kappa (else the default language);
 ``est_service_s``      optional, an estimate computed by the client (used as is);
 ``policy``             optional, read only with ``policy_switch`` on (see below);
-``upload_id``, ``upload_duration_s``, ``chunk_index``  optional, a long upload's id and total duration and a
-                       chunk's place in it (the middleware adds the first two; vLLM's engine request id of
-                       a chunk, ``<id>-<index>-<random>``, gives the index).
+``upload_id``          optional, a long upload's id (the middleware adds it to audio longer than a window);
+``upload_duration_s``  optional, the upload's total duration (the middleware adds it too);
+``chunk_index``        optional, a chunk's place in its upload (else read from vLLM's engine request id of a chunk,
+``<id>-<index>-<random>``).
 
 The estimate is ``ServiceModel.est_service(d, language, max_tokens=max_tokens)`` (the
 package's one size estimate: ``windows x encode + min(kappa x d, max_tokens) x step(1) +

@@ -1,0 +1,73 @@
+"""The loop from a deployment to a prediction, on a real engine: a short vLLM-CPU run writes the middleware's
+request log, and ``asrsched replay``'s simulation of that log predicts the run's P50 E2EL within the error the
+published accuracy table states for vLLM.
+
+One run of :func:`asrsched.serving.experiment.run_engine_experiment` (vLLM-CPU with the plug-in and the
+middleware, Whisper base, 2 sequences; calibration probe and saturation run, then 40 requests under FCFS at
+ρ 0.6 of the measured saturation). The log's last 40 lines are the FCFS run; the service model is fitted to the
+same engine's step log over that run (the plug-in's steps while the logged traffic was served, as a deployment
+would log both), with the overhead outside the engine from the calibration probe.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed"),
+]
+
+N = 40
+
+
+def test_a_request_log_replays_to_the_measured_median_within_the_published_error(tmp_path):
+    import pandas as pd
+
+    from asrsched.core.service import ServiceModel
+    from asrsched.serving.accuracy import load_results
+    from asrsched.serving.calibration import engine_step_model
+    from asrsched.serving.experiment import PROBE_RECORDS_CSV, REQUEST_LOG_JSONL, run_engine_experiment
+    from asrsched.serving.study_stats import sim_error_summary
+    from asrsched.sim.replay import read_requests, replay_policies
+
+    run_engine_experiment(
+        ["fcfs"],
+        [0.6],
+        n_requests=N,
+        n_probe=6,
+        n_saturation=8,
+        model="base",
+        engine="vllm",
+        vllm_max_num_seqs=2,
+        profile=None,
+        pool_size=12,
+        n_boot=200,
+        out_dir=tmp_path,
+        progress=False,
+    )
+    lines = (tmp_path / REQUEST_LOG_JSONL).read_text().splitlines()
+    assert len(lines) >= 6 + 8 + N  # every phase's requests, written inside vLLM's server process
+    run = tmp_path / "run-requests.jsonl"
+    run.write_text("\n".join(lines[-N:]) + "\n")
+    req = read_requests(run)
+    assert len(req) == N and all(json.loads(x)["status"] == 200 for x in lines[-N:])
+    measured = 1e3 * float(np.median([json.loads(x)["e2el_s"] for x in lines[-N:]]))
+    probe = ServiceModel.from_json(tmp_path / "calibrated_service_model.json")
+    model = engine_step_model(tmp_path / "steps-fcfs.jsonl", probe, pd.read_csv(tmp_path / PROBE_RECORDS_CSV))
+    table, info = replay_policies(req, model, ["fcfs"], max_num_seqs=2, n_boot=200, block_s=20.0)
+    predicted = float(table.loc[0, "p50_e2el_ms"])
+    err = 100 * abs(predicted / measured - 1)
+    s = sim_error_summary(load_results(), ("p50_e2el",))
+    published = float(s[(s.group == "vllm") & (s.regime == "stable")].max_abs_err_pct.iloc[0])
+    print(
+        f"\nreplayed P50 E2EL {predicted:.0f} ms vs measured {measured:.0f} ms: {err:.1f} % "
+        f"(published vLLM stable P50 E2EL error: worst cell {published:.1f} %); rho {info['rho']:.2f}"
+    )
+    assert 0.3 < info["rho"] < 1
+    assert err <= published
