@@ -18,7 +18,7 @@ dataset, load and the quoted line):
   ``1 / (1 - (c - 1) x windows x encode / L)`` (a fixed point);
 * **free:** ``encode_s_per_window``, ``overhead_s`` and ``decode_batch_slope``, by least squares on the log of
   the mean latency; the residuals per concurrency are in the profile's ``fit``;
-* **cross-checks**, not fitted: the same form fitted to the RTX 4090 table of SGLang-Omni issue 1888 (its
+* **cross-checks**, not fitted: the same form fitted to the RTX 4090 table of SGLang-Omni issue #1888 (its
   residuals), SGLang PR 22361's encoder time on a B200 (~7 ms per call) and TensorRT-LLM's offline RTFx on an
   A100 (Open ASR Leaderboard PR 42: 245 on LibriSpeech test-clean at batch 64) against both models' saturation
   RTFx on LibriSpeech test-clean.
@@ -194,7 +194,7 @@ def fit_published() -> ServiceModel:
             "not GPU). The fit is effective, not a breakdown: it finds no serial encoder stall (66 req/s at c=32 "
             "allows at most 15 ms of serial encoder per request; SGLang batches encoder calls, PR 22361) and puts "
             "the latency's growth with concurrency in the decode step's batch slope, which then includes the "
-            "prefills interleaved with decoding (the RTX 4090 breakdown of issue 1888: a decode stage of 581 ms "
+            "prefills interleaved with decoding (the RTX 4090 breakdown of SGLang-Omni issue #1888: a decode stage of 581 ms "
             "for ~17 tokens at c=32, 34 ms per token against ~3.5 ms at c=1)"
         ),
         fit={**fit, "sources": sources, "fitted_by": "python -m asrsched.profiling.published --write"},

@@ -247,7 +247,6 @@ def run_upload_engine_study(cfg: UploadEngineConfig, out: str | Path, *, progres
 
 def main(argv=None) -> int:
     """``python -m asrsched.serving.upload_engine_study [flags]``; the exit status."""
-    from asrsched.app.params import as_flag
     from asrsched.core.provenance import provenance
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -270,11 +269,8 @@ def main(argv=None) -> int:
             n_short=a.n_short,
             upload_share=a.upload_share,
         )
-    except ValueError as e:
-        print(
-            f"upload_engine_study: {as_flag(str(e), {'rho': '--rho', 'sizings': '--sizings', 'n_short': '--n-short', 'policies': '--policies'})}",
-            file=sys.stderr,
-        )
+    except ValueError as e:  # the message opens with the parameter, whose flag is --<parameter with dashes>
+        print(f"upload_engine_study: {e}", file=sys.stderr)
         return 2
     facts = run_upload_engine_study(cfg, a.out)
     cmd = " ".join(shlex.quote(x) for x in ["python", "-m", "asrsched.serving.upload_engine_study", *argv])
