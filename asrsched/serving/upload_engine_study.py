@@ -7,6 +7,13 @@ under each policy and each chunk sizing (the plug-in's ``upload_sizing``: one se
 per run). Short requests are the pool's espeak-ng clips of the LibriSpeech texts (:mod:`asrsched.serving.request_plan`);
 an upload is real speech too: pool clips laid end to end up to its duration (:func:`upload_audio`).
 
+How vLLM runs an upload depends on streaming (vLLM 0.32's ``speech_to_text`` serving): a **non-streamed** request's
+chunks are all submitted to the engine at once (their generators are merged), a **streamed** one's one after
+another (each chunk's engine request is added when the previous chunk has finished), so a streamed upload holds at
+most one slot and each of its chunks queues again under the policy. ``stream`` (default ``True``, the load
+generator's default, what the committed run used) chooses; the simulator's ``chunks`` mode models the non-streamed
+case.
+
 The load ρ is a fraction of the engine's capacity on this traffic: the saturation throughput measured on the short
 requests (:func:`asrsched.serving.capacity.measure_saturation`, a closed loop keeping the engine full), scaled by
 the ratio of the simulated capacities of the mixed and the short traffic under the service model fitted to the
@@ -58,6 +65,7 @@ class UploadEngineConfig:
     seed: int = 0
     n_boot: int = 2000
     gpu_memory_utilization: float = 0.5
+    stream: bool = True
 
     def __post_init__(self) -> None:
         check_rhos([self.rho], "rho")
@@ -207,7 +215,9 @@ def run_upload_engine_study(cfg: UploadEngineConfig, out: str | Path, *, progres
                 tr, plan = _plan(cfg, rate, out, None)
                 facts |= dict(short_saturation_rps=sat.rate, mix_to_short_ratio=ratio, capacity_rps=cap, rate_rps=rate)
             for policy in cfg.policies:
-                r = run_coro(run_load(srv.url, plan, model=cfg.model, policy=policy, progress=progress))
+                r = run_coro(
+                    run_load(srv.url, plan, model=cfg.model, policy=policy, stream=cfg.stream, progress=progress)
+                )
                 recs.append(r.assign(policy=policy, sizing=sizing))
                 sim_tr = Trace(tr.arrival, plan["duration"].to_numpy(float), tr.language, tr.tokens)
                 _, su = simulate_uploads(
