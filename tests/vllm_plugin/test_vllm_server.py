@@ -296,8 +296,9 @@ def test_openai_client_without_xargs_gets_sjf_order_through_the_middleware(serve
 
 def test_a_ten_minute_upload_is_admitted_with_its_uploads_size(server):
     """A 10-minute upload sent as one file, no metadata: the middleware reads its duration and marks it as an upload,
-    vLLM cuts it into chunks (engine requests ``<id>-<index>-<random>``), and with ``upload_sizing=upload`` every
-    chunk is admitted with the size estimate of the whole upload, not of one window."""
+    vLLM cuts it into chunks (engine requests ``<id>-<index>-<random>``, all queued at once: not streamed), and with
+    ``upload_sizing=upload`` each chunk is admitted with the size estimate of the whole upload, not of one window.
+    The client gives up after 60 s (vLLM cancels the rest: the module's other tests do not wait for 20 chunks)."""
     import numpy as np
 
     from asrsched.core.service import default_service_model
@@ -306,19 +307,25 @@ def test_a_ten_minute_upload_is_admitted_with_its_uploads_size(server):
     audio = np.tile(speech, 24)[: 600 * 16000]
     n0 = len(admissions(server["admissions"]))
     u, data, files = post(server["url"], audio, stream=False, tag="upload")
-    r = httpx.post(u, data=data, files=files, timeout=900)
-    assert r.status_code == 200, r.text[:500]
-    assert float(r.headers["x-asrsched-audio-duration-s"]) == pytest.approx(600.0)
-    assert len(r.json()["text"]) > 2000
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(u, data=data, files=files, timeout=httpx.Timeout(60.0, connect=10.0))
     recs = [a for a in admissions(server["admissions"])[n0:] if (a.get("extra_args") or {}).get("tag") == "upload"]
-    print("\nupload chunks admitted:", len(recs), "est_service_s:", {round(a["est_service_s"], 3) for a in recs})
-    assert len(recs) >= 20
+    print(
+        "\nupload chunks admitted in 60 s:", len(recs), "est_service_s:", {round(a["est_service_s"], 3) for a in recs}
+    )
+    assert len(recs) >= 2, recs
     whole = default_service_model().est_service(600.0, "en")
     assert all(a["sizing"] == "upload" and a["upload_s"] == pytest.approx(600.0) for a in recs), recs[:2]
+    assert all(a["extra_args"]["audio_duration_s"] == pytest.approx(600.0) for a in recs)
     assert all(a["est_service_s"] == pytest.approx(whole, rel=1e-9) for a in recs)
-    assert {a["chunk_index"] for a in recs} == set(range(20))
-    one_window = default_service_model().est_service(30.0, "en")
-    assert whole > 15 * one_window
+    assert [a["chunk_index"] for a in recs] == list(range(len(recs)))  # queued together, admitted in order
+    assert whole > 15 * default_service_model().est_service(30.0, "en")
+    # the cancelled upload's chunks leave the engine: a short request is admitted within a minute
+    t0 = time.time()
+    clip, _ = synthesize_to_duration(TEXT, "en", 4.0)
+    u, data, files = post(server["url"], clip, stream=False, tag="after-upload")
+    assert httpx.post(u, data=data, files=files, timeout=300).status_code == 200
+    assert time.time() - t0 < 120
 
 
 def test_the_middleware_logs_every_audio_request_in_vllm(server):
@@ -328,8 +335,7 @@ def test_the_middleware_logs_every_audio_request_in_vllm(server):
 
     lines = [json.loads(x) for x in server["requests"].read_text().splitlines()]
     assert len(lines) >= 6, lines
-    assert all(x["status"] == 200 and x["audio_duration_s"] > 0 and 0 < x["e2el_s"] < 900 for x in lines)
-    assert max(x["n_chunks"] for x in lines) == 20  # the 10-minute upload
+    assert all(x["status"] == 200 and x["audio_duration_s"] > 0 and 0 < x["e2el_s"] < 300 for x in lines)
     assert {x["language"] for x in lines} == {"en"} and all(x["n_chunks"] >= 1 for x in lines)
     req = read_requests(server["requests"])
     assert len(req) == len(lines) and (req.arrival_s.diff().dropna() > 0).all()
