@@ -211,11 +211,13 @@ def test_quick_study_on_vllm_fits_its_steps_compares_load_tools_and_merges_with_
     sat_rec = pd.read_csv(d / SATURATION_RECORDS_CSV)
     assert len(sat_rec) == 6 and (sat_rec["status"] == 200).all()
     # the probe server's step log: one encoder pass per request, one step per token of each running
-    # sequence (within 2 per request, as when served alone), and the saturation run batched two
+    # sequence (within 3 per request of the returned text's tokens: the end token, a clip over 30 s decoded as two
+    # chunks, and a batched step's numerics that lengthen or shorten a tail; 2 per request failed once: 305 steps
+    # against 283 text tokens over 10 requests), and the saturation run batched two
     steps = read_step_log(d / "steps-probe.jsonl")
     assert steps["n_encoder"].sum() == len(probe) + len(sat_rec)
     tokens = client_tokens(probe, "base").sum() + client_tokens(sat_rec, "base").sum()
-    assert abs(steps["n_seqs"].sum() - tokens) <= 2 * (len(probe) + len(sat_rec)), (steps["n_seqs"].sum(), tokens)
+    assert abs(steps["n_seqs"].sum() - tokens) <= 3 * (len(probe) + len(sat_rec)), (steps["n_seqs"].sum(), tokens)
     assert steps["n_seqs"].max() == 2
     # the step model fitted to that log (the study's vllm_step_model.json). The batch-1 steps (the probe) and the
     # batch-2 steps (the saturation run) are logged at different times: on a CI machine whose other worker loads
