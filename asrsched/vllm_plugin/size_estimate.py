@@ -166,7 +166,7 @@ class SizeEstimator:
                 source = "unknown" if source != "invalid" else source
                 d = self.unknown_duration_s
         # every engine request holds at most one window of audio (vLLM cuts long audio into chunks)
-        d_sized, upload = self._sized(xa, d, source, request_id)
+        d_sized, upload = self._sized(xa, d, source, request_id, max_tokens)
         if upload and d_sized > window and max_tokens is not None:  # the decode limit is per chunk
             max_tokens = max_tokens * n_chunks(d_sized, window)
         est = float(self.model.est_service(d_sized, lang, max_tokens=max_tokens))
@@ -175,11 +175,15 @@ class SizeEstimator:
             info.update(upload)
         return est, info
 
-    def _sized(self, xa: Mapping[str, Any], d: float, source: str, request_id: Any) -> tuple[float, dict]:
+    def _sized(
+        self, xa: Mapping[str, Any], d: float, source: str, request_id: Any, max_tokens: int | None = None
+    ) -> tuple[float, dict]:
         """The duration the estimate reads (:func:`asrsched.core.uploads.sized_duration`) and, for a chunk of a
         long upload, what was used (``sizing``, ``upload_s``, ``chunk_index``). A bad upload id, duration or
         index is logged and the chunk sized by its own window: the request is never refused."""
         window = self.model.window_s
+        if source == "lang_detect" or (max_tokens is not None and max_tokens <= 1):
+            return min(d, window), {}  # language detection on an upload's first chunk: one window, one token
         total = _positive(xa.get(XARG_UPLOAD_DURATION)) if XARG_UPLOAD_DURATION in xa else None
         if total is None and source in ("duration", "speech") and d > window:
             total = d  # vLLM's chunks all carry the whole upload's duration

@@ -36,6 +36,9 @@ def test_each_chunk_is_sized_by_the_rule(sizing):
         assert info["sizing"] == sizing and info["chunk_index"] == i and info["upload_s"] == 600.0
     # vLLM's energy split can leave one more chunk than ceil(d / 30): sized as the last one
     assert est.estimate_from(UP, 448, vllm_id(20))[0] == est.estimate_from(UP, 448, vllm_id(19))[0]
+    # vLLM's language detection of an upload (max_tokens 1) stays the smallest job
+    lang, info = est.estimate_from({**UP, "upload_duration_s": 600.0}, 1, "transcription-0a1b-lang_detect-9f8e7d6c")
+    assert "sizing" not in info and lang == pytest.approx(SM.est_service(30.0, "en", max_tokens=1))
     # a request of one window is never an upload
     assert est.estimate_from({"audio_duration_s": 12.0}, 448, vllm_id(3))[0] == SM.est_service(
         12.0, "en", max_tokens=448
