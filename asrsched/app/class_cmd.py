@@ -11,11 +11,8 @@ FCFS with a 95 % CI, and how far past the bound the worst batch wait went. ``--o
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
 import time
-from pathlib import Path
 
 from asrsched.app.params import as_flag
 from asrsched.core.policies import validate_policies
@@ -78,14 +75,8 @@ def main(argv=None) -> int:
     if a.out:
         from dataclasses import asdict
 
-        from asrsched.core.provenance import provenance
+        from asrsched.app.paths import write_study
 
-        out = Path(a.out)
-        out.mkdir(parents=True, exist_ok=True)
-        runs.to_csv(out / "runs.csv", index=False)
-        tab.to_csv(out / "table.csv", index=False)
-        cmd = " ".join(shlex.quote(x) for x in ["asrsched", "classes", *argv])
         conf = {**asdict(cfg), "service_name": a.service}
-        run = dict(config=conf, seconds=secs, provenance=provenance(cmd, conf, paths=("asrsched",)))
-        (out / "run.json").write_text(json.dumps(run, indent=1, default=str))
+        write_study(a.out, "classes", argv, conf, secs, {"runs.csv": runs, "table.csv": tab})
     return 0

@@ -25,6 +25,7 @@ from pathlib import Path
 from asrsched.figures.outputs import FIGURES_ENV, ROOT_ENV, RUNS_ENV, project_root
 
 __all__ = [
+    "write_study",
     "ROOT_ENV",
     "FIGURES_ENV",
     "RUNS_ENV",
@@ -122,3 +123,21 @@ def kernel_dir(notebook: _PathLike, *, fallback: _PathLike, root: _PathLike | No
     if nb_folder == (base_dir(root) / "notebooks").resolve():
         return nb_folder
     return Path(fallback).resolve()
+
+
+def write_study(out, command: str, argv, config: dict, seconds: float, tables: dict) -> Path:
+    """Write a simulated study to folder ``out``: each of ``tables`` (``{"runs.csv": frame, ...}``) and
+    ``run.json`` (``config``, ``seconds`` and the provenance of ``asrsched <command> <argv>``); the folder."""
+    import json
+    import shlex
+
+    from asrsched.core.provenance import provenance
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, frame in tables.items():
+        frame.to_csv(out / name, index=False)
+    cmd = " ".join(shlex.quote(x) for x in ["asrsched", command, *argv])
+    run = dict(config=config, seconds=seconds, provenance=provenance(cmd, config, paths=("asrsched",)))
+    (out / "run.json").write_text(json.dumps(run, indent=1, default=str))
+    return out

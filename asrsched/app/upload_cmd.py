@@ -12,12 +12,8 @@ each with its change against FCFS on chunk-sized chunks (95 % CI). ``--out DIR``
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
 import time
-from dataclasses import asdict
-from pathlib import Path
 
 from asrsched.app.params import as_flag
 from asrsched.sim.upload_study import UploadStudyConfig, upload_runs, upload_table
@@ -78,14 +74,10 @@ def main(argv=None) -> int:
     cols += [c + "_change_pct" for c in ("short_p50_e2el_ms", "short_p90_e2el_ms", "upload_p50_e2el_ms")]
     print(tab[cols].round(1).to_string(index=False))
     if a.out:
-        from asrsched.core.provenance import provenance
+        from dataclasses import asdict
 
-        out = Path(a.out)
-        out.mkdir(parents=True, exist_ok=True)
-        runs.to_csv(out / "runs.csv", index=False)
-        tab.to_csv(out / "table.csv", index=False)
-        cmd = " ".join(shlex.quote(x) for x in ["asrsched", "uploads", *argv])
+        from asrsched.app.paths import write_study
+
         conf = {**asdict(cfg), "service_name": a.service}
-        run = dict(config=conf, seconds=secs, provenance=provenance(cmd, conf, paths=("asrsched",)))
-        (out / "run.json").write_text(json.dumps(run, indent=1, default=str))
+        write_study(a.out, "uploads", argv, conf, secs, {"runs.csv": runs, "table.csv": tab})
     return 0
