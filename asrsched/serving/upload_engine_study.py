@@ -11,8 +11,9 @@ How vLLM runs an upload depends on streaming (vLLM 0.32's ``speech_to_text`` ser
 chunks are all submitted to the engine at once (their generators are merged), a **streamed** one's one after
 another (each chunk's engine request is added when the previous chunk has finished), so a streamed upload holds at
 most one slot and each of its chunks queues again under the policy. ``stream`` (default ``True``, the load
-generator's default, what the committed run used) chooses; the simulator's ``chunks`` mode models the non-streamed
-case.
+generator's default, what the first committed run used; ``--no-stream`` turns it off) chooses; the simulator's
+``chunks`` mode models the non-streamed case. The policy ``nudge_m4`` stands for Nudge-M (M 4) with its threshold at
+the median short request's estimate under the calibrated model, as in the simulated study.
 
 The load ρ is a fraction of the engine's capacity on this traffic: the saturation throughput measured on the short
 requests (:func:`asrsched.serving.capacity.measure_saturation`, a closed loop keeping the engine full), scaled by
@@ -77,8 +78,8 @@ class UploadEngineConfig:
             raise ValueError("policies, sizings: FCFS and chunk sizing come first (the baseline)")
         from asrsched.core.policies import validate_policies
 
-        try:
-            validate_policies(list(self.policies))
+        try:  # nudge_m4: Nudge-M (M 4) at the median short request's estimate, set once the engine is calibrated
+            validate_policies([p for p in self.policies if p != "nudge_m4"])
         except ValueError as e:
             raise ValueError(f"policies: {e}") from None
         if int(self.n_short) < 150:
@@ -173,6 +174,7 @@ def _plan(cfg: UploadEngineConfig, rate: float, out: Path, cache):
 def run_upload_engine_study(cfg: UploadEngineConfig, out: str | Path, *, progress: bool = False) -> dict:
     """Run the study into folder ``out`` (``results.csv``, ``uploads.csv``, ``records.parquet``, the servers'
     logs); the run's facts (capacities, rate, timings)."""
+    from asrsched.core.nudge import nudge_name, nudge_threshold
     from asrsched.serving.calibration import calibrate, client_tokens, engine_step_model, probe
     from asrsched.serving.capacity import measure_saturation
     from asrsched.serving.loadgen import run_coro, run_load
@@ -180,6 +182,7 @@ def run_upload_engine_study(cfg: UploadEngineConfig, out: str | Path, *, progres
     from asrsched.sim.upload_study import upload_source
     from asrsched.sim.uploads import simulate_uploads
 
+    sim_mode = "chunks"  # what the simulator models: vLLM's non-streamed uploads
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     facts: dict = {}
@@ -214,29 +217,34 @@ def run_upload_engine_study(cfg: UploadEngineConfig, out: str | Path, *, progres
                 rate = cfg.rho * cap
                 tr, plan = _plan(cfg, rate, out, None)
                 facts |= dict(short_saturation_rps=sat.rate, mix_to_short_ratio=ratio, capacity_rps=cap, rate_rps=rate)
-            for policy in cfg.policies:
+                short = probe_tr.duration[probe_tr.duration <= model.window_s]
+                nudge = nudge_name(round(nudge_threshold(model.est_service(short, "en"), 0.5), 3), 4)
+                pols = [nudge if p == "nudge_m4" else p for p in cfg.policies]
+                facts["policies"] = pols
+            for policy in pols:
                 r = run_coro(
                     run_load(srv.url, plan, model=cfg.model, policy=policy, stream=cfg.stream, progress=progress)
                 )
                 recs.append(r.assign(policy=policy, sizing=sizing))
                 sim_tr = Trace(tr.arrival, plan["duration"].to_numpy(float), tr.language, tr.tokens)
                 _, su = simulate_uploads(
-                    sim_tr, policy, model, sizing=sizing, max_num_seqs=cfg.max_num_seqs, warn_overload=False
-                )
+                    sim_tr, policy, model, mode=sim_mode, sizing=sizing, max_num_seqs=cfg.max_num_seqs,
+                    warn_overload=False,
+                )  # fmt: skip
                 sims.append(su.assign(policy=policy, sizing=sizing))
     facts["seconds"] = time.perf_counter() - t0
     rec = pd.concat(recs, ignore_index=True)
     rec.to_parquet(out / "records.parquet")
     sim = pd.concat(sims, ignore_index=True)
     up = plan["duration"].to_numpy(float) > 30.0
-    cells = [(p, s) for s in cfg.sizings for p in cfg.policies]
+    cells = [(p, s) for s in cfg.sizings for p in pols]
     e2el = {}
     for p, s in cells:
         r = rec[(rec.policy == p) & (rec.sizing == s)].sort_values("rid")
         if not r["status"].eq(200).all():
             raise RuntimeError(f"{p}/{s}: {int((~r['status'].eq(200)).sum())} request(s) failed; see the server log")
         e2el[f"{p}/{s}"] = r["e2el"].to_numpy(float)
-    res = short_changes({k: v[~up] for k, v in e2el.items()}, f"{cfg.policies[0]}/{cfg.sizings[0]}", cfg.n_boot)
+    res = short_changes({k: v[~up] for k, v in e2el.items()}, f"{pols[0]}/{cfg.sizings[0]}", cfg.n_boot)
     for c in ("p50", "p90"):
         q = int(c[1:])
         res[f"sim_short_{c}_e2el_s"] = [
@@ -248,6 +256,7 @@ def run_upload_engine_study(cfg: UploadEngineConfig, out: str | Path, *, progres
         float(sim[(sim.policy == p) & (sim.sizing == s)].e2el.to_numpy()[up].mean()) for p, s in cells
     ]
     res["n_short"], res["n_uploads"], res["rho"] = int((~up).sum()), int(up.sum()), cfg.rho
+    res["stream"], res["sim_mode"] = cfg.stream, sim_mode
     res.to_csv(out / "results.csv", index=False)
     pd.DataFrame({"upload": np.flatnonzero(up), "duration_s": plan["duration"].to_numpy(float)[up]}).to_csv(
         out / "uploads.csv", index=False
@@ -269,6 +278,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sizings", nargs="+", default=list(d.sizings))
     ap.add_argument("--n-short", type=int, default=d.n_short)
     ap.add_argument("--upload-share", type=float, default=d.upload_share)
+    ap.add_argument(
+        "--no-stream", dest="stream", action="store_false", help="send uploads non-streamed (chunks submitted together)"
+    )
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     try:
@@ -278,6 +290,7 @@ def main(argv=None) -> int:
             sizings=tuple(a.sizings),
             n_short=a.n_short,
             upload_share=a.upload_share,
+            stream=a.stream,
         )
     except ValueError as e:  # the message opens with the parameter, whose flag is --<parameter with dashes>
         print(f"upload_engine_study: {e}", file=sys.stderr)

@@ -67,13 +67,21 @@ def check_default_language(model: ServiceModel, language: str) -> str:
 def requested_policy(request: Any, current: str, known: tuple[str, ...] | frozenset[str]) -> str | None:
     """The policy ``request`` asks for (its ``extra_args[XARG_POLICY]``), when it names one other than
     ``current``; else ``None``. A name not in ``known`` is logged and ignored: the request is queued under
-    the current policy, never refused."""
+    the current policy, never refused. A family's member (``nudge_m4_0.4``, ``gamma_boost_0.5``) is known once
+    its name parses: the registry registers it here, as a server started with it would."""
+    from asrsched.core.policies import validate_policies
+
     xa = getattr(getattr(request, "sampling_params", None), "extra_args", None)
     want = xa.get(XARG_POLICY) if isinstance(xa, Mapping) else None
     if want is None:
         return None
     name = str(want).strip().lower()
     if name not in known:
+        try:
+            (name,) = validate_policies([name])
+        except ValueError:
+            name = ""
+    if not name:
         log.warning(
             "asrsched: request %s asks for policy %r, which is unknown (allowed: %s); it is queued under %s",
             getattr(request, "request_id", "?"),

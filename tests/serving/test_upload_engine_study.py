@@ -64,3 +64,14 @@ def test_config_errors_name_the_parameter():
         UploadEngineConfig(sizings=("upload", "chunk"))
     with pytest.raises(ValueError, match="sizings: unknown sizing 'all'"):
         UploadEngineConfig(sizings=("chunk", "all"))
+    with pytest.raises(ValueError, match="policies: unknown policy 'shortest'"):
+        UploadEngineConfig(policies=("fcfs", "shortest"))
+    assert UploadEngineConfig(policies=("fcfs", "hrrn", "nudge_m4")).policies[-1] == "nudge_m4"  # set at calibration
+
+
+def test_the_command_line_names_a_bad_flag_and_runs_nothing(tmp_path, capsys):
+    from asrsched.serving.upload_engine_study import main
+
+    assert main(["--rho", "0.9", "--policies", "fcfs", "nudge", "--no-stream", "--out", str(tmp_path / "o")]) == 2
+    assert "policies: unknown policy 'nudge'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -381,6 +381,9 @@ def test_a_request_names_the_policy_it_switches_to_and_an_unknown_one_is_logged_
     assert requested_policy(req("b", 0.0, 5.0, **{XARG_POLICY: "sjf"}), "sjf", known) is None  # already in force
     assert requested_policy(req("c", 0.0, 5.0), "fcfs", known) is None  # names none: the policy in force stays
     assert requested_policy(req("d", 0.0), "fcfs", known) is None  # no extra_args at all
+    # a family's member, not registered when the server started, registers itself and is switched to
+    assert requested_policy(req("f", 0.0, 5.0, **{XARG_POLICY: "Nudge_M4_0.731"}), "fcfs", known) == "nudge_m4_0.731"
+    assert "nudge_m4_0.731" in policy_names()
     with caplog.at_level("WARNING", logger="asrsched.vllm_plugin.scheduler"):
         assert requested_policy(req("e", 0.0, 5.0, **{XARG_POLICY: "shortest"}), "hrrn", known) is None
     assert (
