@@ -1,8 +1,8 @@
 """``asrsched uploads``: short requests beside 1-10-minute uploads, per policy and chunk sizing, in the simulator.
 
 Runs :func:`asrsched.sim.upload_study.upload_runs` and prints :func:`~asrsched.sim.upload_study.upload_table`: per
-load, policy, engine behaviour (``chunks``: vLLM's chunks submitted together; ``sequence``: the CPU server's one
-job) and sizing, the short requests' P50/P90 E2EL and the uploads' P50/P90 E2EL (an upload ends at its last chunk),
+load, policy, engine behaviour (``chunks``: vLLM's chunks submitted together, a non-streamed request; ``streamed``:
+one after another, a streamed request; ``sequence``: the CPU server's one job) and sizing, the short requests' P50/P90 E2EL and the uploads' P50/P90 E2EL (an upload ends at its last chunk),
 each with its change against FCFS on chunk-sized chunks (95 % CI). ``--out DIR`` writes ``runs.csv``,
 ``table.csv`` and ``run.json`` (config, provenance). Exit status 2 on bad input, naming the flag.
 

@@ -147,8 +147,9 @@ _SIZING_SYMBOL = {"chunk": "circle", "upload": "square", "remaining": "diamond"}
 def fig_uploads(table: pd.DataFrame) -> go.Figure:
     """The long-upload study's table (:func:`asrsched.sim.upload_study.upload_table`): one panel per load, each
     policy/mode/sizing a point of (short requests' P90 E2EL, uploads' P50 E2EL) in seconds, means over seeds; the
-    colour is the policy, the symbol the sizing (``sequence``, the CPU server's one job, is a cross). Axes span
-    every point."""
+    colour is the policy, the symbol the sizing, filled for vLLM's chunks submitted together (``chunks``) and open
+    for a streamed upload's chunks one after another (``streamed``); ``sequence``, the CPU server's one job, is a
+    cross. Axes span every point."""
     from plotly.subplots import make_subplots
 
     rhos = sorted(table.rho.unique())
@@ -158,7 +159,9 @@ def fig_uploads(table: pd.DataFrame) -> go.Figure:
         g = table[table.rho == rho]
         for _, r in g.iterrows():
             sym = "x" if r["mode"] == "sequence" else _SIZING_SYMBOL.get(r["sizing"], "circle")
+            sym += "-open" if r["mode"] == "streamed" else ""
             label = f"{r['base_policy']} · {'one job' if r['mode'] == 'sequence' else r['sizing']}"
+            label += " · streamed" if r["mode"] == "streamed" else ""
             fig.add_scatter(
                 x=[r["short_p90_e2el_ms"] / 1e3],
                 y=[r["upload_p50_e2el_ms"] / 1e3],

@@ -44,7 +44,17 @@ import pandas as pd
 from asrsched.core.uploads import check_sizing
 from asrsched.core.workloads import Trace, check_rhos, make_trace
 
-__all__ = ["UploadEngineConfig", "upload_audio", "mix_capacity", "short_changes", "run_upload_engine_study", "main"]
+__all__ = [
+    "UploadEngineConfig",
+    "upload_audio",
+    "mix_capacity",
+    "short_changes",
+    "study_trace",
+    "simulated_cells",
+    "resimulate",
+    "run_upload_engine_study",
+    "main",
+]
 
 
 @dataclass(frozen=True)
@@ -149,18 +159,74 @@ def short_changes(e2el: dict[str, np.ndarray], baseline: str, n_boot: int, seed:
     return pd.DataFrame(rows)
 
 
-def _plan(cfg: UploadEngineConfig, rate: float, out: Path, cache):
-    """The trace at ``rate`` and its load plan: pool clips for short requests, laid-end-to-end speech for uploads."""
-    from asrsched.serving.request_plan import plan_requests
+def study_trace(cfg: UploadEngineConfig, rate: float) -> Trace:
+    """The study's trace at ``rate`` (req/s): the first seed from ``cfg.seed`` on whose trace has ``n_short`` short
+    requests and at least one upload (durations are the trace's; the run replaces them with its audio's)."""
     from asrsched.sim.upload_study import upload_source
 
     src = upload_source(cfg.upload_share, cfg.upload_lo_s, cfg.upload_hi_s)
     n = int(math.ceil(cfg.n_short / (1 - cfg.upload_share))) + 4
-    for k in range(50):  # the first seed whose trace has n_short short requests and at least one upload
+    for k in range(50):
         tr = make_trace(src, rate=rate, n=n, seed=cfg.seed + k)
         up = tr.duration > 30.0
         if (~up).sum() >= cfg.n_short and up.any():
-            break
+            return tr
+    raise ValueError(f"upload_share: no trace of 50 seeds has {cfg.n_short} short requests and an upload")
+
+
+def simulated_cells(trace: Trace, model, cells: list[tuple[str, str]], mode: str, max_num_seqs: int) -> pd.DataFrame:
+    """The simulator's prediction of each ``(policy, sizing)`` cell on ``trace`` (the run's arrivals and audio
+    durations) under ``model`` and upload ``mode`` (:data:`asrsched.sim.uploads.UPLOAD_MODES`): ``cell``, the short
+    requests' P50/P90 E2EL and the uploads' mean E2EL (s), columns ``sim_...`` as in ``results.csv``."""
+    from asrsched.sim.uploads import simulate_uploads
+
+    up = trace.duration > model.window_s
+    rows = []
+    for policy, sizing in cells:
+        _, su = simulate_uploads(
+            trace, policy, model, mode=mode, sizing=sizing, max_num_seqs=max_num_seqs, warn_overload=False
+        )
+        e = su.e2el.to_numpy()
+        rows.append(
+            {
+                "cell": f"{policy}/{sizing}",
+                "sim_mode": mode,
+                "sim_short_p50_e2el_s": float(np.percentile(e[~up], 50)),
+                "sim_short_p90_e2el_s": float(np.percentile(e[~up], 90)),
+                "sim_upload_mean_e2el_s": float(e[up].mean()),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def resimulate(out: str | Path, mode: str) -> pd.DataFrame:
+    """:func:`simulated_cells` of a committed study folder (``run.json``, ``records.parquet``,
+    ``step_service_model.json``) under upload ``mode``: the same trace (regenerated from the run's configuration
+    and rate), the audio durations the run sent and the service model fitted to its engine's steps."""
+    from asrsched.core.service import ServiceModel
+
+    out = Path(out)
+    run = json.loads((out / "run.json").read_text())
+    conf = {k: tuple(v) if isinstance(v, list) else v for k, v in run["config"].items()}
+    cfg = UploadEngineConfig(**conf)
+    tr = study_trace(cfg, float(run["facts"]["rate_rps"]))
+    rec = pd.read_parquet(out / "records.parquet")
+    one = rec[(rec.policy == rec.policy.iloc[0]) & (rec.sizing == rec.sizing.iloc[0])].sort_values("rid")
+    if len(one) != len(tr) or not np.allclose(one["scheduled"].to_numpy(float), tr.arrival - tr.arrival[0], atol=1e-6):
+        raise ValueError(f"out: {out}'s records are not the trace its run.json regenerates")
+    sim_tr = Trace(tr.arrival, one["duration"].to_numpy(float), tr.language, tr.tokens)
+    model = ServiceModel.from_json(out / "step_service_model.json")
+    pols = run["facts"].get("policies", list(cfg.policies))
+    cells = [(p, s) for s in cfg.sizings for p in pols]
+    return simulated_cells(sim_tr, model, cells, mode, cfg.max_num_seqs)
+
+
+def _plan(cfg: UploadEngineConfig, rate: float, out: Path, cache):
+    """The trace at ``rate`` and its load plan: pool clips for short requests, laid-end-to-end speech for uploads."""
+    from asrsched.serving.request_plan import plan_requests
+
+    tr = study_trace(cfg, rate)
+    up = tr.duration > 30.0
     plan = plan_requests(tr, pool_size=cfg.pool_size, cache=cache, progress=False)
     clips = sorted(set(plan.loc[~up, "path"]))
     for i in np.flatnonzero(up):
@@ -180,13 +246,12 @@ def run_upload_engine_study(cfg: UploadEngineConfig, out: str | Path, *, progres
     from asrsched.serving.loadgen import run_coro, run_load
     from asrsched.serving.servers import VllmServerProcess
     from asrsched.sim.upload_study import upload_source
-    from asrsched.sim.uploads import simulate_uploads
 
-    sim_mode = "chunks"  # what the simulator models: vLLM's non-streamed uploads
+    sim_mode = "streamed" if cfg.stream else "chunks"  # how vLLM runs the uploads' chunks
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     facts: dict = {}
-    recs, sims = [], []
+    recs = []
     tr = plan = model = None
     t0 = time.perf_counter()
     for sizing in cfg.sizings:
@@ -226,16 +291,9 @@ def run_upload_engine_study(cfg: UploadEngineConfig, out: str | Path, *, progres
                     run_load(srv.url, plan, model=cfg.model, policy=policy, stream=cfg.stream, progress=progress)
                 )
                 recs.append(r.assign(policy=policy, sizing=sizing))
-                sim_tr = Trace(tr.arrival, plan["duration"].to_numpy(float), tr.language, tr.tokens)
-                _, su = simulate_uploads(
-                    sim_tr, policy, model, mode=sim_mode, sizing=sizing, max_num_seqs=cfg.max_num_seqs,
-                    warn_overload=False,
-                )  # fmt: skip
-                sims.append(su.assign(policy=policy, sizing=sizing))
     facts["seconds"] = time.perf_counter() - t0
     rec = pd.concat(recs, ignore_index=True)
     rec.to_parquet(out / "records.parquet")
-    sim = pd.concat(sims, ignore_index=True)
     up = plan["duration"].to_numpy(float) > 30.0
     cells = [(p, s) for s in cfg.sizings for p in pols]
     e2el = {}
@@ -245,18 +303,11 @@ def run_upload_engine_study(cfg: UploadEngineConfig, out: str | Path, *, progres
             raise RuntimeError(f"{p}/{s}: {int((~r['status'].eq(200)).sum())} request(s) failed; see the server log")
         e2el[f"{p}/{s}"] = r["e2el"].to_numpy(float)
     res = short_changes({k: v[~up] for k, v in e2el.items()}, f"{pols[0]}/{cfg.sizings[0]}", cfg.n_boot)
-    for c in ("p50", "p90"):
-        q = int(c[1:])
-        res[f"sim_short_{c}_e2el_s"] = [
-            float(np.percentile(sim[(sim.policy == p) & (sim.sizing == s)].e2el.to_numpy()[~up], q)) for p, s in cells
-        ]
     res["upload_e2el_s"] = [json.dumps(np.round(e2el[f"{p}/{s}"][up], 1).tolist()) for p, s in cells]
     res["upload_mean_e2el_s"] = [float(e2el[f"{p}/{s}"][up].mean()) for p, s in cells]
-    res["sim_upload_mean_e2el_s"] = [
-        float(sim[(sim.policy == p) & (sim.sizing == s)].e2el.to_numpy()[up].mean()) for p, s in cells
-    ]
-    res["n_short"], res["n_uploads"], res["rho"] = int((~up).sum()), int(up.sum()), cfg.rho
-    res["stream"], res["sim_mode"] = cfg.stream, sim_mode
+    res["n_short"], res["n_uploads"], res["rho"], res["stream"] = int((~up).sum()), int(up.sum()), cfg.rho, cfg.stream
+    sim_tr = Trace(tr.arrival, plan["duration"].to_numpy(float), tr.language, tr.tokens)
+    res = res.merge(simulated_cells(sim_tr, model, cells, sim_mode, cfg.max_num_seqs), on="cell")
     res.to_csv(out / "results.csv", index=False)
     pd.DataFrame({"upload": np.flatnonzero(up), "duration_s": plan["duration"].to_numpy(float)[up]}).to_csv(
         out / "uploads.csv", index=False

@@ -46,6 +46,7 @@ the policy (:func:`asrsched.sim.inputs.compiled_support`), the Python one otherw
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import itertools
 import math
@@ -67,6 +68,7 @@ from asrsched.sim.records import (
     ParquetSink,
     SimResult,
     SummarySink,
+    ThinnedTimeline,
     column_writer,
     occupancy,
     time_average,
@@ -104,35 +106,6 @@ class SimJob(Job):
         self.first = math.nan
 
 
-# ----------------------------------------------------------------------------- helpers
-
-
-class _Timeline:
-    """Thinned (t, running, waiting) samples: keeps at most ``cap`` points by stride doubling."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = max(16, int(cap))
-        self.t: list[float] = []
-        self.r: list[int] = []
-        self.q: list[int] = []
-        self.stride = 1
-        self.count = 0
-
-    def add(self, t: float, running: int, waiting: int) -> None:
-        self.count += 1
-        if self.count % self.stride:
-            return
-        self.t.append(t)
-        self.r.append(running)
-        self.q.append(waiting)
-        if len(self.t) >= self.cap:
-            self.t, self.r, self.q = self.t[::2], self.r[::2], self.q[::2]
-            self.stride *= 2
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return np.asarray(self.t, float), np.asarray(self.r, np.int64), np.asarray(self.q, np.int64)
-
-
 # ----------------------------------------------------------------------------- engine
 
 
@@ -155,7 +128,9 @@ class Engine:
       :meth:`n_in_system` and :meth:`outstanding_work` (estimated outstanding work,
       from the size estimates only; ``tests/sim_oracle.py`` has its reference loop);
     * :meth:`set_policy`: re-order the waiting queue under another policy (a
-      switchback experiment switches every replica's policy at block boundaries).
+      switchback experiment switches every replica's policy at block boundaries);
+    * ``on_finish(job, t)`` (optional): called as a job's last decode step ends at time ``t``, when
+      the driver may :meth:`submit` a job that arrives then (:func:`simulate`'s ``follows``).
 
     A *decision point* is a step boundary at which the engine admits waiting jobs
     (each admission runs the job's encoder, stalling the batch) and then jumps over
@@ -195,6 +170,7 @@ class Engine:
         self._just_finished = 0  # completions at self.t (still in system before that instant)
         self._work_cache: Any = None  # (running-set key, est_tokens, sorted estimate ends, suffix sums)
         self.on_decision: Any = None  # optional callback(engine) at each decision point, after admissions
+        self.on_finish: Any = None  # optional callback(job, t) as a job's last decode step ends at engine time t
 
     # -- state seen by a router at time ``at`` (after run_until(at)) --
     def n_waiting(self) -> int:
@@ -315,6 +291,8 @@ class Engine:
                     )
                 )
                 fin += 1
+                if self.on_finish is not None:  # a driver may submit a job that follows this one (at t)
+                    self.on_finish(j, t)
             self._just_finished = fin
             if len(self.out) >= self.flush_every:
                 self.flush()
@@ -364,6 +342,7 @@ def simulate(
     timeline_points: int = 4000,
     warn_overload: bool = True,
     engine: str = "auto",
+    follows: np.ndarray | None = None,
 ) -> SimResult:
     """Simulate ``trace`` on a continuous-batching server under ``policy``.
 
@@ -382,6 +361,11 @@ def simulate(
     of chunks, with any sink; other policies take the Python :class:`Engine` (the readable
     reference). ``"python"`` forces the reference; ``"numba"`` the compiled engine, raising
     ``ValueError`` for a policy it does not implement.
+
+    ``follows`` (optional, in-memory trace): row ``i`` is submitted when row ``follows[i]`` (an earlier row)
+    finishes, at the engine's time of that last decode step, which becomes its ``arrival`` in the records;
+    ``-1`` keeps the trace's arrival. A streamed upload's chunks run so in vLLM
+    (:mod:`asrsched.sim.uploads`). Only the Python reference runs it (``engine="numba"`` raises).
     """
     from asrsched.sim.inputs import choose_engine
 
@@ -394,9 +378,14 @@ def simulate(
         raise ValueError("est_duration needs an in-memory Trace (not an iterator of chunks)")
     if isinstance(trace, Trace) and est_duration is not None and len(est_duration) != len(trace):
         raise ValueError(f"est_duration has {len(est_duration)} rows, the trace has {len(trace)}")
+    if follows is not None:
+        follows = _check_follows(follows, trace)
+        if str(engine).lower() == "numba":
+            raise ValueError("engine: the compiled engine does not run follows; use engine='python' or 'auto'")
+        engine = "python"
     compiled = choose_engine(engine, [policy], policy_params=policy_params)
     chunks = [trace] if in_memory else trace
-    run = _run_compiled if compiled else _run_python
+    run = _run_compiled if compiled else functools.partial(_run_python, follows=follows)
     records, (tt, tr_, tq), n_arrivals, n_completed, events, mode_counts, span = run(
         chunks,
         in_memory,
@@ -443,6 +432,19 @@ def simulate(
     )
 
 
+def _check_follows(follows, trace) -> np.ndarray:
+    """``follows`` as int64, or ``ValueError``: an in-memory trace, one entry per row, each ``-1`` or an earlier row."""
+    if not isinstance(trace, Trace):
+        raise ValueError("follows needs an in-memory Trace (not an iterator of chunks)")
+    f = np.asarray(follows)
+    if f.shape != (len(trace),) or not np.issubdtype(f.dtype, np.integer):
+        raise ValueError(f"follows: need {len(trace)} integers (one per row), got shape {f.shape} of {f.dtype}")
+    bad = np.flatnonzero((f < -1) | (f >= np.arange(len(f))))
+    if len(bad):
+        raise ValueError(f"follows: row {int(bad[0])} follows {int(f[bad[0]])}, which is not -1 or an earlier row")
+    return f.astype(np.int64)
+
+
 def _span(span: list, tr: Trace) -> None:
     if len(tr):
         span[0] = min(span[0], float(tr.arrival[0]))
@@ -461,12 +463,22 @@ def _run_python(
     flush_every,
     timeline_points,
     warn_overload,
+    follows=None,
 ):
     """:func:`simulate` on the Python :class:`Engine` (the reference)."""
     eng = Engine(policy, service, max_num_seqs=M, policy_params=policy_params, sink=sink, flush_every=flush_every)
-    tl = _Timeline(timeline_points)
+    tl = ThinnedTimeline(timeline_points)
     # arrivals up to the decision time that the driver has not submitted yet are waiting too
     cur = {"arr": np.empty(0), "base": 0, "submitted": 0}
+    held: dict[int, list[SimJob]] = {}  # rid -> the jobs submitted when it finishes (follows)
+    if follows is not None:
+
+        def release(job: SimJob, t: float) -> None:
+            for nxt_job in held.pop(job.rid, ()):
+                nxt_job.arrival = t
+                eng.submit(nxt_job)
+
+        eng.on_finish = release
 
     def sample(e: Engine) -> None:
         arrived = cur["base"] + int(np.searchsorted(cur["arr"], e.t, side="right"))
@@ -484,9 +496,14 @@ def _run_python(
             check_offered_load(tr, service)
         # the next chunk's arrivals too: encodes at the end of this chunk can run past its first arrivals
         cur["arr"] = tr.arrival if nxt is None else np.concatenate([tr.arrival, nxt.arrival])
+        if follows is not None:  # (in memory: one chunk) only the rows that arrive by the trace
+            cur["arr"] = tr.arrival[follows < 0]
         cur["base"] = n_arrivals
         _span(span, tr)
         for job in chunk_jobs(tr, service, est_duration, n_arrivals):
+            if follows is not None and follows[job.rid] >= 0:
+                held.setdefault(int(follows[job.rid]), []).append(job)
+                continue
             eng.run_until(job.arrival)
             eng.submit(job)
             cur["submitted"] += 1

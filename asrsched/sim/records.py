@@ -40,6 +40,7 @@ __all__ = [
     "names_array",
     "column_writer",
     "histogram_add",
+    "ThinnedTimeline",
 ]
 
 #: the per-request columns of every simulator and load-generator record table, in order
@@ -386,3 +387,32 @@ def column_writer(sink: Any):
         sink.write(list(zip(*(cols[c].tolist() for c in RECORD_COLUMNS), strict=True)))
 
     return write
+
+
+class ThinnedTimeline:
+    """Thinned (t, running, waiting) samples: keeps at most ``cap`` points by stride doubling (the Python engine's
+    ``SimResult.timeline``)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = max(16, int(cap))
+        self.t: list[float] = []
+        self.r: list[int] = []
+        self.q: list[int] = []
+        self.stride = 1
+        self.count = 0
+
+    def add(self, t: float, running: int, waiting: int) -> None:
+        """One sample (kept when it falls on the current stride)."""
+        self.count += 1
+        if self.count % self.stride:
+            return
+        self.t.append(t)
+        self.r.append(running)
+        self.q.append(waiting)
+        if len(self.t) >= self.cap:
+            self.t, self.r, self.q = self.t[::2], self.r[::2], self.q[::2]
+            self.stride *= 2
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(time, running, waiting)`` arrays."""
+        return np.asarray(self.t, float), np.asarray(self.r, np.int64), np.asarray(self.q, np.int64)

@@ -3,8 +3,9 @@
 The traffic: LibriSpeech test-clean requests with a share ``upload_share`` of uploads of ``upload_lo_s`` to
 ``upload_hi_s`` seconds (uniform), at loads ρ of the engine's capacity on that traffic (measured with the
 simulator under vLLM's chunking, :func:`asrsched.sim.uploads.chunk_capacity`). Each seed's trace runs under
-every policy and every chunk sizing (:mod:`asrsched.core.uploads`) with vLLM's chunks submitted together, and
-under the CPU server's behaviour (``sequence``: one job per upload, windows in sequence). Per run: the short
+every policy and every chunk sizing (:mod:`asrsched.core.uploads`) with vLLM's chunks submitted together (a
+non-streamed request, ``chunks``) and one after another (a streamed request, ``streamed``), and under the CPU
+server's behaviour (``sequence``: one job per upload, windows in sequence). Per run: the short
 requests' (one window at most) P50/P90 E2EL and the uploads' P50/P90 E2EL, where an upload's E2EL ends at its
 last chunk. :func:`upload_table` gives each against FCFS with chunk sizing as a paired change over seeds with a
 95 % CI (:func:`asrsched.sim.sweep_report.change_ci`), and the medians themselves.
@@ -51,6 +52,7 @@ class UploadStudyConfig:
     upload_hi_s: float = 600.0
     policies: tuple[str, ...] = ("fcfs", "sjf", "hrrn", "nudge_m4")
     sizings: tuple[str, ...] = SIZINGS
+    streamed: bool = True
     sequence: bool = True
     seeds: int = 8
     n_requests: int = 3000
@@ -79,7 +81,8 @@ class UploadStudyConfig:
 
     def variants(self, nudge: str) -> list[tuple[str, str, str]]:
         """``(policy, mode, sizing)`` of every run of a seed; ``nudge_m4`` stands for ``nudge``."""
-        out = [(nudge if p == "nudge_m4" else p, "chunks", s) for p in self.policies for s in self.sizings]
+        modes = ("chunks", "streamed") if self.streamed else ("chunks",)
+        out = [(nudge if p == "nudge_m4" else p, m, s) for m in modes for p in self.policies for s in self.sizings]
         if self.sequence:
             out += [(nudge if p == "nudge_m4" else p, "sequence", "upload") for p in self.policies]
         return out

@@ -1,11 +1,16 @@
 """Long uploads in the simulator, as each engine runs them, with per-upload records beside per-request ones.
 
-Two engine behaviours (``mode``):
+Three engine behaviours (``mode``):
 
-* ``chunks`` (vLLM): an upload of ``k`` windows becomes ``k`` engine requests submitted together at the upload's
-  arrival, each one window of audio (its own encoder pass) and its share of the upload's tokens (in proportion
-  to its audio, at least one). Each chunk's size estimate reads :func:`asrsched.core.uploads.sized_duration`
-  under the ``sizing`` (``chunk``, ``upload`` or ``remaining``), the rule the vLLM plug-in applies;
+* ``chunks`` (vLLM, a non-streamed request): an upload of ``k`` windows becomes ``k`` engine requests submitted
+  together at the upload's arrival, each one window of audio (its own encoder pass) and its share of the upload's
+  tokens (in proportion to its audio, at least one). Each chunk's size estimate reads
+  :func:`asrsched.core.uploads.sized_duration` under the ``sizing`` (``chunk``, ``upload`` or ``remaining``), the
+  rule the vLLM plug-in applies;
+* ``streamed`` (vLLM, a streamed request): the same chunks, but chunk ``i + 1`` is submitted when chunk ``i``
+  finishes (vLLM 0.32's ``speech_to_text`` serving iterates a streamed request's chunk generators one after
+  another), so the upload holds at most one slot and each chunk queues again under the policy. It runs on the
+  Python reference engine only (:func:`asrsched.sim.engine.simulate`'s ``follows``);
 * ``sequence`` (the package's CPU server): the upload is one job that holds one slot while its windows are
   decoded one after another, sized by the whole upload (``sizing`` must be ``upload``).
 
@@ -31,8 +36,9 @@ from asrsched.sim.records import SimResult
 
 __all__ = ["UPLOAD_MODES", "ChunkedTrace", "split_uploads", "upload_records", "simulate_uploads", "chunk_capacity"]
 
-#: ``chunks``: vLLM's (chunks submitted together); ``sequence``: the CPU server's (one job, windows in sequence)
-UPLOAD_MODES = ("chunks", "sequence")
+#: ``chunks``: vLLM's non-streamed (chunks submitted together); ``streamed``: vLLM's streamed (each chunk submitted
+#: when the one before finishes); ``sequence``: the CPU server's (one job, windows in sequence)
+UPLOAD_MODES = ("chunks", "streamed", "sequence")
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,8 @@ class ChunkedTrace:
 
     ``trace``: one row per engine request (arrival order); ``est_duration``: the duration each size estimate
     reads; ``upload``: the row of the original trace each engine request belongs to; ``chunk_index``: its
-    place in its upload; ``uploads``: the original trace.
+    place in its upload; ``uploads``: the original trace; ``follows`` (the ``streamed`` mode, else ``None``): the
+    engine request each one is submitted after (``-1``: at the upload's arrival).
     """
 
     trace: Trace
@@ -51,6 +58,7 @@ class ChunkedTrace:
     uploads: Trace
     mode: str
     sizing: str
+    follows: np.ndarray | None = None
 
 
 def _check_mode(mode: str) -> str:
@@ -99,7 +107,8 @@ def split_uploads(
         meta={**trace.meta, "uploads_mode": m, "uploads_sizing": s},
     )
     est_d = np.asarray(sized_duration(total, ci, s, window_s), float)
-    return ChunkedTrace(chunks, est_d, up, ci, trace, m, s)
+    follows = np.where(ci > 0, np.arange(len(up)) - 1, -1) if m == "streamed" else None
+    return ChunkedTrace(chunks, est_d, up, ci, trace, m, s, follows)
 
 
 def upload_records(records: pd.DataFrame, chunked: ChunkedTrace) -> pd.DataFrame:
@@ -149,17 +158,20 @@ def simulate_uploads(
     :func:`upload_records`. Keywords go to :func:`~asrsched.sim.engine.simulate` (``engine``,
     ``max_num_seqs``, ...)."""
     ct = split_uploads(trace, mode=mode, sizing=sizing, window_s=service.window_s)
-    res = simulate(ct.trace, policy, service, est_duration=ct.est_duration, **kw)
+    res = simulate(ct.trace, policy, service, est_duration=ct.est_duration, follows=ct.follows, **kw)
     return res, upload_records(res.records, ct)
 
 
 def chunk_capacity(trace: Trace, service: ServiceModel, *, mode: str = "chunks", max_num_seqs: int = 32) -> float:
     """Saturation throughput in *uploads* (original requests) per second of ``trace``'s requests under ``mode``:
     the engine's served rate on the chunked requests, all arriving at once (FCFS), times uploads per engine
-    request."""
+    request. ``streamed`` counts as ``chunks``: with every request waiting, the same work keeps the same slots
+    full."""
     from asrsched.sim.capacity import trace_capacity
 
-    sizing = "upload" if _check_mode(mode) == "sequence" else "chunk"
+    m = _check_mode(mode)
+    mode = "chunks" if m == "streamed" else m
+    sizing = "upload" if m == "sequence" else "chunk"
     ct = split_uploads(trace, mode=mode, sizing=sizing, window_s=service.window_s)
     rate = trace_capacity(ct.trace, service, max_num_seqs=max_num_seqs, burst=True)
     return rate * len(trace) / len(ct.trace)

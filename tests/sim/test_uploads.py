@@ -73,7 +73,7 @@ def test_split_uploads_keeps_audio_tokens_and_arrival():
     assert len(seq.trace) == len(tr) and (seq.est_duration == tr.duration).all()
     with pytest.raises(ValueError, match="sizing: the sequence mode runs an upload as one job"):
         split_uploads(tr, mode="sequence", sizing="chunk")
-    with pytest.raises(ValueError, match="mode: unknown 'batch'; allowed values: chunks, sequence"):
+    with pytest.raises(ValueError, match="mode: unknown 'batch'; allowed values: chunks, streamed, sequence"):
         split_uploads(tr, mode="batch")
 
 
@@ -107,6 +107,68 @@ def test_upload_e2el_ends_at_last_chunk_in_both_engines(policy, sizing):
         )
 
 
+@pytest.mark.parametrize("policy", ["fcfs", "sjf", "hrrn"])
+@pytest.mark.parametrize("sizing", ["chunk", "upload", "remaining"])
+def test_a_streamed_uploads_chunk_is_submitted_when_the_one_before_finishes(policy, sizing):
+    tr = _trace(n=500)
+    cap = chunk_capacity(tr, SM, mode="streamed")
+    assert cap == chunk_capacity(tr, SM)  # the same work: streaming changes the order, not the capacity
+    tr = Trace(tr.arrival * (len(tr) / tr.arrival[-1]) / (0.9 * cap), tr.duration, tr.language, tr.tokens)
+    res, up = simulate_uploads(tr, policy, SM, mode="streamed", sizing=sizing, warn_overload=False)
+    assert res.params["engine"] == "python"
+    ct = split_uploads(tr, mode="streamed", sizing=sizing)
+    r = res.records.sort_values("rid").reset_index(drop=True)
+    later = np.flatnonzero(ct.follows >= 0)
+    assert len(later) >= 100 and (ct.follows[later] == later - 1).all()
+    # chunk i + 1 arrives as chunk i's last decode step ends (the engine's time, before the client's overhead)
+    np.testing.assert_allclose(r.arrival.to_numpy()[later], r.finish.to_numpy()[later - 1] - SM.overhead_s)
+    first = ct.follows < 0
+    np.testing.assert_array_equal(r.arrival.to_numpy()[first], tr.arrival)
+    assert (r.admit >= r.arrival).all()
+    # one slot at a time: a chunk is admitted only after the one before it finished
+    assert (r.admit.to_numpy()[later] >= r.finish.to_numpy()[later - 1] - SM.overhead_s).all()
+    last = r.groupby(ct.upload).finish.max().to_numpy()
+    np.testing.assert_array_equal(up.e2el.to_numpy(), last - tr.arrival)
+    with pytest.raises(ValueError, match="engine: the compiled engine does not run follows"):
+        simulate_uploads(tr, policy, SM, mode="streamed", sizing=sizing, engine="numba")
+
+
+def test_streamed_and_submitted_together_agree_on_one_upload_alone():
+    # one slot and nothing else queued: chunks submitted together and one after another run back to back
+    tr = Trace(np.array([0.0]), np.array([95.0]), np.array(["en"], dtype=object), np.array([400]))
+    one = {
+        m: simulate_uploads(tr, "fcfs", SM, mode=m, max_num_seqs=1, warn_overload=False)[0]
+        for m in ("chunks", "streamed")
+    }
+    cols = ["rid", "admit", "first_token", "finish", "tokens"]
+    pd.testing.assert_frame_equal(
+        one["chunks"].records.sort_values("rid")[cols].reset_index(drop=True),
+        one["streamed"].records.sort_values("rid")[cols].reset_index(drop=True),
+    )
+    # a short request arriving during the upload's first chunk: FCFS puts it behind the three remaining chunks
+    # submitted together, but before the streamed upload's next chunk (which arrives later)
+    tr2 = Trace(np.array([0.0, 1.0]), np.array([95.0, 5.0]), np.array(["en", "en"], dtype=object), np.array([400, 20]))
+    e2el = {
+        m: simulate_uploads(tr2, "fcfs", SM, mode=m, max_num_seqs=1, warn_overload=False)[1].e2el[1]
+        for m in ("chunks", "streamed")
+    }
+    assert e2el["streamed"] < e2el["chunks"] / 2
+
+
+def test_follows_names_a_bad_row():
+    from asrsched.sim.engine import simulate
+
+    tr = _trace(n=20)
+    with pytest.raises(ValueError, match="follows: row 3 follows 5, which is not -1 or an earlier row"):
+        simulate(tr, "fcfs", SM, follows=np.array([-1, -1, -1, 5] + [-1] * 16))
+    with pytest.raises(ValueError, match="follows: need 20 integers"):
+        simulate(tr, "fcfs", SM, follows=np.zeros(3, int))
+    # no row follows another: the reference's records are those of a run without follows
+    a = simulate(tr, "sjf", SM, follows=np.full(20, -1), warn_overload=False).records
+    b = simulate(tr, "sjf", SM, engine="python", warn_overload=False).records
+    pd.testing.assert_frame_equal(a, b)
+
+
 def test_sizing_changes_only_the_size_a_chunk_shows():
     tr = _trace(n=400)
     est = {s: split_uploads(tr, sizing=s) for s in ("chunk", "upload")}
@@ -125,7 +187,7 @@ def test_sizing_changes_only_the_size_a_chunk_shows():
 def test_upload_study_small():
     cfg = UploadStudyConfig(rhos=(0.8,), seeds=2, n_requests=400, policies=("fcfs", "sjf"), upload_share=0.05)
     runs = upload_runs(cfg, workers=1, progress=False)
-    assert len(runs) == 2 * (2 * 3 + 2)
+    assert len(runs) == 2 * (2 * 3 + 2 * 3 + 2)  # chunks and streamed under each sizing, and one job
     assert runs.n_uploads.min() >= 5 and (runs.upload_p50_e2el_ms > runs.short_p50_e2el_ms).all()
     t = upload_table(runs)
     base = t[t.policy == "fcfs/chunks/chunk"].iloc[0]
