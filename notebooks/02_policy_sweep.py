@@ -533,10 +533,17 @@ else:
 # time; the simulator's `streamed` mode), a non-streamed one's all at once (`chunks`). Beside each run: the
 # simulator's prediction of the same requests under both modes (:func:`asrsched.serving.upload_engine_study.resimulate`:
 # the run's trace, the audio it sent, the service model fitted to its engine's steps), computed here.
+#
+# The run's own table compares every cell with FCFS/chunk, but each sizing ran on its own server, tens of minutes
+# apart, and this machine's speed drifts within a day. So the second table (`engine_changes`, computed here)
+# compares each policy with FCFS **on the same server**, with moving-block bootstrap CIs (blocks as long as the
+# lag at which the FCFS run's latencies decorrelate, since requests that queue together are not independent),
+# and puts FCFS of each other server against FCFS/chunk: an A/A check, since FCFS never reads a size. Where that
+# row's CI excludes zero, a difference between sizings on this engine is not established by these runs.
 
 # %%
 from asrsched.figures.frontier import fig_upload_engine
-from asrsched.serving.upload_engine_study import resimulate
+from asrsched.serving.upload_engine_study import engine_changes, resimulate
 
 for d in UPLOADS_REAL_DIRS:
     uploads_real = committed_path(d)
@@ -556,6 +563,12 @@ for d in UPLOADS_REAL_DIRS:
     rcols += ["short_p90_e2el_s", "short_p90_change_pct", "short_p90_change_ci_low", "short_p90_change_ci_high"]
     rcols += ["upload_mean_e2el_s", "upload_e2el_s"]
     display(ur[rcols].round(2))
+    within = engine_changes(uploads_real)
+    print(f"same-server changes (moving blocks of {within.block.iloc[0]} requests):")
+    wcols = ["comparison", "baseline", "cell"]
+    for q in ("p50", "p90"):
+        wcols += [f"short_{q}_e2el_s", f"short_{q}_change_pct", f"short_{q}_change_ci_low", f"short_{q}_change_ci_high"]
+    display(within[wcols].round(2))
     pred = pd.concat([resimulate(uploads_real, m) for m in ("chunks", "streamed")], ignore_index=True)
     pred = pred.merge(ur[["cell", "short_p50_e2el_s", "short_p90_e2el_s", "upload_mean_e2el_s"]], on="cell")
     for m in ("short_p50_e2el_s", "short_p90_e2el_s", "upload_mean_e2el_s"):

@@ -119,7 +119,11 @@ def check_02_policy_sweep(fig: Path, runs: Path, tmp: Path, outputs: str) -> Non
     assert "fitted to published" in outputs and "published_h200_c32_ms" in outputs
     # the committed long-upload study and its figure
     assert (fig / "uploads.png").stat().st_size > 1000 and "sjf/chunks/upload" in outputs
-    assert "measured short-request saturation" in outputs and "sjf/upload" in outputs  # the vLLM-CPU run
+    assert "measured short-request saturation" in outputs and "sjf/upload" in outputs  # the vLLM-CPU runs
+    assert "non-streamed requests" in outputs and "sjf/streamed/upload" in outputs  # and the streamed mode
+    assert "same-server changes (moving blocks of" in outputs and "between servers (A/A)" in outputs
+    for name in ("uploads_real", "uploads_real_nonstream"):  # each run beside the simulator's predictions
+        assert (fig / f"{name}.png").stat().st_size > 1000
 
 
 def check_04_real_serving(fig: Path, runs: Path, tmp: Path, outputs: str) -> None:

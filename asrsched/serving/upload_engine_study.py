@@ -49,6 +49,8 @@ __all__ = [
     "upload_audio",
     "mix_capacity",
     "short_changes",
+    "decorrelation_lag",
+    "engine_changes",
     "study_trace",
     "simulated_cells",
     "resimulate",
@@ -131,12 +133,38 @@ def mix_capacity(short_capacity: float, trace: Trace, service, max_num_seqs: int
     return short_capacity * ratio, ratio
 
 
-def short_changes(e2el: dict[str, np.ndarray], baseline: str, n_boot: int, seed: int = 0) -> pd.DataFrame:
+def decorrelation_lag(x, level: float = 0.1) -> int:
+    """The first lag at which the sample autocorrelation of the series ``x`` falls below ``level`` (at least 1; the
+    series' length when it never does): a block length for :func:`short_changes` on requests in arrival order,
+    whose latencies are correlated through the queue they share."""
+    v = np.asarray(x, float)
+    if v.ndim != 1 or len(v) < 3 or not np.all(np.isfinite(v)):
+        raise ValueError(f"x: need a series of at least 3 finite values, got {v.shape}")
+    d = v - v.mean()
+    den = float(d @ d)
+    if den == 0:
+        return 1
+    for lag in range(1, len(v)):
+        if float(d[:-lag] @ d[lag:]) / den < level:
+            return lag
+    return len(v)
+
+
+def short_changes(
+    e2el: dict[str, np.ndarray], baseline: str, n_boot: int, seed: int = 0, block: int = 1
+) -> pd.DataFrame:
     """Per cell (``e2el[cell]``: the short requests' E2EL, the same requests in the same order in every cell): P50
-    and P90 with 95 % bootstrap CIs, and their change against ``baseline`` in % with a paired bootstrap CI."""
+    and P90 with 95 % bootstrap CIs, and their change against ``baseline`` in % with a paired bootstrap CI.
+
+    ``block`` > 1 resamples runs of ``block`` consecutive requests (a moving-block bootstrap, Künsch 1989), which
+    keeps the correlation of requests that queue together (:func:`decorrelation_lag`); 1 resamples requests."""
     rng = np.random.default_rng(seed)
     n = len(e2el[baseline])
-    idx = rng.integers(0, n, size=(int(n_boot), n))
+    blk = int(block)
+    if blk != block or not 1 <= blk <= n:
+        raise ValueError(f"block: need an integer from 1 to the {n} requests, got {block!r}")
+    starts = rng.integers(0, n - blk + 1, size=(int(n_boot), -(-n // blk)))
+    idx = (starts[:, :, None] + np.arange(blk)).reshape(int(n_boot), -1)[:, :n]
     rows = []
     for cell, v in e2el.items():
         if len(v) != n:
@@ -219,6 +247,32 @@ def resimulate(out: str | Path, mode: str) -> pd.DataFrame:
     pols = run["facts"].get("policies", list(cfg.policies))
     cells = [(p, s) for s in cfg.sizings for p in pols]
     return simulated_cells(sim_tr, model, cells, mode, cfg.max_num_seqs)
+
+
+def engine_changes(out: str | Path, n_boot: int = 2000) -> pd.DataFrame:
+    """A committed study folder's short requests compared within each server: per sizing, every policy against FCFS
+    on the same server (runs close in time), with moving-block bootstrap CIs (``block``: the FCFS/chunk run's
+    :func:`decorrelation_lag`); and FCFS on each other server against FCFS/chunk (``comparison`` ``between
+    servers``), an A/A check: FCFS never reads a size, so what differs there is the server and the hour, not the
+    sizing (machine speed drifts within a day)."""
+    out = Path(out)
+    rec = pd.read_parquet(out / "records.parquet")
+    up = pd.read_csv(out / "uploads.csv")["upload"].to_numpy()
+    e2el = {}
+    for (p, s), r in rec.groupby(["policy", "sizing"], sort=False):
+        v = r.sort_values("rid")["e2el"].to_numpy(float)
+        e2el[f"{p}/{s}"] = np.delete(v, up)
+    sizings = list(dict.fromkeys(rec["sizing"]))
+    blk = decorrelation_lag(e2el[f"fcfs/{sizings[0]}"])
+    parts = []
+    for s in sizings:
+        cells = {c: v for c, v in e2el.items() if c.endswith(f"/{s}")}
+        parts.append(short_changes(cells, f"fcfs/{s}", n_boot, block=blk).assign(baseline=f"fcfs/{s}"))
+    parts = [t.assign(comparison="within a server") for t in parts]
+    fcfs = {f"fcfs/{s}": e2el[f"fcfs/{s}"] for s in sizings}
+    aa = short_changes(fcfs, f"fcfs/{sizings[0]}", n_boot, block=blk).iloc[1:]
+    parts.append(aa.assign(baseline=f"fcfs/{sizings[0]}", comparison="between servers (A/A)"))
+    return pd.concat(parts, ignore_index=True).assign(block=blk)
 
 
 def _plan(cfg: UploadEngineConfig, rate: float, out: Path, cache):

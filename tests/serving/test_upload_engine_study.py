@@ -100,3 +100,54 @@ def test_the_committed_streamed_run_is_predicted_by_the_streamed_mode():
         }
     for q in ("p50", "p90"):
         assert err["streamed"][q] < 0.5 and err["streamed"][q] < err["chunks"][q] / 3, err
+
+
+def test_block_bootstrap_widens_the_ci_of_requests_that_queue_together():
+    from asrsched.serving.upload_engine_study import decorrelation_lag
+
+    rng = np.random.default_rng(1)
+    x = np.empty(400)
+    x[0] = 0.0
+    for i in range(1, 400):  # AR(1), phi 0.9: the autocorrelation at lag k is 0.9**k, below 0.1 from lag 22
+        x[i] = 0.9 * x[i - 1] + rng.normal()
+    lag = decorrelation_lag(x)
+    assert 12 <= lag <= 35
+    assert decorrelation_lag(rng.normal(size=400)) <= 2
+    base = np.exp(x / 4)
+    other = base * 1.1
+    width = {}
+    for b in (1, lag):
+        t = short_changes({"fcfs/chunk": base, "x": other}, "fcfs/chunk", 1000, block=b).set_index("cell")
+        assert t.loc["x", "short_p50_change_pct"] == pytest.approx(10.0)
+        assert t.loc["x", "short_p50_change_ci_low"] == pytest.approx(10.0)  # a constant ratio: every draw gives it
+        width[b] = t.loc["fcfs/chunk", "short_p50_e2el_s_ci_high"] - t.loc["fcfs/chunk", "short_p50_e2el_s_ci_low"]
+    assert width[lag] > 1.3 * width[1]
+    with pytest.raises(ValueError, match="block: need an integer from 1 to the 400 requests, got 0"):
+        short_changes({"fcfs/chunk": base}, "fcfs/chunk", 10, block=0)
+    with pytest.raises(ValueError, match="x: need a series of at least 3 finite values"):
+        decorrelation_lag([1.0, np.nan, 2.0])
+
+
+def test_engine_changes_compare_within_a_server_and_check_fcfs_between_servers():
+    from pathlib import Path
+
+    from asrsched.serving.upload_engine_study import decorrelation_lag, engine_changes
+
+    d = Path(__file__).resolve().parents[2] / "figures" / "02_policy_sweep" / "uploads_real_nonstream"
+    t = engine_changes(d, n_boot=300)
+    res = pd.read_csv(d / "results.csv")
+    within = t[t.comparison == "within a server"]
+    assert set(within.cell) == set(res.cell)  # every cell once, against FCFS of its own server
+    assert (within.baseline.str.split("/").str[1] == within.cell.str.split("/").str[1]).all()
+    base = within[within.cell == within.baseline]
+    assert (base.short_p50_change_pct == 0).all() and (base.short_p90_change_ci_high == 0).all()
+    # the same requests' percentiles as the run's own table
+    np.testing.assert_allclose(
+        within.set_index("cell").loc[res.cell, "short_p90_e2el_s"].to_numpy(), res.short_p90_e2el_s.to_numpy()
+    )
+    aa = t[t.comparison == "between servers (A/A)"]
+    assert list(aa.cell) == ["fcfs/upload"] and list(aa.baseline) == ["fcfs/chunk"]
+    rec = pd.read_parquet(d / "records.parquet")
+    up = pd.read_csv(d / "uploads.csv").upload.to_numpy()
+    fc = rec[(rec.policy == "fcfs") & (rec.sizing == "chunk")].sort_values("rid").e2el.to_numpy()
+    assert (t.block == decorrelation_lag(np.delete(fc, up))).all()
