@@ -155,28 +155,31 @@ def fig_uploads(table: pd.DataFrame) -> go.Figure:
 
     rhos = sorted(table.rho.unique())
     fig = make_subplots(rows=1, cols=len(rhos), subplot_titles=[f"ρ = {r:.2f}" for r in rhos], shared_yaxes=True)
-    shown: set[str] = set()
+    kinds: dict[str, str] = {}  # legend: one entry per policy (colour) and per sizing and mode (symbol)
     for j, rho in enumerate(rhos, start=1):
         g = table[table.rho == rho]
         for _, r in g.iterrows():
             sym = "x" if r["mode"] == "sequence" else _SIZING_SYMBOL.get(r["sizing"], "circle")
             sym += "-open" if r["mode"] == "streamed" else ""
-            label = f"{r['base_policy']} · {'one job' if r['mode'] == 'sequence' else r['sizing']}"
-            label += " · streamed" if r["mode"] == "streamed" else ""
+            kind = "one job" if r["mode"] == "sequence" else f"{r['sizing']} sizing"
+            kinds[kind + (" · streamed" if r["mode"] == "streamed" else "")] = sym
             fig.add_scatter(
                 x=[r["short_p90_e2el_ms"] / 1e3],
                 y=[r["upload_p50_e2el_ms"] / 1e3],
                 mode="markers",
-                name=label,
-                legendgroup=label,
-                showlegend=label not in shown,
+                showlegend=False,
                 marker=dict(size=11, symbol=sym, color=policy_color(policy_family(r["base_policy"]))),
                 hovertemplate=f"{r['policy']}<br>short P90 %{{x:.2f}} s<br>upload P50 %{{y:.1f}} s<extra></extra>",
                 row=1,
                 col=j,
             )
-            shown.add(label)
         fig.update_xaxes(title_text="short requests' P90 E2EL (s)", row=1, col=j, rangemode="tozero")
+    for p in dict.fromkeys(table["base_policy"]):
+        fig.add_scatter(
+            x=[None], y=[None], mode="markers", name=str(p), marker=dict(size=11, color=policy_color(policy_family(p)))
+        )
+    for kind, sym in kinds.items():
+        fig.add_scatter(x=[None], y=[None], mode="markers", name=kind, marker=dict(size=11, symbol=sym, color="grey"))
     fig.update_yaxes(title_text="uploads' P50 E2EL (s)", row=1, col=1, rangemode="tozero")
     fig.update_layout(title="Short requests beside 1–10-minute uploads: policy and chunk sizing (means over seeds)")
     return fig
