@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from asrsched.figures.panel import ExplorerFigure, Panel
-from asrsched.figures.style import policy_color, policy_family
+from asrsched.figures.style import OKABE_ITO, policy_color, policy_family
 from asrsched.sim.frontier_report import CELL, recommendations
 
 __all__ = ["fig_frontier", "frontier_explorer", "cell_title", "draw_frontier", "fig_uploads", "fig_upload_engine"]
@@ -185,7 +185,7 @@ def fig_uploads(table: pd.DataFrame) -> go.Figure:
     return fig
 
 
-_MODE_SYMBOL = {"chunks": "square-open", "streamed": "diamond-open"}
+_MODE_MARKER = {"chunks": ("square-open", OKABE_ITO[1]), "streamed": ("diamond-open", OKABE_ITO[2])}
 
 
 def fig_upload_engine(results: pd.DataFrame, pred: pd.DataFrame, title: str) -> go.Figure:
@@ -223,7 +223,11 @@ def fig_upload_engine(results: pd.DataFrame, pred: pd.DataFrame, title: str) -> 
                 name=f"simulator, {mode}",
                 legendgroup=str(mode),
                 showlegend=j == 1,
-                marker=dict(size=11, symbol=_MODE_SYMBOL.get(str(mode), "circle-open")),
+                marker=dict(
+                    size=11,
+                    symbol=_MODE_MARKER.get(str(mode), ("circle-open", "grey"))[0],
+                    color=_MODE_MARKER.get(str(mode), ("circle-open", "grey"))[1],
+                ),  # the same colour in both panels
                 row=1,
                 col=j,
             )
