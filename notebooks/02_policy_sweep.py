@@ -531,7 +531,7 @@ else:
 # paired change against FCFS with chunk sizing, each upload's E2EL. How vLLM 0.32 runs an upload depends on
 # streaming: a **streamed** request's chunks enter the engine one after another (an upload holds one slot at a
 # time; the simulator's `streamed` mode), a non-streamed one's all at once (`chunks`). Beside each run: the
-# simulator's prediction of the same requests under both modes (:func:`asrsched.serving.upload_engine_study.resimulate`:
+# simulator's prediction of the same requests under both modes (`prediction_errors`, through `resimulate`:
 # the run's trace, the audio it sent, the service model fitted to its engine's steps), computed here.
 #
 # The run's own table compares every cell with FCFS/chunk, but each sizing ran on its own server, tens of minutes
@@ -543,7 +543,7 @@ else:
 
 # %%
 from asrsched.figures.frontier import fig_upload_engine
-from asrsched.serving.upload_engine_study import engine_changes, resimulate
+from asrsched.serving.upload_engine_study import engine_changes, prediction_errors
 
 for d in UPLOADS_REAL_DIRS:
     uploads_real = committed_path(d)
@@ -569,10 +569,7 @@ for d in UPLOADS_REAL_DIRS:
     for q in ("p50", "p90"):
         wcols += [f"short_{q}_e2el_s", f"short_{q}_change_pct", f"short_{q}_change_ci_low", f"short_{q}_change_ci_high"]
     display(within[wcols].round(2))
-    pred = pd.concat([resimulate(uploads_real, m) for m in ("chunks", "streamed")], ignore_index=True)
-    pred = pred.merge(ur[["cell", "short_p50_e2el_s", "short_p90_e2el_s", "upload_mean_e2el_s"]], on="cell")
-    for m in ("short_p50_e2el_s", "short_p90_e2el_s", "upload_mean_e2el_s"):
-        pred[f"{m}_error_pct"] = 100 * (pred[f"sim_{m}"] / pred[m] - 1)
+    pred = prediction_errors(uploads_real)
     display(pred.round(2))
     efig = fig_upload_engine(
         ur,

@@ -216,6 +216,7 @@ def fig_upload_engine(results: pd.DataFrame, pred: pd.DataFrame, title: str) -> 
             col=j,
         )
         for mode, g in pred.groupby("sim_mode", sort=True):
+            sym, colour = _MODE_MARKER.get(str(mode), ("circle-open", "grey"))
             fig.add_scatter(
                 x=g["cell"],
                 y=g[f"sim_{m}"],
@@ -223,11 +224,7 @@ def fig_upload_engine(results: pd.DataFrame, pred: pd.DataFrame, title: str) -> 
                 name=f"simulator, {mode}",
                 legendgroup=str(mode),
                 showlegend=j == 1,
-                marker=dict(
-                    size=11,
-                    symbol=_MODE_MARKER.get(str(mode), ("circle-open", "grey"))[0],
-                    color=_MODE_MARKER.get(str(mode), ("circle-open", "grey"))[1],
-                ),  # the same colour in both panels
+                marker=dict(size=11, symbol=sym, color=colour),  # the same colour in both panels
                 row=1,
                 col=j,
             )

@@ -51,6 +51,7 @@ __all__ = [
     "short_changes",
     "decorrelation_lag",
     "engine_changes",
+    "prediction_errors",
     "study_trace",
     "simulated_cells",
     "resimulate",
@@ -249,6 +250,18 @@ def resimulate(out: str | Path, mode: str) -> pd.DataFrame:
     return simulated_cells(sim_tr, model, cells, mode, cfg.max_num_seqs)
 
 
+def prediction_errors(out: str | Path, modes=("chunks", "streamed")) -> pd.DataFrame:
+    """:func:`resimulate` of a committed study folder under each of ``modes`` beside what the run measured: per
+    cell and mode, the short requests' P50/P90 E2EL and the uploads' mean E2EL, measured and simulated (``sim_``),
+    and the simulator's error in % (``..._error_pct``)."""
+    res = pd.read_csv(Path(out) / "results.csv")
+    measured = ["short_p50_e2el_s", "short_p90_e2el_s", "upload_mean_e2el_s"]
+    pred = pd.concat([resimulate(out, m) for m in modes], ignore_index=True).merge(res[["cell", *measured]], on="cell")
+    for m in measured:
+        pred[f"{m}_error_pct"] = 100 * (pred[f"sim_{m}"] / pred[m] - 1)
+    return pred
+
+
 def engine_changes(out: str | Path, n_boot: int = 2000) -> pd.DataFrame:
     """A committed study folder's short requests compared within each server: per sizing, every policy against FCFS
     on the same server (runs close in time), with moving-block bootstrap CIs (``block``: the FCFS/chunk run's
@@ -267,8 +280,8 @@ def engine_changes(out: str | Path, n_boot: int = 2000) -> pd.DataFrame:
     parts = []
     for s in sizings:
         cells = {c: v for c, v in e2el.items() if c.endswith(f"/{s}")}
-        parts.append(short_changes(cells, f"fcfs/{s}", n_boot, block=blk).assign(baseline=f"fcfs/{s}"))
-    parts = [t.assign(comparison="within a server") for t in parts]
+        t = short_changes(cells, f"fcfs/{s}", n_boot, block=blk)
+        parts.append(t.assign(baseline=f"fcfs/{s}", comparison="within a server"))
     fcfs = {f"fcfs/{s}": e2el[f"fcfs/{s}"] for s in sizings}
     aa = short_changes(fcfs, f"fcfs/{sizings[0]}", n_boot, block=blk).iloc[1:]
     parts.append(aa.assign(baseline=f"fcfs/{sizings[0]}", comparison="between servers (A/A)"))
